@@ -1,0 +1,65 @@
+//! The fence methods of warden and the chain that runs them (SPEC §5).
+//!
+//! Fencing acts on an *incarnation*: the old active's record from the breadcrumb
+//! ([`Target`]). A node is fenced when neither its warden process nor any process of its
+//! service remains, or its host was rebooted. Methods answer [`Outcome::Fenced`],
+//! [`Outcome::NotApplicable`] or [`Outcome::Failed`]; the [`FenceChain`] tries them in
+//! order under a hard timeout each, and the first that fences wins.
+
+mod chain;
+mod config;
+pub mod process;
+mod script;
+mod signal;
+
+pub use chain::{Attempt, FenceChain, FenceReport, Outcome};
+pub use config::{
+    FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence,
+};
+
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// The incarnation to fence, as recorded in the breadcrumb. Every field but `node_id` may be
+/// unknown (an old or partly written record); `node_id` is unknown only when the breadcrumb
+/// could not be parsed at all.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Target {
+    pub node_id: Option<String>,
+    pub host: Option<String>,
+    /// The managed service's port, if it has one.
+    pub port: Option<u16>,
+    /// `/proc/sys/kernel/random/boot_id` of the target's host when it was recorded.
+    pub boot_id: Option<String>,
+    /// The old warden process and its start time (clock ticks since boot, /proc stat field 22).
+    pub pid: Option<u32>,
+    pub start_time: Option<u64>,
+    /// The old service: its pid, process group and start time.
+    pub service_pid: Option<u32>,
+    pub service_pgid: Option<u32>,
+    pub service_start_time: Option<u64>,
+    /// Random per warden process start.
+    pub incarnation: Option<String>,
+    pub epoch: Option<u64>,
+}
+
+impl Target {
+    /// A short name for logs: the node id, or `<unreadable breadcrumb>`.
+    pub fn label(&self) -> &str {
+        self.node_id.as_deref().unwrap_or("<unreadable breadcrumb>")
+    }
+}
+
+/// What a fence method knows about the node that runs it.
+#[derive(Clone, Debug, Default)]
+pub struct FenceContext {
+    pub cluster: String,
+    /// This node's id (passed to scripts as `WARDEN_NODE_ID`).
+    pub node_id: String,
+    /// This node's host name as configured (`cluster.host`).
+    pub host: String,
+    /// This host's current boot id.
+    pub boot_id: String,
+    /// Hooks mode: the pidfile of the locally running service, so `signal` can find it.
+    pub pidfile: Option<PathBuf>,
+}

@@ -1,0 +1,8 @@
+//! warden: an active/standby HA supervisor with fencing, elected through ZooKeeper.
+//!
+//! The election rules live in [`elector`], a pure state machine; [`daemon`] drives it
+//! with the coordination service ([`coord`]), the managed [`service`], [`health`] checks
+//! and the fence chain of the `warden-fencing` crate.
+
+pub mod config;
+pub mod record;
