@@ -5,4 +5,5 @@
 //! and the fence chain of the `warden-fencing` crate.
 
 pub mod config;
+pub mod elector;
 pub mod record;

@@ -1,0 +1,1 @@
+//! Placeholder so the workspace compiles; being written.

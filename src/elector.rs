@@ -1,0 +1,1506 @@
+//! The election as a pure state machine (SPEC §4).
+//!
+//! This module does no I/O and reads no clock: every input is a [`Event`] passed to
+//! [`Elector::handle`] with the current time, and [`Elector::handle_timeout`] is called when
+//! the instant from [`Elector::poll_timeout`] has passed. After every input the driver drains
+//! [`Elector::poll_action`] and carries each [`Action`] out; an action whose result matters
+//! carries a [`Ticket`], and its result comes back as an event with the same ticket. A result
+//! with any other ticket is stale (an older session, an abandoned step) and is ignored, which
+//! is how "never act on the old session's events" holds.
+//!
+//! Three things move independently and are kept apart on purpose:
+//! - the *phase*: where we are in the election (connecting, standby, holding the lock, ...);
+//! - the *service*: down, starting, up or stopping;
+//! - the *lease*: until when the service may run, from the send time of the last
+//!   acknowledged renewal write.
+//!
+//! The role reported to operators is derived from the three after every input.
+
+use crate::record::{Epoch, NodeRecord, Role};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The longest rejoin delay after repeated failures (SPEC §4.8).
+pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
+/// Stable standby or active for this long resets the rejoin back-off (SPEC §4.8).
+pub const STABLE_RESET: Duration = Duration::from_secs(60);
+/// Retry delay after a store call whose outcome is unknown (connection loss, timeout).
+/// Short, because the client reconnects by itself within the session and a standby waits
+/// on us meanwhile; long enough not to spin on a dead connection.
+pub const RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// Identifies one action's result. Results with a ticket the elector no longer waits for
+/// are ignored.
+pub type Ticket = u64;
+
+/// What the elector needs to know about itself.
+#[derive(Clone, Debug)]
+pub struct ElectorConfig {
+    pub node_id: String,
+    /// Random per warden process start; tells our own breadcrumb from an older process's.
+    pub incarnation: String,
+    pub session_timeout: Duration,
+    pub rejoin_delay: Duration,
+    /// How long a graceful demotion may take: `stop_timeout` (spawn) or `hook_timeout` (hooks).
+    pub demote_grace: Duration,
+}
+
+impl ElectorConfig {
+    /// The lease is valid for half the session timeout after the send time of the last
+    /// acknowledged renewal (SPEC §4 "The lease").
+    pub fn lease(&self) -> Duration {
+        self.session_timeout / 2
+    }
+
+    /// Renewals are sent every sixth of the session timeout.
+    pub fn renewal_interval(&self) -> Duration {
+        self.session_timeout / 6
+    }
+}
+
+/// The `control` znode as the election sees it; the driver turns the wall-clock deadline
+/// of a failover request into an instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControlView {
+    pub paused: bool,
+    pub failover: Option<FailoverView>,
+}
+
+/// A planned switchover request (SPEC §8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailoverView {
+    pub from: String,
+    pub to: Option<String>,
+    /// Past this instant the request counts as withdrawn.
+    pub lapses_at: Instant,
+}
+
+/// The breadcrumb as read from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BreadcrumbView {
+    Absent,
+    Record { record: NodeRecord, version: i32 },
+    /// Present but not a readable record (garbage, too large, not UTF-8).
+    Unreadable { reason: String, version: i32 },
+}
+
+impl BreadcrumbView {
+    fn version(&self) -> Option<i32> {
+        match self {
+            BreadcrumbView::Absent => None,
+            BreadcrumbView::Record { version, .. } | BreadcrumbView::Unreadable { version, .. } => {
+                Some(*version)
+            }
+        }
+    }
+}
+
+/// What step 3a of SPEC §4 reads after winning the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterState {
+    pub breadcrumb: BreadcrumbView,
+    pub control: ControlView,
+    pub control_version: i32,
+    /// The epoch of the newest `history` entry, if any.
+    pub newest_history_epoch: Option<Epoch>,
+}
+
+/// The outcome of trying to create the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinOutcome {
+    /// The lock is ours (created now, or found owned by our session); `epoch` is its czxid.
+    Held { epoch: Epoch },
+    /// Another session holds it; a watch on it is set.
+    Exists,
+    /// Neither could be established (connection loss, timeout); try again.
+    Unknown,
+}
+
+/// The outcome of a conditional write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Acknowledged.
+    Done,
+    /// The store said no: a version or existence check failed.
+    Conflict,
+    /// Not known whether it was applied.
+    Unknown,
+}
+
+/// What the fence chain should act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceOrder {
+    /// Another node's incarnation: run the configured chain.
+    Node(NodeRecord),
+    /// The breadcrumb could not be read: run the chain with what is known (nothing).
+    Unreadable,
+    /// An older incarnation of this node, or our own service that could not be stopped:
+    /// the `signal` method alone, on this host.
+    OwnLeftovers(NodeRecord),
+}
+
+/// An input to the elector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new session is open and our member record registered; `control` as read in it.
+    SessionStarted {
+        control: ControlView,
+    },
+    /// The current session expired or closed; everything of it is void.
+    SessionLost,
+    Joined {
+        ticket: Ticket,
+        outcome: JoinOutcome,
+    },
+    /// The lock znode was deleted (watch), whoever held it.
+    LockDeleted,
+    StateRead {
+        ticket: Ticket,
+        result: Result<ClusterState, String>,
+    },
+    FenceDone {
+        ticket: Ticket,
+        fenced: bool,
+        summary: String,
+    },
+    Committed {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    Renewed {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    ServiceStarted {
+        ticket: Ticket,
+    },
+    StartFailed {
+        ticket: Ticket,
+        reason: String,
+    },
+    /// The service (or its promoted role) ended by itself.
+    ServiceExited {
+        reason: String,
+    },
+    ServiceStopped {
+        ticket: Ticket,
+        /// Verified down (possibly after SIGKILL).
+        clean: bool,
+        detail: String,
+    },
+    BreadcrumbDeleted {
+        ticket: Ticket,
+    },
+    Released {
+        ticket: Ticket,
+    },
+    /// Standby eligibility (spawn: `standby_command`; hooks: the service's health).
+    EligibilityChanged {
+        eligible: bool,
+        detail: String,
+    },
+    /// The promoted service's health (after `start_grace`).
+    ServiceHealthChanged {
+        healthy: bool,
+        detail: String,
+    },
+    ControlChanged {
+        control: ControlView,
+    },
+    /// SIGTERM or SIGINT.
+    StopRequested,
+}
+
+/// Why the service is being stopped; decides what follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    /// A voluntary demotion: unhealthy, failover, shutdown, failed promotion.
+    Demote,
+    /// The lease is ending, the session or the lock was lost: the service must go.
+    Forced,
+}
+
+/// An order to the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open a new session: connect, create parents, register our member znode, read and
+    /// watch `control`; then report [`Event::SessionStarted`].
+    Connect,
+    /// Create `lock` EPHEMERAL with our record; on NodeExists watch it (SPEC §4.2).
+    Join { ticket: Ticket },
+    /// Read `breadcrumb`, `control` and the newest history epoch, with versions (§4.3a).
+    ReadState { ticket: Ticket },
+    /// Run the fence chain against an incarnation (§5); never promote on failure.
+    Fence { ticket: Ticket, order: FenceOrder },
+    /// One multi-op: check `lock`, check `control` at `control_version`, write the
+    /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
+    CommitPromotion {
+        ticket: Ticket,
+        epoch: Epoch,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+    },
+    /// Start (or promote) the service with `WARDEN_EPOCH`, but only if the current time is
+    /// still before `lease_valid_until`; else report it as a failed start.
+    StartService {
+        ticket: Ticket,
+        epoch: Epoch,
+        lease_valid_until: Instant,
+    },
+    /// Rewrite our breadcrumb with the running service's pid, group and start time (§4.3d).
+    RecordService { epoch: Epoch },
+    /// A lease renewal: multi-op check `lock`, set our member record, from the holding
+    /// session. The lease extends from the elector's `now` when this was emitted.
+    Renew { ticket: Ticket },
+    /// Demote: stop the service (stop signal, `stop_timeout`, SIGKILL of the group), or run
+    /// the `demote` hook.
+    StopService { ticket: Ticket, cause: StopCause },
+    /// The lease has ended with the service still up: SIGKILL its process group now.
+    KillService,
+    /// Compare-and-delete our breadcrumb (node id, incarnation, epoch) with a `lock` check.
+    DeleteOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
+    /// Delete `lock` from the holding session, then drop the session.
+    Release { ticket: Ticket },
+    /// Clear the `failover` request in `control` (version-checked) once promoted.
+    ClearFailover,
+    /// The role changed: log it, publish the member record, append to history, notify.
+    Transition {
+        from: Role,
+        to: Role,
+        epoch: Option<Epoch>,
+        reason: String,
+    },
+    /// Something an operator should read that is not a transition.
+    Notice { warn: bool, message: String },
+    /// Shut down with this exit code.
+    Exit { code: i32 },
+}
+
+/// Where the service is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Svc {
+    Down,
+    Starting(Ticket),
+    Up,
+    Stopping(Ticket, StopCause),
+}
+
+/// Why we leave the lock; decides the back-off and what the breadcrumb needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Leave {
+    /// The service turned unhealthy or exited while active: a failure (§4.8).
+    ServiceFailed,
+    /// Promotion failed: a failure; keep the breadcrumb so this node gets fenced (§4.3e).
+    PromotionFailed,
+    /// Fencing failed: a failure; nothing was started.
+    FenceFailed,
+    /// The epoch is not above the recorded one: a failure (the ensemble went back in time).
+    StaleEpoch,
+    /// Paused, a switchover names another node, or not eligible any more: no failure.
+    StandAside,
+    /// A planned switchover away from us: stay out until the request ends.
+    Cede,
+    /// Shutdown.
+    Stop,
+}
+
+impl Leave {
+    fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Leave::ServiceFailed | Leave::PromotionFailed | Leave::FenceFailed | Leave::StaleEpoch
+        )
+    }
+}
+
+/// Steps while we hold the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    /// §4.3a. `unknown_commit` is the send time of a commit whose outcome was unknown.
+    Reading {
+        ticket: Ticket,
+        unknown_commit: Option<Instant>,
+    },
+    /// §4.3b.
+    Fencing {
+        ticket: Ticket,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+    },
+    /// §4.3c.
+    Committing {
+        ticket: Ticket,
+        sent: Instant,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+    },
+    /// The breadcrumb is ours; the service follows the lease (§4.3d, §4.4).
+    Serving,
+    /// Voluntary demotion in progress: stop, then delete the breadcrumb, then release.
+    Leaving { why: Leave, deleting: Option<Ticket> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a session.
+    Connecting,
+    /// In a session, not in the lock's queue.
+    Idle,
+    Joining {
+        ticket: Ticket,
+    },
+    /// Another node holds the lock; we watch it.
+    Standby,
+    Holding {
+        epoch: Epoch,
+        step: Step,
+    },
+    /// `lock` delete and session drop in flight.
+    Releasing {
+        ticket: Ticket,
+        why: Leave,
+    },
+    /// The lock vanished under us while we held it; demote, then join again.
+    LockLost,
+    Exited,
+}
+
+/// The lease: how long our service may run without a fresh acknowledged write.
+#[derive(Clone, Debug, Default)]
+struct Lease {
+    /// Lease end; `None` before the first acknowledged write of this holding.
+    end: Option<Instant>,
+    /// When the next renewal is due.
+    next_renewal: Option<Instant>,
+    /// The renewal in flight and the instant it was sent.
+    in_flight: Option<(Ticket, Instant)>,
+    /// A renewal failed or is late: the lease is in doubt (role `neutral`).
+    doubt: bool,
+    /// SIGKILL was already ordered for this lease end.
+    killed: bool,
+}
+
+/// The election state machine of one node. See the module doc.
+#[derive(Debug)]
+pub struct Elector {
+    cfg: ElectorConfig,
+    phase: Phase,
+    svc: Svc,
+    lease: Lease,
+    role: Role,
+    eligible: bool,
+    service_healthy: bool,
+    control: ControlView,
+    /// Failures in a row (§4.8) and until when we stay out.
+    failures: u32,
+    out_until: Option<Instant>,
+    /// Since when we are stable standby or active (§4.8 reset).
+    stable_since: Option<Instant>,
+    /// Retry a join or a read at this instant (after an unknown outcome).
+    retry_at: Option<Instant>,
+    /// A join's outcome was unknown: the lock may be ours, so we must find out even if we
+    /// no longer want it.
+    must_rejoin: bool,
+    /// Our own service could not be verified stopped: treat our breadcrumb as needing the
+    /// local fence before we promote again.
+    own_leftovers: bool,
+    /// The breadcrumb holds our record for the epoch we hold.
+    breadcrumb_written: bool,
+    stopping: bool,
+    /// The reason for the next transition.
+    reason: String,
+    next_ticket: Ticket,
+    actions: VecDeque<Action>,
+}
+
+impl Elector {
+    /// A new elector; it asks for a session at once.
+    pub fn new(cfg: ElectorConfig, eligible: bool) -> Self {
+        let mut e = Elector {
+            cfg,
+            phase: Phase::Connecting,
+            svc: Svc::Down,
+            lease: Lease::default(),
+            role: Role::Ineligible,
+            eligible,
+            service_healthy: true,
+            control: ControlView::default(),
+            failures: 0,
+            out_until: None,
+            stable_since: None,
+            retry_at: None,
+            must_rejoin: false,
+            own_leftovers: false,
+            breadcrumb_written: false,
+            stopping: false,
+            reason: String::new(),
+            next_ticket: 1,
+            actions: VecDeque::new(),
+        };
+        e.actions.push_back(Action::Connect);
+        e
+    }
+
+    /// The role as reported to operators.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The epoch of the lock we hold, if any.
+    pub fn epoch(&self) -> Option<Epoch> {
+        match self.phase {
+            Phase::Holding { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
+    /// Whether the service is up and promoted under a valid lease.
+    pub fn is_serving(&self) -> bool {
+        self.role == Role::Active
+    }
+
+    /// The next action to carry out.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next instant at which [`Elector::handle_timeout`] has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |i: Option<Instant>| {
+            if let Some(i) = i {
+                t = Some(t.map_or(i, |t| t.min(i)));
+            }
+        };
+        consider(self.retry_at);
+        if matches!(self.phase, Phase::Idle) {
+            consider(self.out_until);
+        }
+        if let Some(f) = &self.control.failover {
+            consider(Some(f.lapses_at));
+        }
+        if let Phase::Holding { .. } = self.phase {
+            consider(self.lease.next_renewal);
+            if let Some((_, sent)) = self.lease.in_flight {
+                consider(Some(sent + self.cfg.renewal_interval()));
+            }
+        }
+        if let Some(end) = self.lease.end {
+            if matches!(self.svc, Svc::Starting(_) | Svc::Up) {
+                consider(Some(end.checked_sub(self.cfg.demote_grace).unwrap_or(end)));
+            }
+            if self.svc != Svc::Down && !self.lease.killed {
+                consider(Some(end));
+            }
+        }
+        t
+    }
+
+    /// Feeds one event.
+    pub fn handle(&mut self, event: Event, now: Instant) {
+        match event {
+            Event::SessionStarted { control } => self.on_session_started(control, now),
+            Event::SessionLost => self.on_session_lost(now),
+            Event::Joined { ticket, outcome } => self.on_joined(ticket, outcome, now),
+            Event::LockDeleted => self.on_lock_deleted(now),
+            Event::StateRead { ticket, result } => self.on_state_read(ticket, result, now),
+            Event::FenceDone {
+                ticket,
+                fenced,
+                summary,
+            } => self.on_fence_done(ticket, fenced, summary, now),
+            Event::Committed { ticket, outcome } => self.on_committed(ticket, outcome, now),
+            Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
+            Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),
+            Event::StartFailed { ticket, reason } => self.on_start_failed(ticket, reason, now),
+            Event::ServiceExited { reason } => self.on_service_exited(reason),
+            Event::ServiceStopped {
+                ticket,
+                clean,
+                detail,
+            } => self.on_service_stopped(ticket, clean, detail, now),
+            Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
+            Event::Released { ticket } => self.on_released(ticket, now),
+            Event::EligibilityChanged { eligible, detail } => {
+                self.eligible = eligible;
+                self.reason = detail;
+                if eligible {
+                    self.try_join(now);
+                }
+            }
+            Event::ServiceHealthChanged { healthy, detail } => {
+                self.on_service_health(healthy, detail)
+            }
+            Event::ControlChanged { control } => self.on_control(control, now),
+            Event::StopRequested => self.on_stop_requested(),
+        }
+        self.after_input(now);
+    }
+
+    /// Acts on every deadline that has passed; harmless when none has.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.retry_at.is_some_and(|t| now >= t) {
+            self.retry_at = None;
+            match self.phase {
+                Phase::Idle => self.try_join(now),
+                Phase::Holding {
+                    step:
+                        Step::Reading {
+                            ticket,
+                            unknown_commit,
+                        },
+                    epoch,
+                } => {
+                    // Re-issue the read under a fresh ticket.
+                    let _ = ticket;
+                    self.read_state(epoch, unknown_commit);
+                }
+                _ => {}
+            }
+        }
+        if let Some(f) = &self.control.failover {
+            if now >= f.lapses_at {
+                self.reason = format!("the switchover request from {} lapsed", f.from);
+                self.control.failover = None;
+                self.try_join(now);
+            }
+        }
+        if matches!(self.phase, Phase::Idle) && self.out_until.is_some_and(|t| now >= t) {
+            self.out_until = None;
+            self.try_join(now);
+        }
+        self.lease_timers(now);
+        self.after_input(now);
+    }
+
+    // ----- inputs --------------------------------------------------------------------
+
+    fn on_session_started(&mut self, control: ControlView, now: Instant) {
+        if !matches!(self.phase, Phase::Connecting) {
+            return;
+        }
+        self.control = control;
+        self.phase = Phase::Idle;
+        if self.stopping {
+            self.exit_when_down();
+            return;
+        }
+        self.try_join(now);
+    }
+
+    fn on_session_lost(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Connecting | Phase::Exited) {
+            return;
+        }
+        self.retry_at = None;
+        self.must_rejoin = false;
+        self.lease.in_flight = None;
+        self.lease.next_renewal = None;
+        self.breadcrumb_written = false;
+        let was_releasing = matches!(self.phase, Phase::Releasing { .. });
+        if let Phase::Releasing { why, .. } = self.phase {
+            // The session drop finished the release for us.
+            self.after_release(why, now);
+        } else {
+            self.reason = "the coordination session was lost".into();
+            self.force_stop();
+        }
+        if !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Connecting;
+            self.actions.push_back(Action::Connect);
+        }
+        if was_releasing && self.stopping {
+            self.exit_when_down();
+        }
+    }
+
+    fn on_joined(&mut self, ticket: Ticket, outcome: JoinOutcome, now: Instant) {
+        if self.phase != (Phase::Joining { ticket }) {
+            return;
+        }
+        match outcome {
+            JoinOutcome::Held { epoch } => {
+                self.must_rejoin = false;
+                self.phase = Phase::Holding {
+                    epoch,
+                    step: Step::Serving, // replaced at once below
+                };
+                self.breadcrumb_written = false;
+                self.lease = Lease::default();
+                if !self.may_join(now) || self.stopping {
+                    self.reason = "holding the lock but no longer eligible".into();
+                    self.leave(Leave::StandAside);
+                } else {
+                    self.reason = "won the lock".into();
+                    self.read_state(epoch, None);
+                }
+            }
+            JoinOutcome::Exists => {
+                self.must_rejoin = false;
+                self.phase = Phase::Standby;
+                self.reason = "another node holds the lock".into();
+            }
+            JoinOutcome::Unknown => {
+                // The create may have gone through: find out by joining again, even if we
+                // no longer want the lock (a held lock we do not know of would block all).
+                self.must_rejoin = true;
+                self.phase = Phase::Idle;
+                self.retry_at = Some(now + RETRY_DELAY);
+            }
+        }
+    }
+
+    fn on_lock_deleted(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Standby => {
+                self.phase = Phase::Idle;
+                self.reason = "the lock was released".into();
+                self.try_join(now);
+            }
+            Phase::Holding { .. } => self.lock_lost(now),
+            _ => {}
+        }
+    }
+
+    fn on_state_read(
+        &mut self,
+        ticket: Ticket,
+        result: Result<ClusterState, String>,
+        now: Instant,
+    ) {
+        let Phase::Holding {
+            epoch,
+            step:
+                Step::Reading {
+                    ticket: t,
+                    unknown_commit,
+                },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        let state = match result {
+            Ok(s) => s,
+            Err(e) => {
+                self.notice(true, format!("reading the cluster state failed ({e}); retrying"));
+                self.retry_at = Some(now + RETRY_DELAY);
+                return;
+            }
+        };
+        self.control = state.control.clone();
+        // 3a: paused, or a switchover that names another node.
+        if state.control.paused {
+            self.reason = "the cluster is paused".into();
+            self.leave(Leave::StandAside);
+            return;
+        }
+        if let Some(why) = self.switchover_excludes_us(now) {
+            self.reason = why;
+            self.leave(Leave::StandAside);
+            return;
+        }
+        let control_version = state.control_version;
+        let breadcrumb_version = state.breadcrumb.version();
+        match &state.breadcrumb {
+            BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
+                let recorded = record.epoch.unwrap_or(0);
+                if recorded == epoch {
+                    if let Some(sent) = unknown_commit {
+                        // Our unknown commit went through: the lease runs from its send time.
+                        self.committed(epoch, sent, now);
+                        return;
+                    }
+                }
+                if self.own_leftovers {
+                    self.start_fence(
+                        epoch,
+                        FenceOrder::OwnLeftovers(record.clone()),
+                        breadcrumb_version,
+                        control_version,
+                    );
+                    return;
+                }
+            }
+            BreadcrumbView::Record { record, .. } => {
+                // Another node, or an older incarnation of this one.
+                let order = if record.node_id == self.cfg.node_id {
+                    FenceOrder::OwnLeftovers(record.clone())
+                } else {
+                    FenceOrder::Node(record.clone())
+                };
+                if !self.epoch_is_new(epoch, record.epoch, state.newest_history_epoch) {
+                    return;
+                }
+                self.start_fence(epoch, order, breadcrumb_version, control_version);
+                return;
+            }
+            BreadcrumbView::Unreadable { reason, .. } => {
+                if !self.epoch_is_new(epoch, None, state.newest_history_epoch) {
+                    return;
+                }
+                self.notice(
+                    true,
+                    format!(
+                        "the breadcrumb is unreadable ({reason}); fencing an unknown old active \
+                         with what is known"
+                    ),
+                );
+                self.start_fence(
+                    epoch,
+                    FenceOrder::Unreadable,
+                    breadcrumb_version,
+                    control_version,
+                );
+                return;
+            }
+            BreadcrumbView::Absent => {
+                if !self.epoch_is_new(epoch, None, state.newest_history_epoch) {
+                    return;
+                }
+            }
+        }
+        self.commit(epoch, breadcrumb_version, control_version, now);
+    }
+
+    fn on_fence_done(&mut self, ticket: Ticket, fenced: bool, summary: String, now: Instant) {
+        let Phase::Holding {
+            epoch,
+            step:
+                Step::Fencing {
+                    ticket: t,
+                    breadcrumb_version,
+                    control_version,
+                },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        if fenced {
+            self.own_leftovers = false;
+            self.reason = format!("fenced the old active: {summary}");
+            self.commit(epoch, breadcrumb_version, control_version, now);
+        } else {
+            self.reason = format!(
+                "fencing failed, not promoting: {summary}. If the old active is powered off \
+                 or its service is certainly stopped, record that with `warden fence \
+                 --confirm NODE`; otherwise fix the fence method"
+            );
+            self.leave(Leave::FenceFailed);
+        }
+    }
+
+    fn on_committed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        let Phase::Holding {
+            epoch,
+            step:
+                Step::Committing {
+                    ticket: t,
+                    sent,
+                    ..
+                },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => self.committed(epoch, sent, now),
+            WriteOutcome::Conflict => {
+                self.reason = "the breadcrumb or control changed; reading again".into();
+                self.read_state(epoch, None);
+            }
+            WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
+        }
+    }
+
+    fn on_renewed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        let Some((t, sent)) = self.lease.in_flight else {
+            return;
+        };
+        if t != ticket || !matches!(self.phase, Phase::Holding { .. }) {
+            return;
+        }
+        self.lease.in_flight = None;
+        match outcome {
+            WriteOutcome::Done => {
+                let end = sent + self.cfg.lease();
+                self.lease.end = Some(self.lease.end.map_or(end, |e| e.max(end)));
+                if self.lease.doubt {
+                    self.reason = "lease renewed".into();
+                }
+                self.lease.doubt = false;
+                self.lease.killed = false;
+                self.lease.next_renewal = Some(sent + self.cfg.renewal_interval());
+                self.start_if_due(now);
+            }
+            WriteOutcome::Conflict => {
+                self.reason = "the lock is no longer ours".into();
+                self.lock_lost(now);
+            }
+            WriteOutcome::Unknown => {
+                self.lease.doubt = true;
+                self.reason = "a lease renewal failed".into();
+                self.lease.next_renewal = Some(now + RETRY_DELAY);
+            }
+        }
+    }
+
+    fn on_service_started(&mut self, ticket: Ticket, now: Instant) {
+        if self.svc != Svc::Starting(ticket) {
+            return;
+        }
+        self.svc = Svc::Up;
+        self.service_healthy = true;
+        if let Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        } = self.phase
+        {
+            self.reason = "service promoted".into();
+            self.actions.push_back(Action::RecordService { epoch });
+            if self.control.failover.is_some() {
+                self.actions.push_back(Action::ClearFailover);
+            }
+            // A start that raced the lease end is stopped by the lease timers below.
+            self.lease_timers(now);
+        }
+    }
+
+    fn on_start_failed(&mut self, ticket: Ticket, reason: String, now: Instant) {
+        if self.svc != Svc::Starting(ticket) {
+            return;
+        }
+        self.svc = Svc::Down;
+        self.reason = format!("promotion failed: {reason}");
+        if let Phase::Holding {
+            step: Step::Serving,
+            ..
+        } = self.phase
+        {
+            if self.lease_left(now).is_none() {
+                // The lease ran out before the start: wait for a renewal, as in §4.4.
+                self.lease.doubt = true;
+                return;
+            }
+            self.leave(Leave::PromotionFailed);
+        }
+    }
+
+    fn on_service_exited(&mut self, reason: String) {
+        match self.svc {
+            Svc::Up | Svc::Starting(_) => {}
+            _ => return,
+        }
+        self.svc = Svc::Down;
+        let serving = matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            }
+        );
+        if !serving {
+            return;
+        }
+        if self.control.paused {
+            self.notice(
+                true,
+                format!("the service exited ({reason}); the cluster is paused, so no failover"),
+            );
+            return;
+        }
+        self.reason = format!("the service exited: {reason}");
+        self.leave(Leave::ServiceFailed);
+    }
+
+    fn on_service_stopped(&mut self, ticket: Ticket, clean: bool, detail: String, now: Instant) {
+        let Svc::Stopping(t, _) = self.svc else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.svc = Svc::Down;
+        self.lease.killed = false;
+        if !clean {
+            self.own_leftovers = true;
+            self.notice(
+                true,
+                format!("the service could not be verified stopped: {detail}"),
+            );
+        }
+        match self.phase.clone() {
+            Phase::Holding {
+                epoch,
+                step: Step::Leaving { why, .. },
+            } => {
+                if clean && self.breadcrumb_written && why != Leave::PromotionFailed {
+                    let ticket = self.ticket();
+                    self.phase = Phase::Holding {
+                        epoch,
+                        step: Step::Leaving {
+                            why,
+                            deleting: Some(ticket),
+                        },
+                    };
+                    self.actions
+                        .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
+                } else {
+                    self.release(why);
+                }
+            }
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            } => self.start_if_due(now),
+            Phase::LockLost => {
+                self.phase = Phase::Idle;
+                self.try_join(now);
+            }
+            _ => {
+                if self.stopping {
+                    self.exit_when_down();
+                } else if matches!(self.phase, Phase::Idle) {
+                    self.try_join(now);
+                }
+            }
+        }
+    }
+
+    fn on_breadcrumb_deleted(&mut self, ticket: Ticket) {
+        let Phase::Holding {
+            step:
+                Step::Leaving {
+                    why,
+                    deleting: Some(t),
+                },
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.breadcrumb_written = false;
+        self.release(why);
+    }
+
+    fn on_released(&mut self, ticket: Ticket, now: Instant) {
+        let Phase::Releasing { ticket: t, why } = self.phase else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.after_release(why, now);
+        if !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Connecting;
+            self.actions.push_back(Action::Connect);
+        }
+    }
+
+    fn on_service_health(&mut self, healthy: bool, detail: String) {
+        self.service_healthy = healthy;
+        if healthy || self.svc != Svc::Up {
+            return;
+        }
+        if !matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            }
+        ) {
+            return;
+        }
+        if self.control.paused {
+            self.notice(
+                true,
+                format!("the service is unhealthy ({detail}); the cluster is paused, so no failover"),
+            );
+            return;
+        }
+        self.reason = format!("the service is unhealthy: {detail}");
+        self.leave(Leave::ServiceFailed);
+    }
+
+    fn on_control(&mut self, control: ControlView, now: Instant) {
+        let was_paused = self.control.paused;
+        self.control = control;
+        if self.control.paused != was_paused {
+            self.reason = if self.control.paused {
+                "the cluster was paused".into()
+            } else {
+                "the cluster was resumed".into()
+            };
+        }
+        match self.phase {
+            Phase::Idle => self.try_join(now),
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            } => {
+                let cede = !self.control.paused
+                    && self
+                        .control
+                        .failover
+                        .as_ref()
+                        .is_some_and(|f| f.from == self.cfg.node_id && now < f.lapses_at);
+                if cede {
+                    self.reason = "a planned switchover asked this node to step down".into();
+                    self.leave(Leave::Cede);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_stop_requested(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.reason = "shutting down".into();
+        match self.phase {
+            Phase::Holding {
+                step: Step::Leaving { .. },
+                ..
+            }
+            | Phase::Releasing { .. } => {
+                // Already leaving; the release ends in an exit now.
+            }
+            Phase::Holding { .. } => self.leave(Leave::Stop),
+            Phase::Joining { .. } => {
+                // The lock may be ours in a moment; dropping the session removes it.
+                self.exit_when_down();
+            }
+            _ => self.exit_when_down(),
+        }
+    }
+
+    // ----- steps ---------------------------------------------------------------------
+
+    /// Whether this node may enter the election now (§4.1, §4.8, §8).
+    fn may_join(&self, now: Instant) -> bool {
+        self.eligible
+            && !self.control.paused
+            && self.out_until.is_none_or(|t| now >= t)
+            && self.switchover_excludes_us(now).is_none()
+            && self.svc == Svc::Down
+            && !self.stopping
+    }
+
+    /// A pending switchover keeps us out when it asks us to step down or names another node.
+    fn switchover_excludes_us(&self, now: Instant) -> Option<String> {
+        let f = self.control.failover.as_ref()?;
+        if now >= f.lapses_at {
+            return None;
+        }
+        if f.from == self.cfg.node_id {
+            return Some("a planned switchover moves the active away from this node".into());
+        }
+        match &f.to {
+            Some(to) if *to != self.cfg.node_id => {
+                Some(format!("a planned switchover names {to} as the new active"))
+            }
+            _ => None,
+        }
+    }
+
+    fn try_join(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Idle) {
+            return;
+        }
+        if self.must_rejoin && self.svc == Svc::Down && !self.stopping {
+            // fall through: join to learn whether an earlier create made the lock ours
+        } else if !self.may_join(now) {
+            return;
+        }
+        if self.retry_at.is_some() && !self.must_rejoin {
+            return;
+        }
+        self.retry_at = None;
+        let ticket = self.ticket();
+        self.phase = Phase::Joining { ticket };
+        self.actions.push_back(Action::Join { ticket });
+    }
+
+    fn read_state(&mut self, epoch: Epoch, unknown_commit: Option<Instant>) {
+        let ticket = self.ticket();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Reading {
+                ticket,
+                unknown_commit,
+            },
+        };
+        self.actions.push_back(Action::ReadState { ticket });
+    }
+
+    fn start_fence(
+        &mut self,
+        epoch: Epoch,
+        order: FenceOrder,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+    ) {
+        let ticket = self.ticket();
+        self.reason = match &order {
+            FenceOrder::Node(r) => format!("fencing the old active {}", r.node_id),
+            FenceOrder::Unreadable => "fencing an unknown old active".into(),
+            FenceOrder::OwnLeftovers(_) => {
+                "fencing leftovers of an earlier warden process on this node".into()
+            }
+        };
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Fencing {
+                ticket,
+                breadcrumb_version,
+                control_version,
+            },
+        };
+        self.actions.push_back(Action::Fence { ticket, order });
+    }
+
+    /// The epoch must be above every earlier one (§3 "Epoch"); else refuse and say why.
+    fn epoch_is_new(
+        &mut self,
+        epoch: Epoch,
+        breadcrumb: Option<Epoch>,
+        history: Option<Epoch>,
+    ) -> bool {
+        let newest = breadcrumb.max(history);
+        match newest {
+            Some(n) if epoch <= n => {
+                self.reason = format!(
+                    "refusing to promote: the lock's epoch {epoch} is not above the recorded \
+                     epoch {n}; the ensemble may have been restored from an old snapshot. \
+                     Check the ZooKeeper data before clearing the breadcrumb with `warden init \
+                     --force`"
+                );
+                self.leave(Leave::StaleEpoch);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn commit(
+        &mut self,
+        epoch: Epoch,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+        now: Instant,
+    ) {
+        let ticket = self.ticket();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Committing {
+                ticket,
+                sent: now,
+                breadcrumb_version,
+                control_version,
+            },
+        };
+        self.actions.push_back(Action::CommitPromotion {
+            ticket,
+            epoch,
+            breadcrumb_version,
+            control_version,
+        });
+    }
+
+    /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
+    fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        };
+        self.breadcrumb_written = true;
+        self.lease = Lease {
+            end: Some(sent + self.cfg.lease()),
+            next_renewal: Some(sent + self.cfg.renewal_interval()),
+            ..Lease::default()
+        };
+        self.start_if_due(now);
+    }
+
+    /// §4.3d: start the service if we serve, it is down, and the lease leaves room for a
+    /// graceful stop.
+    fn start_if_due(&mut self, now: Instant) {
+        let Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        } = self.phase
+        else {
+            return;
+        };
+        if self.svc != Svc::Down || self.stopping {
+            return;
+        }
+        if self.control.paused && self.breadcrumb_written && self.role == Role::Active {
+            return;
+        }
+        let Some(until) = self.lease_left(now) else {
+            self.lease.doubt = true;
+            return;
+        };
+        let ticket = self.ticket();
+        self.svc = Svc::Starting(ticket);
+        self.actions.push_back(Action::StartService {
+            ticket,
+            epoch,
+            lease_valid_until: until,
+        });
+    }
+
+    /// The instant up to which a start is allowed: the lease end less the graceful stop,
+    /// if that is still ahead.
+    fn lease_left(&self, now: Instant) -> Option<Instant> {
+        let end = self.lease.end?;
+        let until = end.checked_sub(self.cfg.demote_grace)?;
+        (now < until).then_some(until)
+    }
+
+    /// §4.4: the service must be down by the lease end. Demotion starts at lease end less
+    /// the graceful stop; at the lease end whatever remains is killed.
+    fn lease_timers(&mut self, now: Instant) {
+        let Some(end) = self.lease.end else { return };
+        if let Phase::Holding { .. } = self.phase {
+            if let Some((_, sent)) = self.lease.in_flight {
+                if now >= sent + self.cfg.renewal_interval() && !self.lease.doubt {
+                    self.lease.doubt = true;
+                    self.reason = "a lease renewal is late".into();
+                }
+            }
+            if self.lease.in_flight.is_none()
+                && self.lease.next_renewal.is_some_and(|t| now >= t)
+            {
+                let ticket = self.ticket();
+                self.lease.in_flight = Some((ticket, now));
+                self.lease.next_renewal = None;
+                self.actions.push_back(Action::Renew { ticket });
+            }
+        }
+        let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
+        if now >= demote_at && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
+            self.lease.doubt = true;
+            self.reason = "the lease is ending without a renewal; demoting".into();
+            self.stop_service(StopCause::Forced);
+        }
+        if now >= end && self.svc != Svc::Down && !self.lease.killed {
+            self.lease.killed = true;
+            self.notice(
+                true,
+                "the lease ended with the service still running; killing it".into(),
+            );
+            self.actions.push_back(Action::KillService);
+        }
+    }
+
+    fn stop_service(&mut self, cause: StopCause) {
+        match self.svc {
+            Svc::Up | Svc::Starting(_) => {
+                let ticket = self.ticket();
+                self.svc = Svc::Stopping(ticket, cause);
+                self.actions.push_back(Action::StopService { ticket, cause });
+            }
+            Svc::Stopping(..) | Svc::Down => {}
+        }
+    }
+
+    /// Stop the service because the session or the lock is gone.
+    fn force_stop(&mut self) {
+        self.stop_service(StopCause::Forced);
+    }
+
+    /// The lock vanished or is not ours (§4.4): demote, then join again.
+    fn lock_lost(&mut self, now: Instant) {
+        self.reason = "the lock is no longer ours".into();
+        self.lease.in_flight = None;
+        self.lease.next_renewal = None;
+        self.breadcrumb_written = false;
+        self.force_stop();
+        if self.svc == Svc::Down {
+            self.phase = Phase::Idle;
+            self.try_join(now);
+        } else {
+            self.phase = Phase::LockLost;
+        }
+    }
+
+    /// Leave the lock: demote if needed, delete our breadcrumb if the demotion was clean,
+    /// release (§4.3e, §4.4, §4.5, §8).
+    fn leave(&mut self, why: Leave) {
+        let Phase::Holding { epoch, .. } = self.phase else {
+            return;
+        };
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Leaving {
+                why,
+                deleting: None,
+            },
+        };
+        match self.svc {
+            Svc::Up | Svc::Starting(_) => self.stop_service(StopCause::Demote),
+            Svc::Stopping(..) => {}
+            Svc::Down => {
+                if self.breadcrumb_written && why != Leave::PromotionFailed {
+                    let ticket = self.ticket();
+                    self.phase = Phase::Holding {
+                        epoch,
+                        step: Step::Leaving {
+                            why,
+                            deleting: Some(ticket),
+                        },
+                    };
+                    self.actions
+                        .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
+                } else {
+                    self.release(why);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, why: Leave) {
+        let ticket = self.ticket();
+        self.lease = Lease::default();
+        self.breadcrumb_written = false;
+        self.phase = Phase::Releasing { ticket, why };
+        self.actions.push_back(Action::Release { ticket });
+    }
+
+    fn after_release(&mut self, why: Leave, now: Instant) {
+        if why.is_failure() {
+            self.failures = self.failures.saturating_add(1);
+            let factor = 1u32 << (self.failures - 1).min(16);
+            let delay = self
+                .cfg
+                .rejoin_delay
+                .saturating_mul(factor)
+                .min(MAX_REJOIN_DELAY);
+            self.out_until = Some(now + delay);
+            self.notice(
+                false,
+                format!(
+                    "staying out of the election for {} ({} failure(s) in a row)",
+                    humantime::format_duration(delay),
+                    self.failures
+                ),
+            );
+        }
+        if self.stopping || why == Leave::Stop {
+            self.stopping = true;
+            self.exit_when_down();
+        }
+    }
+
+    fn exit_when_down(&mut self) {
+        if self.svc == Svc::Down && !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Exited;
+            self.actions.push_back(Action::Exit { code: 0 });
+        }
+    }
+
+    fn is_ours(&self, record: &NodeRecord) -> bool {
+        record.node_id == self.cfg.node_id && record.incarnation == self.cfg.incarnation
+    }
+
+    fn notice(&mut self, warn: bool, message: String) {
+        self.actions.push_back(Action::Notice { warn, message });
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        t
+    }
+
+    // ----- the reported role ---------------------------------------------------------
+
+    fn compute_role(&self, now: Instant) -> Role {
+        match &self.phase {
+            Phase::Connecting | Phase::Idle | Phase::Exited => match self.svc {
+                Svc::Stopping(..) => Role::Demoting,
+                _ => Role::Ineligible,
+            },
+            Phase::Joining { .. } => Role::Standby,
+            Phase::Standby => {
+                if self.may_join(now) {
+                    Role::Standby
+                } else {
+                    Role::Ineligible
+                }
+            }
+            Phase::Holding { step, .. } => match step {
+                Step::Reading { .. } | Step::Committing { .. } => Role::Promoting,
+                Step::Fencing { .. } => Role::Fencing,
+                Step::Leaving { .. } => Role::Demoting,
+                Step::Serving => {
+                    if self.lease.doubt {
+                        Role::Neutral
+                    } else {
+                        match self.svc {
+                            Svc::Up => Role::Active,
+                            Svc::Starting(_) => Role::Promoting,
+                            Svc::Stopping(..) | Svc::Down => {
+                                if self.control.paused {
+                                    Role::Active
+                                } else {
+                                    Role::Neutral
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+            Phase::Releasing { .. } => Role::Demoting,
+            Phase::LockLost => Role::Demoting,
+        }
+    }
+
+    fn after_input(&mut self, now: Instant) {
+        let role = self.compute_role(now);
+        if role == self.role {
+            return;
+        }
+        let from = self.role;
+        // §4.8: stable standby or active for STABLE_RESET resets the back-off.
+        if matches!(from, Role::Standby | Role::Active) {
+            if self
+                .stable_since
+                .is_some_and(|s| now.duration_since(s) >= STABLE_RESET)
+            {
+                self.failures = 0;
+            }
+            self.stable_since = None;
+        }
+        if matches!(role, Role::Standby | Role::Active) {
+            self.stable_since = Some(now);
+        }
+        self.role = role;
+        let reason = if self.reason.is_empty() {
+            "state change".to_string()
+        } else {
+            self.reason.clone()
+        };
+        self.actions.push_back(Action::Transition {
+            from,
+            to: role,
+            epoch: self.epoch(),
+            reason,
+        });
+    }
+}
