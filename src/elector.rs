@@ -79,9 +79,15 @@ pub struct FailoverView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BreadcrumbView {
     Absent,
-    Record { record: NodeRecord, version: i32 },
+    Record {
+        record: NodeRecord,
+        version: i32,
+    },
     /// Present but not a readable record (garbage, too large, not UTF-8).
-    Unreadable { reason: String, version: i32 },
+    Unreadable {
+        reason: String,
+        version: i32,
+    },
 }
 
 impl BreadcrumbView {
@@ -156,7 +162,7 @@ pub enum Event {
     LockDeleted,
     StateRead {
         ticket: Ticket,
-        result: Result<ClusterState, String>,
+        result: Result<Box<ClusterState>, String>,
     },
     FenceDone {
         ticket: Ticket,
@@ -337,7 +343,10 @@ enum Step {
     /// The breadcrumb is ours; the service follows the lease (§4.3d, §4.4).
     Serving,
     /// Voluntary demotion in progress: stop, then delete the breadcrumb, then release.
-    Leaving { why: Leave, deleting: Option<Ticket> },
+    Leaving {
+        why: Leave,
+        deleting: Option<Ticket>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -482,7 +491,11 @@ impl Elector {
         if let Phase::Holding { .. } = self.phase {
             consider(self.lease.next_renewal);
             if let Some((_, sent)) = self.lease.in_flight {
-                consider(Some(sent + self.cfg.renewal_interval()));
+                // Only until it is declared late: an instant that handle_timeout does not
+                // consume would spin the driver.
+                if !self.lease.doubt {
+                    consider(Some(sent + self.cfg.renewal_interval()));
+                }
             }
         }
         if let Some(end) = self.lease.end {
@@ -665,7 +678,7 @@ impl Elector {
     fn on_state_read(
         &mut self,
         ticket: Ticket,
-        result: Result<ClusterState, String>,
+        result: Result<Box<ClusterState>, String>,
         now: Instant,
     ) {
         let Phase::Holding {
@@ -685,7 +698,10 @@ impl Elector {
         let state = match result {
             Ok(s) => s,
             Err(e) => {
-                self.notice(true, format!("reading the cluster state failed ({e}); retrying"));
+                self.notice(
+                    true,
+                    format!("reading the cluster state failed ({e}); retrying"),
+                );
                 self.retry_at = Some(now + RETRY_DELAY);
                 return;
             }
@@ -798,12 +814,9 @@ impl Elector {
     fn on_committed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
         let Phase::Holding {
             epoch,
-            step:
-                Step::Committing {
-                    ticket: t,
-                    sent,
-                    ..
-                },
+            step: Step::Committing {
+                ticket: t, sent, ..
+            },
         } = self.phase
         else {
             return;
@@ -1025,7 +1038,9 @@ impl Elector {
         if self.control.paused {
             self.notice(
                 true,
-                format!("the service is unhealthy ({detail}); the cluster is paused, so no failover"),
+                format!(
+                    "the service is unhealthy ({detail}); the cluster is paused, so no failover"
+                ),
             );
             return;
         }
@@ -1283,9 +1298,7 @@ impl Elector {
                     self.reason = "a lease renewal is late".into();
                 }
             }
-            if self.lease.in_flight.is_none()
-                && self.lease.next_renewal.is_some_and(|t| now >= t)
-            {
+            if self.lease.in_flight.is_none() && self.lease.next_renewal.is_some_and(|t| now >= t) {
                 let ticket = self.ticket();
                 self.lease.in_flight = Some((ticket, now));
                 self.lease.next_renewal = None;
@@ -1313,7 +1326,8 @@ impl Elector {
             Svc::Up | Svc::Starting(_) => {
                 let ticket = self.ticket();
                 self.svc = Svc::Stopping(ticket, cause);
-                self.actions.push_back(Action::StopService { ticket, cause });
+                self.actions
+                    .push_back(Action::StopService { ticket, cause });
             }
             Svc::Stopping(..) | Svc::Down => {}
         }
@@ -1502,5 +1516,962 @@ impl Elector {
             epoch: self.epoch(),
             reason,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_secs(6); // session timeout: lease 3s, renewals 1s
+    const GRACE: Duration = Duration::from_millis(500);
+
+    fn cfg() -> ElectorConfig {
+        ElectorConfig {
+            node_id: "n1".into(),
+            incarnation: "inc-1".into(),
+            session_timeout: T,
+            rejoin_delay: Duration::from_secs(1),
+            demote_grace: GRACE,
+        }
+    }
+
+    fn record(node: &str, inc: &str, epoch: Option<Epoch>) -> NodeRecord {
+        NodeRecord {
+            node_id: node.into(),
+            incarnation: inc.into(),
+            epoch,
+            ..Default::default()
+        }
+    }
+
+    /// One elector and virtual time.
+    struct H {
+        e: Elector,
+        now: Instant,
+    }
+
+    impl H {
+        fn new() -> H {
+            let now = Instant::now();
+            let mut e = Elector::new(cfg(), true);
+            assert_eq!(e.poll_action(), Some(Action::Connect));
+            H { e, now }
+        }
+
+        fn drain(&mut self) -> Vec<Action> {
+            std::iter::from_fn(|| self.e.poll_action()).collect()
+        }
+
+        /// Feeds an event; returns the actions, transitions left out.
+        fn feed(&mut self, ev: Event) -> Vec<Action> {
+            self.e.handle(ev, self.now);
+            strip(self.drain())
+        }
+
+        fn feed_all(&mut self, ev: Event) -> Vec<Action> {
+            self.e.handle(ev, self.now);
+            self.drain()
+        }
+
+        /// Moves virtual time forward, firing every timeout on the way in order.
+        fn advance(&mut self, d: Duration) -> Vec<Action> {
+            let end = self.now + d;
+            let mut out = Vec::new();
+            while let Some(t) = self.e.poll_timeout().filter(|t| *t <= end) {
+                self.now = t.max(self.now);
+                self.e.handle_timeout(self.now);
+                out.extend(self.drain());
+            }
+            self.now = end;
+            self.e.handle_timeout(self.now);
+            out.extend(self.drain());
+            strip(out)
+        }
+
+        fn ticket_of(actions: &[Action]) -> Ticket {
+            actions
+                .iter()
+                .find_map(|a| match a {
+                    Action::Join { ticket }
+                    | Action::ReadState { ticket }
+                    | Action::Fence { ticket, .. }
+                    | Action::CommitPromotion { ticket, .. }
+                    | Action::StartService { ticket, .. }
+                    | Action::Renew { ticket }
+                    | Action::StopService { ticket, .. }
+                    | Action::DeleteOwnBreadcrumb { ticket, .. }
+                    | Action::Release { ticket } => Some(*ticket),
+                    _ => None,
+                })
+                .expect("an action with a ticket")
+        }
+
+        fn session(&mut self) -> Ticket {
+            let a = self.feed(Event::SessionStarted {
+                control: ControlView::default(),
+            });
+            assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+            H::ticket_of(&a)
+        }
+
+        fn read(&mut self, ticket: Ticket, breadcrumb: BreadcrumbView) -> Vec<Action> {
+            self.feed(Event::StateRead {
+                ticket,
+                result: Ok(Box::new(ClusterState {
+                    breadcrumb,
+                    control: ControlView::default(),
+                    control_version: 0,
+                    newest_history_epoch: None,
+                })),
+            })
+        }
+
+        /// Session, lock won with `epoch`, empty breadcrumb, commit acknowledged, service up.
+        fn active(&mut self, epoch: Epoch) {
+            let j = self.session();
+            let a = self.feed(Event::Joined {
+                ticket: j,
+                outcome: JoinOutcome::Held { epoch },
+            });
+            let r = H::ticket_of(&a);
+            let a = self.read(r, BreadcrumbView::Absent);
+            let c = H::ticket_of(&a);
+            let a = self.feed(Event::Committed {
+                ticket: c,
+                outcome: WriteOutcome::Done,
+            });
+            let s = H::ticket_of(&a);
+            self.feed(Event::ServiceStarted { ticket: s });
+            assert_eq!(self.e.role(), Role::Active);
+        }
+    }
+
+    fn strip(actions: Vec<Action>) -> Vec<Action> {
+        actions
+            .into_iter()
+            .filter(|a| !matches!(a, Action::Transition { .. } | Action::Notice { .. }))
+            .collect()
+    }
+
+    fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
+        actions.iter().any(f)
+    }
+
+    #[test]
+    fn rule_4_1_joins_only_when_eligible() {
+        let mut h = H::new();
+        h.e = Elector::new(cfg(), false);
+        h.drain();
+        let a = h.feed(Event::SessionStarted {
+            control: ControlView::default(),
+        });
+        assert_eq!(a, vec![]);
+        assert_eq!(h.e.role(), Role::Ineligible);
+        let a = h.feed(Event::EligibilityChanged {
+            eligible: true,
+            detail: "healthy".into(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_1_no_join_while_paused() {
+        let mut h = H::new();
+        let a = h.feed(Event::SessionStarted {
+            control: ControlView {
+                paused: true,
+                failover: None,
+            },
+        });
+        assert_eq!(a, vec![]);
+        let a = h.feed(Event::ControlChanged {
+            control: ControlView::default(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_2_node_exists_means_standby_and_a_deleted_lock_means_join_again() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists,
+        });
+        assert_eq!(a, vec![]);
+        assert_eq!(h.e.role(), Role::Standby);
+        let a = h.feed(Event::LockDeleted);
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_2_unknown_create_outcome_is_resolved_by_joining_again_even_if_ineligible() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Unknown,
+        });
+        assert_eq!(a, vec![]);
+        h.feed(Event::EligibilityChanged {
+            eligible: false,
+            detail: "standby check failed".into(),
+        });
+        let a = h.advance(RETRY_DELAY);
+        let j2 = H::ticket_of(&a);
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+        // The earlier create did go through: the lock is ours, but we are not eligible.
+        let a = h.feed(Event::Joined {
+            ticket: j2,
+            outcome: JoinOutcome::Held { epoch: 5 },
+        });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_2_results_with_stale_tickets_are_ignored() {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::SessionLost);
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 9 },
+        });
+        assert_eq!(a, vec![]);
+        assert_eq!(h.e.epoch(), None);
+    }
+
+    #[test]
+    fn rule_4_3_empty_breadcrumb_commit_then_start_with_the_epoch() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 42 },
+        });
+        let r = H::ticket_of(&a);
+        assert_eq!(a, vec![Action::ReadState { ticket: r }]);
+        let a = h.read(r, BreadcrumbView::Absent);
+        let c = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::CommitPromotion {
+                ticket: c,
+                epoch: 42,
+                breadcrumb_version: None,
+                control_version: 0
+            }]
+        );
+        let sent = h.now;
+        h.now += Duration::from_millis(3);
+        let a = h.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Done,
+        });
+        let s = H::ticket_of(&a);
+        // The lease runs from the commit's send time; a start must leave room to stop.
+        assert_eq!(
+            a,
+            vec![Action::StartService {
+                ticket: s,
+                epoch: 42,
+                lease_valid_until: sent + T / 2 - GRACE
+            }]
+        );
+        assert_eq!(h.e.role(), Role::Promoting);
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        assert_eq!(a, vec![Action::RecordService { epoch: 42 }]);
+        assert_eq!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 7 },
+        });
+        let r = H::ticket_of(&a);
+        let a = h.feed(Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: ControlView {
+                    paused: true,
+                    failover: None,
+                },
+                control_version: 3,
+                newest_history_epoch: None,
+            })),
+        });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 20 },
+        });
+        let r = H::ticket_of(&a);
+        let old = record("n2", "inc-9", Some(10));
+        let a = h.read(
+            r,
+            BreadcrumbView::Record {
+                record: old.clone(),
+                version: 4,
+            },
+        );
+        let f = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::Fence {
+                ticket: f,
+                order: FenceOrder::Node(old)
+            }]
+        );
+        assert_eq!(h.e.role(), Role::Fencing);
+        let a = h.feed(Event::FenceDone {
+            ticket: f,
+            fenced: true,
+            summary: "signal: fenced".into(),
+        });
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::CommitPromotion {
+                    epoch: 20,
+                    breadcrumb_version: Some(4),
+                    ..
+                }]
+            ),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 20 },
+        });
+        let r = H::ticket_of(&a);
+        let a = h.read(
+            r,
+            BreadcrumbView::Record {
+                record: record("n2", "inc-9", Some(10)),
+                version: 4,
+            },
+        );
+        let f = H::ticket_of(&a);
+        let all = h.feed_all(Event::FenceDone {
+            ticket: f,
+            fenced: false,
+            summary: "script:x failed: exit 1".into(),
+        });
+        assert!(
+            has(&all, |a| matches!(a, Action::Transition { reason, .. }
+                if reason.contains("fence --confirm"))),
+            "{all:?}"
+        );
+        let a = strip(all);
+        let rel = H::ticket_of(&a);
+        assert_eq!(a, vec![Action::Release { ticket: rel }]);
+        let a = h.feed(Event::Released { ticket: rel });
+        assert_eq!(a, vec![Action::Connect]);
+        // Rejoin only after rejoin_delay, never a start in between.
+        let a = h.feed(Event::SessionStarted {
+            control: ControlView::default(),
+        });
+        assert_eq!(a, vec![]);
+        let a = h.advance(Duration::from_millis(999));
+        assert_eq!(a, vec![]);
+        let a = h.advance(Duration::from_millis(1));
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_3b_an_older_incarnation_of_this_node_is_fenced_locally() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 20 },
+        });
+        let r = H::ticket_of(&a);
+        let old = record("n1", "inc-0", Some(10));
+        let a = h.read(
+            r,
+            BreadcrumbView::Record {
+                record: old.clone(),
+                version: 1,
+            },
+        );
+        assert!(
+            matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnLeftovers(o), .. }] if *o == old),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 20 },
+        });
+        let r = H::ticket_of(&a);
+        let a = h.read(
+            r,
+            BreadcrumbView::Unreadable {
+                reason: "not JSON".into(),
+                version: 2,
+            },
+        );
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::Fence {
+                    order: FenceOrder::Unreadable,
+                    ..
+                }]
+            ),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 30 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let c = H::ticket_of(&a);
+        let a = h.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Conflict,
+        });
+        assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let c = H::ticket_of(&a);
+        let sent = h.now;
+        h.now += Duration::from_millis(800);
+        let a = h.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Unknown,
+        });
+        let r = H::ticket_of(&a);
+        assert_eq!(a, vec![Action::ReadState { ticket: r }]);
+        // The unknown write went through: our record with our epoch is there.
+        let a = h.read(
+            r,
+            BreadcrumbView::Record {
+                record: record("n1", "inc-1", Some(30)),
+                version: 0,
+            },
+        );
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { lease_valid_until, .. }]
+                if *lease_valid_until == sent + T / 2 - GRACE),
+            "lease from the unknown commit's send time: {a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 5 },
+        });
+        let r = H::ticket_of(&a);
+        let all = h.feed_all(Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: ControlView::default(),
+                control_version: 0,
+                newest_history_epoch: Some(9),
+            })),
+        });
+        assert!(
+            has(
+                &all,
+                |a| matches!(a, Action::Transition { reason, .. } if reason.contains("not above"))
+            ),
+            "{all:?}"
+        );
+        assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+    }
+
+    #[test]
+    fn rule_4_3e_failed_promotion_keeps_the_breadcrumb_and_backs_off() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 1 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let a = h.feed(Event::Committed {
+            ticket: H::ticket_of(&a),
+            outcome: WriteOutcome::Done,
+        });
+        let s = H::ticket_of(&a);
+        let a = h.feed(Event::StartFailed {
+            ticket: s,
+            reason: "exec failed".into(),
+        });
+        // Nothing runs, so no stop; no breadcrumb delete: the next active fences us.
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+        let a = h.feed(Event::Released {
+            ticket: H::ticket_of(&a),
+        });
+        assert_eq!(a, vec![Action::Connect]);
+        h.feed(Event::SessionStarted {
+            control: ControlView::default(),
+        });
+        assert_eq!(h.advance(Duration::from_millis(900)), vec![]);
+        assert!(matches!(
+            h.advance(Duration::from_millis(100)).as_slice(),
+            [Action::Join { .. }]
+        ));
+    }
+
+    #[test]
+    fn lease_renewals_every_sixth_and_the_lease_runs_from_the_send_time() {
+        let mut h = H::new();
+        h.active(3);
+        let t0 = h.now;
+        let a = h.advance(T / 6);
+        let r = H::ticket_of(&a);
+        assert_eq!(a, vec![Action::Renew { ticket: r }]);
+        let sent = h.now;
+        // The ack arrives late; the lease counts from the send time anyway.
+        h.now += Duration::from_millis(400);
+        assert_eq!(
+            h.feed(Event::Renewed {
+                ticket: r,
+                outcome: WriteOutcome::Done
+            }),
+            vec![]
+        );
+        assert_eq!(h.e.role(), Role::Active);
+        assert_eq!(h.e.lease.end, Some(sent + T / 2));
+        assert!(sent > t0);
+    }
+
+    #[test]
+    fn rule_4_4_late_renewal_means_neutral_demotion_before_and_kill_at_lease_end() {
+        let mut h = H::new();
+        h.active(3);
+        let lease_end = h.e.lease.end.unwrap();
+        // The first renewal is sent and never answered.
+        let a = h.advance(T / 6);
+        assert!(matches!(a.as_slice(), [Action::Renew { .. }]));
+        // One interval later it is late: neutral.
+        h.advance(T / 6);
+        assert_eq!(h.e.role(), Role::Neutral);
+        // Demotion starts at lease end less the graceful stop, and not before.
+        let until_demote = lease_end - GRACE - h.now;
+        assert_eq!(h.advance(until_demote - Duration::from_millis(1)), vec![]);
+        let a = h.advance(Duration::from_millis(1));
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::StopService {
+                    cause: StopCause::Forced,
+                    ..
+                }]
+            ),
+            "{a:?}"
+        );
+        // The stop hangs: at the lease end the service is killed.
+        let a = h.advance(GRACE);
+        assert_eq!(a, vec![Action::KillService]);
+        assert_eq!(h.now, lease_end);
+    }
+
+    #[test]
+    fn rule_4_4_a_later_renewal_from_the_same_session_promotes_again_without_fencing() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.advance(T / 6);
+        let r1 = H::ticket_of(&a);
+        h.feed(Event::Renewed {
+            ticket: r1,
+            outcome: WriteOutcome::Unknown,
+        });
+        assert_eq!(h.e.role(), Role::Neutral);
+        // Renewals keep failing until the demotion.
+        let mut stop = None;
+        for _ in 0..40 {
+            for a in h.advance(RETRY_DELAY) {
+                match a {
+                    Action::Renew { ticket } => {
+                        h.feed(Event::Renewed {
+                            ticket,
+                            outcome: WriteOutcome::Unknown,
+                        });
+                    }
+                    Action::StopService { ticket, .. } => stop = Some(ticket),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            if stop.is_some() {
+                break;
+            }
+        }
+        let stop = stop.expect("demotion before the lease end");
+        let a = h.feed(Event::ServiceStopped {
+            ticket: stop,
+            clean: true,
+            detail: String::new(),
+        });
+        assert_eq!(a, vec![]);
+        // ZooKeeper is back within the session: the next renewal succeeds.
+        let a = h.advance(RETRY_DELAY);
+        let r = H::ticket_of(&a);
+        let a = h.feed(Event::Renewed {
+            ticket: r,
+            outcome: WriteOutcome::Done,
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { epoch: 3, .. }]),
+            "same epoch, no fence: {a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_4_4_session_lost_while_active_demotes_and_opens_a_new_session() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::SessionLost);
+        let s = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![
+                Action::StopService {
+                    ticket: s,
+                    cause: StopCause::Forced
+                },
+                Action::Connect
+            ]
+        );
+        // A new session while the old service still stops: no join yet.
+        assert_eq!(
+            h.feed(Event::SessionStarted {
+                control: ControlView::default()
+            }),
+            vec![]
+        );
+        let a = h.feed(Event::ServiceStopped {
+            ticket: s,
+            clean: true,
+            detail: String::new(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_4_unhealthy_active_demotes_deletes_its_breadcrumb_and_releases() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::ServiceHealthChanged {
+            healthy: false,
+            detail: "tcp refused".into(),
+        });
+        let s = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::StopService {
+                ticket: s,
+                cause: StopCause::Demote
+            }]
+        );
+        assert_eq!(h.e.role(), Role::Demoting);
+        let a = h.feed(Event::ServiceStopped {
+            ticket: s,
+            clean: true,
+            detail: String::new(),
+        });
+        let d = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::DeleteOwnBreadcrumb {
+                ticket: d,
+                epoch: 3
+            }]
+        );
+        let a = h.feed(Event::BreadcrumbDeleted { ticket: d });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]));
+    }
+
+    #[test]
+    fn rule_4_4_an_unclean_demotion_keeps_the_breadcrumb() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::ServiceExited {
+            reason: "exit 1".into(),
+        });
+        // The service is already gone: straight to the breadcrumb delete.
+        assert!(
+            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { .. }]),
+            "{a:?}"
+        );
+
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::ServiceHealthChanged {
+            healthy: false,
+            detail: "x".into(),
+        });
+        let a = h.feed(Event::ServiceStopped {
+            ticket: H::ticket_of(&a),
+            clean: false,
+            detail: "pid 9 still runs".into(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_4_lock_gone_while_active_demotes_and_joins_again() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::LockDeleted);
+        let s = H::ticket_of(&a);
+        assert!(matches!(
+            a.as_slice(),
+            [Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }]
+        ));
+        let a = h.feed(Event::ServiceStopped {
+            ticket: s,
+            clean: true,
+            detail: String::new(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_4_5_stop_hands_over_cleanly_and_exits_zero() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::StopRequested);
+        let s = H::ticket_of(&a);
+        let a = h.feed(Event::ServiceStopped {
+            ticket: s,
+            clean: true,
+            detail: String::new(),
+        });
+        let d = H::ticket_of(&a);
+        let a = h.feed(Event::BreadcrumbDeleted { ticket: d });
+        let r = H::ticket_of(&a);
+        assert_eq!(a, vec![Action::Release { ticket: r }]);
+        let a = h.feed(Event::Released { ticket: r });
+        assert_eq!(a, vec![Action::Exit { code: 0 }]);
+    }
+
+    #[test]
+    fn rule_4_5_stop_as_standby_exits_at_once() {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists,
+        });
+        assert_eq!(h.feed(Event::StopRequested), vec![Action::Exit { code: 0 }]);
+    }
+
+    #[test]
+    fn rule_4_7_never_a_second_start_while_the_service_runs() {
+        let mut h = H::new();
+        h.active(3);
+        // Renewals acknowledged over and over never start a second copy.
+        for _ in 0..20 {
+            for a in h.advance(T / 6) {
+                match a {
+                    Action::Renew { ticket } => {
+                        let out = h.feed(Event::Renewed {
+                            ticket,
+                            outcome: WriteOutcome::Done,
+                        });
+                        assert!(!has(&out, |a| matches!(a, Action::StartService { .. })));
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rule_4_8_rejoin_delay_doubles_up_to_30s_and_resets_after_60s_stable() {
+        let mut h = H::new();
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            // Win, then fail to fence.
+            let j = match h.e.phase {
+                Phase::Idle => {
+                    let a = h.advance(Duration::from_secs(60));
+                    H::ticket_of(&a)
+                }
+                _ => h.session(),
+            };
+            let a = h.feed(Event::Joined {
+                ticket: j,
+                outcome: JoinOutcome::Held { epoch: 100 },
+            });
+            let a = h.read(
+                H::ticket_of(&a),
+                BreadcrumbView::Record {
+                    record: record("n2", "x", Some(1)),
+                    version: 0,
+                },
+            );
+            let a = h.feed(Event::FenceDone {
+                ticket: H::ticket_of(&a),
+                fenced: false,
+                summary: "no".into(),
+            });
+            h.feed(Event::Released {
+                ticket: H::ticket_of(&a),
+            });
+            h.feed(Event::SessionStarted {
+                control: ControlView::default(),
+            });
+            delays.push(h.e.out_until.unwrap() - h.now);
+        }
+        let secs: Vec<u64> = delays.iter().map(|d| d.as_secs()).collect();
+        assert_eq!(secs, vec![1, 2, 4, 8, 16, 30, 30]);
+
+        // 60s of stable standby resets the count.
+        let a = h.advance(Duration::from_secs(30));
+        let j = H::ticket_of(&a);
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists,
+        });
+        h.advance(STABLE_RESET);
+        let a = h.feed(Event::LockDeleted);
+        let a = h.feed(Event::Joined {
+            ticket: H::ticket_of(&a),
+            outcome: JoinOutcome::Held { epoch: 200 },
+        });
+        let a = h.read(
+            H::ticket_of(&a),
+            BreadcrumbView::Record {
+                record: record("n2", "x", Some(1)),
+                version: 0,
+            },
+        );
+        let a = h.feed(Event::FenceDone {
+            ticket: H::ticket_of(&a),
+            fenced: false,
+            summary: "no".into(),
+        });
+        h.feed(Event::Released {
+            ticket: H::ticket_of(&a),
+        });
+        assert_eq!(h.e.out_until.unwrap() - h.now, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn paused_cluster_keeps_the_active_when_its_service_fails() {
+        let mut h = H::new();
+        h.active(3);
+        h.feed(Event::ControlChanged {
+            control: ControlView {
+                paused: true,
+                failover: None,
+            },
+        });
+        let a = h.feed(Event::ServiceExited {
+            reason: "crash".into(),
+        });
+        assert_eq!(a, vec![]);
+        assert_eq!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn planned_switchover_away_from_us_demotes_cleanly_and_stays_out() {
+        let mut h = H::new();
+        h.active(3);
+        let lapses_at = h.now + Duration::from_secs(30);
+        let a = h.feed(Event::ControlChanged {
+            control: ControlView {
+                paused: false,
+                failover: Some(FailoverView {
+                    from: "n1".into(),
+                    to: Some("n2".into()),
+                    lapses_at,
+                }),
+            },
+        });
+        let s = H::ticket_of(&a);
+        assert!(matches!(
+            a.as_slice(),
+            [Action::StopService {
+                cause: StopCause::Demote,
+                ..
+            }]
+        ));
+        let a = h.feed(Event::ServiceStopped {
+            ticket: s,
+            clean: true,
+            detail: String::new(),
+        });
+        let a = h.feed(Event::BreadcrumbDeleted {
+            ticket: H::ticket_of(&a),
+        });
+        let a = h.feed(Event::Released {
+            ticket: H::ticket_of(&a),
+        });
+        assert_eq!(a, vec![Action::Connect]);
+        // The request is still in control when the new session reads it: stay out.
+        let a = h.feed(Event::SessionStarted {
+            control: ControlView {
+                paused: false,
+                failover: Some(FailoverView {
+                    from: "n1".into(),
+                    to: Some("n2".into()),
+                    lapses_at,
+                }),
+            },
+        });
+        assert_eq!(a, vec![]);
+        // Cleared by the new active: join as a standby again, no back-off.
+        let a = h.feed(Event::ControlChanged {
+            control: ControlView::default(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn every_role_change_is_a_transition_with_epoch_and_reason() {
+        let mut h = H::new();
+        let j = h.session();
+        let all = h.feed_all(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 8 },
+        });
+        assert!(
+            has(&all, |a| matches!(a,
+            Action::Transition { from: Role::Standby, to: Role::Promoting, epoch: Some(8), reason }
+            if reason == "won the lock")),
+            "{all:?}"
+        );
     }
 }

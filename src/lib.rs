@@ -6,4 +6,6 @@
 
 pub mod config;
 pub mod elector;
+pub mod health;
 pub mod record;
+pub mod service;

@@ -1,33 +1,310 @@
-//! Placeholder so the workspace compiles; being written.
-use crate::{FenceContext, FenceMethod, Target};
-use std::time::Duration;
+//! The fence chain: tries the configured methods in order until one fences the target.
 
-/// Placeholder.
-pub struct FenceChain;
-/// Placeholder.
-#[derive(Debug, Clone)]
+use crate::{script, signal, ssh, FenceContext, FenceMethod, Target};
+use std::fmt;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long past its own timeout a method may take to clean up (kill its process group,
+/// reap it, read its last output) and report why it stopped. Only beyond that does the
+/// chain abandon the attempt: a method that overruns it is stuck in something it cannot
+/// bound itself.
+pub const OVERRUN_GRACE: Duration = Duration::from_secs(2);
+
+/// What one fence method answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Verified: nothing of the old incarnation remains (or its host is off or rebooted).
     Fenced,
+    /// The method cannot act on this target (another host, outside its `nodes`), and why.
     NotApplicable(String),
+    /// The method tried and could not verify the target fenced, and why.
     Failed(String),
 }
-/// Placeholder.
-#[derive(Debug, Clone)]
+
+impl Outcome {
+    /// `fenced`, `not_applicable` or `failed`: the `outcome` label of logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Fenced => "fenced",
+            Outcome::NotApplicable(_) => "not_applicable",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Fenced => f.write_str("fenced"),
+            Outcome::NotApplicable(why) => write!(f, "not applicable ({why})"),
+            Outcome::Failed(why) => write!(f, "failed ({why})"),
+        }
+    }
+}
+
+/// One method's attempt on one target.
+#[derive(Clone, Debug)]
 pub struct Attempt {
+    /// [`FenceMethod::label`]: `ssh`, `signal`, `script:fence-by-port`.
     pub method: String,
+    /// What the method answered.
     pub outcome: Outcome,
+    /// From the start of the attempt to its answer, cleanup included.
     pub elapsed: Duration,
 }
-/// Placeholder.
-#[derive(Debug, Clone, Default)]
+
+/// Every attempt of one run of the chain, in order.
+#[derive(Clone, Debug, Default)]
 pub struct FenceReport {
+    /// Up to and including the first that fenced.
     pub attempts: Vec<Attempt>,
 }
-impl FenceChain {
-    pub fn new(_m: Vec<FenceMethod>, _c: FenceContext) -> Self {
-        FenceChain
+
+impl FenceReport {
+    /// The method that fenced the target, if one did.
+    pub fn fenced_by(&self) -> Option<&str> {
+        self.attempts
+            .iter()
+            .find(|a| a.outcome == Outcome::Fenced)
+            .map(|a| a.method.as_str())
     }
-    pub async fn fence(&self, _t: &Target) -> FenceReport {
-        FenceReport::default()
+
+    /// Whether some method fenced the target.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced_by().is_some()
+    }
+
+    /// One line for an operator: the verdict, then every method with its outcome, reason
+    /// and duration.
+    pub fn summary(&self) -> String {
+        let verdict = match self.fenced_by() {
+            Some(m) => format!("fenced by {m}"),
+            None => "NOT fenced".to_string(),
+        };
+        if self.attempts.is_empty() {
+            return format!("{verdict}: no fence method is configured");
+        }
+        let attempts: Vec<String> = self
+            .attempts
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}: {} after {}ms",
+                    a.method,
+                    a.outcome,
+                    a.elapsed.as_millis()
+                )
+            })
+            .collect();
+        format!("{verdict}: {}", attempts.join("; "))
+    }
+}
+
+/// What a method's own code reports: the outcome and, when it fenced, how (for the log).
+#[derive(Debug)]
+pub(crate) struct MethodResult {
+    pub outcome: Outcome,
+    pub how: Option<String>,
+}
+
+impl MethodResult {
+    pub fn fenced(how: impl Into<String>) -> Self {
+        MethodResult {
+            outcome: Outcome::Fenced,
+            how: Some(how.into()),
+        }
+    }
+    pub fn not_applicable(why: impl Into<String>) -> Self {
+        MethodResult {
+            outcome: Outcome::NotApplicable(why.into()),
+            how: None,
+        }
+    }
+    pub fn failed(why: impl Into<String>) -> Self {
+        MethodResult {
+            outcome: Outcome::Failed(why.into()),
+            how: None,
+        }
+    }
+}
+
+/// The configured `[[fence]]` methods, in order, and what they know about this node.
+#[derive(Clone, Debug)]
+pub struct FenceChain {
+    methods: Vec<FenceMethod>,
+    ctx: FenceContext,
+}
+
+impl FenceChain {
+    /// A chain of `methods` (the `[[fence]]` tables, in config order) run from the node
+    /// described by `ctx`.
+    pub fn new(methods: Vec<FenceMethod>, ctx: FenceContext) -> Self {
+        FenceChain { methods, ctx }
+    }
+
+    /// The methods, in the order they are tried.
+    pub fn methods(&self) -> &[FenceMethod] {
+        &self.methods
+    }
+
+    /// What the methods know about this node.
+    pub fn context(&self) -> &FenceContext {
+        &self.ctx
+    }
+
+    /// Tries every method in order until one fences `target`. Each attempt runs under its
+    /// method's timeout (plus [`OVERRUN_GRACE`] for its cleanup) and is logged.
+    pub async fn fence(&self, target: &Target) -> FenceReport {
+        let mut report = FenceReport::default();
+        for method in &self.methods {
+            let label = method.label();
+            let started = Instant::now();
+            let result = match outside_nodes(method, target) {
+                Some(why) => MethodResult::not_applicable(why),
+                None => {
+                    let deadline = started + method.timeout();
+                    let run = self.run(method, target, deadline);
+                    match tokio::time::timeout(method.timeout() + OVERRUN_GRACE, run).await {
+                        Ok(result) => result,
+                        Err(_) => MethodResult::failed(format!(
+                            "did not finish within its timeout of {}; abandoned",
+                            humantime::format_duration(method.timeout())
+                        )),
+                    }
+                }
+            };
+            let elapsed = started.elapsed();
+            log_attempt(&label, target, &result, elapsed);
+            let fenced = result.outcome == Outcome::Fenced;
+            report.attempts.push(Attempt {
+                method: label,
+                outcome: result.outcome,
+                elapsed,
+            });
+            if fenced {
+                break;
+            }
+        }
+        report
+    }
+
+    /// What each method would do to `target`, one line each, without running anything
+    /// (`warden fence --dry-run`). It reads `/proc` to say which processes a `signal`
+    /// would hit.
+    pub fn plan(&self, target: &Target) -> Vec<String> {
+        self.methods
+            .iter()
+            .map(|method| {
+                let what = match outside_nodes(method, target) {
+                    Some(why) => format!("not applicable ({why})"),
+                    None => match method {
+                        FenceMethod::Ssh(m) => ssh::plan(m, target),
+                        FenceMethod::Signal(m) => signal::plan(m, &self.ctx, target),
+                        FenceMethod::Script(m) => script::plan(m, &self.ctx, target),
+                    },
+                };
+                format!("{}: {what}", method.label())
+            })
+            .collect()
+    }
+
+    async fn run(&self, method: &FenceMethod, target: &Target, deadline: Instant) -> MethodResult {
+        match method {
+            FenceMethod::Ssh(m) => ssh::fence(m, &self.ctx, target, deadline).await,
+            FenceMethod::Signal(m) => signal::fence(m, &self.ctx, target, deadline).await,
+            FenceMethod::Script(m) => {
+                script::fence(m, &self.ctx, target, &method.label(), deadline).await
+            }
+        }
+    }
+}
+
+/// Why `method` may not act on `target` because of its `nodes` list, if so.
+fn outside_nodes(method: &FenceMethod, target: &Target) -> Option<String> {
+    let nodes = method.nodes()?;
+    match &target.node_id {
+        Some(id) if nodes.iter().any(|n| n == id) => None,
+        Some(id) => Some(format!(
+            "{id} is not in its nodes list [{}]",
+            nodes.join(", ")
+        )),
+        None => Some(format!(
+            "the target's node id is unknown (unreadable breadcrumb) and the method is bound \
+             to nodes [{}]",
+            nodes.join(", ")
+        )),
+    }
+}
+
+fn log_attempt(label: &str, target: &Target, result: &MethodResult, elapsed: Duration) {
+    let elapsed_ms = elapsed.as_millis() as u64;
+    let outcome = result.outcome.label();
+    match &result.outcome {
+        Outcome::Fenced => tracing::info!(
+            method = label,
+            target = target.label(),
+            outcome,
+            elapsed_ms,
+            "fence {label} fenced {}: {}",
+            target.label(),
+            result.how.as_deref().unwrap_or("verified")
+        ),
+        Outcome::NotApplicable(why) => tracing::info!(
+            method = label,
+            target = target.label(),
+            outcome,
+            elapsed_ms,
+            "fence {label} does not apply to {}: {why}",
+            target.label()
+        ),
+        Outcome::Failed(why) => tracing::warn!(
+            method = label,
+            target = target.label(),
+            outcome,
+            elapsed_ms,
+            "fence {label} failed on {}: {why}",
+            target.label()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(method: &str, outcome: Outcome) -> Attempt {
+        Attempt {
+            method: method.to_string(),
+            outcome,
+            elapsed: Duration::from_millis(7),
+        }
+    }
+
+    #[test]
+    fn summary_names_the_winner_and_every_reason() {
+        let report = FenceReport {
+            attempts: vec![
+                attempt("ssh", Outcome::Failed("host key mismatch".into())),
+                attempt("signal", Outcome::NotApplicable("another host".into())),
+                attempt("script:fence-by-port", Outcome::Fenced),
+            ],
+        };
+        assert_eq!(report.fenced_by(), Some("script:fence-by-port"));
+        assert_eq!(
+            report.summary(),
+            "fenced by script:fence-by-port: ssh: failed (host key mismatch) after 7ms; \
+             signal: not applicable (another host) after 7ms; script:fence-by-port: fenced after 7ms"
+        );
+    }
+
+    #[test]
+    fn empty_chain_is_not_fenced() {
+        let report = FenceReport::default();
+        assert!(!report.is_fenced());
+        assert_eq!(
+            report.summary(),
+            "NOT fenced: no fence method is configured"
+        );
     }
 }

@@ -5,17 +5,21 @@
 //! service remains, or its host was rebooted. Methods answer [`Outcome::Fenced`],
 //! [`Outcome::NotApplicable`] or [`Outcome::Failed`]; the [`FenceChain`] tries them in
 //! order under a hard timeout each, and the first that fences wins.
+//!
+//! [`process`] reads process identity from `/proc` and holds
+//! [`process::terminate_incarnation`], the one routine that kills an incarnation on its
+//! own host: the `signal` method uses it here, `warden fence-local` on the old active's
+//! host. Example fence scripts live in `fencing/scripts/`.
 
 mod chain;
 mod config;
 pub mod process;
 mod script;
 mod signal;
+mod ssh;
 
-pub use chain::{Attempt, FenceChain, FenceReport, Outcome};
-pub use config::{
-    FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence,
-};
+pub use chain::{Attempt, FenceChain, FenceReport, Outcome, OVERRUN_GRACE};
+pub use config::{FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence};
 
 use serde::Serialize;
 use std::path::PathBuf;

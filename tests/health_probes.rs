@@ -1,0 +1,270 @@
+//! Health probes and the checker task against real listeners and processes.
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use warden::config::{HealthConfig, HealthKind};
+use warden::health::{spawn_checker, HealthChange, Probe};
+use warden::record::Health;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+const INTERVAL: Duration = Duration::from_millis(50);
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn next_change(rx: &mut mpsc::Receiver<HealthChange>) -> HealthChange {
+    tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .expect("no health change in time")
+        .expect("the checker ended")
+}
+
+/// Accepts connections and closes them at once.
+async fn tcp_listener() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            drop(conn);
+        }
+    });
+    (address, task)
+}
+
+/// A tiny HTTP server answering every request with the status in `status`; records the
+/// request heads it got.
+struct HttpServer {
+    url: String,
+    status: Arc<AtomicU16>,
+    requests: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn http_server(path: &str) -> HttpServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}{path}", listener.local_addr().unwrap());
+    let status = Arc::new(AtomicU16::new(200));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (s, r) = (status.clone(), requests.clone());
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let (s, r) = (s.clone(), r.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                r.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let code = s.load(Ordering::SeqCst);
+                let answer = format!(
+                    "HTTP/1.1 {code} Status {code}\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    HttpServer {
+        url,
+        status,
+        requests,
+        task,
+    }
+}
+
+#[tokio::test]
+async fn tcp_probe_turns_unhealthy_after_fall_failures_once_the_listener_is_gone() {
+    let (address, listener) = tcp_listener().await;
+    let probe = Probe::Tcp {
+        address: address.clone(),
+    };
+    let (tx, mut rx) = mpsc::channel(8);
+    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 2, 3, Duration::ZERO, tx);
+
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Healthy);
+    assert_eq!(change.detail, format!("tcp {address}: connected"));
+
+    listener.abort();
+    let _ = listener.await; // the listening socket is closed once the task is gone
+    let gone = Instant::now();
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Unhealthy);
+    assert_eq!(change.detail, format!("tcp {address}: connection refused"));
+    // Three failures in a row, one interval apart: at least two intervals.
+    assert!(gone.elapsed() >= INTERVAL * 2, "{:?}", gone.elapsed());
+}
+
+#[tokio::test]
+async fn exec_probe_passes_on_exit_0_only() {
+    let pass = Probe::Exec {
+        command: vec!["true".into()],
+    }
+    .check(TIMEOUT)
+    .await;
+    assert!(pass.pass, "{pass:?}");
+    let fail = Probe::Exec {
+        command: vec!["false".into()],
+    }
+    .check(TIMEOUT)
+    .await;
+    assert!(!fail.pass);
+    assert_eq!(fail.detail, "exec false: exit status 1");
+}
+
+#[tokio::test]
+async fn http_probe_wants_a_2xx_answer() {
+    let server = http_server("/ws/v1/cluster/info?x=1").await;
+    let config = HealthConfig {
+        kind: HealthKind::Http,
+        url: Some(server.url.clone()),
+        ..HealthConfig::default()
+    };
+    let probe = Probe::service(&config).unwrap();
+    let (tx, mut rx) = mpsc::channel(8);
+    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx);
+
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Healthy);
+    assert_eq!(
+        change.detail,
+        format!("http {}: 200 Status 200", server.url)
+    );
+    let head = server.requests.lock().unwrap()[0].clone();
+    assert!(
+        head.starts_with("GET /ws/v1/cluster/info?x=1 HTTP/1.1\r\n"),
+        "{head}"
+    );
+    let host = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(head.contains(&format!("\r\nHost: {host}\r\n")), "{head}");
+
+    server.status.store(500, Ordering::SeqCst);
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Unhealthy);
+    assert_eq!(
+        change.detail,
+        format!("http {}: 500 Status 500", server.url)
+    );
+
+    server.status.store(204, Ordering::SeqCst);
+    assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
+}
+
+#[tokio::test]
+async fn a_hanging_probe_is_cut_off_at_its_timeout() {
+    // Accepts, reads, never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let timeout = Duration::from_millis(300);
+    let probe = Probe::Http(warden::health::HttpUrl::parse(&url).unwrap());
+    let started = Instant::now();
+    let check = probe.check(timeout).await;
+    let elapsed = started.elapsed();
+    assert!(!check.pass);
+    assert_eq!(check.detail, format!("http {url}: no answer within 300ms"));
+    assert!(elapsed >= timeout && elapsed < timeout * 4, "{elapsed:?}");
+    silent.abort();
+
+    let hanging = Probe::Exec {
+        command: vec!["sleep".into(), "30".into()],
+    };
+    let started = Instant::now();
+    let check = hanging.check(timeout).await;
+    assert!(!check.pass);
+    assert_eq!(check.detail, "exec sleep 30: no answer within 300ms");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn failures_during_start_grace_do_not_count() {
+    // A port nobody listens on: bind, then close.
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let grace = Duration::from_millis(600);
+    let (tx, mut rx) = mpsc::channel(8);
+    let started = Instant::now();
+    let _checker = spawn_checker(Probe::Tcp { address }, INTERVAL, TIMEOUT, 2, 1, grace, tx);
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Unhealthy);
+    assert!(
+        started.elapsed() >= grace,
+        "counted a failure in the grace: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn no_check_is_healthy_at_once_and_the_checker_stops_when_dropped() {
+    let (tx, mut rx) = mpsc::channel(8);
+    let checker = spawn_checker(
+        Probe::None,
+        Duration::from_secs(3600),
+        TIMEOUT,
+        5,
+        5,
+        Duration::ZERO,
+        tx,
+    );
+    assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
+
+    drop(checker);
+    let end = tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .expect("checker still running");
+    assert_eq!(end, None, "the task ended and dropped its sender");
+}
+
+#[tokio::test]
+async fn standby_probe_uses_the_standby_command() {
+    let config = HealthConfig {
+        kind: HealthKind::Tcp,
+        address: Some("127.0.0.1:1".into()),
+        standby_command: vec!["false".into()],
+        ..HealthConfig::default()
+    };
+    let (tx, mut rx) = mpsc::channel(8);
+    let _checker = spawn_checker(
+        Probe::standby(&config),
+        INTERVAL,
+        TIMEOUT,
+        1,
+        1,
+        Duration::ZERO,
+        tx,
+    );
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Unhealthy);
+    assert_eq!(change.detail, "exec false: exit status 1");
+}
