@@ -5,7 +5,10 @@
 //! and the fence chain of the `warden-fencing` crate.
 
 pub mod config;
+pub mod coord;
+pub mod daemon;
 pub mod elector;
 pub mod health;
+pub mod ops;
 pub mod record;
 pub mod service;

@@ -1,1 +1,181 @@
-fn main() {}
+//! The `warden` command line (SPEC §7): parse, load the config, call the library, map
+//! errors to exit codes. Exit codes: 0 success; 1 the operation failed or was refused;
+//! 2 usage or configuration error; 3 coordination service unreachable or auth refused.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use warden::config::{self, Config, LogFormat};
+use warden::coord::StoreError;
+use warden::ops;
+
+#[derive(Parser)]
+#[command(
+    name = "warden",
+    version,
+    about = "Active/standby HA supervisor with fencing, elected through ZooKeeper",
+    long_about = None
+)]
+struct Cli {
+    /// The config file.
+    #[arg(
+        short,
+        long,
+        global = true,
+        env = "WARDEN_CONFIG",
+        default_value = "/etc/warden/warden.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground (systemd Type=notify).
+    Run,
+    /// Show the active node, epoch, breadcrumb and every member's role and health.
+    Status {
+        /// One JSON object, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or repair the cluster's znodes and their ACLs.
+    Init {
+        /// Also delete the breadcrumb and control (refused while any warden runs).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate the config without contacting anything; print it resolved, secrets masked.
+    CheckConfig,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    ExitCode::from(run(cli) as u8)
+}
+
+fn load(path: &std::path::Path) -> Result<Config, i32> {
+    config::load(path).map_err(|e| {
+        eprintln!("warden: {e}");
+        2
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, i32> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("warden: cannot start the async runtime: {e}");
+            1
+        })
+}
+
+/// Prints a coordination error and returns its exit code.
+fn store_error(e: &StoreError) -> i32 {
+    eprintln!("warden: {e}");
+    if e.is_unreachable() {
+        3
+    } else {
+        1
+    }
+}
+
+fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::CheckConfig => {
+            let cfg = match load(&cli.config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            for w in cfg.warnings() {
+                eprintln!("warning: {w}");
+            }
+            print!("{}", cfg.render_masked());
+            0
+        }
+        Command::Run => {
+            let cfg = match load(&cli.config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            init_logging(&cfg);
+            for w in cfg.warnings() {
+                tracing::warn!("{w}");
+            }
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            match rt.block_on(warden::daemon::run(cfg)) {
+                Ok(code) => code,
+                Err(fatal) => {
+                    tracing::error!("{}", fatal.message);
+                    eprintln!("warden: {}", fatal.message);
+                    fatal.code
+                }
+            }
+        }
+        Command::Status { json } => {
+            let cfg = match load(&cli.config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            match rt.block_on(ops::status::snapshot(&cfg)) {
+                Ok(snap) => {
+                    if json {
+                        println!("{}", ops::status::to_json(&cfg, &snap));
+                    } else {
+                        print!("{}", ops::status::to_text(&cfg, &snap));
+                    }
+                    0
+                }
+                Err(e) => store_error(&e),
+            }
+        }
+        Command::Init { force } => {
+            let cfg = match load(&cli.config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            match rt.block_on(ops::init::init(&cfg, force)) {
+                Ok(ops::init::InitOutcome::Done(lines)) => {
+                    for l in lines {
+                        println!("{l}");
+                    }
+                    0
+                }
+                Ok(ops::init::InitOutcome::Refused(why)) => {
+                    eprintln!("warden: {why}");
+                    1
+                }
+                Err(e) => store_error(&e),
+            }
+        }
+    }
+}
+
+/// Logs go to stderr (journald), one line per event; `RUST_LOG` overrides `log.level`.
+fn init_logging(cfg: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cfg.log.level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cfg.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# warden's whole test suite, as CI runs it (.ci/run calls this).
+#
+# On a fresh Debian machine it first installs what the tests need: ZooKeeper (the tests
+# start their own servers on loopback ports), sshd and the ClusterLabs fence agents (for
+# the fencing tests), and OpenSSL headers for the ssh2 crate. Then it builds everything
+# and runs every test of the workspace. Extra arguments go to the test runner, e.g.
+#   scripts/test.sh election      # only the tests whose name contains "election"
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(zookeeper openssh-server fence-agents libssl-dev pkg-config)
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]} > 0)); then
+    echo "test.sh: installing ${missing[*]}"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${packages[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "test.sh: cargo is missing: install Rust 1.80 or later with rustup" >&2
+    exit 1
+fi
+
+cargo build --workspace --all-targets
+
+# nextest runs every test in its own process and closes with one summary line for the
+# whole workspace; without it, cargo test (one "test result" line per test binary).
+if cargo nextest --version >/dev/null 2>&1; then
+    # nextest does not run doc tests.
+    cargo test --workspace --doc
+    cargo nextest run --workspace --no-fail-fast "$@"
+else
+    cargo test --workspace --no-fail-fast "$@"
+fi

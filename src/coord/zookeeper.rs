@@ -1,0 +1,758 @@
+//! The ZooKeeper backend (SPEC §3): `lock`, `breadcrumb`, `members/<id>`, `control` and
+//! `history` under `<root>/<cluster>`, on the `zookeeper-client` crate.
+//!
+//! Edges of the client this module is built around:
+//! - every error that is not a ZooKeeper answer (`NodeExists`, `NoNode`, `BadVersion`, ...)
+//!   is "outcome unknown": a request in flight when a server freezes fails with
+//!   `Custom("no response ...")`, not `ConnectionLoss`;
+//! - there is no `close()`: the session ends when every clone of the `Client` is dropped,
+//!   so a [`ZkSession`] must not be cloned into anything that outlives it;
+//! - after a terminal session state the state watcher blocks forever, so the watch task
+//!   stops at the first terminal state.
+//!
+//! Every call is bounded by the session's operation timeout.
+
+use super::{ClusterSnapshot, StoreError};
+use crate::config::{AclMode, ZooKeeperConfig};
+use crate::elector::{BreadcrumbView, JoinOutcome, WriteOutcome};
+use crate::record::{self, Control, Epoch, HistoryEntry, MemberRecord, NodeRecord};
+use std::future::Future;
+use std::time::Duration;
+use zookeeper_client as zk;
+
+/// `history` keeps this many transitions.
+pub const HISTORY_LEN: usize = 100;
+/// Version-checked read-modify-write of `history`/`control` gives up after this many races.
+const CAS_ATTEMPTS: usize = 5;
+
+/// The znode paths of one cluster.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub root: String,
+    pub base: String,
+    pub lock: String,
+    pub breadcrumb: String,
+    pub members: String,
+    pub control: String,
+    pub history: String,
+}
+
+impl Paths {
+    pub fn new(root: &str, cluster: &str) -> Paths {
+        let base = format!("{}/{}", root.trim_end_matches('/'), cluster);
+        Paths {
+            root: root.to_string(),
+            lock: format!("{base}/lock"),
+            breadcrumb: format!("{base}/breadcrumb"),
+            members: format!("{base}/members"),
+            control: format!("{base}/control"),
+            history: format!("{base}/history"),
+            base,
+        }
+    }
+
+    pub fn member(&self, node_id: &str) -> String {
+        format!("{}/{}", self.members, node_id)
+    }
+}
+
+/// Opens sessions to one cluster's znodes.
+#[derive(Clone, Debug)]
+pub struct ZkConnector {
+    cfg: ZooKeeperConfig,
+    auth: Option<String>,
+    paths: Paths,
+}
+
+impl ZkConnector {
+    /// `auth` is the resolved `scheme:credentials` (from `auth` or `auth_file`).
+    pub fn new(cfg: &ZooKeeperConfig, cluster: &str, auth: Option<String>) -> ZkConnector {
+        ZkConnector {
+            paths: Paths::new(&cfg.root, cluster),
+            cfg: cfg.clone(),
+            auth,
+        }
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    /// Opens a session, bounded by `connect_timeout`.
+    pub async fn connect(&self) -> Result<ZkSession, StoreError> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.cfg.session_timeout)
+            .with_connection_timeout(self.cfg.connect_timeout);
+        if let Some(auth) = &self.auth {
+            let (scheme, cred) = auth.split_once(':').unwrap_or(("digest", auth));
+            connector = connector.with_auth(scheme, cred.as_bytes());
+        }
+        let unreachable = |reason: String| StoreError::Unreachable {
+            connect: self.cfg.connect.clone(),
+            timeout: humantime::format_duration(self.cfg.connect_timeout).to_string(),
+            reason,
+        };
+        let client = match tokio::time::timeout(
+            self.cfg.connect_timeout,
+            connector.connect(&self.cfg.connect),
+        )
+        .await
+        {
+            Err(_) => return Err(unreachable("no session was established".into())),
+            Ok(Err(zk::Error::AuthFailed)) => {
+                return Err(StoreError::Auth(
+                    "authentication failed (wrong credentials in coordination.zookeeper.auth?)"
+                        .into(),
+                ))
+            }
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Ok(c)) => c,
+        };
+        let acls = match self.cfg.acl {
+            AclMode::Open => zk::Acls::anyone_all(),
+            AclMode::Creator => zk::Acls::creator_all(),
+        };
+        Ok(ZkSession {
+            id: client.session_id().0,
+            client,
+            paths: self.paths.clone(),
+            acls,
+            op_timeout: op_timeout(&self.cfg),
+        })
+    }
+}
+
+/// Each call gets at most this long. A third of the session timeout keeps a renewal that
+/// hangs from using up the lease before the next is tried; `connect_timeout` caps it for
+/// operators' commands.
+fn op_timeout(cfg: &ZooKeeperConfig) -> Duration {
+    (cfg.session_timeout / 3)
+        .min(cfg.connect_timeout)
+        .max(Duration::from_millis(100))
+}
+
+/// Sorts a client error into the three kinds the election acts on.
+fn classify(e: zk::Error) -> StoreError {
+    use zk::Error as E;
+    match e {
+        E::NodeExists | E::NoNode | E::BadVersion | E::NotEmpty => {
+            StoreError::Rejected(e.to_string())
+        }
+        E::SessionExpired | E::ClientClosed => StoreError::SessionLost(e.to_string()),
+        E::NoAuth | E::AuthFailed | E::InvalidAcl => StoreError::Auth(e.to_string()),
+        other => StoreError::Unknown(other.to_string()),
+    }
+}
+
+fn write_outcome(r: Result<(), StoreError>) -> WriteOutcome {
+    match r {
+        Ok(()) => WriteOutcome::Done,
+        Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
+        Err(_) => WriteOutcome::Unknown,
+    }
+}
+
+/// One ZooKeeper session. Dropping it (with every clone) closes the session, which removes
+/// its ephemeral znodes.
+#[derive(Clone)]
+pub struct ZkSession {
+    client: zk::Client,
+    id: i64,
+    paths: Paths,
+    acls: zk::Acls<'static>,
+    op_timeout: Duration,
+}
+
+impl std::fmt::Debug for ZkSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZkSession({:#x})", self.id)
+    }
+}
+
+impl ZkSession {
+    pub fn session_id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    /// Session state changes (Disconnected, Expired, Closed, ...).
+    pub fn state_watcher(&self) -> zk::StateWatcher {
+        self.client.state_watcher()
+    }
+
+    /// Runs one client call under the operation timeout.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        f: impl Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.op_timeout, f).await {
+            Ok(r) => r.map_err(classify),
+            Err(_) => Err(StoreError::Unknown(format!(
+                "{what} got no answer within {}",
+                humantime::format_duration(self.op_timeout)
+            ))),
+        }
+    }
+
+    async fn bounded_multi(
+        &self,
+        what: &str,
+        f: impl Future<Output = Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>,
+    ) -> Result<Vec<zk::MultiWriteResult>, StoreError> {
+        match tokio::time::timeout(self.op_timeout, f).await {
+            Ok(r) => r.map_err(|e| classify(e.into())),
+            Err(_) => Err(StoreError::Unknown(format!(
+                "{what} got no answer within {}",
+                humantime::format_duration(self.op_timeout)
+            ))),
+        }
+    }
+
+    fn persistent(&self) -> zk::CreateOptions<'static> {
+        zk::CreateMode::Persistent.with_acls(self.acls.clone())
+    }
+
+    fn ephemeral(&self) -> zk::CreateOptions<'static> {
+        zk::CreateMode::Ephemeral.with_acls(self.acls.clone())
+    }
+
+    /// Creates `<root>/<cluster>/members` and its parents where missing.
+    pub async fn ensure_parents(&self) -> Result<(), StoreError> {
+        let opts = self.persistent();
+        match self
+            .bounded(
+                "creating parent znodes",
+                self.client.mkdir(&self.paths.members, &opts),
+            )
+            .await
+        {
+            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets the configured ACL on the cluster's persistent znodes (`warden init`).
+    pub async fn repair_acls(&self) -> Result<(), StoreError> {
+        let mut paths = vec![
+            self.paths.root.clone(),
+            self.paths.base.clone(),
+            self.paths.members.clone(),
+        ];
+        for p in [
+            &self.paths.breadcrumb,
+            &self.paths.control,
+            &self.paths.history,
+        ] {
+            if self
+                .bounded("stat", self.client.check_stat(p))
+                .await?
+                .is_some()
+            {
+                paths.push(p.clone());
+            }
+        }
+        for p in paths {
+            if p == "/" {
+                continue;
+            }
+            self.bounded("setting an ACL", self.client.set_acl(&p, &self.acls, None))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The owner session and record of `members/<node_id>`, if it exists.
+    pub async fn member(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<(i64, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        match self
+            .bounded(
+                "reading a member",
+                self.client.get_data(&self.paths.member(node_id)),
+            )
+            .await
+        {
+            Ok((data, stat)) => Ok(Some((stat.ephemeral_owner, record::parse(&data)))),
+            Err(StoreError::Rejected(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates our member znode; `Rejected` when another session holds it.
+    pub async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let path = self.paths.member(&m.node.node_id);
+        let data = record::to_bytes(m);
+        let opts = self.ephemeral();
+        self.bounded(
+            "registering this node",
+            self.client.create(&path, &data, &opts),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes a member znode (one left by an earlier session of this very process).
+    pub async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        match self
+            .bounded(
+                "deleting a stale member",
+                self.client.delete(&self.paths.member(node_id), None),
+            )
+            .await
+        {
+            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Rewrites our member record (role and health changes).
+    pub async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let path = self.paths.member(&m.node.node_id);
+        self.bounded(
+            "publishing the member record",
+            self.client.set_data(&path, &record::to_bytes(m), None),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// SPEC §4.2: create `lock`; on NodeExists the lock is ours iff its owner is this
+    /// session (a create whose reply was lost). Watching is the caller's: see
+    /// [`ZkSession::watch_lock`].
+    pub async fn join(&self, me: &NodeRecord) -> JoinOutcome {
+        let data = record::to_bytes(me);
+        let opts = self.ephemeral();
+        match self
+            .bounded(
+                "creating the lock",
+                self.client.create(&self.paths.lock, &data, &opts),
+            )
+            .await
+        {
+            Ok((stat, _)) => JoinOutcome::Held {
+                epoch: stat.czxid as Epoch,
+            },
+            Err(StoreError::Rejected(_)) => {
+                match self
+                    .bounded("reading the lock", self.client.check_stat(&self.paths.lock))
+                    .await
+                {
+                    Ok(Some(stat)) if stat.ephemeral_owner == self.id => JoinOutcome::Held {
+                        epoch: stat.czxid as Epoch,
+                    },
+                    Ok(Some(_)) => JoinOutcome::Exists,
+                    // Gone again already, or no answer: try again.
+                    Ok(None) | Err(_) => JoinOutcome::Unknown,
+                }
+            }
+            Err(_) => JoinOutcome::Unknown,
+        }
+    }
+
+    /// Waits until the lock is deleted (returns `true`) or the session ends (`false`).
+    /// Data changes re-arm the watch.
+    pub async fn watch_lock(&self) -> bool {
+        loop {
+            let (stat, watcher) = match self.client.check_and_watch_stat(&self.paths.lock).await {
+                Ok(x) => x,
+                Err(e) => match classify(e) {
+                    StoreError::SessionLost(_) | StoreError::Auth(_) => return false,
+                    // A connection blip: the client reconnects within the session.
+                    _ => {
+                        tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                        continue;
+                    }
+                },
+            };
+            if stat.is_none() {
+                return true;
+            }
+            let ev = watcher.changed().await;
+            match ev.event_type {
+                zk::EventType::NodeDeleted => return true,
+                zk::EventType::Session => return false,
+                _ => continue,
+            }
+        }
+    }
+
+    /// Reads `control` and waits for its next change; `None` when the session ends.
+    pub async fn watch_control(&self) -> Option<(Control, Option<i32>, zk::OneshotWatcher)> {
+        loop {
+            match self.client.get_and_watch_data(&self.paths.control).await {
+                Ok((data, stat, w)) => {
+                    let control = record::parse(&data).unwrap_or_default();
+                    return Some((control, Some(stat.version), w));
+                }
+                Err(zk::Error::NoNode) => {
+                    match self.client.check_and_watch_stat(&self.paths.control).await {
+                        Ok((None, w)) => return Some((Control::default(), None, w)),
+                        Ok((Some(_), _)) => continue,
+                        Err(e) => match classify(e) {
+                            StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
+                            _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
+                        },
+                    }
+                }
+                Err(e) => match classify(e) {
+                    StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
+                    _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
+                },
+            }
+        }
+    }
+
+    async fn get_optional(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>, StoreError> {
+        match self.bounded("reading", self.client.get_data(path)).await {
+            Ok(x) => Ok(Some(x)),
+            Err(StoreError::Rejected(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// SPEC §4.3a: breadcrumb and control with their versions, and the newest history epoch.
+    pub async fn read_state(
+        &self,
+    ) -> Result<(BreadcrumbView, Control, i32, Option<Epoch>), StoreError> {
+        let breadcrumb = match self.get_optional(&self.paths.breadcrumb).await? {
+            None => BreadcrumbView::Absent,
+            Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
+                Ok(record) => BreadcrumbView::Record {
+                    record,
+                    version: stat.version,
+                },
+                Err(e) => BreadcrumbView::Unreadable {
+                    reason: e.to_string(),
+                    version: stat.version,
+                },
+            },
+        };
+        // A missing control is created (empty) so the promotion can check its version.
+        let (control, control_version) = loop {
+            match self.get_optional(&self.paths.control).await? {
+                Some((data, stat)) => {
+                    break (record::parse(&data).unwrap_or_default(), stat.version)
+                }
+                None => {
+                    let opts = self.persistent();
+                    let data = record::to_bytes(&Control::default());
+                    match self
+                        .bounded(
+                            "creating control",
+                            self.client.create(&self.paths.control, &data, &opts),
+                        )
+                        .await
+                    {
+                        Ok(_) | Err(StoreError::Rejected(_)) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        };
+        let history = self.read_history().await?;
+        let newest = history.iter().filter_map(|h| h.epoch).max();
+        Ok((breadcrumb, control, control_version, newest))
+    }
+
+    /// SPEC §4.3c: in one multi-op, check `lock`, check `control` at the version read,
+    /// write the lock's data with the epoch, and write the breadcrumb.
+    pub async fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<i32>,
+        control_version: i32,
+    ) -> WriteOutcome {
+        let data = record::to_bytes(breadcrumb);
+        let mut w = self.client.new_multi_writer();
+        let opts = self.persistent();
+        let built = (|| {
+            w.add_check_version(&self.paths.control, control_version)?;
+            w.add_set_data(&self.paths.lock, &data, None)?;
+            match breadcrumb_version {
+                Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
+                None => w.add_create(&self.paths.breadcrumb, &data, &opts),
+            }
+        })();
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e)));
+        }
+        write_outcome(
+            self.bounded_multi("committing the promotion", w.commit())
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    /// The lease renewal: one multi-op that checks `lock` and rewrites our member record,
+    /// from this (the holding) session. Only its acknowledgement extends the lease.
+    pub async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        let data = record::to_bytes(member);
+        let mut w = self.client.new_multi_writer();
+        let built = w
+            .add_check_version(&self.paths.lock, -1)
+            .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e)));
+        }
+        write_outcome(
+            self.bounded_multi("renewing the lease", w.commit())
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    /// Rewrites our breadcrumb (SPEC §4.3d: now with the service's pid, group and start
+    /// time) if it is still ours for `epoch`, with a `lock` check.
+    pub async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
+        let Ok(Some((data, stat))) = self.get_optional(&self.paths.breadcrumb).await else {
+            return WriteOutcome::Unknown;
+        };
+        match record::parse::<NodeRecord>(&data) {
+            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
+            _ => return WriteOutcome::Conflict,
+        }
+        let new = record::to_bytes(record);
+        let mut w = self.client.new_multi_writer();
+        let built = w
+            .add_check_version(&self.paths.lock, -1)
+            .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e)));
+        }
+        write_outcome(
+            self.bounded_multi("recording the service", w.commit())
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    /// Compare-and-delete of the breadcrumb (SPEC §3): delete only if it names `node_id`
+    /// with `incarnation` and `epoch` (`None` = any), at the version just read; with
+    /// `check_lock`, in a multi-op that also checks `lock` (our own, from the holding
+    /// session). Returns whether it was deleted; `Ok(false)` when it names something else.
+    pub async fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> Result<bool, StoreError> {
+        let Some((data, stat)) = self.get_optional(&self.paths.breadcrumb).await? else {
+            return Ok(false);
+        };
+        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
+            return Ok(false);
+        };
+        if cur.node_id != node_id
+            || incarnation.is_some_and(|i| i != cur.incarnation)
+            || epoch.is_some_and(|e| Some(e) != cur.epoch)
+        {
+            return Ok(false);
+        }
+        self.delete_breadcrumb_at(stat.version, check_lock)
+            .await
+            .map(|_| true)
+    }
+
+    /// Deletes the breadcrumb at `version` (for `fence --confirm --unreadable` too).
+    pub async fn delete_breadcrumb_at(
+        &self,
+        version: i32,
+        check_lock: bool,
+    ) -> Result<(), StoreError> {
+        let mut w = self.client.new_multi_writer();
+        let built = (|| {
+            if check_lock {
+                w.add_check_version(&self.paths.lock, -1)?;
+            }
+            w.add_delete(&self.paths.breadcrumb, Some(version))
+        })();
+        built.map_err(classify)?;
+        self.bounded_multi("deleting the breadcrumb", w.commit())
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes `lock` if this session owns it. The caller drops the session afterwards
+    /// (SPEC §4.3 "Release the lock").
+    pub async fn delete_own_lock(&self) -> Result<(), StoreError> {
+        let stat = self
+            .bounded("reading the lock", self.client.check_stat(&self.paths.lock))
+            .await?;
+        match stat {
+            Some(s) if s.ephemeral_owner == self.id => {
+                match self
+                    .bounded(
+                        "deleting the lock",
+                        self.client.delete(&self.paths.lock, Some(s.version)),
+                    )
+                    .await
+                {
+                    Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads `history`, newest first; an unreadable history reads as empty.
+    pub async fn read_history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
+        Ok(match self.get_optional(&self.paths.history).await? {
+            Some((data, _)) => record::parse(&data).unwrap_or_default(),
+            None => Vec::new(),
+        })
+    }
+
+    /// Prepends an entry to `history`, keeping the newest [`HISTORY_LEN`], version-checked.
+    pub async fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut list, version) = match self.get_optional(&self.paths.history).await? {
+                Some((data, stat)) => (
+                    record::parse::<Vec<HistoryEntry>>(&data).unwrap_or_default(),
+                    Some(stat.version),
+                ),
+                None => (Vec::new(), None),
+            };
+            list.insert(0, entry.clone());
+            list.truncate(HISTORY_LEN);
+            let data = record::to_bytes(&list);
+            let r = match version {
+                Some(v) => self
+                    .bounded(
+                        "writing history",
+                        self.client.set_data(&self.paths.history, &data, Some(v)),
+                    )
+                    .await
+                    .map(|_| ()),
+                None => {
+                    let opts = self.persistent();
+                    self.bounded(
+                        "creating history",
+                        self.client.create(&self.paths.history, &data, &opts),
+                    )
+                    .await
+                    .map(|_| ())
+                }
+            };
+            match r {
+                Err(StoreError::Rejected(_)) => continue,
+                other => return other,
+            }
+        }
+        Err(StoreError::Unknown(
+            "history kept changing; entry not written".into(),
+        ))
+    }
+
+    /// Version-checked read-modify-write of `control`. `change` returns `Ok(false)` to
+    /// leave it as it is, or `Err(reason)` to refuse.
+    pub async fn update_control<F>(
+        &self,
+        mut change: F,
+    ) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String>,
+    {
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut control, version) = match self.get_optional(&self.paths.control).await? {
+                Some((data, stat)) => {
+                    (record::parse(&data).unwrap_or_default(), Some(stat.version))
+                }
+                None => (Control::default(), None),
+            };
+            match change(&mut control) {
+                Err(reason) => return Ok(Err(reason)),
+                Ok(false) => return Ok(Ok(control)),
+                Ok(true) => {}
+            }
+            let data = record::to_bytes(&control);
+            let r = match version {
+                Some(v) => self
+                    .bounded(
+                        "writing control",
+                        self.client.set_data(&self.paths.control, &data, Some(v)),
+                    )
+                    .await
+                    .map(|_| ()),
+                None => {
+                    let opts = self.persistent();
+                    self.bounded(
+                        "creating control",
+                        self.client.create(&self.paths.control, &data, &opts),
+                    )
+                    .await
+                    .map(|_| ())
+                }
+            };
+            match r {
+                Ok(()) => return Ok(Ok(control)),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(
+            "control kept changing; not written".into(),
+        ))
+    }
+
+    /// Deletes a persistent znode of the cluster if present (`init --force`).
+    pub async fn delete_if_present(&self, path: &str) -> Result<(), StoreError> {
+        match self
+            .bounded("deleting", self.client.delete(path, None))
+            .await
+        {
+            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Everything `status` shows.
+    pub async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+        let lock = self
+            .get_optional(&self.paths.lock)
+            .await?
+            .map(|(d, s)| (record::parse::<NodeRecord>(&d), s.czxid));
+        let breadcrumb = self
+            .get_optional(&self.paths.breadcrumb)
+            .await?
+            .map(|(d, s)| (record::parse::<NodeRecord>(&d), s.version));
+        let (control, control_version) = match self.get_optional(&self.paths.control).await? {
+            Some((d, s)) => (record::parse(&d).unwrap_or_default(), Some(s.version)),
+            None => (Control::default(), None),
+        };
+        let children = match self
+            .bounded(
+                "listing members",
+                self.client.list_children(&self.paths.members),
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(StoreError::Rejected(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut members = Vec::new();
+        let mut sorted = children;
+        sorted.sort();
+        for id in sorted {
+            if let Some((d, _)) = self.get_optional(&self.paths.member(&id)).await? {
+                members.push((id, record::parse::<MemberRecord>(&d)));
+            }
+        }
+        let history = self.read_history().await?;
+        Ok(ClusterSnapshot {
+            lock,
+            breadcrumb,
+            control,
+            control_version,
+            members,
+            history,
+        })
+    }
+}

@@ -1,0 +1,971 @@
+//! The driver: one task owns the [`Elector`], feeds it events from ZooKeeper, the service,
+//! health checks, timers and signals, and carries out its actions.
+//!
+//! Slow actions (a fence, a service stop, a ZooKeeper write) run in their own tasks and
+//! report back through one channel, so the elector is never blocked and the lease timer
+//! fires even while a fence or a stop is still running. No election rule lives here:
+//! where this file decides something, it is how to carry out an action, never whether.
+
+use crate::config::{Config, ServiceMode};
+use crate::coord::zookeeper::{ZkConnector, ZkSession};
+use crate::coord::StoreError;
+use crate::elector::{
+    Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
+    Ticket, WriteOutcome,
+};
+use crate::health::{self, CheckerHandle, HealthChange, Probe};
+use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
+use crate::service::{self, RunningService, ServiceIdentity, Spawner, StopOutcome};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tracing::{error, info, warn};
+use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalName};
+
+/// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
+const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How often a restarted warden re-checks whether its killed predecessor's session expired.
+const PREDECESSOR_POLL: Duration = Duration::from_millis(250);
+/// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
+const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A fatal start-up or run-time error, with the exit code of SPEC §7.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Fatal {
+    pub code: i32,
+    pub message: String,
+}
+
+/// Who this warden process is.
+fn identity(cfg: &Config) -> Result<NodeRecord, Fatal> {
+    let boot_id = warden_fencing::process::boot_id().map_err(|e| Fatal {
+        code: 1,
+        message: format!(
+            "cannot read this host's boot id from /proc/sys/kernel/random/boot_id: {e}"
+        ),
+    })?;
+    let pid = std::process::id();
+    let start_time = warden_fencing::process::start_time(pid).unwrap_or(0);
+    Ok(NodeRecord {
+        node_id: cfg.cluster.node_id.clone(),
+        host: cfg.host(),
+        port: cfg.cluster.port,
+        boot_id,
+        pid,
+        start_time,
+        incarnation: format!("{:016x}", rand::random::<u64>()),
+        since: Some(record::rfc3339(SystemTime::now())),
+        ..Default::default()
+    })
+}
+
+/// What reaches the loop.
+enum Input {
+    /// A result or an event for the elector, valid whatever the session.
+    Elector(Event),
+    /// An event of session `gen`; dropped if that session is no longer current.
+    Session(u64, Event),
+    /// A lock watch of session `gen` for join `ticket` fired: the lock was deleted.
+    LockDeleted(u64, Ticket),
+    /// A new session is open and registered.
+    Connected(ZkSession, Control, Option<i32>),
+    /// The service started for `ticket`.
+    Started(Ticket, Result<RunningService, String>),
+    /// The service with this identity exited by itself.
+    Exited(ServiceIdentity, String),
+    /// The standby eligibility check changed.
+    Eligibility(HealthChange),
+    /// The service health check changed.
+    ServiceHealth(HealthChange),
+    Fatal(Fatal),
+}
+
+/// The current session and everything that lives and dies with it.
+struct SessionCtx {
+    zk: ZkSession,
+    gen: u64,
+    /// Watchers and in-flight calls of this session; dropping the set aborts them, which
+    /// drops their clones of the client so the session really closes.
+    tasks: JoinSet<()>,
+    lock_watch: Option<AbortHandle>,
+}
+
+/// Runs the daemon until it is stopped; returns the exit code.
+pub async fn run(cfg: Config) -> Result<i32, Fatal> {
+    let auth = cfg.read_auth().map_err(|e| Fatal {
+        code: 2,
+        message: e.to_string(),
+    })?;
+    let me = identity(&cfg)?;
+    let mut d = Daemon::new(cfg, me, auth)?;
+    d.run().await
+}
+
+struct Daemon {
+    cfg: Config,
+    me: NodeRecord,
+    connector: ZkConnector,
+    elector: Elector,
+    chain: FenceChain,
+    own_chain: FenceChain,
+    spawner: Spawner,
+    tx: mpsc::UnboundedSender<Input>,
+    rx: mpsc::UnboundedReceiver<Input>,
+    session: Option<SessionCtx>,
+    next_gen: u64,
+    /// The join whose lock watch counts.
+    join_ticket: Ticket,
+    connecting: Option<AbortHandle>,
+    /// The running service, if any.
+    service: Option<ServiceIdentity>,
+    /// The service being stopped, so the lease end can still kill it.
+    stopping: Option<ServiceIdentity>,
+    epoch: Option<Epoch>,
+    role_since: Instant,
+    health: Health,
+    eligibility: Option<CheckerHandle>,
+    service_check: Option<CheckerHandle>,
+    control: Control,
+    exit_code: Option<i32>,
+}
+
+impl Daemon {
+    fn new(cfg: Config, me: NodeRecord, auth: Option<String>) -> Result<Daemon, Fatal> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let connector = ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth);
+        let ctx = FenceContext {
+            cluster: cfg.cluster.name.clone(),
+            node_id: cfg.cluster.node_id.clone(),
+            host: me.host.clone(),
+            boot_id: me.boot_id.clone(),
+            pidfile: cfg.service.pidfile.clone(),
+        };
+        let chain = FenceChain::new(cfg.fence.clone(), ctx.clone());
+        let own_chain = FenceChain::new(
+            vec![FenceMethod::Signal(SignalFence {
+                signal: SignalName(nix::sys::signal::Signal::SIGKILL),
+                timeout: OWN_LEFTOVERS_TIMEOUT,
+                nodes: None,
+            })],
+            ctx,
+        );
+        if cfg.service.mode == ServiceMode::Hooks {
+            return Err(Fatal {
+                code: 2,
+                message: "service.mode = \"hooks\" is not supported by this build yet; use \
+                          mode = \"spawn\""
+                    .into(),
+            });
+        }
+        let spawner =
+            Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id).map_err(|e| {
+                Fatal {
+                    code: 2,
+                    message: e.to_string(),
+                }
+            })?;
+        let standby_probe = Probe::standby(&cfg.health);
+        let eligible_now = matches!(standby_probe, Probe::None);
+        let elector = Elector::new(
+            ElectorConfig {
+                node_id: cfg.cluster.node_id.clone(),
+                incarnation: me.incarnation.clone(),
+                session_timeout: cfg.coordination.zookeeper.session_timeout,
+                rejoin_delay: cfg.election.rejoin_delay,
+                demote_grace: cfg.demote_grace(),
+            },
+            eligible_now,
+        );
+        let mut d = Daemon {
+            cfg,
+            me,
+            connector,
+            elector,
+            chain,
+            own_chain,
+            spawner,
+            tx,
+            rx,
+            session: None,
+            next_gen: 1,
+            join_ticket: 0,
+            connecting: None,
+            service: None,
+            stopping: None,
+            epoch: None,
+            role_since: Instant::now(),
+            health: if eligible_now {
+                Health::Healthy
+            } else {
+                Health::Unknown
+            },
+            eligibility: None,
+            service_check: None,
+            control: Control::default(),
+            exit_code: None,
+        };
+        if !eligible_now {
+            let (htx, mut hrx) = mpsc::channel(8);
+            d.eligibility = Some(health::spawn_checker(
+                standby_probe,
+                d.cfg.health.interval,
+                d.cfg.health.timeout,
+                d.cfg.health.rise,
+                d.cfg.health.fall,
+                Duration::ZERO,
+                htx,
+            ));
+            let tx = d.tx.clone();
+            tokio::spawn(async move {
+                while let Some(c) = hrx.recv().await {
+                    if tx.send(Input::Eligibility(c)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(d)
+    }
+
+    async fn run(&mut self) -> Result<i32, Fatal> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| Fatal {
+            code: 1,
+            message: format!("cannot install the SIGTERM handler: {e}"),
+        })?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| Fatal {
+            code: 1,
+            message: format!("cannot install the SIGINT handler: {e}"),
+        })?;
+        info!(
+            node_id = %self.me.node_id,
+            cluster = %self.cfg.cluster.name,
+            incarnation = %self.me.incarnation,
+            pid = self.me.pid,
+            "warden starting"
+        );
+        let mut stop_signals = 0;
+        self.drain(Instant::now());
+        loop {
+            if let Some(code) = self.exit_code {
+                return Ok(code);
+            }
+            let deadline = self.elector.poll_timeout();
+            let sleep = async {
+                match deadline {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => stop_signals += 1,
+                _ = int.recv() => stop_signals += 1,
+                input = self.rx.recv() => {
+                    // The daemon holds a sender itself, so the channel never closes.
+                    if let Some(input) = input {
+                        self.on_input(input)?;
+                    }
+                    self.drain(Instant::now());
+                    continue;
+                }
+                _ = sleep => {
+                    let now = Instant::now();
+                    self.elector.handle_timeout(now);
+                    self.drain(now);
+                    continue;
+                }
+            }
+            // A stop signal.
+            if stop_signals >= 2 {
+                warn!("second stop signal: exiting at once");
+                if let Some(id) = self.service {
+                    service::kill_group(id);
+                }
+                return Ok(1);
+            }
+            info!("stop requested: handing over cleanly");
+            let now = Instant::now();
+            self.elector.handle(Event::StopRequested, now);
+            self.drain(now);
+        }
+    }
+
+    fn feed(&mut self, event: Event) {
+        let now = Instant::now();
+        self.elector.handle(event, now);
+        self.drain(now);
+    }
+
+    fn on_input(&mut self, input: Input) -> Result<(), Fatal> {
+        match input {
+            Input::Elector(ev) => self.feed(ev),
+            Input::Session(gen, ev) => {
+                if self.session.as_ref().is_some_and(|s| s.gen == gen) {
+                    if ev == Event::SessionLost {
+                        warn!("the ZooKeeper session expired or closed");
+                        self.session = None;
+                    }
+                    self.feed(ev);
+                }
+            }
+            Input::LockDeleted(gen, ticket) => {
+                if self.session.as_ref().is_some_and(|s| s.gen == gen) && ticket == self.join_ticket
+                {
+                    self.feed(Event::LockDeleted);
+                }
+            }
+            Input::Connected(zk, control, _version) => {
+                self.connecting = None;
+                let gen = self.next_gen;
+                self.next_gen += 1;
+                info!(
+                    session = format_args!("{:#x}", zk.session_id()),
+                    "connected to ZooKeeper"
+                );
+                let mut ctx = SessionCtx {
+                    zk: zk.clone(),
+                    gen,
+                    tasks: JoinSet::new(),
+                    lock_watch: None,
+                };
+                // Session state: the first terminal state ends the session for us.
+                let tx = self.tx.clone();
+                let mut states = zk.state_watcher();
+                ctx.tasks.spawn(async move {
+                    use zookeeper_client::SessionState as S;
+                    let mut state = states.peek_state();
+                    loop {
+                        match state {
+                            S::Expired | S::Closed | S::AuthFailed => {
+                                let _ = tx.send(Input::Session(gen, Event::SessionLost));
+                                return;
+                            }
+                            S::Disconnected => {
+                                warn!("disconnected from ZooKeeper; the client is reconnecting")
+                            }
+                            S::SyncConnected => info!("ZooKeeper connection (re)established"),
+                            _ => {}
+                        }
+                        state = states.changed().await;
+                    }
+                });
+                // Control: every change goes to the elector.
+                let tx = self.tx.clone();
+                let zkc = zk.clone();
+                ctx.tasks.spawn(async move {
+                    while let Some((control, _v, w)) = zkc.watch_control().await {
+                        if tx
+                            .send(Input::Session(gen, control_event(&control)))
+                            .is_err()
+                        {
+                            return;
+                        }
+                        if w.changed().await.event_type == zookeeper_client::EventType::Session {
+                            return;
+                        }
+                    }
+                });
+                self.session = Some(ctx);
+                self.control = control.clone();
+                self.feed(Event::SessionStarted {
+                    control: control_view(&control),
+                });
+            }
+            Input::Started(ticket, result) => match result {
+                Ok(mut running) => {
+                    let id = running.identity();
+                    self.service = Some(id);
+                    info!(pid = id.pid, pgid = id.pgid, "service started");
+                    let tx = self.tx.clone();
+                    tokio::spawn(async move {
+                        let report = running.exited().await;
+                        let _ = tx.send(Input::Exited(id, report.exit.to_string()));
+                    });
+                    self.start_service_check();
+                    self.feed(Event::ServiceStarted { ticket });
+                }
+                Err(reason) => self.feed(Event::StartFailed { ticket, reason }),
+            },
+            Input::Exited(id, how) => {
+                if self.service == Some(id) {
+                    warn!(pid = id.pid, "the service exited: {how}");
+                    self.feed(Event::ServiceExited { reason: how });
+                }
+            }
+            Input::Eligibility(c) => {
+                if self.service.is_none() {
+                    self.health = c.health;
+                }
+                self.feed(Event::EligibilityChanged {
+                    eligible: c.health == Health::Healthy,
+                    detail: c.detail,
+                });
+            }
+            Input::ServiceHealth(c) => {
+                if self.service.is_some() {
+                    self.health = c.health;
+                }
+                self.feed(Event::ServiceHealthChanged {
+                    healthy: c.health != Health::Unhealthy,
+                    detail: c.detail,
+                });
+            }
+            Input::Fatal(f) => return Err(f),
+        }
+        Ok(())
+    }
+
+    fn start_service_check(&mut self) {
+        let probe = match Probe::service(&self.cfg.health) {
+            Ok(Probe::None) | Err(_) => return,
+            Ok(p) => p,
+        };
+        let (htx, mut hrx) = mpsc::channel(8);
+        self.service_check = Some(health::spawn_checker(
+            probe,
+            self.cfg.health.interval,
+            self.cfg.health.timeout,
+            self.cfg.health.rise,
+            self.cfg.health.fall,
+            self.cfg.health.start_grace,
+            htx,
+        ));
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            while let Some(c) = hrx.recv().await {
+                if tx.send(Input::ServiceHealth(c)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Carries out every pending action.
+    fn drain(&mut self, now: Instant) {
+        while let Some(action) = self.elector.poll_action() {
+            self.act(action, now);
+        }
+    }
+
+    /// Spawns a call in the current session; without a session the call cannot happen and
+    /// its result is reported as `lost`.
+    fn in_session<F, Fut>(&mut self, lost: Event, f: F)
+    where
+        F: FnOnce(ZkSession) -> Fut,
+        Fut: std::future::Future<Output = Event> + Send + 'static,
+    {
+        match &mut self.session {
+            Some(ctx) => {
+                let fut = f(ctx.zk.clone());
+                let tx = self.tx.clone();
+                let gen = ctx.gen;
+                ctx.tasks.spawn(async move {
+                    let ev = fut.await;
+                    let _ = tx.send(Input::Session(gen, ev));
+                });
+            }
+            None => {
+                let _ = self.tx.send(Input::Elector(lost));
+            }
+        }
+    }
+
+    fn record(&self, epoch: Option<Epoch>) -> NodeRecord {
+        let mut r = self.me.clone();
+        r.epoch = epoch;
+        if let Some(s) = self.service {
+            r.service_pid = Some(s.pid);
+            r.service_pgid = Some(s.pgid);
+            r.service_start_time = Some(s.start_time);
+        }
+        r
+    }
+
+    fn member(&self) -> MemberRecord {
+        let mut node = self.record(self.elector.epoch());
+        node.since = Some(record::rfc3339(
+            SystemTime::now() - self.role_since.elapsed(),
+        ));
+        MemberRecord {
+            node,
+            role: self.elector.role(),
+            health: self.health,
+        }
+    }
+
+    fn act(&mut self, action: Action, now: Instant) {
+        match action {
+            Action::Connect => self.connect(),
+            Action::Join { ticket } => {
+                self.join_ticket = ticket;
+                let me = self.record(None);
+                let tx = self.tx.clone();
+                if let Some(ctx) = &mut self.session {
+                    if let Some(w) = ctx.lock_watch.take() {
+                        w.abort();
+                    }
+                    let zk = ctx.zk.clone();
+                    let gen = ctx.gen;
+                    let h = ctx.tasks.spawn(async move {
+                        let outcome = zk.join(&me).await;
+                        let _ = tx.send(Input::Session(gen, Event::Joined { ticket, outcome }));
+                        // Watch the lock whoever holds it: a standby for its release, the
+                        // holder for its loss.
+                        if zk.watch_lock().await {
+                            let _ = tx.send(Input::LockDeleted(gen, ticket));
+                        }
+                    });
+                    ctx.lock_watch = Some(h);
+                } else {
+                    let _ = self.tx.send(Input::Elector(Event::Joined {
+                        ticket,
+                        outcome: crate::elector::JoinOutcome::Unknown,
+                    }));
+                }
+            }
+            Action::ReadState { ticket } => {
+                self.in_session(
+                    Event::StateRead {
+                        ticket,
+                        result: Err("no session".into()),
+                    },
+                    move |zk| async move {
+                        let result = zk
+                            .read_state()
+                            .await
+                            .map(|(breadcrumb, control, control_version, newest)| {
+                                Box::new(ClusterState {
+                                    breadcrumb,
+                                    control: control_view(&control),
+                                    control_version,
+                                    newest_history_epoch: newest,
+                                })
+                            })
+                            .map_err(|e| e.to_string());
+                        Event::StateRead { ticket, result }
+                    },
+                );
+            }
+            Action::Fence { ticket, order } => {
+                let (chain, target) = match &order {
+                    FenceOrder::Node(r) => (self.chain.clone(), r.fence_target()),
+                    FenceOrder::Unreadable => (self.chain.clone(), Default::default()),
+                    FenceOrder::OwnLeftovers(r) => (self.own_chain.clone(), r.fence_target()),
+                };
+                info!(target = %target.label(), "fencing");
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let report = chain.fence(&target).await;
+                    let mut summary = report.summary();
+                    if !report.is_fenced() && matches!(order, FenceOrder::Unreadable) {
+                        summary.push_str(
+                            "; the breadcrumb is unreadable, so no method could identify the old \
+                             active: once it is certainly down, run `warden fence --confirm \
+                             --unreadable`",
+                        );
+                    }
+                    let _ = tx.send(Input::Elector(Event::FenceDone {
+                        ticket,
+                        fenced: report.is_fenced(),
+                        summary,
+                    }));
+                });
+            }
+            Action::CommitPromotion {
+                ticket,
+                epoch,
+                breadcrumb_version,
+                control_version,
+            } => {
+                let mut rec = self.record(Some(epoch));
+                rec.service_pid = None;
+                rec.service_pgid = None;
+                rec.service_start_time = None;
+                rec.since = Some(record::rfc3339(SystemTime::now()));
+                self.epoch = Some(epoch);
+                self.in_session(
+                    Event::Committed {
+                        ticket,
+                        outcome: WriteOutcome::Unknown,
+                    },
+                    move |zk| async move {
+                        let outcome = zk
+                            .commit_promotion(&rec, breadcrumb_version, control_version)
+                            .await;
+                        Event::Committed { ticket, outcome }
+                    },
+                );
+            }
+            Action::StartService {
+                ticket,
+                epoch,
+                lease_valid_until,
+            } => {
+                let spawner = self.spawner.clone();
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    // SPEC §4.3d: the lease is checked right before the start.
+                    let result = if Instant::now() >= lease_valid_until {
+                        Err("the lease ran out before the service could be started".to_string())
+                    } else {
+                        match tokio::task::spawn_blocking(move || spawner.start(epoch)).await {
+                            Ok(r) => r.map_err(|e| e.to_string()),
+                            Err(e) => Err(format!("the start task failed: {e}")),
+                        }
+                    };
+                    let _ = tx.send(Input::Started(ticket, result));
+                });
+            }
+            Action::RecordService { epoch } => {
+                let rec = self.record(Some(epoch));
+                // The result only matters to the log.
+                if let Some(ctx) = &mut self.session {
+                    let zk = ctx.zk.clone();
+                    ctx.tasks.spawn(async move {
+                        if zk.rewrite_own_breadcrumb(&rec).await != WriteOutcome::Done {
+                            warn!("could not record the service's pid in the breadcrumb; fencing will rely on the warden pid");
+                        }
+                    });
+                }
+            }
+            Action::Renew { ticket } => {
+                let m = self.member();
+                self.in_session(
+                    Event::Renewed {
+                        ticket,
+                        outcome: WriteOutcome::Unknown,
+                    },
+                    move |zk| async move {
+                        let outcome = zk.renew(&m).await;
+                        Event::Renewed { ticket, outcome }
+                    },
+                );
+            }
+            Action::StopService { ticket, cause } => {
+                self.service_check = None;
+                let tx = self.tx.clone();
+                let signal = self.cfg.service.stop_signal;
+                let grace = self.cfg.service.stop_timeout;
+                match self.service {
+                    None => {
+                        let _ = tx.send(Input::Elector(Event::ServiceStopped {
+                            ticket,
+                            clean: true,
+                            detail: "not running".into(),
+                        }));
+                    }
+                    Some(id) => {
+                        info!(pid = id.pid, ?cause, "stopping the service");
+                        tokio::spawn(async move {
+                            let (clean, detail) = match service::stop(id, signal, grace).await {
+                                StopOutcome::Stopped { forced, elapsed } => (
+                                    true,
+                                    format!(
+                                        "stopped in {}{}",
+                                        humantime::format_duration(round_ms(elapsed)),
+                                        if forced {
+                                            " (killed after stop_timeout)"
+                                        } else {
+                                            ""
+                                        }
+                                    ),
+                                ),
+                                StopOutcome::StillRunning { pids } => {
+                                    (false, format!("still running after SIGKILL: pids {pids:?}"))
+                                }
+                            };
+                            let _ = tx.send(Input::Elector(Event::ServiceStopped {
+                                ticket,
+                                clean,
+                                detail,
+                            }));
+                        });
+                    }
+                }
+                // From here on the service is being stopped, no longer ours to report.
+                if let Some(id) = self.service.take() {
+                    self.stopping = Some(id);
+                }
+            }
+            Action::KillService => {
+                // kill_group checks the leader's start time, so a group that is already
+                // gone (or recycled) is left alone.
+                for id in [self.stopping, self.service].into_iter().flatten() {
+                    warn!(
+                        pid = id.pid,
+                        "the lease ended: killing the service's process group"
+                    );
+                    service::kill_group(id);
+                }
+            }
+            Action::DeleteOwnBreadcrumb { ticket, epoch } => {
+                let node_id = self.me.node_id.clone();
+                let inc = self.me.incarnation.clone();
+                self.in_session(Event::BreadcrumbDeleted { ticket }, move |zk| async move {
+                    match zk
+                        .compare_and_delete_breadcrumb(&node_id, Some(&inc), Some(epoch), true)
+                        .await
+                    {
+                        Ok(true) => info!(epoch, "deleted our breadcrumb: nobody needs to fence us"),
+                        Ok(false) => warn!("our breadcrumb was not ours to delete any more"),
+                        Err(e) => warn!("could not delete our breadcrumb ({e}); the next active will fence this node"),
+                    }
+                    Event::BreadcrumbDeleted { ticket }
+                });
+            }
+            Action::Release { ticket } => {
+                let tx = self.tx.clone();
+                match self.session.take() {
+                    Some(mut ctx) => {
+                        ctx.tasks.abort_all();
+                        let zk = ctx.zk.clone();
+                        drop(ctx);
+                        tokio::spawn(async move {
+                            if let Err(e) = zk.delete_own_lock().await {
+                                warn!("deleting the lock failed ({e}); closing the session removes it");
+                            }
+                            drop(zk);
+                            let _ = tx.send(Input::Elector(Event::Released { ticket }));
+                        });
+                    }
+                    None => {
+                        let _ = tx.send(Input::Elector(Event::Released { ticket }));
+                    }
+                }
+            }
+            Action::ClearFailover => {
+                if let Some(ctx) = &mut self.session {
+                    let zk = ctx.zk.clone();
+                    ctx.tasks.spawn(async move {
+                        let _ = zk.update_control(|c| Ok(c.failover.take().is_some())).await;
+                    });
+                }
+            }
+            Action::Transition {
+                from,
+                to,
+                epoch,
+                reason,
+            } => self.transition(from, to, epoch, reason, now),
+            Action::Notice {
+                warn: true,
+                message,
+            } => warn!("{message}"),
+            Action::Notice {
+                warn: false,
+                message,
+            } => info!("{message}"),
+            Action::Exit { code } => {
+                info!("warden stopped");
+                self.session = None;
+                self.exit_code = Some(code);
+            }
+        }
+    }
+
+    fn transition(
+        &mut self,
+        from: Role,
+        to: Role,
+        epoch: Option<Epoch>,
+        reason: String,
+        now: Instant,
+    ) {
+        let took = now.duration_since(self.role_since);
+        self.role_since = now;
+        let line = format!("{from} -> {to}: {reason}");
+        let took_ms = took.as_millis() as u64;
+        match to {
+            Role::Neutral | Role::Demoting if from == Role::Active => {
+                warn!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
+            }
+            _ if reason.starts_with("fencing failed") || reason.starts_with("refusing") => {
+                error!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
+            }
+            _ => {
+                info!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
+            }
+        }
+        let m = self.member();
+        let entry = HistoryEntry {
+            at: record::rfc3339(SystemTime::now()),
+            node_id: self.me.node_id.clone(),
+            from: from.to_string(),
+            to: to.to_string(),
+            epoch,
+            reason,
+        };
+        let significant = !matches!(
+            (from, to),
+            (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
+        );
+        if let Some(ctx) = &mut self.session {
+            let zk = ctx.zk.clone();
+            ctx.tasks.spawn(async move {
+                if let Err(e) = zk.set_member(&m).await {
+                    warn!("could not publish the member record: {e}");
+                }
+                if significant {
+                    if let Err(e) = zk.append_history(&entry).await {
+                        warn!("could not append to history: {e}");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Opens a new session in the background, retrying with back-off; registers our
+    /// member znode (SPEC §4.9) before reporting it.
+    fn connect(&mut self) {
+        if let Some(h) = self.connecting.take() {
+            h.abort();
+        }
+        let connector = self.connector.clone();
+        let tx = self.tx.clone();
+        let me = self.member_for_registration();
+        let h = tokio::spawn(async move {
+            let mut backoff = CONNECT_BACKOFF_START;
+            let mut waiting_logged = false;
+            loop {
+                match register(&connector, &me, &mut waiting_logged).await {
+                    Ok((zk, control, v)) => {
+                        let _ = tx.send(Input::Connected(zk, control, v));
+                        return;
+                    }
+                    Err(Registration::Fatal(f)) => {
+                        let _ = tx.send(Input::Fatal(f));
+                        return;
+                    }
+                    Err(Registration::Wait) => {
+                        tokio::time::sleep(PREDECESSOR_POLL).await;
+                    }
+                    Err(Registration::Retry(e)) => {
+                        warn!("{e}; retrying in {}", humantime::format_duration(backoff));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
+                    }
+                }
+            }
+        });
+        self.connecting = Some(h.abort_handle());
+    }
+
+    fn member_for_registration(&self) -> MemberRecord {
+        MemberRecord {
+            node: self.record(None),
+            role: Role::Ineligible,
+            health: self.health,
+        }
+    }
+}
+
+enum Registration {
+    Retry(StoreError),
+    Wait,
+    Fatal(Fatal),
+}
+
+impl From<StoreError> for Registration {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Auth(_) => Registration::Fatal(Fatal {
+                code: 3,
+                message: e.to_string(),
+            }),
+            other => Registration::Retry(other),
+        }
+    }
+}
+
+/// Connects, creates the parents, registers `members/<node_id>` and reads `control`.
+async fn register(
+    connector: &ZkConnector,
+    me: &MemberRecord,
+    waiting_logged: &mut bool,
+) -> Result<(ZkSession, Control, Option<i32>), Registration> {
+    let zk = connector.connect().await?;
+    zk.ensure_parents().await?;
+    loop {
+        match zk.member(&me.node.node_id).await? {
+            None => match zk.create_member(me).await {
+                Ok(()) => break,
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e.into()),
+            },
+            Some((owner, _)) if owner == zk.session_id() => break,
+            Some((_, Ok(other))) if other.node.incarnation == me.node.incarnation => {
+                // Our own earlier session, closing: make room.
+                zk.delete_member(&me.node.node_id).await?;
+            }
+            Some((_, Ok(other)))
+                if other.node.boot_id == me.node.boot_id
+                    && !warden_fencing::process::is_running(
+                        other.node.pid,
+                        Some(other.node.start_time),
+                    ) =>
+            {
+                if !*waiting_logged {
+                    warn!(
+                        old_pid = other.node.pid,
+                        "an earlier warden for node {} on this host (pid {}) is gone but its \
+                         ZooKeeper session is still open; waiting for it to expire \
+                         (up to session_timeout)",
+                        me.node.node_id,
+                        other.node.pid
+                    );
+                    *waiting_logged = true;
+                }
+                return Err(Registration::Wait);
+            }
+            Some((_, other)) => {
+                let who = match other {
+                    Ok(o) => format!("on host {} (pid {})", o.node.host, o.node.pid),
+                    Err(e) => format!("(its member record is unreadable: {e})"),
+                };
+                return Err(Registration::Fatal(Fatal {
+                    code: 2,
+                    message: format!(
+                        "another warden with node_id {:?} is running {who}; each node needs a \
+                         unique cluster.node_id — refusing to start",
+                        me.node.node_id
+                    ),
+                }));
+            }
+        }
+    }
+    let (control, version, _w) = zk.watch_control().await.ok_or_else(|| {
+        Registration::Retry(StoreError::SessionLost("while reading control".into()))
+    })?;
+    Ok((zk, control, version))
+}
+
+fn control_view(c: &Control) -> ControlView {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    ControlView {
+        paused: c.paused,
+        failover: c.failover.as_ref().map(|f| {
+            let lapses_at = humantime::parse_rfc3339_weak(&f.deadline)
+                .ok()
+                .and_then(|d| d.duration_since(wall).ok())
+                .map_or(now, |left| now + left);
+            FailoverView {
+                from: f.from.clone(),
+                to: f.to.clone(),
+                lapses_at,
+            }
+        }),
+    }
+}
+
+fn control_event(c: &Control) -> Event {
+    Event::ControlChanged {
+        control: control_view(c),
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}

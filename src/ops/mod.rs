@@ -1,0 +1,19 @@
+//! Operator commands: they read and write the same znodes as the daemon, through a
+//! session of their own, so they work with every daemon down.
+
+pub mod init;
+pub mod status;
+
+use crate::config::Config;
+use crate::coord::zookeeper::{ZkConnector, ZkSession};
+use crate::coord::StoreError;
+
+/// Opens a session for an operator command, bounded by `connect_timeout`.
+pub async fn session(cfg: &Config) -> Result<ZkSession, StoreError> {
+    let auth = cfg
+        .read_auth()
+        .map_err(|e| StoreError::Auth(e.to_string()))?;
+    ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth)
+        .connect()
+        .await
+}

@@ -1,0 +1,377 @@
+//! The command line of SPEC §7 and the bad input of §9 (issue 3, "Show it works" 8 and
+//! 10): exit codes, config errors with file:line:col and the key, `check-config`,
+//! `status` with the daemons down or ZooKeeper unreachable, `init`, `--version`.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Instant;
+
+/// A cluster whose ZooKeeper address has nothing listening: offline commands must not
+/// need it, and the others must give up within connect_timeout.
+fn offline_cluster() -> Cluster {
+    Cluster::with_connect(&format!("127.0.0.1:{}", free_port()))
+}
+
+/// Replaces the first `from` in the node's config with `to`; returns the 1-based line of
+/// `marker` in the new text.
+fn rewrite(node: &Node, from: &str, to: &str, marker: &str) -> usize {
+    let text = fs::read_to_string(&node.config).unwrap();
+    assert!(
+        text.contains(from),
+        "the harness config lacks {from:?}:\n{text}"
+    );
+    let text = text.replacen(from, to, 1);
+    fs::write(&node.config, &text).unwrap();
+    1 + text
+        .lines()
+        .position(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("{marker:?} is not in the config"))
+}
+
+/// Both `check-config` and `run` exit 2, naming `file:line:col` (when `line` is given)
+/// and every one of `mentions` in stderr, without a panic.
+fn assert_config_error(config: &Path, line: Option<usize>, mentions: &[&str]) {
+    for command in ["check-config", "run"] {
+        let out = cli(config, &[command]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let context = format!(
+            "`warden -c {} {command}`\n{}\nconfig:\n{}",
+            config.display(),
+            describe(&out),
+            fs::read_to_string(config).unwrap_or_default()
+        );
+        assert_eq!(out.status.code(), Some(2), "{context}");
+        assert!(!stderr.contains("panicked"), "{context}");
+        for m in mentions {
+            assert!(
+                stderr.contains(m),
+                "stderr does not mention {m:?}: {context}"
+            );
+        }
+        if let Some(line) = line {
+            let prefix = format!("{}:{line}:", config.display());
+            let located = stderr.match_indices(&prefix).any(|(at, _)| {
+                stderr[at + prefix.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            });
+            assert!(
+                located,
+                "stderr does not locate the error as {prefix}COL: {context}"
+            );
+        }
+    }
+}
+
+/// The configs every other test runs with are valid, and checking them contacts nothing
+/// (nothing listens at their ZooKeeper address).
+#[test]
+fn the_test_configs_pass_check_config_offline() {
+    let cluster = offline_cluster();
+    let default = cluster.node("n1");
+    let scripts = cluster.node_with(
+        "n2",
+        NodeOptions {
+            fences: Some(vec![script_fence(&["/bin/false"], secs(1))]),
+            service_args: vec!["--exit-after".into(), "1s".into()],
+            ..Default::default()
+        },
+    );
+    for node in [default, scripts] {
+        let out = cli(&node.config, &["check-config"]);
+        assert!(
+            out.status.success(),
+            "{}\nconfig:\n{}",
+            describe(&out),
+            fs::read_to_string(&node.config).unwrap()
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&node.id),
+            "{}",
+            describe(&out)
+        );
+    }
+}
+
+#[test]
+fn typo_in_a_key_exits_2_naming_it_and_the_nearest_key() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(&node, "session_timeout", "sesion_timeout", "sesion_timeout");
+    assert_config_error(
+        &node.config,
+        Some(line),
+        &["sesion_timeout", "session_timeout"],
+    );
+}
+
+#[test]
+fn wrong_type_exits_2_naming_the_key() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        "host = \"127.0.0.1\"\n",
+        "host = \"127.0.0.1\"\nport = \"eighty\"\n",
+        "eighty",
+    );
+    assert_config_error(&node.config, Some(line), &["port"]);
+}
+
+#[test]
+fn bad_duration_exits_2_naming_the_key() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        "rejoin_delay = \"200ms\"",
+        "rejoin_delay = \"soon\"",
+        "soon",
+    );
+    assert_config_error(&node.config, Some(line), &["rejoin_delay"]);
+}
+
+#[test]
+fn invalid_node_id_exits_2_naming_the_key() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        "node_id = \"n1\"",
+        "node_id = \"bad id!\"",
+        "bad id!",
+    );
+    assert_config_error(&node.config, Some(line), &["node_id"]);
+}
+
+#[test]
+fn config_without_a_fence_method_exits_2() {
+    let cluster = offline_cluster();
+    let node = cluster.node_with(
+        "n1",
+        NodeOptions {
+            fences: Some(Vec::new()),
+            ..Default::default()
+        },
+    );
+    assert_config_error(
+        &node.config,
+        None,
+        &[&node.config.display().to_string(), "fence"],
+    );
+}
+
+#[test]
+fn ssh_identity_readable_by_others_exits_2_with_chmod_600() {
+    let cluster = offline_cluster();
+    let identity = cluster.dir().join("id_ed25519");
+    let known_hosts = cluster.dir().join("known_hosts");
+    fs::write(&identity, "-----BEGIN OPENSSH PRIVATE KEY-----\n").unwrap();
+    fs::set_permissions(&identity, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&known_hosts, "").unwrap();
+    let ssh = format!(
+        "[[fence]]\nkind = \"ssh\"\nuser = \"warden\"\nidentity_file = {}\nknown_hosts = {}\n",
+        toml_str(&identity.display().to_string()),
+        toml_str(&known_hosts.display().to_string())
+    );
+    let node = cluster.node_with(
+        "n1",
+        NodeOptions {
+            fences: Some(vec![ssh]),
+            ..Default::default()
+        },
+    );
+    assert_config_error(
+        &node.config,
+        None,
+        &[&identity.display().to_string(), "chmod 600"],
+    );
+}
+
+#[test]
+fn zookeeper_auth_file_readable_by_others_exits_2_with_chmod_600() {
+    let cluster = offline_cluster();
+    let auth = cluster.dir().join("zk.auth");
+    fs::write(&auth, "digest:warden:secret\n").unwrap();
+    fs::set_permissions(&auth, fs::Permissions::from_mode(0o644)).unwrap();
+    let node = cluster.node("n1");
+    let connect_timeout = "connect_timeout = \"1s\"\n";
+    rewrite(
+        &node,
+        connect_timeout,
+        &format!(
+            "{connect_timeout}auth_file = {}\n",
+            toml_str(&auth.display().to_string())
+        ),
+        "auth_file",
+    );
+    assert_config_error(
+        &node.config,
+        None,
+        &[&auth.display().to_string(), "chmod 600"],
+    );
+}
+
+#[test]
+fn check_config_prints_the_resolved_config_with_secrets_masked() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let connect_timeout = "connect_timeout = \"1s\"\n";
+    rewrite(
+        &node,
+        connect_timeout,
+        &format!("{connect_timeout}auth = \"digest:warden:s3cr3t-pass\"\n"),
+        "auth =",
+    );
+    let out = cli(&node.config, &["check-config"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&cluster.name), "{}", describe(&out));
+    // A default the file does not set: the output is the resolved config.
+    assert!(
+        stdout.contains("hook_timeout"),
+        "defaults not shown: {}",
+        describe(&out)
+    );
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !all.contains("s3cr3t-pass"),
+        "the secret is printed: {}",
+        describe(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("stop_timeout"),
+        "a warning about stop_timeout for a safe setting: {}",
+        describe(&out)
+    );
+}
+
+/// SPEC §7: `check-config` warns (exit 0) when the graceful stop leaves less than one
+/// renewal interval of the lease: session 2s -> lease 1s, renewal every 333ms; a
+/// stop_timeout of 900ms leaves 100ms.
+#[test]
+fn check_config_warns_when_stop_timeout_leaves_no_renewal_interval_of_the_lease() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    rewrite(
+        &node,
+        "stop_timeout = \"500ms\"",
+        "stop_timeout = \"900ms\"",
+        "900ms",
+    );
+    let out = cli(&node.config, &["check-config"]);
+    assert!(
+        out.status.success(),
+        "a warning is not an error: {}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let warned = stderr.contains("stop_timeout")
+        || stdout.lines().any(|l| {
+            let l = l.to_lowercase();
+            l.contains("stop_timeout") && l.contains("warn")
+        });
+    assert!(warned, "no warning about stop_timeout: {}", describe(&out));
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let out = warden_cmd(&["--version"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// Asserts `warden <args>` exits 3 within a loose 3 x connect_timeout, with one clear
+/// error on stderr.
+fn assert_unreachable(config: &Path, connect_timeout: std::time::Duration, args: &[&str]) {
+    let start = Instant::now();
+    let out = cli(config, args);
+    let took = start.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "`warden {}`: {}",
+        args.join(" "),
+        describe(&out)
+    );
+    assert!(
+        took < connect_timeout * 3,
+        "`warden {}` took {took:?} to give up; connect_timeout is {connect_timeout:?}",
+        args.join(" ")
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.trim().is_empty(),
+        "no error message: {}",
+        describe(&out)
+    );
+    assert!(!stderr.contains("panicked"), "{}", describe(&out));
+}
+
+/// Scenario 8 (CLI half): nothing listens at the ZooKeeper address.
+#[test]
+fn cli_exits_3_within_connect_timeout_when_zookeeper_is_down() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    for args in [&["status"][..], &["status", "--json"], &["init"]] {
+        assert_unreachable(&node.config, cluster.connect_timeout, args);
+    }
+}
+
+/// ZooKeeper accepts the connection but never answers (a hung server).
+#[test]
+fn status_exits_3_within_connect_timeout_when_zookeeper_hangs() {
+    let mut zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let node = cluster.node("n1");
+    zk.freeze();
+    assert_unreachable(&node.config, cluster.connect_timeout, &["status", "--json"]);
+    zk.thaw();
+}
+
+/// `init` creates the cluster's znodes; `status` reads the cluster from ZooKeeper alone,
+/// so it works with every daemon down; `init --force` with no lock and no member clears.
+#[test]
+fn init_creates_the_cluster_and_status_works_with_every_daemon_down() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let node = cluster.node("n1");
+    let client = ZkClient::connect(&zk.connect_string());
+
+    let out = cli(&node.config, &["init"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        client.exists(&format!("/warden/{}", cluster.name)),
+        "init did not create /warden/{}",
+        cluster.name
+    );
+
+    let status = status_json(&node.config);
+    assert_eq!(status["cluster"], cluster.name.as_str(), "{status:#}");
+    assert_eq!(status["backend"], "zookeeper", "{status:#}");
+    assert_eq!(status["paused"], false, "{status:#}");
+    assert!(status["active"].is_null(), "{status:#}");
+    assert!(status["breadcrumb"].is_null(), "{status:#}");
+    assert_eq!(member_ids(&status), Vec::<String>::new(), "{status:#}");
+    let text = cli(&node.config, &["status"]);
+    assert!(text.status.success(), "{}", describe(&text));
+
+    let out = cli(&node.config, &["init", "--force"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = cli(&node.config, &["init"]);
+    assert!(
+        out.status.success(),
+        "init is repeatable: {}",
+        describe(&out)
+    );
+}

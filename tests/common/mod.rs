@@ -1,0 +1,1434 @@
+//! The shared harness of warden's integration tests: real servers and real processes.
+//!
+//! - [`ZkServer`]: a standalone ZooKeeper from Debian's `zookeeper` package on a free
+//!   loopback port, in a temp dir; freeze/thaw/stop/restart; stopped in `Drop`.
+//! - [`Cluster`], [`Node`]: warden config files for one election scope, with the
+//!   journal service as the managed service.
+//! - [`Warden`]: one `warden run` process with its log; killed in `Drop`.
+//! - [`cli`], [`status_json`]: `warden -c CONFIG ...` under a hard timeout.
+//! - [`wait_until`]: poll a condition against a deadline.
+//! - [`Journal`], [`assert_no_overlap`], [`assert_epochs_grow`]: the services' own records
+//!   and the proof that two never ran at once.
+//!
+//! Every log (ZooKeeper's, each warden's) and every journal is registered per test thread;
+//! when a test fails (a [`wait_until`] times out, or any panic drops a handle), all of them
+//! are printed once, so a failing CI run says why. Set `WARDEN_TEST_KEEP=1` to keep the temp
+//! dirs of a failed test.
+
+#![allow(dead_code)]
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+/// The daemon under test.
+pub const WARDEN: &str = env!("CARGO_BIN_EXE_warden");
+/// The managed service of the tests (`src/bin/warden-journal-service.rs`).
+pub const JOURNAL_SERVICE: &str = env!("CARGO_BIN_EXE_warden-journal-service");
+
+/// How often [`wait_until`] polls: fast enough to time failovers, cheap for file reads.
+const POLL: Duration = Duration::from_millis(20);
+/// How often status-based waits run `warden status`, which opens a ZooKeeper session.
+const STATUS_POLL: Duration = Duration::from_millis(100);
+/// A CLI command that has not exited by then is hung: every command is bounded by
+/// `connect_timeout` (1s in these tests) plus its own work.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(15);
+/// A JVM on a loaded 2-core CI machine can take several seconds to serve.
+const ZK_START_TIMEOUT: Duration = Duration::from_secs(40);
+/// How many lines of each log a failure prints (the end is what matters).
+const DUMP_TAIL_LINES: usize = 300;
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+// ---------------------------------------------------------------------------------------
+// Clocks and processes
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of the journal lines.
+pub fn mono_now_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is readable");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// A duration in nanoseconds, to add to journal timestamps.
+pub fn nanos(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// Nanoseconds as a readable duration, for messages.
+pub fn ns(n: u64) -> Duration {
+    Duration::from_nanos(n)
+}
+
+/// A loopback port free right now (another process may take it before use; callers that
+/// bind it retry).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// Whether `pid` is a live process. A zombie is dead: this machine's init reaps orphans
+/// late, so `kill -0` would still find it.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .and_then(|s| s.trim().chars().next())
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// The process's command line, NUL-separated arguments joined by spaces.
+pub fn process_cmdline(pid: u32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        String::from_utf8_lossy(&raw)
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
+    kill(Pid::from_raw(pid as i32), sig)
+}
+
+/// Makes the child die with the thread that spawned it (the test's thread), so that a
+/// test process killed outright leaves no server or daemon behind.
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Kills whatever journal-service processes recorded in `journal` are still alive (and
+/// their process groups), checking their command line names that journal so that a
+/// recycled pid is never hit.
+pub fn kill_journal_services(journal: &Path) {
+    let needle = journal.display().to_string();
+    for run in Journal::read(journal) {
+        if process_alive(run.pid) && process_cmdline(run.pid).is_some_and(|c| c.contains(&needle)) {
+            let _ = kill(Pid::from_raw(-(run.pid as i32)), Signal::SIGKILL);
+            let _ = signal(run.pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Kills, when dropped, the processes whose pids a test's helper script wrote to `file`
+/// (one per line) and that still run a command line containing `marker`: e.g. a fence
+/// script that hangs in `sleep 600` while its warden is killed.
+pub struct PidFileReaper {
+    pub file: PathBuf,
+    pub marker: String,
+}
+
+impl Drop for PidFileReaper {
+    fn drop(&mut self) {
+        let pids = fs::read_to_string(&self.file).unwrap_or_default();
+        for pid in pids.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            if process_alive(pid) && process_cmdline(pid).is_some_and(|c| c.contains(&self.marker))
+            {
+                let _ = signal(pid, Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-test registry of logs and journals, printed once when the test fails
+
+#[derive(Default)]
+struct Registry {
+    logs: Vec<(String, PathBuf)>,
+    journals: Vec<(String, PathBuf)>,
+    dumped: bool,
+}
+
+thread_local! {
+    static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+/// Registers a log file to print when this test fails.
+pub fn register_log(label: &str, path: &Path) {
+    REGISTRY.with(|r| {
+        r.borrow_mut()
+            .logs
+            .push((label.to_string(), path.to_path_buf()))
+    });
+}
+
+/// Registers a service journal to summarize when this test fails.
+pub fn register_journal(label: &str, path: &Path) {
+    REGISTRY.with(|r| {
+        r.borrow_mut()
+            .journals
+            .push((label.to_string(), path.to_path_buf()))
+    });
+}
+
+/// Prints the tail of every registered log and a summary of every journal to stderr
+/// (captured by the test runner and shown for a failing test). Once per test.
+pub fn dump_logs() {
+    let Some((logs, journals)) = REGISTRY.with(|r| {
+        let mut r = r.borrow_mut();
+        let first = !r.dumped;
+        r.dumped = true;
+        first.then(|| (r.logs.clone(), r.journals.clone()))
+    }) else {
+        return;
+    };
+    for (label, path) in logs {
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let skip = lines.len().saturating_sub(DUMP_TAIL_LINES);
+        eprintln!(
+            "\n======== {label}: {} ({} lines{}) ========",
+            path.display(),
+            lines.len(),
+            if skip > 0 {
+                format!(", last {DUMP_TAIL_LINES}")
+            } else {
+                String::new()
+            }
+        );
+        for line in &lines[skip..] {
+            eprintln!("{line}");
+        }
+    }
+    for (label, path) in journals {
+        if !path.exists() {
+            continue;
+        }
+        eprintln!("\n======== journal {label}: {} ========", path.display());
+        for run in Journal::read(&path) {
+            eprintln!("{run}");
+        }
+    }
+    eprintln!("\n======== now: mono {} ns ========", mono_now_ns());
+}
+
+/// Called from the `Drop` of every handle: a panicking test prints everything once.
+fn dump_if_panicking() {
+    if std::thread::panicking() {
+        dump_logs();
+    }
+}
+
+fn keep_dir_if_failed(dir: &mut TempDir) {
+    if std::thread::panicking() && std::env::var_os("WARDEN_TEST_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("WARDEN_TEST_KEEP: kept {}", dir.path().display());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting
+
+/// Polls `f` every 20ms until it is true; after `timeout` prints every log of the test and
+/// panics naming `what`.
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return;
+        }
+        if start.elapsed() >= timeout {
+            dump_logs();
+            panic!("timed out after {timeout:?} waiting until {what}");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Like [`wait_until`], but `f` returns a value once the condition holds.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let mut found = None;
+    wait_until(timeout, what, || {
+        found = f();
+        found.is_some()
+    });
+    found.expect("wait_until returned, so the value was found")
+}
+
+// ---------------------------------------------------------------------------------------
+// ZooKeeper
+
+const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Without an slf4j binding the server logs nowhere; with this one it logs to stderr.
+const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+const ZK_CONF_DIR: &str = "/etc/zookeeper/conf";
+const ZK_INSTALL: &str = "apt-get install -y zookeeper";
+
+/// A standalone ZooKeeper server of Debian's `zookeeper` package, owned by the test.
+pub struct ZkServer {
+    dir: TempDir,
+    port: u16,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl ZkServer {
+    /// Starts a server on a free loopback port and waits until it accepts sessions.
+    pub fn start() -> ZkServer {
+        check_zookeeper_installed();
+        let dir = tempfile::Builder::new()
+            .prefix("warden-zk-")
+            .tempdir()
+            .expect("create a temp dir");
+        let log_path = dir.path().join("zookeeper.log");
+        register_log("zookeeper", &log_path);
+        let mut zk = ZkServer {
+            dir,
+            port: 0,
+            log_path,
+            child: None,
+        };
+        // The free port can be taken by another test between probe and bind: try again.
+        for attempt in 1..=5 {
+            zk.port = free_port();
+            zk.write_config();
+            zk.spawn();
+            match zk.wait_ready() {
+                Ok(()) => return zk,
+                Err(e) if attempt < 5 && zk.log().contains("Address already in use") => {
+                    eprintln!("zookeeper: port {} was taken ({e}), retrying", zk.port);
+                    zk.kill_child();
+                }
+                Err(e) => {
+                    dump_logs();
+                    panic!("ZooKeeper did not start: {e}");
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// `127.0.0.1:PORT`, for warden's `connect`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends a four-letter-word command (`ruok`, `srvr`, `mntr`) and returns the answer.
+    pub fn four_letter(&self, cmd: &str) -> std::io::Result<String> {
+        four_letter(self.port, cmd)
+    }
+
+    /// Whether the server answers `ruok` with `imok`.
+    pub fn ruok(&self) -> bool {
+        self.four_letter("ruok").is_ok_and(|a| a == "imok")
+    }
+
+    /// SIGSTOP: the server keeps its sockets but answers nothing, as a hung or cut-off
+    /// server does; its session clocks stop too.
+    pub fn freeze(&mut self) {
+        let pid = self.pid().expect("freeze a running ZooKeeper");
+        signal(pid, Signal::SIGSTOP).expect("SIGSTOP zookeeper");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&mut self) {
+        let pid = self.pid().expect("thaw a running ZooKeeper");
+        signal(pid, Signal::SIGCONT).expect("SIGCONT zookeeper");
+    }
+
+    /// Kills the server (SIGKILL by pid) and waits for it; the data dir stays.
+    pub fn stop(&mut self) {
+        self.kill_child();
+    }
+
+    /// Starts the server again on the same port and data dir, and waits until it serves.
+    pub fn restart(&mut self) {
+        self.kill_child();
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("ZooKeeper did not restart on port {}: {e}", self.port);
+        }
+    }
+
+    fn write_config(&self) {
+        let data = self.dir.path().join("data");
+        fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
+        // tickTime 100ms: sessions are checked every tick, so expiry is timely; the
+        // session bounds let each test choose a short session_timeout.
+        let cfg = format!(
+            "tickTime=100\n\
+             minSessionTimeout=200\n\
+             maxSessionTimeout=60000\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=ruok,srvr,mntr\n",
+            data.display(),
+            self.port
+        );
+        fs::write(self.dir.path().join("zoo.cfg"), cfg).expect("write zoo.cfg");
+    }
+
+    fn spawn(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open the ZooKeeper log");
+        let mut classpath = format!("{ZK_CONF_DIR}:{ZK_JAR}");
+        if Path::new(SLF4J_SIMPLE_JAR).exists() {
+            classpath.push(':');
+            classpath.push_str(SLF4J_SIMPLE_JAR);
+        }
+        let mut cmd = Command::new("java");
+        cmd.args([
+            // Startup speed over peak speed: a test server does little work.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-Xmx256m",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+            // Every client that closes its socket (each `warden status`) logs a stack
+            // trace here at WARN; it drowns the server's story in a failing test's dump.
+            "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
+            "-cp",
+            &classpath,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+        ])
+        .arg(self.dir.path().join("zoo.cfg"))
+        .current_dir(self.dir.path())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone the log handle"))
+        .stderr(log);
+        die_with_parent(&mut cmd);
+        self.child = Some(cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot run java for ZooKeeper ({e}); install it with: {ZK_INSTALL}")
+        }));
+    }
+
+    /// Ready = answers `ruok`, `srvr` says it serves, and a client session can be opened.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                return Err(format!("java exited with {status} before serving"));
+            }
+            if self.ruok()
+                && self
+                    .four_letter("srvr")
+                    .is_ok_and(|s| s.contains("Mode: standalone"))
+                && ZkClient::try_connect(&self.connect_string(), secs(2)).is_ok()
+            {
+                eprintln!(
+                    "zookeeper on port {} serving after {:?}",
+                    self.port,
+                    start.elapsed()
+                );
+                return Ok(());
+            }
+            if start.elapsed() > ZK_START_TIMEOUT {
+                return Err(format!(
+                    "not serving on port {} after {ZK_START_TIMEOUT:?}",
+                    self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_child(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        dump_if_panicking();
+        self.kill_child();
+        keep_dir_if_failed(&mut self.dir);
+    }
+}
+
+fn check_zookeeper_installed() {
+    let java = Command::new("java")
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !java.is_ok_and(|s| s.success()) {
+        panic!("java is not installed (ZooKeeper needs it); install with: {ZK_INSTALL}");
+    }
+    if !Path::new(ZK_JAR).exists() {
+        panic!("{ZK_JAR} is missing: ZooKeeper is not installed; install with: {ZK_INSTALL}");
+    }
+}
+
+fn four_letter(port: u16, cmd: &str) -> std::io::Result<String> {
+    let addr = ("127.0.0.1", port);
+    let mut stream = TcpStream::connect_timeout(
+        &std::net::ToSocketAddrs::to_socket_addrs(&addr)?
+            .next()
+            .expect("one address"),
+        Duration::from_millis(500),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_millis(1000)))?;
+    stream.write_all(cmd.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// A small ZooKeeper client for tests that read or plant znodes (a garbage breadcrumb).
+pub struct ZkClient {
+    // Declared before the runtime: dropped first, closing the session while the runtime
+    // still runs.
+    client: zookeeper_client::Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl ZkClient {
+    /// Opens a session, panicking with the reason after 5s.
+    pub fn connect(connect: &str) -> ZkClient {
+        ZkClient::try_connect(connect, secs(5))
+            .unwrap_or_else(|e| panic!("cannot open a ZooKeeper session to {connect}: {e}"))
+    }
+
+    pub fn try_connect(connect: &str, timeout: Duration) -> Result<ZkClient, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("build a tokio runtime");
+        let client = rt
+            .block_on(async {
+                tokio::time::timeout(
+                    timeout,
+                    zookeeper_client::Client::connector()
+                        .with_session_timeout(secs(10))
+                        .with_connection_timeout(timeout)
+                        .connect(connect),
+                )
+                .await
+            })
+            .map_err(|_| format!("no session after {timeout:?}"))?
+            .map_err(|e| e.to_string())?;
+        Ok(ZkClient { client, rt })
+    }
+
+    /// Writes `data` at `path`, creating it and its parents (persistent, open ACL).
+    pub fn put(&self, path: &str, data: &[u8]) {
+        use zookeeper_client::{Acls, CreateMode, Error};
+        self.rt.block_on(async {
+            let opts = CreateMode::Persistent.with_acls(Acls::anyone_all());
+            if let Some((parent, _)) = path.rsplit_once('/') {
+                if !parent.is_empty() {
+                    match self.client.mkdir(parent, &opts).await {
+                        Ok(()) | Err(Error::NodeExists) => {}
+                        Err(e) => panic!("mkdir {parent}: {e}"),
+                    }
+                }
+            }
+            match self.client.create(path, data, &opts).await {
+                Ok(_) => {}
+                Err(Error::NodeExists) => {
+                    self.client
+                        .set_data(path, data, None)
+                        .await
+                        .unwrap_or_else(|e| panic!("set {path}: {e}"));
+                }
+                Err(e) => panic!("create {path}: {e}"),
+            }
+        })
+    }
+
+    /// The data of `path`, or `None` if it does not exist.
+    pub fn get(&self, path: &str) -> Option<Vec<u8>> {
+        self.rt.block_on(async {
+            match self.client.get_data(path).await {
+                Ok((data, _)) => Some(data),
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(e) => panic!("get {path}: {e}"),
+            }
+        })
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.rt.block_on(async {
+            self.client
+                .check_stat(path)
+                .await
+                .unwrap_or_else(|e| panic!("stat {path}: {e}"))
+                .is_some()
+        })
+    }
+
+    /// The children of `path`, sorted; empty if it does not exist.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        self.rt.block_on(async {
+            match self.client.list_children(path).await {
+                Ok(mut c) => {
+                    c.sort();
+                    c
+                }
+                Err(zookeeper_client::Error::NoNode) => Vec::new(),
+                Err(e) => panic!("children of {path}: {e}"),
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Clusters, nodes and their configs
+
+static CLUSTER_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// One election scope of a test: a temp dir holding each node's config, journal and log.
+pub struct Cluster {
+    /// `cluster.name`, unique per test.
+    pub name: String,
+    /// `coordination.zookeeper.connect`.
+    pub connect: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub rejoin_delay: Duration,
+    pub stop_timeout: Duration,
+    dir: TempDir,
+    nodes: RefCell<Vec<(String, PathBuf)>>,
+}
+
+/// Per-node choices of a test; the default is the journal service with no extra
+/// arguments and the fence chain [`Cluster::recorder_fence`] + [`signal_fence`].
+#[derive(Clone, Debug, Default)]
+pub struct NodeOptions {
+    /// Extra arguments of the journal service (`--exit-after 1s`, `--ignore-term`, ...).
+    pub service_args: Vec<String>,
+    /// `[[fence]]` tables replacing the default chain.
+    pub fences: Option<Vec<String>>,
+    /// TOML appended to the config as is (a `[health]` table, say).
+    pub extra: String,
+}
+
+/// One node's files.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub id: String,
+    pub config: PathBuf,
+    pub journal: PathBuf,
+}
+
+impl Cluster {
+    /// A cluster on `zk` with the tests' short timeouts: session 2s (lease 1s, renewal
+    /// every 333ms), connect 1s, rejoin 200ms, stop 500ms.
+    pub fn new(zk: &ZkServer) -> Cluster {
+        Cluster::with_connect(&zk.connect_string())
+    }
+
+    /// A cluster pointed at any connect string (a dead port, for "ZooKeeper down").
+    pub fn with_connect(connect: &str) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("warden-test-")
+            .tempdir()
+            .expect("create a temp dir");
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .rsplit("::")
+            .next()
+            .unwrap_or("test")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect::<String>();
+        let short: String = test.chars().take(32).collect();
+        let name = format!(
+            "{short}-{}-{}",
+            std::process::id(),
+            CLUSTER_SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        Cluster {
+            name,
+            connect: connect.to_string(),
+            session_timeout: secs(2),
+            connect_timeout: secs(1),
+            rejoin_delay: ms(200),
+            stop_timeout: ms(500),
+            dir,
+            nodes: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The temp dir of this cluster.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The ZooKeeper path of a znode of this cluster (`breadcrumb`, `lock`, `members`).
+    pub fn znode(&self, name: &str) -> String {
+        format!("/warden/{}/{name}", self.name)
+    }
+
+    /// Writes the config of node `id` with the default options.
+    pub fn node(&self, id: &str) -> Node {
+        self.node_with(id, NodeOptions::default())
+    }
+
+    /// Writes the config of node `id`.
+    pub fn node_with(&self, id: &str, opts: NodeOptions) -> Node {
+        let config = self.dir().join(format!("{id}.toml"));
+        let journal = self.dir().join(format!("{id}.journal"));
+        let mut command = vec![
+            JOURNAL_SERVICE.to_string(),
+            "--journal".to_string(),
+            journal.display().to_string(),
+        ];
+        command.extend(opts.service_args.iter().cloned());
+        let fences = opts
+            .fences
+            .clone()
+            .unwrap_or_else(|| vec![self.recorder_fence(), signal_fence()]);
+        let text = format!(
+            "# warden test config: node {id} of cluster {name}\n\
+             [cluster]\n\
+             name = {name_s}\n\
+             node_id = {id_s}\n\
+             host = \"127.0.0.1\"\n\
+             \n\
+             [coordination]\n\
+             backend = \"zookeeper\"\n\
+             \n\
+             [coordination.zookeeper]\n\
+             connect = {connect}\n\
+             session_timeout = {session}\n\
+             connect_timeout = {conn_timeout}\n\
+             \n\
+             [election]\n\
+             rejoin_delay = {rejoin}\n\
+             \n\
+             [service]\n\
+             mode = \"spawn\"\n\
+             command = {command}\n\
+             stop_timeout = {stop}\n\
+             \n\
+             [health]\n\
+             kind = \"none\"\n\
+             \n\
+             {fences}\n\
+             {extra}\n",
+            name = self.name,
+            name_s = toml_str(&self.name),
+            id_s = toml_str(id),
+            connect = toml_str(&self.connect),
+            session = toml_duration(self.session_timeout),
+            conn_timeout = toml_duration(self.connect_timeout),
+            rejoin = toml_duration(self.rejoin_delay),
+            command = toml_array(&command),
+            stop = toml_duration(self.stop_timeout),
+            fences = fences.join("\n"),
+            extra = opts.extra,
+        );
+        fs::write(&config, text).expect("write the node config");
+        register_journal(id, &journal);
+        self.nodes
+            .borrow_mut()
+            .push((id.to_string(), journal.clone()));
+        Node {
+            id: id.to_string(),
+            config,
+            journal,
+        }
+    }
+
+    /// A `[[fence]]` script placed first in the default chain: it records who fenced whom
+    /// (`<WARDEN_NODE_ID> <WARDEN_TARGET_NODE_ID>` in [`fence_calls`](Self::fence_calls))
+    /// and fails, so the chain goes on to `signal`. An empty record proves that no fencing
+    /// was attempted, whatever the logs say.
+    pub fn recorder_fence(&self) -> String {
+        let calls = self.dir().join("fence-calls");
+        let script = self.script(
+            "fence-recorder.sh",
+            &format!(
+                "echo \"$WARDEN_NODE_ID $WARDEN_TARGET_NODE_ID\" >> {}\nexit 1\n",
+                sh_quote(&calls.display().to_string())
+            ),
+        );
+        script_fence(&[&script.display().to_string()], secs(2))
+    }
+
+    /// The lines of the recorder fence: one `<fencer> <target>` per fencing attempt.
+    pub fn fence_calls(&self) -> Vec<String> {
+        fs::read_to_string(self.dir().join("fence-calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Writes an executable `/bin/sh` script in the cluster's dir and returns its path.
+    pub fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.dir().join(name);
+        fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write a script");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod a script");
+        path
+    }
+
+    /// Every run of every node's service so far.
+    pub fn runs(&self) -> Vec<Run> {
+        self.nodes
+            .borrow()
+            .iter()
+            .flat_map(|(_, journal)| Journal::read(journal))
+            .collect()
+    }
+
+    /// The safety proof from the services' own records: no two ran at once, and every
+    /// promotion saw a greater epoch.
+    pub fn assert_safe(&self) {
+        let runs = self.runs();
+        assert_no_overlap(&runs);
+        assert_epochs_grow(&runs);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        dump_if_panicking();
+        for (_, journal) in self.nodes.borrow().iter() {
+            kill_journal_services(journal);
+        }
+        keep_dir_if_failed(&mut self.dir);
+    }
+}
+
+impl Node {
+    /// Starts `warden -c <config> run` for this node.
+    pub fn start(&self) -> Warden {
+        let mut w = Warden::start(&self.config);
+        w.journal = Some(self.journal.clone());
+        w
+    }
+
+    /// The runs of this node's service so far.
+    pub fn runs(&self) -> Vec<Run> {
+        Journal::read(&self.journal)
+    }
+
+    /// The latest run of this node's service, if any.
+    pub fn last_run(&self) -> Option<Run> {
+        self.runs().pop()
+    }
+}
+
+/// `[[fence]] kind = "signal"` with a 3s timeout.
+pub fn signal_fence() -> String {
+    "[[fence]]\nkind = \"signal\"\nsignal = \"SIGKILL\"\ntimeout = \"3s\"\n".to_string()
+}
+
+/// `[[fence]] kind = "script"` (environment protocol) running `command`.
+pub fn script_fence(command: &[&str], timeout: Duration) -> String {
+    let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+    format!(
+        "[[fence]]\nkind = \"script\"\ncommand = {}\ntimeout = {}\n",
+        toml_array(&command),
+        toml_duration(timeout)
+    )
+}
+
+/// A TOML basic string.
+pub fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+pub fn toml_array(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| toml_str(s)).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// A duration as warden's config writes it: `"200ms"`, `"2s"`.
+pub fn toml_duration(d: Duration) -> String {
+    toml_str(&humantime::format_duration(d).to_string())
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+// ---------------------------------------------------------------------------------------
+// warden processes and the CLI
+
+/// One `warden -c CONFIG run` process, its output in a log file.
+pub struct Warden {
+    child: Child,
+    pid: u32,
+    config: PathBuf,
+    log_path: PathBuf,
+    label: String,
+    journal: Option<PathBuf>,
+    exit: Option<ExitStatus>,
+}
+
+impl Warden {
+    /// Starts the daemon with `RUST_LOG=info`, stdout and stderr to `<config stem>.log`
+    /// (`.2.log`, ... for later starts of the same config).
+    pub fn start(config: &Path) -> Warden {
+        Warden::start_program(Path::new(WARDEN), config)
+    }
+
+    /// Runs `<program> -c <config> run` as [`start`](Self::start) runs warden: the
+    /// harness's self-tests use a stand-in program.
+    pub fn start_program(program: &Path, config: &Path) -> Warden {
+        let stem = config
+            .file_stem()
+            .expect("a config file name")
+            .to_string_lossy()
+            .to_string();
+        let dir = config.parent().expect("a config dir");
+        let (log_path, label) = (1..)
+            .map(|n| {
+                if n == 1 {
+                    (dir.join(format!("{stem}.log")), format!("warden {stem}"))
+                } else {
+                    (
+                        dir.join(format!("{stem}.{n}.log")),
+                        format!("warden {stem} (start {n})"),
+                    )
+                }
+            })
+            .find(|(p, _)| !p.exists())
+            .expect("some log name is free");
+        let log = fs::File::create(&log_path).expect("create the warden log");
+        register_log(&label, &log_path);
+        let mut cmd = Command::new(program);
+        cmd.arg("-c")
+            .arg(config)
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .env_remove("WARDEN_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone the log handle"))
+            .stderr(log);
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        Warden {
+            pid: child.id(),
+            child,
+            config: config.to_path_buf(),
+            log_path,
+            label,
+            journal: None,
+            exit: None,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Everything the daemon printed so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Whether the log mentions `needle`, ignoring case.
+    pub fn log_mentions(&self, needle: &str) -> bool {
+        self.log().to_lowercase().contains(&needle.to_lowercase())
+    }
+
+    /// How many lines of the log mention `needle`, ignoring case.
+    pub fn log_count(&self, needle: &str) -> usize {
+        let needle = needle.to_lowercase();
+        self.log()
+            .lines()
+            .filter(|l| l.to_lowercase().contains(&needle))
+            .count()
+    }
+
+    /// Waits until the log mentions `needle` (ignoring case).
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        wait_until(
+            timeout,
+            &format!("the log of {} mentions {needle:?}", self.label),
+            || self.log_mentions(needle),
+        );
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        signal(self.pid, sig).unwrap_or_else(|e| panic!("{sig} to {}: {e}", self.label));
+    }
+
+    pub fn kill9(&self) {
+        self.signal(Signal::SIGKILL);
+    }
+
+    pub fn sigstop(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    pub fn sigcont(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    pub fn sigterm(&self) {
+        self.signal(Signal::SIGTERM);
+    }
+
+    /// The exit status if the process has exited (reaping it).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait on warden");
+        }
+        self.exit
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.try_exit().is_none()
+    }
+
+    /// Waits for the process to exit; panics with every log after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let label = self.label.clone();
+        wait_for(timeout, &format!("{label} exits"), || self.try_exit())
+    }
+}
+
+impl Drop for Warden {
+    fn drop(&mut self) {
+        dump_if_panicking();
+        if self.try_exit().is_none() {
+            // SIGKILL ends a stopped (SIGSTOPped) daemon too; the SIGCONT is belt and braces.
+            let _ = signal(self.pid, Signal::SIGKILL);
+            let _ = signal(self.pid, Signal::SIGCONT);
+            let _ = self.child.wait();
+        }
+        if let Some(journal) = &self.journal {
+            kill_journal_services(journal);
+        }
+    }
+}
+
+/// Runs `warden -c CONFIG <args>` to completion under [`CLI_TIMEOUT`].
+pub fn cli(config: &Path, args: &[&str]) -> Output {
+    cli_with_timeout(config, args, CLI_TIMEOUT)
+}
+
+/// Runs `warden -c CONFIG <args>`; a command still running at `timeout` is killed and the
+/// test fails with what it printed.
+pub fn cli_with_timeout(config: &Path, args: &[&str], timeout: Duration) -> Output {
+    let mut full = vec!["-c".to_string(), config.display().to_string()];
+    full.extend(args.iter().map(|s| s.to_string()));
+    run_bounded(WARDEN, &full, timeout)
+}
+
+/// Runs `warden <args>` (no `-c`) under [`CLI_TIMEOUT`].
+pub fn warden_cmd(args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    run_bounded(WARDEN, &args, CLI_TIMEOUT)
+}
+
+/// Runs `program args` to completion; one still running at `timeout` is killed and the
+/// test fails with what it printed.
+pub fn run_bounded(program: &str, args: &[String], timeout: Duration) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("WARDEN_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = out.read_to_end(&mut buf);
+        buf
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = err.read_to_end(&mut buf);
+        buf
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if start.elapsed() >= timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_reader.join().unwrap_or_default();
+            let stderr = err_reader.join().unwrap_or_default();
+            dump_logs();
+            panic!(
+                "`{program} {}` did not exit within {timeout:?}; killed.\nstdout:\n{}\nstderr:\n{}",
+                args.join(" "),
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
+}
+
+/// A command's output as text, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `warden -c CONFIG status --json`, which must exit 0 and print one JSON object.
+pub fn status_json(config: &Path) -> Value {
+    try_status_json(config).unwrap_or_else(|e| {
+        dump_logs();
+        panic!("{e}")
+    })
+}
+
+/// `status --json` as a value, or why not.
+pub fn try_status_json(config: &Path) -> Result<Value, String> {
+    let out = cli(config, &["status", "--json"]);
+    if !out.status.success() {
+        return Err(format!("`warden status --json` failed\n{}", describe(&out)));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "`warden status --json` printed no JSON object ({e})\n{}",
+            describe(&out)
+        )
+    })
+}
+
+/// Polls `status --json` until `pred` holds; returns that status. On timeout the panic
+/// shows the last status (or error) as well as every log.
+pub fn wait_for_status(
+    config: &Path,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&Value) -> bool,
+) -> Value {
+    let start = Instant::now();
+    let mut last;
+    loop {
+        let status = try_status_json(config);
+        if let Ok(s) = &status {
+            if pred(s) {
+                return s.clone();
+            }
+        }
+        last = match status {
+            Ok(s) => serde_json::to_string_pretty(&s).unwrap_or_default(),
+            Err(e) => e,
+        };
+        if start.elapsed() >= timeout {
+            dump_logs();
+            panic!("timed out after {timeout:?} waiting until {what}; last status:\n{last}");
+        }
+        std::thread::sleep(STATUS_POLL);
+    }
+}
+
+/// Waits until `status --json` names an active node; returns its node id and epoch.
+pub fn wait_for_active(config: &Path, timeout: Duration) -> (String, u64) {
+    let s = wait_for_status(config, timeout, "status names an active node", |s| {
+        active_id(s).is_some()
+    });
+    (
+        active_id(&s).expect("checked"),
+        active_epoch(&s).expect("an active node has an epoch"),
+    )
+}
+
+/// Starts `first` and waits until it is active with its service running; then starts
+/// `others` and waits until each reports `standby`. Returns the wardens, `first` first.
+/// Starting one node first makes "who is active" deterministic.
+pub fn start_active_then_standbys(first: &Node, others: &[&Node]) -> Vec<Warden> {
+    let mut wardens = vec![first.start()];
+    wait_for_status(
+        &first.config,
+        secs(30),
+        &format!("{} is active", first.id),
+        |s| active_id(s).as_deref() == Some(first.id.as_str()),
+    );
+    wait_until(
+        secs(10),
+        &format!("the service of {} runs", first.id),
+        || first.last_run().is_some_and(|r| process_alive(r.pid)),
+    );
+    wardens.extend(others.iter().map(|n| n.start()));
+    wait_for_status(
+        &first.config,
+        secs(30),
+        "the other nodes are standbys",
+        |s| {
+            others
+                .iter()
+                .all(|n| member_role(s, &n.id).as_deref() == Some("standby"))
+        },
+    );
+    wardens
+}
+
+/// `active.node_id` of a status.
+pub fn active_id(status: &Value) -> Option<String> {
+    status["active"]["node_id"].as_str().map(str::to_string)
+}
+
+/// `active.epoch` of a status (a JSON number, or a decimal string).
+pub fn active_epoch(status: &Value) -> Option<u64> {
+    json_u64(&status["active"]["epoch"])
+}
+
+/// A number, or a decimal string (epochs are 64-bit; some writers quote them).
+pub fn json_u64(v: &Value) -> Option<u64> {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+/// The member record of `node` in a status.
+pub fn member<'a>(status: &'a Value, node: &str) -> Option<&'a Value> {
+    status["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["node_id"] == node)
+}
+
+/// The role `node` reports in a status.
+pub fn member_role(status: &Value, node: &str) -> Option<String> {
+    member(status, node).and_then(|m| m["role"].as_str().map(str::to_string))
+}
+
+/// The node ids of the members in a status, sorted.
+pub fn member_ids(status: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = status["members"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["node_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+// ---------------------------------------------------------------------------------------
+// Journals: the services' own records
+
+/// One run of the journal service: from its `start` line to its last line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// `WARDEN_NODE_ID` as the service saw it (`-` if unset).
+    pub node: String,
+    pub pid: u32,
+    /// `WARDEN_EPOCH` as the service saw it.
+    pub epoch: Option<u64>,
+    pub start_ns: u64,
+    /// The last line's time: a run killed by SIGKILL died within one tick after it.
+    pub last_ns: u64,
+    pub ticks: usize,
+    /// Whether it wrote `stop` (a SIGTERM it handled).
+    pub stopped: bool,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "run node={} pid={} epoch={} start={} last={} ({:?}, {} ticks){}",
+            self.node,
+            self.pid,
+            self.epoch
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "-".into()),
+            self.start_ns,
+            self.last_ns,
+            ns(self.last_ns.saturating_sub(self.start_ns)),
+            self.ticks,
+            if self.stopped { " stopped" } else { "" }
+        )
+    }
+}
+
+/// Reader of the journal service's files.
+pub struct Journal;
+
+impl Journal {
+    /// The runs recorded in `path`, in the order they started; none if it does not exist.
+    /// Lines are attributed by their `pid=`, so runs that (wrongly) overlapped in one file
+    /// are still told apart. An unfinished last line is ignored.
+    pub fn read(path: &Path) -> Vec<Run> {
+        let Ok(text) = fs::read_to_string(path) else {
+            return Vec::new();
+        };
+        let complete = match text.rfind('\n') {
+            Some(end) => &text[..=end],
+            None => "",
+        };
+        let mut runs: Vec<Run> = Vec::new();
+        for (n, line) in complete.lines().enumerate() {
+            let mut words = line.split_whitespace();
+            let kind = words
+                .next()
+                .unwrap_or_else(|| not_a_journal_line(path, n + 1, line));
+            let at: u64 = words
+                .next()
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| not_a_journal_line(path, n + 1, line));
+            let fields: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
+            let field = |k: &str| fields.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+            let pid: Option<u32> = field("pid").and_then(|p| p.parse().ok());
+            if kind == "start" {
+                runs.push(Run {
+                    node: field("node").unwrap_or("-").to_string(),
+                    pid: pid.unwrap_or_else(|| not_a_journal_line(path, n + 1, line)),
+                    epoch: field("epoch").and_then(|e| e.parse().ok()),
+                    start_ns: at,
+                    last_ns: at,
+                    ticks: 0,
+                    stopped: false,
+                });
+                continue;
+            }
+            let run = match pid {
+                Some(pid) => runs.iter_mut().rev().find(|r| r.pid == pid),
+                None => runs.last_mut(),
+            }
+            .unwrap_or_else(|| not_a_journal_line(path, n + 1, line));
+            run.last_ns = run.last_ns.max(at);
+            match kind {
+                "tick" => run.ticks += 1,
+                "stop" => run.stopped = true,
+                _ => not_a_journal_line(path, n + 1, line),
+            }
+        }
+        runs.sort_by_key(|r| r.start_ns);
+        runs
+    }
+}
+
+fn not_a_journal_line<T>(path: &Path, line_no: usize, line: &str) -> T {
+    panic!("{}:{line_no}: not a journal line: {line:?}", path.display())
+}
+
+/// No two runs overlap in `[start_ns, last_ns]`: from the services' own records, two were
+/// never active at once. (A SIGKILLed run's true end is up to one tick after its last
+/// line; the tests check that the old process is gone where it matters.)
+pub fn assert_no_overlap(runs: &[Run]) {
+    let mut sorted: Vec<&Run> = runs.iter().collect();
+    sorted.sort_by_key(|r| r.start_ns);
+    // The run that ends last among those started so far: a later start must follow it.
+    let mut latest: Option<&Run> = None;
+    for run in sorted {
+        match latest {
+            Some(prev) if run.start_ns <= prev.last_ns => {
+                dump_logs();
+                panic!(
+                    "two services ran at once:\n  {prev}\n  {run}\n(the second started {:?} \
+                     before the first's last line)",
+                    ns(prev.last_ns - run.start_ns)
+                );
+            }
+            _ => latest = Some(run),
+        }
+    }
+}
+
+/// Runs ordered by start have strictly growing epochs; a run may keep its predecessor's
+/// epoch only on the same node (a re-promotion under the same lock). Every run must have
+/// seen `WARDEN_EPOCH`.
+pub fn assert_epochs_grow(runs: &[Run]) {
+    let mut sorted: Vec<&Run> = runs.iter().collect();
+    sorted.sort_by_key(|r| r.start_ns);
+    let mut report = String::new();
+    for r in &sorted {
+        let _ = writeln!(report, "  {r}");
+    }
+    for run in &sorted {
+        if run.epoch.is_none() {
+            dump_logs();
+            panic!("a service did not get a decimal WARDEN_EPOCH:\n{report}");
+        }
+    }
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let ok = b.epoch > a.epoch || (b.epoch == a.epoch && b.node == a.node);
+        if !ok {
+            dump_logs();
+            panic!(
+                "epochs did not grow from one promotion to the next ({} then {}):\n{report}",
+                a.epoch.unwrap_or(0),
+                b.epoch.unwrap_or(0)
+            );
+        }
+    }
+}
