@@ -775,18 +775,15 @@ impl Daemon {
     ) {
         let took = now.duration_since(self.role_since);
         self.role_since = now;
-        let line = format!("{from} -> {to}: {reason}");
         let took_ms = took.as_millis() as u64;
         match to {
             Role::Neutral | Role::Demoting if from == Role::Active => {
-                warn!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
+                warn!(%from, %to, epoch, %reason, took_ms, "transition")
             }
             _ if reason.starts_with("fencing failed") || reason.starts_with("refusing") => {
-                error!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
+                error!(%from, %to, epoch, %reason, took_ms, "transition")
             }
-            _ => {
-                info!(from = %from, to = %to, epoch, reason = %reason, took_ms, "transition {line}")
-            }
+            _ => info!(%from, %to, epoch, %reason, took_ms, "transition"),
         }
         let m = self.member();
         let entry = HistoryEntry {

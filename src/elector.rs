@@ -499,7 +499,7 @@ impl Elector {
             }
         }
         if let Some(end) = self.lease.end {
-            if matches!(self.svc, Svc::Starting(_) | Svc::Up) {
+            if self.lease.doubt && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
                 consider(Some(end.checked_sub(self.cfg.demote_grace).unwrap_or(end)));
             }
             if self.svc != Svc::Down && !self.lease.killed {
@@ -1250,8 +1250,7 @@ impl Elector {
         self.start_if_due(now);
     }
 
-    /// §4.3d: start the service if we serve, it is down, and the lease leaves room for a
-    /// graceful stop.
+    /// §4.3d: start the service if we serve, it is down, and the lease is valid.
     fn start_if_due(&mut self, now: Instant) {
         let Phase::Holding {
             epoch,
@@ -1260,7 +1259,8 @@ impl Elector {
         else {
             return;
         };
-        if self.svc != Svc::Down || self.stopping {
+        // A lease in doubt waits for a renewal to succeed before anything starts again.
+        if self.svc != Svc::Down || self.stopping || self.lease.doubt {
             return;
         }
         if self.control.paused && self.breadcrumb_written && self.role == Role::Active {
@@ -1279,16 +1279,15 @@ impl Elector {
         });
     }
 
-    /// The instant up to which a start is allowed: the lease end less the graceful stop,
-    /// if that is still ahead.
+    /// The lease end, if the lease is still valid: a start is allowed up to it.
     fn lease_left(&self, now: Instant) -> Option<Instant> {
         let end = self.lease.end?;
-        let until = end.checked_sub(self.cfg.demote_grace)?;
-        (now < until).then_some(until)
+        (now < end).then_some(end)
     }
 
-    /// §4.4: the service must be down by the lease end. Demotion starts at lease end less
-    /// the graceful stop; at the lease end whatever remains is killed.
+    /// §4.4: the service must be down by the lease end. Once a renewal failed or is late,
+    /// demotion starts at lease end less the graceful stop (at once if that is past); at
+    /// the lease end whatever remains is killed, renewal doubt or not.
     fn lease_timers(&mut self, now: Instant) {
         let Some(end) = self.lease.end else { return };
         if let Phase::Holding { .. } = self.phase {
@@ -1306,8 +1305,7 @@ impl Elector {
             }
         }
         let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
-        if now >= demote_at && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
-            self.lease.doubt = true;
+        if self.lease.doubt && now >= demote_at && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
             self.reason = "the lease is ending without a renewal; demoting".into();
             self.stop_service(StopCause::Forced);
         }
@@ -1505,10 +1503,11 @@ impl Elector {
             self.stable_since = Some(now);
         }
         self.role = role;
+        // A reason explains one transition; the next one needs its own.
         let reason = if self.reason.is_empty() {
-            "state change".to_string()
+            default_reason(from, role).to_string()
         } else {
-            self.reason.clone()
+            std::mem::take(&mut self.reason)
         };
         self.actions.push_back(Action::Transition {
             from,
@@ -1516,6 +1515,19 @@ impl Elector {
             epoch: self.epoch(),
             reason,
         });
+    }
+}
+
+/// Words for a transition that no input explained.
+fn default_reason(from: Role, to: Role) -> &'static str {
+    match (from, to) {
+        (_, Role::Standby) => "in the election",
+        (_, Role::Ineligible) => "out of the election",
+        (_, Role::Active) => "serving",
+        (_, Role::Neutral) => "the lease is in doubt",
+        (_, Role::Demoting) => "demoting",
+        (_, Role::Promoting) => "promoting",
+        (_, Role::Fencing) => "fencing",
     }
 }
 
@@ -1776,7 +1788,7 @@ mod tests {
             vec![Action::StartService {
                 ticket: s,
                 epoch: 42,
-                lease_valid_until: sent + T / 2 - GRACE
+                lease_valid_until: sent + T / 2
             }]
         );
         assert_eq!(h.e.role(), Role::Promoting);
@@ -1982,7 +1994,7 @@ mod tests {
         );
         assert!(
             matches!(a.as_slice(), [Action::StartService { lease_valid_until, .. }]
-                if *lease_valid_until == sent + T / 2 - GRACE),
+                if *lease_valid_until == sent + T / 2),
             "lease from the unknown commit's send time: {a:?}"
         );
     }
@@ -2101,6 +2113,50 @@ mod tests {
         let a = h.advance(GRACE);
         assert_eq!(a, vec![Action::KillService]);
         assert_eq!(h.now, lease_end);
+    }
+
+    #[test]
+    fn rule_4_4_a_graceful_stop_longer_than_the_lease_serves_until_a_renewal_is_late() {
+        // Hooks mode's defaults: hook_timeout 10s against a 5s lease.
+        let mut h = H::new();
+        h.e = Elector::new(
+            ElectorConfig {
+                demote_grace: T * 2,
+                ..cfg()
+            },
+            true,
+        );
+        h.drain();
+        h.active(3);
+        // Renewals on time: serving on and on, no demotion.
+        for _ in 0..10 {
+            for a in h.advance(T / 6) {
+                match a {
+                    Action::Renew { ticket } => {
+                        h.feed(Event::Renewed {
+                            ticket,
+                            outcome: WriteOutcome::Done,
+                        });
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(h.e.role(), Role::Active);
+        }
+        // A renewal goes unanswered: demotion starts as soon as it is late.
+        let a = h.advance(T / 6);
+        assert!(matches!(a.as_slice(), [Action::Renew { .. }]), "{a:?}");
+        let a = h.advance(T / 6);
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::StopService {
+                    cause: StopCause::Forced,
+                    ..
+                }]
+            ),
+            "{a:?}"
+        );
     }
 
     #[test]

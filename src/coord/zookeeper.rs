@@ -454,8 +454,14 @@ impl ZkSession {
                 }
             }
         };
+        // Only completed promotions count: the history entry of our own step into
+        // `promoting` carries the epoch we are about to use and may already be written.
         let history = self.read_history().await?;
-        let newest = history.iter().filter_map(|h| h.epoch).max();
+        let newest = history
+            .iter()
+            .filter(|h| h.to == record::Role::Active.as_str())
+            .filter_map(|h| h.epoch)
+            .max();
         Ok((breadcrumb, control, control_version, newest))
     }
 

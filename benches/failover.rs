@@ -1,0 +1,232 @@
+//! The failover benchmark (SPEC §11): a real local ZooKeeper, two wardens managing the
+//! journal service, and each scenario run many times. Times come from the services' own
+//! journals (CLOCK_MONOTONIC), so they measure what a client of the service would see.
+//!
+//! `cargo bench --bench failover`; `WARDEN_BENCH_RUNS=50` for more runs (default 20),
+//! `WARDEN_BENCH_SESSION=4s` for another session timeout (default 2s),
+//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios.
+//!
+//! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: both run it.
+    let runs: usize = std::env::var("WARDEN_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let session = std::env::var("WARDEN_BENCH_SESSION")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+        .unwrap_or(secs(2));
+    let scenarios = std::env::var("WARDEN_BENCH_SCENARIOS")
+        .unwrap_or_else(|_| "kill9,crash,sigstop,idle".into());
+    let zk = ZkServer::start();
+    println!(
+        "warden failover benchmark: {runs} runs per scenario, session_timeout {}, ZooKeeper tickTime 100ms, {} cores",
+        humantime::format_duration(session),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<44} {:>9} {:>9} {:>9} {:>9}   {}",
+        "scenario", "min", "median", "p99", "max", "median / session_timeout"
+    );
+    for s in scenarios.split(',') {
+        match s.trim() {
+            "kill9" => report(
+                "kill -9 warden -> standby's service started",
+                &kill9(&zk, session, runs),
+                Some(session),
+            ),
+            "crash" => report(
+                "service crash -> standby's service started",
+                &crash(&zk, session, runs),
+                Some(session),
+            ),
+            "sigstop" => report(
+                "SIGSTOP warden -> fenced -> standby started",
+                &sigstop(&zk, session, runs),
+                Some(session),
+            ),
+            "idle" => idle(&zk, session),
+            other => eprintln!("unknown scenario {other:?}"),
+        }
+    }
+}
+
+fn cluster(zk: &ZkServer, session: Duration) -> (Cluster, Node, Node) {
+    let mut c = Cluster::new(zk);
+    c.session_timeout = session;
+    let opts = NodeOptions {
+        fences: Some(vec![signal_fence()]),
+        ..Default::default()
+    };
+    let n1 = c.node_with("n1", opts.clone());
+    let n2 = c.node_with("n2", opts);
+    (c, n1, n2)
+}
+
+/// The node that is active now, and the other.
+fn roles<'a>(n: &'a [Node; 2], status: &serde_json::Value) -> (usize, usize) {
+    if active_id(status).as_deref() == Some(n[0].id.as_str()) {
+        (0, 1)
+    } else {
+        (1, 0)
+    }
+}
+
+fn wait_standby(node: &Node, config: &std::path::Path) {
+    wait_for_status(config, secs(60), "the restarted node is a standby", |s| {
+        member_role(s, &node.id).as_deref() == Some("standby")
+    });
+}
+
+/// Time from `kill -9` of the active's warden to the standby's service start.
+fn kill9(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
+    let (_c, n1, n2) = cluster(zk, session);
+    let nodes = [n1, n2];
+    let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let (a, b) = roles(&nodes, &status);
+        let before = nodes[b].runs().len();
+        let t0 = mono_now_ns();
+        wardens[a].kill9();
+        let new = wait_for(session * 5, "the standby's service started", || {
+            let runs = nodes[b].runs();
+            (runs.len() > before).then(|| runs[before].clone())
+        });
+        out.push(ns(new.start_ns.saturating_sub(t0)));
+        let _ = wardens[a].wait_exit(secs(5));
+        wardens[a] = nodes[a].start();
+        wait_standby(&nodes[a], &nodes[b].config);
+    }
+    out
+}
+
+/// Time from the active's service dying (SIGKILL) to the standby's service start.
+fn crash(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
+    let (_c, n1, n2) = cluster(zk, session);
+    let nodes = [n1, n2];
+    let _wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let (a, b) = roles(&nodes, &status);
+        let victim = nodes[a].last_run().expect("the active's service runs");
+        let before = nodes[b].runs().len();
+        let t0 = mono_now_ns();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(victim.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let new = wait_for(session * 5, "the standby's service started", || {
+            let runs = nodes[b].runs();
+            (runs.len() > before).then(|| runs[before].clone())
+        });
+        out.push(ns(new.start_ns.saturating_sub(t0)));
+        // The crashed node backs off, then stands by again.
+        wait_standby(&nodes[a], &nodes[b].config);
+    }
+    out
+}
+
+/// Time from SIGSTOP of the active's warden to the standby's service start, through the
+/// session expiry and the fence of the frozen incarnation.
+fn sigstop(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
+    let (_c, n1, n2) = cluster(zk, session);
+    let nodes = [n1, n2];
+    let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let (a, b) = roles(&nodes, &status);
+        let before = nodes[b].runs().len();
+        let t0 = mono_now_ns();
+        wardens[a].sigstop();
+        let new = wait_for(session * 5, "the standby's service started", || {
+            let runs = nodes[b].runs();
+            (runs.len() > before).then(|| runs[before].clone())
+        });
+        out.push(ns(new.start_ns.saturating_sub(t0)));
+        // The fence killed the frozen warden.
+        let _ = wardens[a].wait_exit(secs(10));
+        wardens[a] = nodes[a].start();
+        wait_standby(&nodes[a], &nodes[b].config);
+    }
+    out
+}
+
+/// RSS and CPU of an idle active and an idle standby over 10 seconds.
+fn idle(zk: &ZkServer, session: Duration) {
+    let (_c, n1, n2) = cluster(zk, session);
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let window = secs(10);
+    let before: Vec<(u64, u64)> = wardens.iter().map(|w| cpu_ticks(w.pid())).collect();
+    let t0 = std::time::Instant::now();
+    // The idle window is what is measured: nothing to poll for.
+    std::thread::sleep(window);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    for (i, (w, role)) in wardens.iter().zip(["active", "standby"]).enumerate() {
+        let after = cpu_ticks(w.pid());
+        let ticks = (after.0 + after.1).saturating_sub(before[i].0 + before[i].1) as f64;
+        println!(
+            "{:<44} RSS {:>6} KiB   CPU {:.3} % of a core over {:.0}s",
+            format!("idle {role} warden"),
+            rss_kib(w.pid()),
+            100.0 * ticks / hz / elapsed,
+            elapsed
+        );
+    }
+}
+
+fn cpu_ticks(pid: u32) -> (u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm field.
+    let get = |i: usize| f.get(i).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (get(11), get(12))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn report(name: &str, samples: &[Duration], session: Option<Duration>) {
+    if samples.is_empty() {
+        return;
+    }
+    let mut s = samples.to_vec();
+    s.sort();
+    let pick = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+    let ms = |d: Duration| format!("{:.1}ms", d.as_secs_f64() * 1000.0);
+    let ratio = session.map_or(String::new(), |t| {
+        format!("{:.2}", pick(0.5).as_secs_f64() / t.as_secs_f64())
+    });
+    println!(
+        "{:<44} {:>9} {:>9} {:>9} {:>9}   {}",
+        name,
+        ms(s[0]),
+        ms(pick(0.5)),
+        ms(pick(0.99)),
+        ms(s[s.len() - 1]),
+        ratio
+    );
+}
