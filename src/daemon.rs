@@ -15,7 +15,7 @@ use crate::elector::{
 };
 use crate::health::{self, CheckerHandle, HealthChange, Probe};
 use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
-use crate::service::{self, RunningService, ServiceIdentity, Spawner, StopOutcome};
+use crate::service::{self, Hooks, RunningService, ServiceIdentity, Spawner, StopOutcome};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
@@ -29,6 +29,15 @@ const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 const PREDECESSOR_POLL: Duration = Duration::from_millis(250);
 /// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the service's role is changed (SPEC §6).
+#[derive(Clone)]
+enum ServiceControl {
+    /// warden starts the service on promotion and stops it on demotion.
+    Spawn(Spawner),
+    /// The service always runs; hooks change its role.
+    Hooks(Hooks),
+}
 
 /// A fatal start-up or run-time error, with the exit code of SPEC §7.
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +80,8 @@ enum Input {
     LockDeleted(u64, Ticket),
     /// A new session is open and registered.
     Connected(ZkSession, Control, Option<i32>),
-    /// The service started for `ticket`.
-    Started(Ticket, Result<RunningService, String>),
+    /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`.
+    Started(Ticket, Result<Option<RunningService>, String>),
     /// The service with this identity exited by itself.
     Exited(ServiceIdentity, String),
     /// The standby eligibility check changed.
@@ -110,7 +119,7 @@ struct Daemon {
     elector: Elector,
     chain: FenceChain,
     own_chain: FenceChain,
-    spawner: Spawner,
+    control_svc: ServiceControl,
     tx: mpsc::UnboundedSender<Input>,
     rx: mpsc::UnboundedReceiver<Input>,
     session: Option<SessionCtx>,
@@ -151,22 +160,30 @@ impl Daemon {
             })],
             ctx,
         );
-        if cfg.service.mode == ServiceMode::Hooks {
-            return Err(Fatal {
+        let control_svc = match cfg.service.mode {
+            ServiceMode::Spawn => ServiceControl::Spawn(
+                Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id).map_err(
+                    |e| Fatal {
+                        code: 2,
+                        message: e.to_string(),
+                    },
+                )?,
+            ),
+            ServiceMode::Hooks => ServiceControl::Hooks(Hooks::new(
+                &cfg.service,
+                &cfg.cluster.name,
+                &cfg.cluster.node_id,
+            )),
+        };
+        // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
+        // mode: the service always runs, so its own health check decides both.
+        let standby_probe = match cfg.service.mode {
+            ServiceMode::Spawn => Probe::standby(&cfg.health),
+            ServiceMode::Hooks => Probe::service(&cfg.health).map_err(|e| Fatal {
                 code: 2,
-                message: "service.mode = \"hooks\" is not supported by this build yet; use \
-                          mode = \"spawn\""
-                    .into(),
-            });
-        }
-        let spawner =
-            Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id).map_err(|e| {
-                Fatal {
-                    code: 2,
-                    message: e.to_string(),
-                }
-            })?;
-        let standby_probe = Probe::standby(&cfg.health);
+                message: e.to_string(),
+            })?,
+        };
         let eligible_now = matches!(standby_probe, Probe::None);
         let elector = Elector::new(
             ElectorConfig {
@@ -185,7 +202,7 @@ impl Daemon {
             elector,
             chain,
             own_chain,
-            spawner,
+            control_svc,
             tx,
             rx,
             session: None,
@@ -374,7 +391,11 @@ impl Daemon {
                 });
             }
             Input::Started(ticket, result) => match result {
-                Ok(mut running) => {
+                Ok(None) => {
+                    info!("the promote hook succeeded");
+                    self.feed(Event::ServiceStarted { ticket });
+                }
+                Ok(Some(mut running)) => {
                     let id = running.identity();
                     self.service = Some(id);
                     info!(pid = id.pid, pgid = id.pgid, "service started");
@@ -395,8 +416,15 @@ impl Daemon {
                 }
             }
             Input::Eligibility(c) => {
-                if self.service.is_none() {
+                let hooks = matches!(self.control_svc, ServiceControl::Hooks(_));
+                if self.service.is_none() || hooks {
                     self.health = c.health;
+                }
+                if hooks {
+                    self.feed(Event::ServiceHealthChanged {
+                        healthy: c.health != Health::Unhealthy,
+                        detail: c.detail.clone(),
+                    });
                 }
                 self.feed(Event::EligibilityChanged {
                     eligible: c.health == Health::Healthy,
@@ -480,6 +508,13 @@ impl Daemon {
             r.service_pgid = Some(s.pgid);
             r.service_start_time = Some(s.start_time);
         }
+        if let ServiceControl::Hooks(h) = &self.control_svc {
+            // The always-running service, from the pidfile; its group is its own business.
+            if let Some((pid, start)) = h.service_process() {
+                r.service_pid = Some(pid);
+                r.service_start_time = Some(start);
+            }
+        }
         r
     }
 
@@ -556,7 +591,30 @@ impl Daemon {
                 };
                 info!(target = %target.label(), "fencing");
                 let tx = self.tx.clone();
+                // §5: in hooks mode the service of an earlier warden process on this host
+                // is ours and nobody was promoted since: demote it rather than kill it.
+                let demote_first = match (&self.control_svc, &order) {
+                    (ServiceControl::Hooks(h), FenceOrder::OwnLeftovers(r)) => {
+                        Some((h.clone(), r.epoch))
+                    }
+                    _ => None,
+                };
                 tokio::spawn(async move {
+                    if let Some((hooks, epoch)) = demote_first {
+                        match hooks.demote(epoch).await {
+                            Ok(()) => {
+                                let _ = tx.send(Input::Elector(Event::FenceDone {
+                                    ticket,
+                                    fenced: true,
+                                    summary: "demoted the earlier process's service with the \
+                                              demote hook"
+                                        .into(),
+                                }));
+                                return;
+                            }
+                            Err(e) => warn!("the demote hook failed ({e}); fencing by signal"),
+                        }
+                    }
                     let report = chain.fence(&target).await;
                     let mut summary = report.summary();
                     if !report.is_fenced() && matches!(order, FenceOrder::Unreadable) {
@@ -603,19 +661,33 @@ impl Daemon {
                 epoch,
                 lease_valid_until,
             } => {
-                let spawner = self.spawner.clone();
+                let control = self.control_svc.clone();
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
-                    // SPEC §4.3d: the lease is checked right before the start.
-                    let result = if Instant::now() >= lease_valid_until {
-                        Err("the lease ran out before the service could be started".to_string())
-                    } else {
-                        match tokio::task::spawn_blocking(move || spawner.start(epoch)).await {
-                            Ok(r) => r.map_err(|e| e.to_string()),
-                            Err(e) => Err(format!("the start task failed: {e}")),
+                    // SPEC §4.3d: the lease is checked right before the start or hook.
+                    if Instant::now() >= lease_valid_until {
+                        let why = "the lease ran out before the service could be promoted";
+                        let _ = tx.send(Input::Started(ticket, Err(why.to_string())));
+                        return;
+                    }
+                    match control {
+                        ServiceControl::Spawn(spawner) => {
+                            let result =
+                                match tokio::task::spawn_blocking(move || spawner.start(epoch))
+                                    .await
+                                {
+                                    Ok(r) => r.map(Some).map_err(|e| e.to_string()),
+                                    Err(e) => Err(format!("the start task failed: {e}")),
+                                };
+                            let _ = tx.send(Input::Started(ticket, result));
                         }
-                    };
-                    let _ = tx.send(Input::Started(ticket, result));
+                        ServiceControl::Hooks(hooks) => {
+                            let result = hooks.promote(epoch).await.map(|_| None);
+                            let result =
+                                result.map_err(|e| format!("the promote hook failed: {e}"));
+                            let _ = tx.send(Input::Started(ticket, result));
+                        }
+                    }
                 });
             }
             Action::RecordService { epoch } => {
@@ -644,8 +716,36 @@ impl Daemon {
                 );
             }
             Action::StopService { ticket, cause } => {
-                self.service_check = None;
                 let tx = self.tx.clone();
+                if let ServiceControl::Hooks(hooks) = &self.control_svc {
+                    let hooks = hooks.clone();
+                    let epoch = self.epoch;
+                    info!(?cause, "running the demote hook");
+                    tokio::spawn(async move {
+                        let (clean, detail) = match hooks.demote(epoch).await {
+                            Ok(()) => (true, "the demote hook succeeded".to_string()),
+                            Err(e) => {
+                                // §6: after a forced demotion, a service whose role is
+                                // unknown must not keep serving.
+                                let killed =
+                                    cause == crate::elector::StopCause::Forced && hooks.kill();
+                                let what = if killed {
+                                    "; killed the pidfile process"
+                                } else {
+                                    ""
+                                };
+                                (false, format!("the demote hook failed: {e}{what}"))
+                            }
+                        };
+                        let _ = tx.send(Input::Elector(Event::ServiceStopped {
+                            ticket,
+                            clean,
+                            detail,
+                        }));
+                    });
+                    return;
+                }
+                self.service_check = None;
                 let signal = self.cfg.service.stop_signal;
                 let grace = self.cfg.service.stop_timeout;
                 match self.service {
@@ -690,6 +790,11 @@ impl Daemon {
                 }
             }
             Action::KillService => {
+                if let ServiceControl::Hooks(hooks) = &self.control_svc {
+                    warn!("the lease ended before the demote hook finished: killing the service");
+                    hooks.kill();
+                    return;
+                }
                 // kill_group checks the leader's start time, so a group that is already
                 // gone (or recycled) is left alone.
                 for id in [self.stopping, self.service].into_iter().flatten() {

@@ -903,6 +903,9 @@ impl Elector {
                 self.lease.doubt = true;
                 return;
             }
+            // §4.3e: demote (a promote hook may have done half its work), keep the
+            // breadcrumb, release.
+            self.svc = Svc::Up;
             self.leave(Leave::PromotionFailed);
         }
     }
@@ -2045,7 +2048,21 @@ mod tests {
             ticket: s,
             reason: "exec failed".into(),
         });
-        // Nothing runs, so no stop; no breadcrumb delete: the next active fences us.
+        // Demote whatever the failed promotion left, then release without deleting the
+        // breadcrumb: the next active fences us.
+        let st = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::StopService {
+                ticket: st,
+                cause: StopCause::Demote
+            }]
+        );
+        let a = h.feed(Event::ServiceStopped {
+            ticket: st,
+            clean: true,
+            detail: String::new(),
+        });
         assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
         let a = h.feed(Event::Released {
             ticket: H::ticket_of(&a),

@@ -869,3 +869,82 @@ mod tests {
         }
     }
 }
+
+/// Hooks mode (SPEC §6): the service always runs, and warden changes its role by running
+/// `promote` and `demote` under `hook_timeout`, with `WARDEN_ROLE` and `WARDEN_EPOCH`.
+#[derive(Clone, Debug)]
+pub struct Hooks {
+    promote: Vec<String>,
+    demote: Vec<String>,
+    timeout: Duration,
+    pidfile: Option<std::path::PathBuf>,
+    cluster: String,
+    node_id: String,
+}
+
+impl Hooks {
+    pub fn new(config: &ServiceConfig, cluster: &str, node_id: &str) -> Hooks {
+        Hooks {
+            promote: config.promote.clone(),
+            demote: config.demote.clone(),
+            timeout: config.hook_timeout,
+            pidfile: config.pidfile.clone(),
+            cluster: cluster.to_string(),
+            node_id: node_id.to_string(),
+        }
+    }
+
+    fn env(&self, epoch: Option<u64>, role: &str) -> Vec<(String, String)> {
+        let mut env = service_env(&self.cluster, &self.node_id, epoch.unwrap_or(0));
+        if epoch.is_none() {
+            // No epoch to hand over (demoting leftovers of an earlier warden process).
+            env.retain(|(k, _)| k != "WARDEN_EPOCH");
+        }
+        env.push(("WARDEN_ROLE".to_string(), role.to_string()));
+        env
+    }
+
+    /// Runs the `promote` hook with the new epoch.
+    pub async fn promote(&self, epoch: u64) -> Result<(), HookError> {
+        run_command(
+            &self.promote,
+            &self.env(Some(epoch), "active"),
+            self.timeout,
+        )
+        .await
+    }
+
+    /// Runs the `demote` hook.
+    pub async fn demote(&self, epoch: Option<u64>) -> Result<(), HookError> {
+        run_command(&self.demote, &self.env(epoch, "standby"), self.timeout).await
+    }
+
+    /// The service process named by `pidfile`, with its start time, if it runs.
+    pub fn service_process(&self) -> Option<(u32, u64)> {
+        let path = self.pidfile.as_ref()?;
+        let pid: u32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+        let start = warden_fencing::process::start_time(pid)?;
+        warden_fencing::process::is_running(pid, Some(start)).then_some((pid, start))
+    }
+
+    /// SIGKILL of the `pidfile` process: after a forced demotion whose hook failed, a
+    /// service whose role is unknown must not keep serving. Returns whether it was killed.
+    pub fn kill(&self) -> bool {
+        let Some((pid, _)) = self.service_process() else {
+            return false;
+        };
+        match nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        ) {
+            Ok(()) => {
+                warn!(pid, "killed the service named by the pidfile (SIGKILL)");
+                true
+            }
+            Err(e) => {
+                warn!(pid, error = %e, "cannot SIGKILL the service named by the pidfile");
+                false
+            }
+        }
+    }
+}

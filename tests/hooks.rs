@@ -1,0 +1,195 @@
+//! Hooks mode (SPEC §6, issue 5 "Show it works" 3): the service always runs and warden
+//! changes its role with `promote` and `demote` hooks, under `hook_timeout`.
+//!
+//! The hooks append `<promote|demote> <CLOCK_REALTIME ns> <node> <WARDEN_ROLE>
+//! <WARDEN_EPOCH>` to one shared file, so the order of role changes across nodes is read
+//! from the hooks' own records.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One line of the hooks' record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HookCall {
+    what: String,
+    at_ns: u128,
+    node: String,
+    role: String,
+    epoch: String,
+}
+
+fn calls(path: &Path) -> Vec<HookCall> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(HookCall {
+                what: f.first()?.to_string(),
+                at_ns: f.get(1)?.parse().ok()?,
+                node: f.get(2)?.to_string(),
+                role: f.get(3)?.to_string(),
+                epoch: f.get(4).unwrap_or(&"-").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Rewrites a harness config into hooks mode with the given hooks.
+fn hooks_mode(node: &Node, promote: &Path, demote: &Path, hook_timeout: &str) {
+    let text = fs::read_to_string(&node.config).unwrap();
+    let start = text.find("[service]").unwrap();
+    let end = text.find("[health]").unwrap();
+    let service = format!(
+        "[service]\nmode = \"hooks\"\npromote = [{p}]\ndemote = [{d}]\nhook_timeout = \"{hook_timeout}\"\n\n",
+        p = toml_str(&promote.display().to_string()),
+        d = toml_str(&demote.display().to_string()),
+    );
+    fs::write(
+        &node.config,
+        format!("{}{service}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
+}
+
+/// A hook that records its call and then runs `then` (shell).
+fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
+    cluster.script(
+        name,
+        &format!(
+            "echo \"{what} $(date +%s%N) $WARDEN_NODE_ID $WARDEN_ROLE ${{WARDEN_EPOCH:--}}\" >> '{}'\n{then}\n",
+            record.display()
+        ),
+    )
+}
+
+#[test]
+fn hooks_run_in_order_on_a_clean_handover() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    hooks_mode(&n1, &promote, &demote, "2s");
+    hooks_mode(&n2, &promote, &demote, "2s");
+    let check = cli(&n1.config, &["check-config"]);
+    assert_eq!(check.status.code(), Some(0), "{}", describe(&check));
+
+    let mut wardens = vec![n1.start()];
+    let (active, epoch1) = wait_for_active(&n1.config, secs(30));
+    assert_eq!(active, "n1");
+    wardens.push(n2.start());
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+
+    // SIGTERM: n1 demotes with its hook, deletes its breadcrumb, releases; n2 promotes.
+    wardens[0].sigterm();
+    let exit = wardens[0].wait_exit(secs(30));
+    assert_eq!(exit.code(), Some(0), "{}", wardens[0].log());
+    let status = wait_for_status(&n2.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let epoch2 = active_epoch(&status).unwrap();
+    assert!(epoch2 > epoch1);
+
+    let c = calls(&record);
+    let seq: Vec<(&str, &str, &str)> = c
+        .iter()
+        .map(|h| (h.what.as_str(), h.node.as_str(), h.role.as_str()))
+        .collect();
+    assert_eq!(
+        seq,
+        vec![
+            ("promote", "n1", "active"),
+            ("demote", "n1", "standby"),
+            ("promote", "n2", "active")
+        ],
+        "{c:?}"
+    );
+    assert!(
+        c[1].at_ns < c[2].at_ns,
+        "n2 promoted before n1 demoted: {c:?}"
+    );
+    assert_eq!(c[0].epoch, epoch1.to_string());
+    assert_eq!(c[2].epoch, epoch2.to_string());
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "a clean handover needs no fencing: {:?}",
+        cluster.fence_calls()
+    );
+}
+
+#[test]
+fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let hung = cluster.dir().join("hung-pids");
+    let _reaper = PidFileReaper {
+        file: hung.clone(),
+        marker: "sleep 600".into(),
+    };
+    let hanging = hook(
+        &cluster,
+        "promote-hangs.sh",
+        &record,
+        "promote",
+        &format!("echo $$ >> '{}'\nexec sleep 600", hung.display()),
+    );
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    hooks_mode(&n1, &hanging, &demote, "500ms");
+    hooks_mode(&n2, &promote, &demote, "2s");
+
+    let mut w1 = n1.start();
+    wait_until(secs(20), "n1 runs its promote hook", || {
+        calls(&record).iter().any(|c| c.node == "n1")
+    });
+    let w2 = n2.start();
+    // n1's promotion fails at hook_timeout; its breadcrumb stays, so n2 fences n1 (the
+    // signal method kills n1's warden on this shared host) and promotes.
+    let _ = wait_for_status(&n2.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let hook_pid: u32 = fs::read_to_string(&hung)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !process_alive(hook_pid),
+        "the hung promote hook {hook_pid} is still running"
+    );
+    assert!(
+        w1.log_mentions("promote hook failed") && w1.log_mentions("did not finish within"),
+        "n1's log does not say the hook timed out:\n{}",
+        w1.log()
+    );
+    // The failed promotion was followed by a demote on n1, before n2 promoted.
+    let c = calls(&record);
+    let n1_demote = c
+        .iter()
+        .position(|h| h.node == "n1" && h.what == "demote")
+        .unwrap_or_else(|| panic!("n1 never demoted after its failed promotion: {c:?}"));
+    let n2_promote = c
+        .iter()
+        .position(|h| h.node == "n2" && h.what == "promote")
+        .unwrap();
+    assert!(n1_demote < n2_promote, "{c:?}");
+    assert!(
+        cluster.fence_calls().contains(&"n2 n1".to_string()),
+        "n2 promoted without fencing n1, whose promotion failed: {:?}",
+        cluster.fence_calls()
+    );
+    let _ = w1.try_exit();
+    drop(w2);
+}
