@@ -415,6 +415,9 @@ pub struct Elector {
     own_leftovers: bool,
     /// The breadcrumb holds our record for the epoch we hold.
     breadcrumb_written: bool,
+    /// `control` still holds a switchover request that lapsed: the next active clears it
+    /// (SPEC §8), though the election already ignores it.
+    lapsed_failover: bool,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -441,6 +444,7 @@ impl Elector {
             must_rejoin: false,
             own_leftovers: false,
             breadcrumb_written: false,
+            lapsed_failover: false,
             stopping: false,
             reason: String::new(),
             next_ticket: 1,
@@ -575,6 +579,7 @@ impl Elector {
             if now >= f.lapses_at {
                 self.reason = format!("the switchover request from {} lapsed", f.from);
                 self.control.failover = None;
+                self.lapsed_failover = true;
                 self.try_join(now);
             }
         }
@@ -879,7 +884,8 @@ impl Elector {
         {
             self.reason = "service promoted".into();
             self.actions.push_back(Action::RecordService { epoch });
-            if self.control.failover.is_some() {
+            if self.control.failover.is_some() || self.lapsed_failover {
+                self.lapsed_failover = false;
                 self.actions.push_back(Action::ClearFailover);
             }
             // A start that raced the lease end is stopped by the lease timers below.
@@ -1054,6 +1060,8 @@ impl Elector {
     fn on_control(&mut self, control: ControlView, now: Instant) {
         let was_paused = self.control.paused;
         self.control = control;
+        // A fresh view: a request still in it, lapsed or not, is judged anew.
+        self.lapsed_failover = false;
         if self.control.paused != was_paused {
             self.reason = if self.control.paused {
                 "the cluster was paused".into()
@@ -2530,6 +2538,40 @@ mod tests {
             control: ControlView::default(),
         });
         assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn a_lapsed_switchover_request_is_cleared_by_the_next_active() {
+        let mut h = H::new();
+        let a = h.feed(Event::SessionStarted {
+            control: ControlView {
+                paused: false,
+                failover: Some(FailoverView {
+                    from: "n9".into(),
+                    to: Some("n8".into()),
+                    lapses_at: h.now + Duration::from_secs(2),
+                }),
+            },
+        });
+        assert_eq!(a, vec![], "a request naming another node keeps us out");
+        let a = h.advance(Duration::from_secs(2));
+        let j = H::ticket_of(&a);
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 4 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let a = h.feed(Event::Committed {
+            ticket: H::ticket_of(&a),
+            outcome: WriteOutcome::Done,
+        });
+        let a = h.feed(Event::ServiceStarted {
+            ticket: H::ticket_of(&a),
+        });
+        assert_eq!(
+            a,
+            vec![Action::RecordService { epoch: 4 }, Action::ClearFailover]
+        );
     }
 
     #[test]

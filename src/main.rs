@@ -48,6 +48,21 @@ enum Command {
     },
     /// Validate the config without contacting anything; print it resolved, secrets masked.
     CheckConfig,
+    /// Planned switchover: the active steps down cleanly and NODE (or any healthy standby)
+    /// takes over; waits for the new active and prints it and the time taken.
+    Failover(ops::failover::FailoverArgs),
+    /// Maintenance: while paused nobody is promoted or demoted automatically.
+    Pause(ops::pause::PauseArgs),
+    /// End maintenance.
+    Resume(ops::pause::ResumeArgs),
+    /// The cluster's last 100 transitions, newest first.
+    History(ops::history::HistoryArgs),
+    /// Manual fencing: run the fence chain against NODE's incarnation in the breadcrumb, or
+    /// record an operator's word that NODE is down (--confirm).
+    Fence(ops::fence::FenceArgs),
+    /// The remote half of ssh fencing (SPEC §5): reads no config and no environment.
+    #[command(name = "fence-local", hide = true)]
+    FenceLocal(ops::fence_local::FenceLocalArgs),
 }
 
 fn main() -> ExitCode {
@@ -118,16 +133,8 @@ fn run(cli: Cli) -> i32 {
                 }
             }
         }
-        Command::Status { json } => {
-            let cfg = match load(&cli.config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(code) => return code,
-            };
-            match rt.block_on(ops::status::snapshot(&cfg)) {
+        Command::Status { json } => operator(&cli.config, |cfg| async move {
+            match ops::status::snapshot(&cfg).await {
                 Ok(snap) => {
                     if json {
                         println!("{}", ops::status::to_json(&cfg, &snap));
@@ -138,17 +145,9 @@ fn run(cli: Cli) -> i32 {
                 }
                 Err(e) => store_error(&e),
             }
-        }
-        Command::Init { force } => {
-            let cfg = match load(&cli.config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(code) => return code,
-            };
-            match rt.block_on(ops::init::init(&cfg, force)) {
+        }),
+        Command::Init { force } => operator(&cli.config, |cfg| async move {
+            match ops::init::init(&cfg, force).await {
                 Ok(ops::init::InitOutcome::Done(lines)) => {
                     for l in lines {
                         println!("{l}");
@@ -161,7 +160,42 @@ fn run(cli: Cli) -> i32 {
                 }
                 Err(e) => store_error(&e),
             }
+        }),
+        Command::Failover(args) => operator(&cli.config, |cfg| async move {
+            ops::failover::failover(&cfg, &args).await
+        }),
+        Command::Pause(args) => {
+            operator(&cli.config, |cfg| async move { ops::pause::pause(&cfg, &args).await })
         }
+        Command::Resume(args) => {
+            operator(&cli.config, |cfg| async move { ops::pause::resume(&cfg, &args).await })
+        }
+        Command::History(args) => operator(&cli.config, |cfg| async move {
+            ops::history::history(&cfg, &args).await
+        }),
+        Command::Fence(args) => {
+            operator(&cli.config, |cfg| async move { ops::fence::fence(&cfg, &args).await })
+        }
+        Command::FenceLocal(args) => match runtime() {
+            Ok(rt) => rt.block_on(ops::fence_local::run(&args)),
+            Err(code) => code,
+        },
+    }
+}
+
+/// Loads the config and runs an operator command on a runtime of its own.
+fn operator<F, Fut>(config: &std::path::Path, f: F) -> i32
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = i32>,
+{
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match runtime() {
+        Ok(rt) => rt.block_on(f(cfg)),
+        Err(code) => code,
     }
 }
 

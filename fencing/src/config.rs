@@ -63,7 +63,11 @@ pub struct SshFence {
     pub known_hosts: PathBuf,
     #[serde(default = "default_ssh_timeout", with = "humantime_serde")]
     pub timeout: Duration,
-    /// The remote command; default: `warden fence-local` with the target's identity.
+    /// The remote command, a line for the remote user's shell; default: `warden
+    /// fence-local`. The target's record is appended as `fence-local` arguments either way
+    /// (so `"sudo -n /opt/warden/bin/warden fence-local"` is a drop-in), and a configured
+    /// command runs under `timeout -s KILL` on the remote host so that it cannot outlive
+    /// the attempt. Exit 0 = fenced.
     #[serde(default)]
     pub command: Option<String>,
     #[serde(default)]

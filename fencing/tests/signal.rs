@@ -3,8 +3,7 @@
 mod common;
 
 use common::*;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 use warden_fencing::process;
@@ -52,13 +51,6 @@ fn incarnation(service: &Group, warden: &Group) -> warden_fencing::Target {
     )
 }
 
-fn stop(g: &Group) {
-    kill(Pid::from_raw(g.pid as i32), Signal::SIGSTOP).expect("SIGSTOP");
-    wait_for("the process to stop", || {
-        (process::stat(g.pid)?.state == 'T').then_some(())
-    });
-}
-
 #[tokio::test]
 async fn signal_kills_the_service_group_and_a_stopped_warden_before_answering_fenced() {
     // The service: a shell leading two grandchildren, all in one group.
@@ -73,15 +65,7 @@ async fn signal_kills_the_service_group_and_a_stopped_warden_before_answering_fe
 
     assert!(report.is_fenced(), "{}", report.summary());
     assert_eq!(report.fenced_by(), Some("signal"));
-    // Verified on return, not eventually: nothing of the group nor the warden runs. Our
-    // own two children are zombies until reaped below, and zombies count as gone.
-    assert_eq!(process::group_members(service.pid), Vec::<u32>::new());
-    for pid in members {
-        assert!(!process::is_running(pid, None), "pid {pid} survived");
-    }
-    assert!(!process::is_running(warden.pid, None));
-    assert_eq!(service.reap().signal(), Some(libc::SIGKILL));
-    assert_eq!(warden.reap().signal(), Some(libc::SIGKILL));
+    assert_killed(&mut service, members, &mut warden);
 }
 
 #[tokio::test]

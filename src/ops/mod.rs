@@ -1,7 +1,13 @@
 //! Operator commands: they read and write the same znodes as the daemon, through a
 //! session of their own, so they work with every daemon down.
 
+pub mod failover;
+pub mod fence;
+pub mod fence_local;
+pub mod history;
 pub mod init;
+pub mod operator;
+pub mod pause;
 pub mod status;
 
 use crate::config::Config;

@@ -50,6 +50,12 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
         "active": active,
         "breadcrumb": breadcrumb,
         "failover": snap.control.failover,
+        "failover_pending": snap
+            .control
+            .failover
+            .as_ref()
+            .is_some_and(|f| f.pending_at(std::time::SystemTime::now())),
+        "last_confirmation": super::fence::last_confirmation(snap),
         "members": members,
     })
 }
@@ -93,13 +99,23 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         )),
         None => out.push_str("breadcrumb: none (the last active stepped down cleanly)\n"),
     }
-    if let Some(f) = &snap.control.failover {
+    if let Some(e) = super::fence::last_confirmation(snap) {
         out.push_str(&format!(
-            "switchover: {} -> {} requested by {} (lapses {})\n",
+            "confirmed:  {}\n",
+            super::fence::describe_confirmation(e)
+        ));
+    }
+    if let Some(f) = &snap.control.failover {
+        let state = if f.pending_at(std::time::SystemTime::now()) {
+            format!("lapses {}", f.deadline)
+        } else {
+            format!("lapsed {}; the next active clears it", f.deadline)
+        };
+        out.push_str(&format!(
+            "switchover: {} -> {} requested by {} ({state})\n",
             f.from,
             f.to.as_deref().unwrap_or("any healthy standby"),
             f.by,
-            f.deadline
         ));
     }
     out.push_str(&format!(

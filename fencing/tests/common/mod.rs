@@ -2,6 +2,8 @@
 //! deadline, and a log capture. Nothing here is mocked.
 #![allow(dead_code)] // each test binary uses a part of it
 
+pub mod sshd;
+
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::io::Write;
@@ -67,6 +69,29 @@ impl Drop for Group {
     }
 }
 
+/// Freezes `g`'s shell with SIGSTOP, as a paused warden is, and waits until it is stopped.
+pub fn stop(g: &Group) {
+    nix::sys::signal::kill(Pid::from_raw(g.pid as i32), Signal::SIGSTOP).expect("SIGSTOP");
+    wait_for("the process to stop", || {
+        (process::stat(g.pid)?.state == 'T').then_some(())
+    });
+}
+
+/// Asserts that fencing left nothing of `service` (whose live members were `members`) and
+/// `warden` running, and that SIGKILL ended both shells. Checked at once, not eventually:
+/// a method answers fenced only once verified. Our own children are zombies until reaped
+/// here, and zombies count as gone.
+pub fn assert_killed(service: &mut Group, members: Vec<u32>, warden: &mut Group) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(process::group_members(service.pid), Vec::<u32>::new());
+    for pid in members {
+        assert!(!process::is_running(pid, None), "pid {pid} survived");
+    }
+    assert!(!process::is_running(warden.pid, None));
+    assert_eq!(service.reap().signal(), Some(libc::SIGKILL));
+    assert_eq!(warden.reap().signal(), Some(libc::SIGKILL));
+}
+
 /// Polls `check` every 10ms until it yields a value; panics naming `what` after
 /// [`PATIENCE`].
 pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
@@ -115,9 +140,8 @@ pub fn local_target() -> Target {
     }
 }
 
-/// Everything logged through `tracing` while the returned guard lives, on this thread
-/// (tokio's current-thread test runtime runs spawned tasks here too).
-pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+/// A `tracing` subscriber that writes plain text into a shared buffer.
+fn buffer_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
     #[derive(Clone)]
     struct Buf(Arc<Mutex<Vec<u8>>>);
     impl Write for Buf {
@@ -135,7 +159,30 @@ pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
+    (buf, subscriber)
+}
+
+/// Everything logged through `tracing` while the returned guard lives, on this thread
+/// (tokio's current-thread test runtime runs spawned tasks here too).
+pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    let (buf, subscriber) = buffer_subscriber();
     (buf, tracing::subscriber::set_default(subscriber))
+}
+
+/// Everything logged through `tracing` by any thread of this test binary, from the first
+/// call on. For binaries whose tests run log-producing work in parallel: scoped
+/// subscribers ([`capture_logs`]) race with tracing's per-callsite interest cache there
+/// and may miss events. Tests pick out their own lines by something unique to them (a
+/// pid, a port). Do not mix it with [`capture_logs`] in one binary.
+pub fn global_logs() -> Arc<Mutex<Vec<u8>>> {
+    static BUF: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    BUF.get_or_init(|| {
+        let (buf, subscriber) = buffer_subscriber();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test binary");
+        buf
+    })
+    .clone()
 }
 
 pub fn logs(buf: &Arc<Mutex<Vec<u8>>>) -> String {

@@ -1,0 +1,438 @@
+//! `warden failover [--to NODE] [--timeout 30s]` (SPEC §8): a planned switchover.
+//!
+//! The command writes `{"from", "to", "by", "deadline"}` into `control`, version-checked,
+//! and waits until another node is active. The daemons do the rest: the active named by
+//! `from` demotes, deletes its breadcrumb (so nobody needs to fence it) and releases the
+//! lock; standbys not named by `to` stay out; the new active clears the request. Past its
+//! deadline every daemon treats the request as withdrawn, so a command killed half-way
+//! never leaves the cluster without an active for longer than `--timeout`.
+
+use super::operator::{self, OpError, EXIT_OK};
+use crate::config::Config;
+use crate::coord::zookeeper::ZkSession;
+use crate::coord::{ClusterSnapshot, StoreError};
+use crate::record::{self, Control, Epoch, FailoverRequest, Health, Role};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// How often the command reads the cluster while it waits: the time it prints is then
+/// within a few tens of milliseconds of the real handover, and a snapshot (a handful of
+/// reads) this often costs ZooKeeper little for the few seconds a switchover takes.
+const POLL: Duration = Duration::from_millis(25);
+
+/// The longest `--timeout`: a request whose target never takes over keeps the cluster
+/// without an active until it lapses, so hours are never what an operator means.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// `warden failover`: move the active role to another node.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct FailoverArgs {
+    /// The node to take over; default: any healthy standby.
+    #[arg(long, value_name = "NODE")]
+    pub to: Option<String>,
+    /// How long to wait for the new active (e.g. `30s`, `2m`); the request lapses then by
+    /// itself and the cluster elects normally.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 30s or 2m)"))?;
+    if d.is_zero() || d > MAX_TIMEOUT {
+        return Err(format!(
+            "must be more than 0 and at most {}",
+            humantime::format_duration(MAX_TIMEOUT)
+        ));
+    }
+    Ok(d)
+}
+
+/// A request written to `control`.
+#[derive(Clone, Debug)]
+pub struct Requested {
+    pub request: FailoverRequest,
+    /// When the write was sent: the switchover's time counts from here.
+    pub sent_at: Instant,
+    /// The request's deadline on this process's clock.
+    pub lapses_at: Instant,
+    pub timeout: Duration,
+}
+
+/// A finished switchover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switched {
+    pub from: String,
+    pub to: String,
+    pub epoch: Option<Epoch>,
+    /// From sending the request to seeing the new active.
+    pub took: Duration,
+}
+
+/// Runs `warden failover`: prints the request and then the new active and the time taken;
+/// returns the exit code (SPEC §7).
+pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
+    let zk = match operator::session(cfg).await {
+        Ok(zk) => zk,
+        Err(e) => return e.report(),
+    };
+    let requested = match request(&zk, cfg, args).await {
+        Ok(r) => r,
+        Err(e) => return e.report(),
+    };
+    let r = &requested.request;
+    println!(
+        "switchover requested: {} -> {} (by {}, lapses at {}); waiting up to {}",
+        r.from,
+        r.to.as_deref().unwrap_or("any healthy standby"),
+        r.by,
+        r.deadline,
+        humantime::format_duration(requested.timeout)
+    );
+    match await_new_active(cfg, zk, &requested).await {
+        Ok(s) => {
+            println!(
+                "new active: {} (epoch {}) after {} ms",
+                s.to,
+                s.epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
+                s.took.as_millis()
+            );
+            EXIT_OK
+        }
+        Err(e) => e.report(),
+    }
+}
+
+/// Checks the refusals of SPEC §8 and writes the request into `control`. Paused and
+/// pending are checked again inside the version-checked write, so a pause or another
+/// request that lands in between is never overwritten.
+pub async fn request(
+    zk: &ZkSession,
+    cfg: &Config,
+    args: &FailoverArgs,
+) -> Result<Requested, OpError> {
+    let snap = zk
+        .snapshot()
+        .await
+        .map_err(OpError::store("read the cluster"))?;
+    control_refusal(&snap.control, SystemTime::now()).map_err(OpError::Refused)?;
+    let from = match snap.active() {
+        Some((holder, _)) => holder.node_id.clone(),
+        None => return Err(OpError::Refused(no_active(cfg, &snap))),
+    };
+    match &args.to {
+        Some(to) => target_refusal(cfg, &snap, &from, to),
+        None => standby_refusal(&snap, &from),
+    }
+    .map_or(Ok(()), |why| Err(OpError::Refused(why)))?;
+
+    let wall = SystemTime::now();
+    let sent_at = Instant::now();
+    let deadline = wall.checked_add(args.timeout).ok_or_else(|| {
+        OpError::Refused("the clock is too far in the future to set a deadline".into())
+    })?;
+    let request = FailoverRequest {
+        from,
+        to: args.to.clone(),
+        by: operator::identity(),
+        deadline: record::rfc3339(deadline),
+    };
+    let written = zk
+        .update_control(|c| {
+            control_refusal(c, SystemTime::now())?;
+            c.failover = Some(request.clone());
+            Ok(true)
+        })
+        .await;
+    match written {
+        Ok(Ok(_)) => Ok(Requested {
+            request,
+            sent_at,
+            lapses_at: sent_at + args.timeout,
+            timeout: args.timeout,
+        }),
+        Ok(Err(why)) => Err(OpError::Refused(why)),
+        Err(StoreError::Unknown(e)) => Err(OpError::Failed(format!(
+            "the switchover request may or may not have been written ({e}); `warden status` \
+             shows it if it was, and it lapses at {} by itself",
+            request.deadline
+        ))),
+        Err(e) => Err(OpError::store("write the switchover request")(e)),
+    }
+}
+
+/// Waits, reading the cluster every [`POLL`], until a node other than `from` is active
+/// (the target, if the request names one), or the request lapses.
+pub async fn await_new_active(
+    cfg: &Config,
+    zk: ZkSession,
+    req: &Requested,
+) -> Result<Switched, OpError> {
+    let mut zk = zk;
+    let mut last: Option<ClusterSnapshot> = None;
+    let mut last_error: Option<StoreError> = None;
+    let mut target_left = false;
+    while let Some(left) = req
+        .lapses_at
+        .checked_duration_since(Instant::now())
+        .filter(|left| !left.is_zero())
+    {
+        match tokio::time::timeout(left, zk.snapshot()).await {
+            Err(_) => break,
+            Ok(Ok(snap)) => {
+                last_error = None;
+                if let Some(done) = switched(&snap, req) {
+                    return Ok(done);
+                }
+                if let Some(to) = &req.request.to {
+                    target_left |= !snap.members.iter().any(|(id, _)| id == to);
+                }
+                last = Some(snap);
+            }
+            Ok(Err(e)) => {
+                if matches!(e, StoreError::SessionLost(_)) {
+                    // The session of this command expired (a long ZooKeeper outage): open
+                    // another one, within what is left of the wait.
+                    if let Ok(Ok(fresh)) = tokio::time::timeout(left, super::session(cfg)).await {
+                        zk = fresh;
+                    }
+                }
+                last_error = Some(e);
+            }
+        }
+        let left = req.lapses_at.saturating_duration_since(Instant::now());
+        tokio::time::sleep(POLL.min(left)).await;
+    }
+    Err(timed_out(req, last.as_ref(), last_error, target_left))
+}
+
+/// The switchover's result, if `snap` shows it done.
+fn switched(snap: &ClusterSnapshot, req: &Requested) -> Option<Switched> {
+    let (holder, member) = snap.active()?;
+    let wanted = holder.node_id != req.request.from
+        && req
+            .request
+            .to
+            .as_ref()
+            .is_none_or(|to| *to == holder.node_id);
+    wanted.then(|| Switched {
+        from: req.request.from.clone(),
+        to: holder.node_id.clone(),
+        epoch: holder.epoch.or(member.node.epoch),
+        took: req.sent_at.elapsed(),
+    })
+}
+
+/// Why no new active was seen in time, from the last state read.
+fn timed_out(
+    req: &Requested,
+    last: Option<&ClusterSnapshot>,
+    last_error: Option<StoreError>,
+    target_left: bool,
+) -> OpError {
+    let lapse = format!(
+        "the request lapses at {} by itself and the cluster then elects normally",
+        req.request.deadline
+    );
+    let Some(snap) = last else {
+        return match last_error {
+            Some(source) if source.is_unreachable() => OpError::Store {
+                doing: "watch the switchover (the request was written; it lapses by itself)",
+                source,
+            },
+            Some(e) => OpError::Failed(format!(
+                "the switchover request was written but the cluster could not be read since \
+                 ({e}); {lapse}; check `warden status`"
+            )),
+            None => OpError::Failed(format!(
+                "no new active within {}; {lapse}",
+                humantime::format_duration(req.timeout)
+            )),
+        };
+    };
+    let from = &req.request.from;
+    let mut seen = Vec::new();
+    if let (Some(to), true) = (&req.request.to, target_left) {
+        seen.push(format!(
+            "{to} left the cluster during the switchover (its warden stopped or its session \
+             expired)"
+        ));
+    }
+    seen.push(match (&snap.lock, snap.active()) {
+        (_, Some((holder, _))) if holder.node_id == *from => {
+            format!("{from} is still active: it did not step down (see its log)")
+        }
+        (_, Some((holder, _))) => format!("{} is active", holder.node_id),
+        (None, None) => format!("{from} stepped down and nobody holds the lock"),
+        (Some((Ok(h), _)), None) => format!("{} holds the lock but is not serving yet", h.node_id),
+        (Some((Err(_), _)), None) => "the lock holder's record is unreadable".to_string(),
+    });
+    if let Some(to) = &req.request.to {
+        if let Some((_, m)) = snap.members.iter().find(|(id, _)| id == to) {
+            seen.push(match m {
+                Ok(m) => format!("{to} is {} and {}", m.role, m.health),
+                Err(e) => format!("{to}'s member record is unreadable ({e})"),
+            });
+        }
+    }
+    if let Some(e) = last_error {
+        seen.push(format!("the last read of the cluster failed ({e})"));
+    }
+    OpError::Failed(format!(
+        "no new active within {}: {}; {lapse}",
+        humantime::format_duration(req.timeout),
+        seen.join("; ")
+    ))
+}
+
+/// Paused, or another request still pending: the refusals that `control` alone decides.
+fn control_refusal(c: &Control, now: SystemTime) -> Result<(), String> {
+    if c.paused {
+        return Err(format!(
+            "the cluster is paused ({}): nobody is promoted while paused; run `warden resume` \
+             first",
+            c.reason.as_deref().unwrap_or("no reason given")
+        ));
+    }
+    match &c.failover {
+        Some(f) if f.pending_at(now) => Err(format!(
+            "another switchover is pending ({} -> {}, requested by {}, lapses at {}); wait \
+             until it finishes or lapses",
+            f.from,
+            f.to.as_deref().unwrap_or("any healthy standby"),
+            f.by,
+            f.deadline
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn no_active(cfg: &Config, snap: &ClusterSnapshot) -> String {
+    let name = &cfg.cluster.name;
+    match &snap.lock {
+        None => format!(
+            "cluster {name} has no active node (nobody holds the lock), so there is nothing to \
+             switch over; the election picks an active by itself"
+        ),
+        Some((Ok(h), _)) => format!(
+            "cluster {name} has no active node right now ({} holds the lock but is not serving \
+             yet); try again once `warden status` shows an active",
+            h.node_id
+        ),
+        Some((Err(e), _)) => format!(
+            "cluster {name} has no active node that can be named (the lock holder's record is \
+             unreadable: {e})"
+        ),
+    }
+}
+
+/// Why `to` cannot take over from `from`, if it cannot.
+fn target_refusal(cfg: &Config, snap: &ClusterSnapshot, from: &str, to: &str) -> Option<String> {
+    if to == from {
+        return Some(format!("{to} is already the active node"));
+    }
+    let Some((_, member)) = snap.members.iter().find(|(id, _)| id == to) else {
+        let ids: Vec<&str> = snap.members.iter().map(|(id, _)| id.as_str()).collect();
+        return Some(format!(
+            "{to} is not a member of cluster {} (members: {}); is its warden running?",
+            cfg.cluster.name,
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
+        ));
+    };
+    match member {
+        Err(e) => Some(format!("{to}'s member record is unreadable ({e})")),
+        Ok(m) if m.health != Health::Healthy => Some(format!(
+            "{to} is {} (role {}): it cannot take over; choose a healthy standby",
+            m.health, m.role
+        )),
+        Ok(m) if m.role != Role::Standby => Some(format!(
+            "{to} is not a standby (role {}): it is not in the election now (starting, backing \
+             off or stepping aside); try again once `warden status` shows it as standby",
+            m.role
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// Why nobody could take over from `from`, if nobody could.
+fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
+    let healthy_standby = snap.members.iter().any(|(id, m)| {
+        id != from
+            && m.as_ref()
+                .is_ok_and(|m| m.role == Role::Standby && m.health == Health::Healthy)
+    });
+    if healthy_standby {
+        return None;
+    }
+    let others: Vec<String> = snap
+        .members
+        .iter()
+        .filter(|(id, _)| id != from)
+        .map(|(id, m)| match m {
+            Ok(m) => format!("{id} {} and {}", m.role, m.health),
+            Err(_) => format!("{id} unreadable"),
+        })
+        .collect();
+    let others = if others.is_empty() {
+        format!("{from} is the only member")
+    } else {
+        others.join(", ")
+    };
+    Some(format!(
+        "no standby is healthy ({others}), so nobody could take over; {from} stays active"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: FailoverArgs,
+    }
+
+    #[test]
+    fn timeout_defaults_to_30s_and_must_be_positive() {
+        let cli = Cli::try_parse_from(["failover"]).unwrap();
+        assert_eq!(cli.args.timeout, Duration::from_secs(30));
+        assert_eq!(cli.args.to, None);
+        let cli = Cli::try_parse_from(["failover", "--to", "n2", "--timeout", "1500ms"]).unwrap();
+        assert_eq!(cli.args.timeout, Duration::from_millis(1500));
+        assert_eq!(cli.args.to.as_deref(), Some("n2"));
+        assert!(Cli::try_parse_from(["failover", "--timeout", "0s"]).is_err());
+        assert!(Cli::try_parse_from(["failover", "--timeout", "soon"]).is_err());
+        assert!(Cli::try_parse_from(["failover", "--timeout", "2h"]).is_err());
+    }
+
+    #[test]
+    fn a_lapsed_request_does_not_block_a_new_one() {
+        let now = SystemTime::now();
+        let mut c = Control {
+            failover: Some(FailoverRequest {
+                from: "n1".into(),
+                to: Some("n2".into()),
+                by: "op@h".into(),
+                deadline: record::rfc3339(now - Duration::from_secs(1)),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(control_refusal(&c, now), Ok(()));
+        if let Some(f) = &mut c.failover {
+            f.deadline = record::rfc3339(now + Duration::from_secs(10));
+        }
+        let why = control_refusal(&c, now).unwrap_err();
+        assert!(
+            why.contains("another switchover is pending (n1 -> n2"),
+            "{why}"
+        );
+        c.paused = true;
+        let why = control_refusal(&c, now).unwrap_err();
+        assert!(why.contains("paused"), "{why}");
+    }
+}

@@ -1,0 +1,148 @@
+//! What the operator commands (`failover`, `pause`, `resume`, `fence`, `history`) share:
+//! who runs them, how they end (SPEC §7 exit codes), and how they record what they did in
+//! `history`.
+
+use crate::config::Config;
+use crate::coord::zookeeper::ZkSession;
+use crate::coord::StoreError;
+use crate::record::{self, Epoch, HistoryEntry};
+use std::time::SystemTime;
+
+/// Exit code: the operation was done.
+pub const EXIT_OK: i32 = 0;
+/// Exit code: the operation failed or was refused.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code: the coordination service is unreachable or refused authentication.
+pub const EXIT_UNREACHABLE: i32 = 3;
+
+/// Why an operator command did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// A rule of SPEC §5 or §8 forbids it now; the text says why and what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// It was tried and did not work (a fence that failed, a switchover that timed out).
+    #[error("{0}")]
+    Failed(String),
+    /// The coordination service did not answer as needed while doing `doing`.
+    #[error("could not {doing}: {source}")]
+    Store {
+        doing: &'static str,
+        source: StoreError,
+    },
+}
+
+impl OpError {
+    /// The coordination error met while doing `doing` (e.g. "read the cluster").
+    pub fn store(doing: &'static str) -> impl FnOnce(StoreError) -> OpError {
+        move |source| OpError::Store { doing, source }
+    }
+
+    /// SPEC §7: 3 when ZooKeeper is unreachable or refused us, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
+            _ => EXIT_FAILED,
+        }
+    }
+
+    /// Prints the one-sentence error to stderr and returns the exit code.
+    pub fn report(&self) -> i32 {
+        eprintln!("warden: {self}");
+        self.exit_code()
+    }
+}
+
+/// Opens the command's session to the cluster, bounded by `connect_timeout`.
+pub async fn session(cfg: &Config) -> Result<ZkSession, OpError> {
+    super::session(cfg)
+        .await
+        .map_err(OpError::store("reach the cluster"))
+}
+
+/// Who runs the command, as `user@host`: `$USER` (or `$LOGNAME`, or the uid's name) at
+/// this machine's hostname. It goes into failover requests and history entries.
+pub fn identity() -> String {
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            let uid = nix::unistd::getuid();
+            nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map_or_else(|| format!("uid{uid}"), |u| u.name)
+        });
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{user}@{host}")
+}
+
+/// A history entry stamped now.
+pub fn entry(
+    node_id: impl Into<String>,
+    from: impl Into<String>,
+    to: impl Into<String>,
+    epoch: Option<Epoch>,
+    reason: impl Into<String>,
+) -> HistoryEntry {
+    HistoryEntry {
+        at: record::rfc3339(SystemTime::now()),
+        node_id: node_id.into(),
+        from: from.into(),
+        to: to.into(),
+        epoch,
+        reason: reason.into(),
+    }
+}
+
+/// Appends `entry` to `history`. The operation it records is already done, so a failure
+/// is a warning on stderr, not a failed command.
+pub async fn record(zk: &ZkSession, entry: &HistoryEntry) {
+    if let Err(e) = zk.append_history(entry).await {
+        eprintln!(
+            "warden: warning: done, but it could not be added to history ({e}); it is missing \
+             from `warden history`"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_user_at_host() {
+        let id = identity();
+        let (user, host) = id.split_once('@').unwrap();
+        assert!(!user.is_empty(), "{id}");
+        assert!(!host.is_empty(), "{id}");
+    }
+
+    #[test]
+    fn unreachable_store_exits_3_and_refusals_exit_1() {
+        let unreachable = OpError::Store {
+            doing: "read the cluster",
+            source: StoreError::Unreachable {
+                connect: "127.0.0.1:1".into(),
+                timeout: "1s".into(),
+                reason: "refused".into(),
+            },
+        };
+        assert_eq!(unreachable.exit_code(), 3);
+        assert!(unreachable
+            .to_string()
+            .starts_with("could not read the cluster: cannot reach ZooKeeper"));
+        let unknown = OpError::Store {
+            doing: "write control",
+            source: StoreError::Unknown("no answer".into()),
+        };
+        assert_eq!(unknown.exit_code(), 1);
+        assert_eq!(OpError::Refused("no".into()).exit_code(), 1);
+        assert_eq!(OpError::Failed("no".into()).exit_code(), 1);
+    }
+}

@@ -1,0 +1,158 @@
+//! `warden pause [--reason TEXT]` and `warden resume` (SPEC §8): maintenance.
+//!
+//! While `control.paused` is set the active stays active whatever its health or service
+//! does (never past its lease or after losing the lock), and standbys stay out of the
+//! election. Both commands are idempotent, and each change is recorded in `history` as a
+//! transition of the cluster, `running -> paused` or `paused -> running`, with the
+//! operator (`user@host`) as its node.
+
+use super::operator::{self, OpError, EXIT_OK};
+use crate::config::Config;
+use crate::coord::zookeeper::ZkSession;
+use crate::record::Control;
+use std::time::SystemTime;
+
+/// The cluster states of a pause entry in `history`.
+pub const RUNNING: &str = "running";
+pub const PAUSED: &str = "paused";
+
+/// `warden pause`: stop automatic promotions and demotions.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PauseArgs {
+    /// Why, for `status` and `history` (e.g. "kernel upgrade on rm1").
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+/// `warden resume`: end a pause.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResumeArgs {}
+
+/// What `pause` or `resume` found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The flag was changed; `reason` is the pause's reason.
+    Done { reason: Option<String> },
+    /// It was already so; `reason` is the standing pause's reason.
+    AlreadySo { reason: Option<String> },
+}
+
+/// Runs `warden pause`; returns the exit code (SPEC §7).
+pub async fn pause(cfg: &Config, args: &PauseArgs) -> i32 {
+    let name = &cfg.cluster.name;
+    let change = async {
+        let zk = operator::session(cfg).await?;
+        set_paused(&zk, args.reason.as_deref()).await
+    };
+    match change.await {
+        Ok(Change::Done { reason }) => {
+            println!(
+                "cluster {name} paused ({}): nobody is promoted or demoted automatically until \
+                 `warden resume`",
+                reason.as_deref().unwrap_or("no reason given")
+            );
+            EXIT_OK
+        }
+        Ok(Change::AlreadySo { reason }) => {
+            println!(
+                "cluster {name} is already paused ({}); nothing changed",
+                reason.as_deref().unwrap_or("no reason given")
+            );
+            EXIT_OK
+        }
+        Err(e) => e.report(),
+    }
+}
+
+/// Runs `warden resume`; returns the exit code (SPEC §7).
+pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
+    let name = &cfg.cluster.name;
+    let change = async {
+        let zk = operator::session(cfg).await?;
+        clear_paused(&zk).await
+    };
+    match change.await {
+        Ok(Change::Done { .. }) => {
+            println!("cluster {name} resumed: the election runs normally again");
+            EXIT_OK
+        }
+        Ok(Change::AlreadySo { .. }) => {
+            println!("cluster {name} is not paused; nothing changed");
+            EXIT_OK
+        }
+        Err(e) => e.report(),
+    }
+}
+
+/// Sets `paused` with `reason`, refusing while a switchover is pending; records it in
+/// `history` when it changed anything.
+pub async fn set_paused(zk: &ZkSession, reason: Option<&str>) -> Result<Change, OpError> {
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    let mut was = None;
+    zk.update_control(|c: &mut Control| {
+        if c.paused {
+            was = Some(c.reason.clone());
+            return Ok(false);
+        }
+        if let Some(f) = &c.failover {
+            if f.pending_at(SystemTime::now()) {
+                return Err(format!(
+                    "a switchover is pending ({} -> {}, requested by {}, lapses at {}); \
+                         pause once it has finished or lapsed",
+                    f.from,
+                    f.to.as_deref().unwrap_or("any healthy standby"),
+                    f.by,
+                    f.deadline
+                ));
+            }
+            // A lapsed request is withdrawn already; drop it while writing anyway.
+            c.failover = None;
+        }
+        was = None;
+        c.paused = true;
+        c.reason = reason.map(str::to_string);
+        Ok(true)
+    })
+    .await
+    .map_err(OpError::store("write control"))?
+    .map_err(OpError::Refused)?;
+    if let Some(reason) = was {
+        return Ok(Change::AlreadySo { reason });
+    }
+    let by = operator::identity();
+    let why = match reason {
+        Some(r) => format!("paused by {by}: {r}"),
+        None => format!("paused by {by} (no reason given)"),
+    };
+    operator::record(zk, &operator::entry(&by, RUNNING, PAUSED, None, why)).await;
+    Ok(Change::Done {
+        reason: reason.map(str::to_string),
+    })
+}
+
+/// Clears `paused` and its reason; records it in `history` when it changed anything.
+pub async fn clear_paused(zk: &ZkSession) -> Result<Change, OpError> {
+    let mut ended = None;
+    zk.update_control(|c: &mut Control| {
+        if !c.paused {
+            ended = None;
+            return Ok(false);
+        }
+        ended = Some(c.reason.take());
+        c.paused = false;
+        Ok(true)
+    })
+    .await
+    .map_err(OpError::store("write control"))?
+    .map_err(OpError::Refused)?;
+    let Some(reason) = ended else {
+        return Ok(Change::AlreadySo { reason: None });
+    };
+    let by = operator::identity();
+    let why = format!(
+        "resumed by {by} (the pause was for: {})",
+        reason.as_deref().unwrap_or("no reason given")
+    );
+    operator::record(zk, &operator::entry(&by, PAUSED, RUNNING, None, why)).await;
+    Ok(Change::Done { reason })
+}
