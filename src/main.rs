@@ -63,6 +63,15 @@ enum Command {
     /// The remote half of ssh fencing (SPEC §5): reads no config and no environment.
     #[command(name = "fence-local", hide = true)]
     FenceLocal(ops::fence_local::FenceLocalArgs),
+    /// Print a shell completion script (for packaging).
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page in roff (for packaging).
+    #[command(hide = true)]
+    Manpage,
 }
 
 fn main() -> ExitCode {
@@ -175,6 +184,21 @@ fn run(cli: Cli) -> i32 {
         }),
         Command::Fence(args) => {
             operator(&cli.config, |cfg| async move { ops::fence::fence(&cfg, &args).await })
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "warden", &mut std::io::stdout());
+            0
+        }
+        Command::Manpage => {
+            use clap::CommandFactory;
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("warden: cannot write the man page: {e}");
+                    1
+                }
+            }
         }
         Command::FenceLocal(args) => match runtime() {
             Ok(rt) => rt.block_on(ops::fence_local::run(&args)),
