@@ -29,7 +29,7 @@ if ((${#missing[@]} > 0)); then
 fi
 
 if ! command -v cargo >/dev/null; then
-    echo "test.sh: cargo is missing: install Rust 1.80 or later with rustup" >&2
+    echo "test.sh: cargo is missing: install Rust 1.85 or later (rustup, or Debian's cargo package)" >&2
     exit 1
 fi
 
