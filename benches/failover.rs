@@ -26,7 +26,7 @@ fn main() {
         .and_then(|v| humantime::parse_duration(&v).ok())
         .unwrap_or(secs(2));
     let scenarios = std::env::var("WARDEN_BENCH_SCENARIOS")
-        .unwrap_or_else(|_| "kill9,crash,sigstop,idle".into());
+        .unwrap_or_else(|_| "kill9,crash,sigstop,failover,idle,scale,clusters".into());
     let zk = ZkServer::start();
     println!(
         "warden failover benchmark: {runs} runs per scenario, session_timeout {}, ZooKeeper tickTime 100ms, {} cores",
@@ -54,7 +54,32 @@ fn main() {
                 &sigstop(&zk, session, runs),
                 Some(session),
             ),
+            "failover" => {
+                let (took, reqs) = planned(&zk, session, runs);
+                report("planned `warden failover` -> new service", &took, None);
+                println!(
+                    "{:<44} {:>9.1} requests per planned failover (median, incl. the CLI's own)",
+                    "ZooKeeper load",
+                    median_f(&reqs)
+                );
+            }
             "idle" => idle(&zk, session),
+            "scale" => {
+                for n in [2usize, 8, 32] {
+                    let (took, reqs) = scale(&zk, session, n, runs.min(10));
+                    report(
+                        &format!("service crash, {n} nodes in the cluster"),
+                        &took,
+                        None,
+                    );
+                    println!(
+                        "{:<44} {:>9.1} requests per crash failover (median)",
+                        "",
+                        median_f(&reqs)
+                    );
+                }
+            }
+            "clusters" => clusters(&zk, session, 100),
             other => eprintln!("unknown scenario {other:?}"),
         }
     }
@@ -162,6 +187,145 @@ fn sigstop(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
         wait_standby(&nodes[a], &nodes[b].config);
     }
     out
+}
+
+/// Requests the ZooKeeper server has received so far (`mntr`).
+fn zk_requests(zk: &ZkServer) -> u64 {
+    zk.four_letter("mntr")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn median_f(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Planned switchover: from the `failover` command's start to the new service's start,
+/// and the ZooKeeper requests it took (the CLI's own session included).
+fn planned(zk: &ZkServer, session: Duration, runs: usize) -> (Vec<Duration>, Vec<f64>) {
+    let (_c, n1, n2) = cluster(zk, session);
+    let nodes = [n1, n2];
+    let _wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
+    let (mut took, mut reqs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let (_a, b) = roles(&nodes, &status);
+        let before = nodes[b].runs().len();
+        let r0 = zk_requests(zk);
+        let t0 = mono_now_ns();
+        let out = cli(
+            &nodes[0].config,
+            &["failover", "--to", &nodes[b].id, "--timeout", "20s"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let new = wait_for(secs(10), "the new service started", || {
+            let runs = nodes[b].runs();
+            (runs.len() > before).then(|| runs[before].clone())
+        });
+        took.push(ns(new.start_ns.saturating_sub(t0)));
+        reqs.push(zk_requests(zk).saturating_sub(r0) as f64);
+        wait_standby(&nodes[1 - b], &nodes[b].config);
+    }
+    (took, reqs)
+}
+
+/// Service crash failover time and ZooKeeper requests with `n` nodes in one cluster.
+fn scale(zk: &ZkServer, session: Duration, n: usize, runs: usize) -> (Vec<Duration>, Vec<f64>) {
+    let mut c = Cluster::new(zk);
+    c.session_timeout = session;
+    let opts = NodeOptions {
+        fences: Some(vec![signal_fence()]),
+        ..Default::default()
+    };
+    let nodes: Vec<Node> = (1..=n)
+        .map(|i| c.node_with(&format!("n{i}"), opts.clone()))
+        .collect();
+    let others: Vec<&Node> = nodes[1..].iter().collect();
+    let _wardens = start_active_then_standbys(&nodes[0], &others);
+    let (mut took, mut reqs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let active = active_id(&status).expect("an active node");
+        let a = nodes.iter().position(|x| x.id == active).unwrap();
+        let victim = nodes[a].last_run().expect("the active's service runs");
+        let counts: Vec<usize> = nodes.iter().map(|x| x.runs().len()).collect();
+        let r0 = zk_requests(zk);
+        let t0 = mono_now_ns();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(victim.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let new = wait_for(session * 5, "another service started", || {
+            nodes.iter().enumerate().find_map(|(i, x)| {
+                let runs = x.runs();
+                (i != a && runs.len() > counts[i]).then(|| runs[counts[i]].clone())
+            })
+        });
+        took.push(ns(new.start_ns.saturating_sub(t0)));
+        reqs.push(zk_requests(zk).saturating_sub(r0) as f64);
+        wait_standby(&nodes[a], &nodes[0].config);
+    }
+    (took, reqs)
+}
+
+/// `count` clusters of two nodes on one ensemble: idle ZooKeeper load, and a crash
+/// failover in one of them.
+fn clusters(zk: &ZkServer, session: Duration, count: usize) {
+    let opts = NodeOptions {
+        fences: Some(vec![signal_fence()]),
+        ..Default::default()
+    };
+    let mut all = Vec::new();
+    for _ in 0..count {
+        let mut c = Cluster::new(zk);
+        c.session_timeout = session;
+        let n1 = c.node_with("n1", opts.clone());
+        let n2 = c.node_with("n2", opts.clone());
+        let w = vec![n1.start(), n2.start()];
+        all.push((c, n1, n2, w));
+    }
+    for (_, n1, _, _) in &all {
+        wait_for_active(&n1.config, secs(60));
+    }
+    let r0 = zk_requests(zk);
+    let t0 = std::time::Instant::now();
+    // The idle window is what is measured: nothing to poll for.
+    std::thread::sleep(secs(10));
+    let rate = zk_requests(zk).saturating_sub(r0) as f64 / t0.elapsed().as_secs_f64();
+    println!(
+        "{:<44} {:>9.0} requests/s to ZooKeeper, idle ({:.1} per warden)",
+        format!("{count} clusters x 2 nodes"),
+        rate,
+        rate / (2 * count) as f64
+    );
+    let (_, n1, n2, _) = &all[0];
+    let status = status_json(&n1.config);
+    let (active, other) = if active_id(&status).as_deref() == Some("n1") {
+        (n1, n2)
+    } else {
+        (n2, n1)
+    };
+    let victim = active.last_run().expect("the active's service runs");
+    let before = other.runs().len();
+    let t0 = mono_now_ns();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let new = wait_for(session * 5, "the standby's service started", || {
+        let runs = other.runs();
+        (runs.len() > before).then(|| runs[before].clone())
+    });
+    println!(
+        "{:<44} {:>9.1}ms",
+        format!("service crash failover among {count} clusters"),
+        ns(new.start_ns.saturating_sub(t0)).as_secs_f64() * 1000.0
+    );
 }
 
 /// RSS and CPU of an idle active and an idle standby over 10 seconds.
