@@ -6,6 +6,7 @@
 //! fires even while a fence or a stop is still running. No election rule lives here:
 //! where this file decides something, it is how to carry out an action, never whether.
 
+use crate::api::{self, NodeView};
 use crate::config::{Config, ServiceMode};
 use crate::coord::zookeeper::{ZkConnector, ZkSession};
 use crate::coord::StoreError;
@@ -14,6 +15,8 @@ use crate::elector::{
     Ticket, WriteOutcome,
 };
 use crate::health::{self, CheckerHandle, HealthChange, Probe};
+use crate::metrics::Metrics;
+use crate::notify;
 use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
 use crate::service::{self, Hooks, RunningService, ServiceIdentity, Spawner, StopOutcome};
 use std::time::{Duration, Instant, SystemTime};
@@ -107,12 +110,39 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
         code: 2,
         message: e.to_string(),
     })?;
+    // Bound before anything else, so a taken port is a start-up error (exit 2).
+    let listener = match &cfg.api {
+        Some(a) => Some(api::bind(a.listen).await.map_err(|e| Fatal {
+            code: 2,
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
     let me = identity(&cfg)?;
     let mut d = Daemon::new(cfg, me, auth)?;
+    let _api = listener.map(|l| {
+        AbortOnDrop(tokio::spawn(api::serve(
+            l,
+            d.view.subscribe(),
+            d.metrics.clone(),
+        )))
+    });
     d.run().await
 }
 
+/// Aborts the task when dropped: the HTTP face ends with the daemon.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Daemon {
+    metrics: Metrics,
+    /// What the HTTP face shows; replaced after every drain.
+    view: tokio::sync::watch::Sender<NodeView>,
     cfg: Config,
     me: NodeRecord,
     connector: ZkConnector,
@@ -195,7 +225,17 @@ impl Daemon {
             },
             eligible_now,
         );
+        let (view, _) = tokio::sync::watch::channel(NodeView::new(
+            MemberRecord {
+                node: me.clone(),
+                role: Role::Ineligible,
+                health: Health::Unknown,
+            },
+            false,
+        ));
         let mut d = Daemon {
+            metrics: Metrics::new(),
+            view,
             cfg,
             me,
             connector,
@@ -225,7 +265,7 @@ impl Daemon {
         };
         if !eligible_now {
             let (htx, mut hrx) = mpsc::channel(8);
-            d.eligibility = Some(health::spawn_checker(
+            d.eligibility = Some(health::spawn_counted_checker(
                 standby_probe,
                 d.cfg.health.interval,
                 d.cfg.health.timeout,
@@ -233,6 +273,7 @@ impl Daemon {
                 d.cfg.health.fall,
                 Duration::ZERO,
                 htx,
+                Some(d.metrics.clone()),
             ));
             let tx = d.tx.clone();
             tokio::spawn(async move {
@@ -265,6 +306,12 @@ impl Daemon {
         );
         let mut stop_signals = 0;
         self.drain(Instant::now());
+        // SPEC §10: pinged from this loop, so a hung loop stops the pings.
+        let mut watchdog = notify::watchdog_interval().map(|every| {
+            let mut i = tokio::time::interval(every);
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
         loop {
             if let Some(code) = self.exit_code {
                 return Ok(code);
@@ -276,7 +323,19 @@ impl Daemon {
                     None => std::future::pending().await,
                 }
             };
+            let ping = async {
+                match watchdog.as_mut() {
+                    Some(i) => {
+                        i.tick().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                _ = ping => {
+                    notify::watchdog();
+                    continue;
+                }
                 _ = term.recv() => stop_signals += 1,
                 _ = int.recv() => stop_signals += 1,
                 input = self.rx.recv() => {
@@ -303,6 +362,7 @@ impl Daemon {
                 return Ok(1);
             }
             info!("stop requested: handing over cleanly");
+            notify::stopping();
             let now = Instant::now();
             self.elector.handle(Event::StopRequested, now);
             self.drain(now);
@@ -322,6 +382,7 @@ impl Daemon {
                 if self.session.as_ref().is_some_and(|s| s.gen == gen) {
                     if ev == Event::SessionLost {
                         warn!("the ZooKeeper session expired or closed");
+                        self.metrics.set_connected(false);
                         self.session = None;
                     }
                     self.feed(ev);
@@ -385,6 +446,7 @@ impl Daemon {
                     }
                 });
                 self.session = Some(ctx);
+                self.metrics.set_connected(true);
                 self.control = control.clone();
                 self.feed(Event::SessionStarted {
                     control: control_view(&control),
@@ -451,7 +513,7 @@ impl Daemon {
             Ok(p) => p,
         };
         let (htx, mut hrx) = mpsc::channel(8);
-        self.service_check = Some(health::spawn_checker(
+        self.service_check = Some(health::spawn_counted_checker(
             probe,
             self.cfg.health.interval,
             self.cfg.health.timeout,
@@ -459,6 +521,7 @@ impl Daemon {
             self.cfg.health.fall,
             self.cfg.health.start_grace,
             htx,
+            Some(self.metrics.clone()),
         ));
         let tx = self.tx.clone();
         tokio::spawn(async move {
@@ -475,6 +538,12 @@ impl Daemon {
         while let Some(action) = self.elector.poll_action() {
             self.act(action, now);
         }
+        let serving = match self.control_svc {
+            ServiceControl::Hooks(_) => self.elector.is_serving(),
+            _ => self.service.is_some(),
+        };
+        self.view
+            .send_replace(NodeView::new(self.member(), serving));
     }
 
     /// Spawns a call in the current session; without a session the call cannot happen and
@@ -591,6 +660,7 @@ impl Daemon {
                 };
                 info!(target = %target.label(), "fencing");
                 let tx = self.tx.clone();
+                let metrics = self.metrics.clone();
                 // §5: in hooks mode the service of an earlier warden process on this host
                 // is ours and nobody was promoted since: demote it rather than kill it.
                 let demote_first = match (&self.control_svc, &order) {
@@ -616,6 +686,7 @@ impl Daemon {
                         }
                     }
                     let report = chain.fence(&target).await;
+                    metrics.fence_report(&report);
                     let mut summary = report.summary();
                     if !report.is_fenced() && matches!(order, FenceOrder::Unreadable) {
                         summary.push_str(
@@ -891,6 +962,15 @@ impl Daemon {
             _ => info!(%from, %to, epoch, %reason, took_ms, "transition"),
         }
         let m = self.member();
+        self.metrics.transition(from, to, now);
+        self.metrics.set_epoch(epoch);
+        if matches!(
+            to,
+            Role::Standby | Role::Fencing | Role::Promoting | Role::Active
+        ) {
+            notify::ready();
+        }
+        notify::status(&notify::summary(&m));
         let entry = HistoryEntry {
             at: record::rfc3339(SystemTime::now()),
             node_id: self.me.node_id.clone(),

@@ -327,9 +327,10 @@ enum Step {
         ticket: Ticket,
         unknown_commit: Option<Instant>,
     },
-    /// §4.3b.
+    /// §4.3b. `target` names the fenced node for the operator's advice.
     Fencing {
         ticket: Ticket,
+        target: Option<String>,
         breadcrumb_version: Option<i32>,
         control_version: i32,
     },
@@ -792,12 +793,17 @@ impl Elector {
             step:
                 Step::Fencing {
                     ticket: t,
+                    ref target,
                     breadcrumb_version,
                     control_version,
                 },
         } = self.phase
         else {
             return;
+        };
+        let confirm = match target {
+            Some(node) => format!("warden fence --confirm {node}"),
+            None => "warden fence --confirm --unreadable".to_string(),
         };
         if t != ticket {
             return;
@@ -809,8 +815,8 @@ impl Elector {
         } else {
             self.reason = format!(
                 "fencing failed, not promoting: {summary}. If the old active is powered off \
-                 or its service is certainly stopped, record that with `warden fence \
-                 --confirm NODE`; otherwise fix the fence method"
+                 or its service is certainly stopped, record that with `{confirm}`; otherwise \
+                 fix the fence method"
             );
             self.leave(Leave::FenceFailed);
         }
@@ -1180,6 +1186,10 @@ impl Elector {
         control_version: i32,
     ) {
         let ticket = self.ticket();
+        let target = match &order {
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) => Some(r.node_id.clone()),
+            FenceOrder::Unreadable => None,
+        };
         self.reason = match &order {
             FenceOrder::Node(r) => format!("fencing the old active {}", r.node_id),
             FenceOrder::Unreadable => "fencing an unknown old active".into(),
@@ -1191,6 +1201,7 @@ impl Elector {
             epoch,
             step: Step::Fencing {
                 ticket,
+                target,
                 breadcrumb_version,
                 control_version,
             },

@@ -420,10 +420,28 @@ pub fn spawn_checker(
     grace: Duration,
     tx: mpsc::Sender<HealthChange>,
 ) -> CheckerHandle {
-    let task = tokio::spawn(run_checker(probe, interval, timeout, rise, fall, grace, tx));
+    spawn_counted_checker(probe, interval, timeout, rise, fall, grace, tx, None)
+}
+
+/// [`spawn_checker`] that also counts every probe in `warden_health_checks_total`.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_counted_checker(
+    probe: Probe,
+    interval: Duration,
+    timeout: Duration,
+    rise: u32,
+    fall: u32,
+    grace: Duration,
+    tx: mpsc::Sender<HealthChange>,
+    metrics: Option<crate::metrics::Metrics>,
+) -> CheckerHandle {
+    let task = tokio::spawn(run_checker(
+        probe, interval, timeout, rise, fall, grace, tx, metrics,
+    ));
     CheckerHandle { task }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_checker(
     probe: Probe,
     interval: Duration,
@@ -432,6 +450,7 @@ async fn run_checker(
     fall: u32,
     grace: Duration,
     tx: mpsc::Sender<HealthChange>,
+    metrics: Option<crate::metrics::Metrics>,
 ) {
     if probe == Probe::None {
         // Nothing to probe: healthy at once rather than after `rise` intervals.
@@ -452,6 +471,9 @@ async fn run_checker(
     loop {
         ticks.tick().await;
         let check = probe.check(timeout).await;
+        if let Some(m) = &metrics {
+            m.health_check(check.pass);
+        }
         let change = if !check.pass && started.elapsed() < grace {
             debug!(detail = %check.detail, "health check failed during start_grace; not counted");
             hysteresis.excuse_failure();

@@ -4,11 +4,14 @@
 //! with the coordination service ([`coord`]), the managed [`service`], [`health`] checks
 //! and the fence chain of the `warden-fencing` crate.
 
+pub mod api;
 pub mod config;
 pub mod coord;
 pub mod daemon;
 pub mod elector;
 pub mod health;
+pub mod metrics;
+pub mod notify;
 pub mod ops;
 pub mod record;
 pub mod service;

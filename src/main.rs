@@ -173,18 +173,18 @@ fn run(cli: Cli) -> i32 {
         Command::Failover(args) => operator(&cli.config, |cfg| async move {
             ops::failover::failover(&cfg, &args).await
         }),
-        Command::Pause(args) => {
-            operator(&cli.config, |cfg| async move { ops::pause::pause(&cfg, &args).await })
-        }
-        Command::Resume(args) => {
-            operator(&cli.config, |cfg| async move { ops::pause::resume(&cfg, &args).await })
-        }
+        Command::Pause(args) => operator(&cli.config, |cfg| async move {
+            ops::pause::pause(&cfg, &args).await
+        }),
+        Command::Resume(args) => operator(&cli.config, |cfg| async move {
+            ops::pause::resume(&cfg, &args).await
+        }),
         Command::History(args) => operator(&cli.config, |cfg| async move {
             ops::history::history(&cfg, &args).await
         }),
-        Command::Fence(args) => {
-            operator(&cli.config, |cfg| async move { ops::fence::fence(&cfg, &args).await })
-        }
+        Command::Fence(args) => operator(&cli.config, |cfg| async move {
+            ops::fence::fence(&cfg, &args).await
+        }),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "warden", &mut std::io::stdout());
@@ -229,8 +229,10 @@ fn init_logging(cfg: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: journald and log files get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cfg.log.format {
         LogFormat::Json => builder.json().init(),
