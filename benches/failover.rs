@@ -41,7 +41,7 @@ fn main() {
         match s.trim() {
             "kill9" => report(
                 "kill -9 warden -> standby's service started",
-                &kill9(&zk, session, runs),
+                &warden_fault(&zk, session, runs, Warden::kill9),
                 Some(session),
             ),
             "crash" => report(
@@ -51,7 +51,7 @@ fn main() {
             ),
             "sigstop" => report(
                 "SIGSTOP warden -> fenced -> standby started",
-                &sigstop(&zk, session, runs),
+                &warden_fault(&zk, session, runs, Warden::sigstop),
                 Some(session),
             ),
             "failover" => {
@@ -112,8 +112,14 @@ fn wait_standby(node: &Node, config: &std::path::Path) {
     });
 }
 
-/// Time from `kill -9` of the active's warden to the standby's service start.
-fn kill9(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
+/// Time from a fault of the active's warden (`kill -9`, or SIGSTOP: then through the
+/// session expiry and the fence of the frozen incarnation) to the standby's service start.
+fn warden_fault(
+    zk: &ZkServer,
+    session: Duration,
+    runs: usize,
+    fault: fn(&Warden),
+) -> Vec<Duration> {
     let (_c, n1, n2) = cluster(zk, session);
     let nodes = [n1, n2];
     let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
@@ -123,13 +129,14 @@ fn kill9(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
         let (a, b) = roles(&nodes, &status);
         let before = nodes[b].runs().len();
         let t0 = mono_now_ns();
-        wardens[a].kill9();
+        fault(&wardens[a]);
         let new = wait_for(session * 5, "the standby's service started", || {
             let runs = nodes[b].runs();
             (runs.len() > before).then(|| runs[before].clone())
         });
         out.push(ns(new.start_ns.saturating_sub(t0)));
-        let _ = wardens[a].wait_exit(secs(5));
+        // Killed by us, or by the fence of the frozen warden.
+        let _ = wardens[a].wait_exit(secs(10));
         wardens[a] = nodes[a].start();
         wait_standby(&nodes[a], &nodes[b].config);
     }
@@ -158,32 +165,6 @@ fn crash(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
         });
         out.push(ns(new.start_ns.saturating_sub(t0)));
         // The crashed node backs off, then stands by again.
-        wait_standby(&nodes[a], &nodes[b].config);
-    }
-    out
-}
-
-/// Time from SIGSTOP of the active's warden to the standby's service start, through the
-/// session expiry and the fence of the frozen incarnation.
-fn sigstop(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
-    let (_c, n1, n2) = cluster(zk, session);
-    let nodes = [n1, n2];
-    let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
-    let mut out = Vec::new();
-    for _ in 0..runs {
-        let status = status_json(&nodes[0].config);
-        let (a, b) = roles(&nodes, &status);
-        let before = nodes[b].runs().len();
-        let t0 = mono_now_ns();
-        wardens[a].sigstop();
-        let new = wait_for(session * 5, "the standby's service started", || {
-            let runs = nodes[b].runs();
-            (runs.len() > before).then(|| runs[before].clone())
-        });
-        out.push(ns(new.start_ns.saturating_sub(t0)));
-        // The fence killed the frozen warden.
-        let _ = wardens[a].wait_exit(secs(10));
-        wardens[a] = nodes[a].start();
         wait_standby(&nodes[a], &nodes[b].config);
     }
     out

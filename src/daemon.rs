@@ -264,25 +264,7 @@ impl Daemon {
             exit_code: None,
         };
         if !eligible_now {
-            let (htx, mut hrx) = mpsc::channel(8);
-            d.eligibility = Some(health::spawn_counted_checker(
-                standby_probe,
-                d.cfg.health.interval,
-                d.cfg.health.timeout,
-                d.cfg.health.rise,
-                d.cfg.health.fall,
-                Duration::ZERO,
-                htx,
-                Some(d.metrics.clone()),
-            ));
-            let tx = d.tx.clone();
-            tokio::spawn(async move {
-                while let Some(c) = hrx.recv().await {
-                    if tx.send(Input::Eligibility(c)).is_err() {
-                        break;
-                    }
-                }
-            });
+            d.eligibility = Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility));
         }
         Ok(d)
     }
@@ -512,25 +494,38 @@ impl Daemon {
             Ok(Probe::None) | Err(_) => return,
             Ok(p) => p,
         };
+        self.service_check =
+            Some(self.checker(probe, self.cfg.health.start_grace, Input::ServiceHealth));
+    }
+
+    /// Starts a health checker whose changes reach the loop as `wrap(change)`.
+    fn checker(
+        &self,
+        probe: Probe,
+        grace: Duration,
+        wrap: fn(HealthChange) -> Input,
+    ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
-        self.service_check = Some(health::spawn_counted_checker(
+        let h = &self.cfg.health;
+        let handle = health::spawn_counted_checker(
             probe,
-            self.cfg.health.interval,
-            self.cfg.health.timeout,
-            self.cfg.health.rise,
-            self.cfg.health.fall,
-            self.cfg.health.start_grace,
+            h.interval,
+            h.timeout,
+            h.rise,
+            h.fall,
+            grace,
             htx,
             Some(self.metrics.clone()),
-        ));
+        );
         let tx = self.tx.clone();
         tokio::spawn(async move {
             while let Some(c) = hrx.recv().await {
-                if tx.send(Input::ServiceHealth(c)).is_err() {
+                if tx.send(wrap(c)).is_err() {
                     break;
                 }
             }
         });
+        handle
     }
 
     /// Carries out every pending action.

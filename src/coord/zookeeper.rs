@@ -56,6 +56,19 @@ impl Paths {
     }
 }
 
+/// Why a read-modify-write did not happen.
+enum Refusal {
+    /// The change itself said no.
+    Refused(String),
+    Store(StoreError),
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        Refusal::Store(e)
+    }
+}
+
 /// Opens sessions to one cluster's znodes.
 #[derive(Clone, Debug)]
 pub struct ZkConnector {
@@ -617,94 +630,72 @@ impl ZkSession {
 
     /// Prepends an entry to `history`, keeping the newest [`HISTORY_LEN`], version-checked.
     pub async fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut list, version) = match self.get_optional(&self.paths.history).await? {
-                Some((data, stat)) => (
-                    record::parse::<Vec<HistoryEntry>>(&data).unwrap_or_default(),
-                    Some(stat.version),
-                ),
-                None => (Vec::new(), None),
-            };
+        let path = self.paths.history.clone();
+        self.read_modify_write(&path, |list: &mut Vec<HistoryEntry>| {
             list.insert(0, entry.clone());
             list.truncate(HISTORY_LEN);
-            let data = record::to_bytes(&list);
-            let r = match version {
-                Some(v) => self
-                    .bounded(
-                        "writing history",
-                        self.client.set_data(&self.paths.history, &data, Some(v)),
-                    )
-                    .await
-                    .map(|_| ()),
-                None => {
-                    let opts = self.persistent();
-                    self.bounded(
-                        "creating history",
-                        self.client.create(&self.paths.history, &data, &opts),
-                    )
-                    .await
-                    .map(|_| ())
-                }
-            };
-            match r {
-                Err(StoreError::Rejected(_)) => continue,
-                other => return other,
-            }
-        }
-        Err(StoreError::Unknown(
-            "history kept changing; entry not written".into(),
-        ))
+            Ok(true)
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            Refusal::Store(e) => e,
+            Refusal::Refused(why) => StoreError::Rejected(why),
+        })
     }
 
     /// Version-checked read-modify-write of `control`. `change` returns `Ok(false)` to
     /// leave it as it is, or `Err(reason)` to refuse.
-    pub async fn update_control<F>(
-        &self,
-        mut change: F,
-    ) -> Result<Result<Control, String>, StoreError>
+    pub async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
     where
         F: FnMut(&mut Control) -> Result<bool, String>,
     {
+        let path = self.paths.control.clone();
+        match self.read_modify_write(&path, change).await {
+            Ok(control) => Ok(Ok(control)),
+            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
+            Err(Refusal::Store(e)) => Err(e),
+        }
+    }
+
+    /// Reads a JSON znode (absent or unreadable = the default), lets `change` edit it, and
+    /// writes it back at the version read (or creates it), retrying when another writer
+    /// got there first. `change` returns `Ok(false)` to leave it, `Err` to refuse.
+    async fn read_modify_write<T, F>(&self, path: &str, mut change: F) -> Result<T, Refusal>
+    where
+        T: Default + serde::Serialize + for<'de> serde::Deserialize<'de>,
+        F: FnMut(&mut T) -> Result<bool, String>,
+    {
         for _ in 0..CAS_ATTEMPTS {
-            let (mut control, version) = match self.get_optional(&self.paths.control).await? {
+            let (mut value, version) = match self.get_optional(path).await? {
                 Some((data, stat)) => {
                     (record::parse(&data).unwrap_or_default(), Some(stat.version))
                 }
-                None => (Control::default(), None),
+                None => (T::default(), None),
             };
-            match change(&mut control) {
-                Err(reason) => return Ok(Err(reason)),
-                Ok(false) => return Ok(Ok(control)),
-                Ok(true) => {}
+            if !change(&mut value).map_err(Refusal::Refused)? {
+                return Ok(value);
             }
-            let data = record::to_bytes(&control);
-            let r = match version {
+            let data = record::to_bytes(&value);
+            let written = match version {
                 Some(v) => self
-                    .bounded(
-                        "writing control",
-                        self.client.set_data(&self.paths.control, &data, Some(v)),
-                    )
+                    .bounded("writing", self.client.set_data(path, &data, Some(v)))
                     .await
                     .map(|_| ()),
                 None => {
                     let opts = self.persistent();
-                    self.bounded(
-                        "creating control",
-                        self.client.create(&self.paths.control, &data, &opts),
-                    )
-                    .await
-                    .map(|_| ())
+                    self.bounded("creating", self.client.create(path, &data, &opts))
+                        .await
+                        .map(|_| ())
                 }
             };
-            match r {
-                Ok(()) => return Ok(Ok(control)),
+            match written {
+                Ok(()) => return Ok(value),
                 Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Err(StoreError::Unknown(
-            "control kept changing; not written".into(),
-        ))
+        Err(StoreError::Unknown(format!("{path} kept changing; not written")).into())
     }
 
     /// Deletes a persistent znode of the cluster if present (`init --force`).
