@@ -82,7 +82,7 @@ enum Input {
     /// A lock watch of session `gen` for join `ticket` fired: the lock was deleted.
     LockDeleted(u64, Ticket),
     /// A new session is open and registered.
-    Connected(ZkSession, Control, Option<i32>),
+    Connected(Box<ZkSession>, Control),
     /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`.
     Started(Ticket, Result<Option<RunningService>, String>),
     /// The service with this identity exited by itself.
@@ -376,7 +376,8 @@ impl Daemon {
                     self.feed(Event::LockDeleted);
                 }
             }
-            Input::Connected(zk, control, _version) => {
+            Input::Connected(zk, control) => {
+                let zk = *zk;
                 self.connecting = None;
                 let gen = self.next_gen;
                 self.next_gen += 1;
@@ -1007,8 +1008,8 @@ impl Daemon {
             let mut waiting_logged = false;
             loop {
                 match register(&connector, &me, &mut waiting_logged).await {
-                    Ok((zk, control, v)) => {
-                        let _ = tx.send(Input::Connected(zk, control, v));
+                    Ok((zk, control)) => {
+                        let _ = tx.send(Input::Connected(Box::new(zk), control));
                         return;
                     }
                     Err(Registration::Fatal(f)) => {
@@ -1061,7 +1062,7 @@ async fn register(
     connector: &ZkConnector,
     me: &MemberRecord,
     waiting_logged: &mut bool,
-) -> Result<(ZkSession, Control, Option<i32>), Registration> {
+) -> Result<(ZkSession, Control), Registration> {
     let zk = connector.connect().await?;
     zk.ensure_parents().await?;
     loop {
@@ -1112,10 +1113,10 @@ async fn register(
             }
         }
     }
-    let (control, version, _w) = zk.watch_control().await.ok_or_else(|| {
+    let (control, _version, _w) = zk.watch_control().await.ok_or_else(|| {
         Registration::Retry(StoreError::SessionLost("while reading control".into()))
     })?;
-    Ok((zk, control, version))
+    Ok((zk, control))
 }
 
 fn control_view(c: &Control) -> ControlView {

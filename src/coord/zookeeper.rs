@@ -226,11 +226,11 @@ impl ZkSession {
     }
 
     fn persistent(&self) -> zk::CreateOptions<'static> {
-        zk::CreateMode::Persistent.with_acls(self.acls.clone())
+        zk::CreateMode::Persistent.with_acls(self.acls)
     }
 
     fn ephemeral(&self) -> zk::CreateOptions<'static> {
-        zk::CreateMode::Ephemeral.with_acls(self.acls.clone())
+        zk::CreateMode::Ephemeral.with_acls(self.acls)
     }
 
     /// Creates `<root>/<cluster>/members` and its parents where missing.
