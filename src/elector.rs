@@ -286,7 +286,9 @@ pub enum Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Svc {
     Down,
-    Starting(Ticket),
+    /// A start is in flight; a stop asked for meanwhile waits for it to report, so that
+    /// what it starts is stopped, never leaked.
+    Starting(Ticket, Option<StopCause>),
     Up,
     Stopping(Ticket, StopCause),
 }
@@ -504,7 +506,7 @@ impl Elector {
             }
         }
         if let Some(end) = self.lease.end {
-            if self.lease.doubt && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
+            if self.lease.doubt && self.svc_running() {
                 consider(Some(end.checked_sub(self.cfg.demote_grace).unwrap_or(end)));
             }
             if self.svc != Svc::Down && !self.lease.killed {
@@ -878,11 +880,25 @@ impl Elector {
     }
 
     fn on_service_started(&mut self, ticket: Ticket, now: Instant) {
-        if self.svc != Svc::Starting(ticket) {
+        let Svc::Starting(t, pending) = self.svc else {
+            return;
+        };
+        if t != ticket {
             return;
         }
         self.svc = Svc::Up;
         self.service_healthy = true;
+        // A start that completes after the lease ended must not serve: stop it and kill
+        // it at once (the kill ordered while it was still starting found nothing).
+        if self.lease.end.is_some_and(|end| now >= end) {
+            self.lease.doubt = true;
+            self.lease.killed = false;
+        }
+        if let Some(cause) = pending {
+            self.stop_service(cause);
+            self.lease_timers(now);
+            return;
+        }
         if let Phase::Holding {
             epoch,
             step: Step::Serving,
@@ -900,7 +916,16 @@ impl Elector {
     }
 
     fn on_start_failed(&mut self, ticket: Ticket, reason: String, now: Instant) {
-        if self.svc != Svc::Starting(ticket) {
+        let Svc::Starting(t, pending) = self.svc else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        if let Some(cause) = pending {
+            // A stop was asked for meanwhile: demote whatever the attempt left.
+            self.svc = Svc::Up;
+            self.stop_service(cause);
             return;
         }
         self.svc = Svc::Down;
@@ -924,7 +949,7 @@ impl Elector {
 
     fn on_service_exited(&mut self, reason: String) {
         match self.svc {
-            Svc::Up | Svc::Starting(_) => {}
+            Svc::Up | Svc::Starting(..) => {}
             _ => return,
         }
         self.svc = Svc::Down;
@@ -988,7 +1013,16 @@ impl Elector {
             Phase::Holding {
                 step: Step::Serving,
                 ..
-            } => self.start_if_due(now),
+            } => {
+                if clean {
+                    self.start_if_due(now);
+                } else {
+                    // Never a second copy beside one that would not die: give up the
+                    // lock and keep the breadcrumb, so whoever wins fences it first.
+                    self.reason = format!("the service could not be stopped: {detail}");
+                    self.leave(Leave::ServiceFailed);
+                }
+            }
             Phase::LockLost => {
                 self.phase = Phase::Idle;
                 self.try_join(now);
@@ -1293,7 +1327,7 @@ impl Elector {
             return;
         };
         let ticket = self.ticket();
-        self.svc = Svc::Starting(ticket);
+        self.svc = Svc::Starting(ticket, None);
         self.actions.push_back(Action::StartService {
             ticket,
             epoch,
@@ -1327,7 +1361,7 @@ impl Elector {
             }
         }
         let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
-        if self.lease.doubt && now >= demote_at && matches!(self.svc, Svc::Starting(_) | Svc::Up) {
+        if self.lease.doubt && now >= demote_at && self.svc_running() {
             self.reason = "the lease is ending without a renewal; demoting".into();
             self.stop_service(StopCause::Forced);
         }
@@ -1343,14 +1377,20 @@ impl Elector {
 
     fn stop_service(&mut self, cause: StopCause) {
         match self.svc {
-            Svc::Up | Svc::Starting(_) => {
+            Svc::Up => {
                 let ticket = self.ticket();
                 self.svc = Svc::Stopping(ticket, cause);
                 self.actions
                     .push_back(Action::StopService { ticket, cause });
             }
-            Svc::Stopping(..) | Svc::Down => {}
+            Svc::Starting(t, None) => self.svc = Svc::Starting(t, Some(cause)),
+            Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {}
         }
+    }
+
+    /// The service is up or coming up, and nobody asked it to stop yet.
+    fn svc_running(&self) -> bool {
+        matches!(self.svc, Svc::Up | Svc::Starting(_, None))
     }
 
     /// Stop the service because the session or the lock is gone.
@@ -1387,10 +1427,10 @@ impl Elector {
             },
         };
         match self.svc {
-            Svc::Up | Svc::Starting(_) => self.stop_service(StopCause::Demote),
+            Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}
             Svc::Down => {
-                if self.breadcrumb_written && why != Leave::PromotionFailed {
+                if self.breadcrumb_written && why != Leave::PromotionFailed && !self.own_leftovers {
                     let ticket = self.ticket();
                     self.phase = Phase::Holding {
                         epoch,
@@ -1467,7 +1507,7 @@ impl Elector {
     fn compute_role(&self, now: Instant) -> Role {
         match &self.phase {
             Phase::Connecting | Phase::Idle | Phase::Exited => match self.svc {
-                Svc::Stopping(..) => Role::Demoting,
+                Svc::Stopping(..) | Svc::Starting(_, Some(_)) => Role::Demoting,
                 _ => Role::Ineligible,
             },
             Phase::Joining { .. } => Role::Standby,
@@ -1488,8 +1528,8 @@ impl Elector {
                     } else {
                         match self.svc {
                             Svc::Up => Role::Active,
-                            Svc::Starting(_) => Role::Promoting,
-                            Svc::Stopping(..) | Svc::Down => {
+                            Svc::Starting(_, None) => Role::Promoting,
+                            Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {
                                 if self.control.paused {
                                     Role::Active
                                 } else {
@@ -2583,6 +2623,114 @@ mod tests {
             a,
             vec![Action::RecordService { epoch: 4 }, Action::ClearFailover]
         );
+    }
+
+    /// Won the lock and committed; the start is in flight.
+    fn starting(h: &mut H, epoch: Epoch) -> Ticket {
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let a = h.feed(Event::Committed {
+            ticket: H::ticket_of(&a),
+            outcome: WriteOutcome::Done,
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { .. }]),
+            "{a:?}"
+        );
+        H::ticket_of(&a)
+    }
+
+    #[test]
+    fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
+        // Simulation seed 6121: the stop answered "not running" and the start leaked.
+        let mut h = H::new();
+        let s = starting(&mut h, 7);
+        let a = h.feed(Event::StopRequested);
+        assert_eq!(a, vec![], "no stop while the start is in flight: {a:?}");
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        let st = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::StopService {
+                ticket: st,
+                cause: StopCause::Demote
+            }]
+        );
+        let a = h.feed(Event::ServiceStopped {
+            ticket: st,
+            clean: true,
+            detail: String::new(),
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { .. }]),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
+        // Simulation seed 8994: frozen between the lease check and the spawn.
+        let mut h = H::new();
+        let s = starting(&mut h, 7);
+        let end = h.e.lease.end.unwrap();
+        h.now = end + Duration::from_millis(10);
+        h.e.handle_timeout(h.now);
+        h.drain();
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        assert!(
+            has(&a, |a| matches!(
+                a,
+                Action::StopService {
+                    cause: StopCause::Forced,
+                    ..
+                }
+            )) && has(&a, |a| matches!(a, Action::KillService)),
+            "{a:?}"
+        );
+        assert_ne!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn an_unkillable_service_is_never_joined_by_a_second_copy() {
+        // Simulation seed 7674: a renewal started a second copy beside a stuck one.
+        let mut h = H::new();
+        h.active(3);
+        let a = h.advance(T / 6);
+        let r = H::ticket_of(&a);
+        h.feed(Event::Renewed {
+            ticket: r,
+            outcome: WriteOutcome::Unknown,
+        });
+        let mut stop = None;
+        for _ in 0..40 {
+            for a in h.advance(RETRY_DELAY) {
+                match a {
+                    Action::Renew { ticket } => {
+                        h.feed(Event::Renewed {
+                            ticket,
+                            outcome: WriteOutcome::Unknown,
+                        });
+                    }
+                    Action::StopService { ticket, .. } => stop = Some(ticket),
+                    Action::KillService => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            if stop.is_some() {
+                break;
+            }
+        }
+        let a = h.feed(Event::ServiceStopped {
+            ticket: stop.unwrap(),
+            clean: false,
+            detail: "pid 9 in D state".into(),
+        });
+        // Give up the lock, keep the breadcrumb: no restart, no breadcrumb delete.
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
     }
 
     #[test]

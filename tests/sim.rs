@@ -1,0 +1,339 @@
+//! Deterministic simulation of the election (issue 6, item 1; DESIGN "Layers of proof" 2).
+//!
+//! Several real [`warden::elector::Elector`]s run against a model of ZooKeeper (sessions
+//! with server-side expiry on tick boundaries, ephemeral znodes, czxid epochs, versions,
+//! one-shot watches, the multi-ops of `coord/zookeeper.rs`, per-connection FIFO with random
+//! latency, lost replies whose request may or may not have been applied), a model of
+//! `daemon.rs` around each elector (tasks per session, ticket and session-generation
+//! filtering, member registration that waits for a killed predecessor's session), managed
+//! services and fence methods, under a seeded fault schedule (freeze, kill -9, SIGTERM,
+//! service crash or unhealthy, partition from the store with or without the host, store
+//! without quorum, fence methods failing or hanging, a service stuck in the kernel) over
+//! virtual time. After every step the invariants of `sim/world.rs` are checked:
+//!
+//! 1. never two services up at the same instant (and never two live wardens reporting
+//!    `active`);
+//! 2. a service starts only when every earlier promoted incarnation is dead (crashed,
+//!    fenced, exited) or stepped down cleanly (deleted its own breadcrumb after its service
+//!    stopped), and a promotion overwrites only the breadcrumb of such an incarnation;
+//! 3. a running warden's service is down by the end of the lease the store really granted
+//!    (send time of the last applied commit or renewal + session_timeout / 2), and a frozen
+//!    one's right after it wakes;
+//! 4. epochs of successive promotions (service starts and breadcrumb commits) only grow,
+//!    and a commit or renewal is applied only while the writer's session holds the lock;
+//! 5. liveness: with a healthy store and working fences, some node is active within
+//!    3 x session_timeout + 30s (the longest rejoin back-off) after the faults end;
+//! 6. nobody refuses to promote for a stale epoch (the model store never goes back in time).
+//!
+//! Bugs found outside this file and not yet fixed are stepped around by the model's
+//! [`Workarounds`], one switch each, so the sweep can look for others; each has an ignored
+//! regression test that runs with its switch off.
+//!
+//! `cargo test --test sim` runs 20,000 seeds. Environment:
+//! - `WARDEN_SIM_SEED=N`: run seed N alone and print its plan and event trace;
+//! - `WARDEN_SIM_SEEDS=N` (default 20000) and `WARDEN_SIM_FIRST=N` (default 0): the range;
+//! - `WARDEN_SIM_NODES` (default 3), `WARDEN_SIM_FAULTS` (most faults per seed, default 6);
+//! - `WARDEN_SIM_WITHOUT=name,...`: switch workarounds off (see `Workarounds`).
+//!
+//! A soak: `WARDEN_SIM_SEEDS=1000000 cargo test --release --test sim`.
+
+#[path = "sim/node.rs"]
+mod node;
+#[path = "sim/plan.rs"]
+mod plan;
+#[path = "sim/store.rs"]
+mod store;
+#[path = "sim/world.rs"]
+mod world;
+
+use std::time::{Duration, Instant};
+use world::{Outcome, Workarounds, World};
+
+const DEFAULT_SEEDS: u64 = 20_000;
+const DEFAULT_NODES: usize = 3;
+const DEFAULT_FAULTS: usize = 6;
+/// Failing seeds listed at the end of a sweep; the first is replayed with its trace.
+const LISTED_FAILURES: usize = 20;
+
+fn env_num<T: std::str::FromStr>(key: &str, default: T) -> T {
+    match std::env::var(key) {
+        Ok(v) => v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+fn nodes() -> usize {
+    env_num("WARDEN_SIM_NODES", DEFAULT_NODES)
+}
+
+fn max_faults() -> usize {
+    env_num("WARDEN_SIM_FAULTS", DEFAULT_FAULTS)
+}
+
+/// All workarounds, less those named in `WARDEN_SIM_WITHOUT` (comma-separated), so that a
+/// regression seed replays with its bug exposed.
+fn workarounds() -> Workarounds {
+    let mut w = Workarounds::NONE;
+    for name in std::env::var("WARDEN_SIM_WITHOUT")
+        .unwrap_or_default()
+        .split(',')
+    {
+        match name.trim() {
+            "" => {}
+            "stop_during_start" => w.stop_during_start = false,
+            "unkillable_service" => w.unkillable_service = false,
+            "kill_during_start" => w.kill_during_start = false,
+            other => panic!("WARDEN_SIM_WITHOUT: no workaround called {other:?}"),
+        }
+    }
+    w
+}
+
+/// The settings a replay needs besides the seed.
+fn replay_env() -> String {
+    [
+        "WARDEN_SIM_NODES",
+        "WARDEN_SIM_FAULTS",
+        "WARDEN_SIM_WITHOUT",
+    ]
+    .iter()
+    .filter_map(|k| Some(format!("{k}={} ", std::env::var(k).ok()?)))
+    .collect()
+}
+
+/// Runs one seed with its trace and panics with a readable report if it fails.
+fn replay(seed: u64) -> Outcome {
+    let out = World::new(seed, nodes(), max_faults(), workarounds(), true).run();
+    if let Some(why) = &out.failure {
+        let mut report = format!(
+            "seed {seed} FAILED: {why}\n\nplan: {}\n\nlast {} steps of the trace:\n",
+            out.plan,
+            out.trace.len()
+        );
+        for line in &out.trace {
+            report.push_str(line);
+            report.push('\n');
+        }
+        report.push_str(&format!(
+            "\nseed {seed} FAILED: {why}\nreplay: {}WARDEN_SIM_SEED={seed} cargo test --test sim\n",
+            replay_env()
+        ));
+        panic!("{report}");
+    }
+    out
+}
+
+#[test]
+fn simulated_elections_keep_every_invariant() {
+    if let Ok(seed) = std::env::var("WARDEN_SIM_SEED") {
+        let seed: u64 = seed.trim().parse().expect("WARDEN_SIM_SEED is a number");
+        let out = replay(seed);
+        println!("plan: {}", out.plan);
+        for line in &out.trace {
+            println!("{line}");
+        }
+        println!(
+            "seed {seed} passed: {} steps, {} promotions, {} fences, {:.1}s virtual, \
+             active {:?} after the faults",
+            out.steps,
+            out.starts,
+            out.fences,
+            out.virtual_time.as_secs_f64(),
+            out.recovery
+        );
+        return;
+    }
+    let first: u64 = env_num("WARDEN_SIM_FIRST", 0);
+    let count: u64 = env_num("WARDEN_SIM_SEEDS", DEFAULT_SEEDS);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let started = Instant::now();
+    let results: Vec<Sweep> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut sweep = Sweep::default();
+                    let mut seed = first + t;
+                    while seed < first + count {
+                        let out =
+                            World::new(seed, nodes(), max_faults(), workarounds(), false).run();
+                        sweep.add(seed, out);
+                        seed += threads;
+                    }
+                    sweep
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut total = Sweep::default();
+    for r in results {
+        total.merge(r);
+    }
+    let elapsed = started.elapsed();
+    total.recoveries.sort();
+    let pct = |p: f64| {
+        total
+            .recoveries
+            .get(((total.recoveries.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "{} seeds ({first}..{}) in {:.1}s on {threads} threads: {} steps, {:.0}s virtual, \
+         {} promotions, {} fences; first active after the faults: median {:?}, p99 {:?}, \
+         max {:?}",
+        total.seeds,
+        first + count,
+        elapsed.as_secs_f64(),
+        total.steps,
+        total.virtual_time.as_secs_f64(),
+        total.starts,
+        total.fences,
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
+    );
+    if total.failures.is_empty() {
+        return;
+    }
+    total.failures.sort();
+    eprintln!("{} seeds failed:", total.failures.len());
+    for (seed, why) in total.failures.iter().take(LISTED_FAILURES) {
+        eprintln!("  WARDEN_SIM_SEED={seed}: {why}");
+    }
+    // The first failure again, with its trace (same seed, same run).
+    replay(total.failures[0].0);
+    panic!(
+        "seed {} failed only without its trace: the run is not deterministic",
+        total.failures[0].0
+    );
+}
+
+#[derive(Default)]
+struct Sweep {
+    seeds: u64,
+    steps: u64,
+    starts: u64,
+    fences: u64,
+    virtual_time: Duration,
+    recoveries: Vec<Duration>,
+    failures: Vec<(u64, String)>,
+}
+
+impl Sweep {
+    fn add(&mut self, seed: u64, out: Outcome) {
+        self.seeds += 1;
+        self.steps += out.steps;
+        self.starts += u64::from(out.starts);
+        self.fences += u64::from(out.fences);
+        self.virtual_time += out.virtual_time;
+        if let Some(r) = out.recovery {
+            self.recoveries.push(r);
+        }
+        if let Some(f) = out.failure {
+            self.failures.push((seed, f));
+        }
+    }
+
+    fn merge(&mut self, o: Sweep) {
+        self.seeds += o.seeds;
+        self.steps += o.steps;
+        self.starts += o.starts;
+        self.fences += o.fences;
+        self.virtual_time += o.virtual_time;
+        self.recoveries.extend(o.recoveries);
+        self.failures.extend(o.failures);
+    }
+}
+
+/// The same seed twice gives the same run, step for step.
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in [1, 7, 4242] {
+        let a = World::new(seed, 3, DEFAULT_FAULTS, Workarounds::NONE, true).run();
+        let b = World::new(seed, 3, DEFAULT_FAULTS, Workarounds::NONE, true).run();
+        assert_eq!(a.trace, b.trace, "seed {seed}");
+        assert_eq!(a.steps, b.steps, "seed {seed}");
+    }
+}
+
+/// Without faults, one node is active soon and stays so; nobody refuses its promotion.
+///
+/// Found by this simulation before `36ccab4` (every one of these seeds, no faults at all):
+/// the `history` entry of a node's own `standby -> promoting`, written with the lock's
+/// epoch, could reach ZooKeeper before its `ReadState` read `history`, and the node refused
+/// its own promotion ("the lock's epoch 106 is not above the recorded epoch 106").
+/// `read_state` now counts only transitions to `active`; invariant 6 guards it.
+#[test]
+fn without_faults_one_node_becomes_active() {
+    for seed in 0..50 {
+        let out = World::new(seed, 3, 0, Workarounds::NONE, false).run();
+        assert_eq!(out.failure, None, "seed {seed}");
+        assert!(out.starts >= 1, "seed {seed}: nobody was promoted");
+    }
+}
+
+/// Driver bug found by this simulation (`Workarounds::stop_during_start`). Seed 6121: a
+/// SIGTERM lands while a start is in flight; the stop answers "not running", the node
+/// deletes its breadcrumb, then the spawn completes. 35431: the lease's demotion races a
+/// start; a renewal later starts a second copy next to the leaked one. 95637: the leaked
+/// copy runs past the lease end. Enable once `daemon.rs` answers a `StopService` that
+/// comes while a start is in flight only after it has stopped what the start started.
+#[test]
+fn regression_a_stop_during_a_start_stops_what_it_started() {
+    let w = Workarounds {
+        stop_during_start: false,
+        ..Workarounds::NONE
+    };
+    expect_no_failures(&[6121, 35431, 95637], w, "stop_during_start");
+}
+
+/// Elector bug found by this simulation (`Workarounds::kill_during_start`). Seed 8994:
+/// the warden freezes between the lease check and the spawn and wakes after the lease end;
+/// the lease timer's `KillService` finds nothing to kill, the late `ServiceStarted` makes
+/// it `active` on an ended lease, and nothing stops the service. Enable once a start that
+/// completes after the lease end is stopped.
+#[test]
+fn regression_a_start_completing_after_the_lease_end_is_killed() {
+    let w = Workarounds {
+        kill_during_start: false,
+        ..Workarounds::NONE
+    };
+    expect_no_failures(&[8994], w, "kill_during_start");
+}
+
+/// Elector bug found by this simulation (`Workarounds::unkillable_service`). Seed 7674:
+/// the lease runs out, the forced stop cannot kill the service (stuck in the kernel past
+/// SIGKILL + `KILL_WAIT`: `ServiceStopped { clean: false }`), a renewal succeeds and
+/// `start_if_due` starts a second copy next to the unkillable one, although the elector
+/// set `own_leftovers` so that its leftovers are fenced before it promotes again. Enable
+/// once a start in `Serving` fences `OwnLeftovers` first.
+#[test]
+fn regression_no_second_start_next_to_an_unkillable_service() {
+    let w = Workarounds {
+        unkillable_service: false,
+        ..Workarounds::NONE
+    };
+    expect_no_failures(&[1894, 7674], w, "unkillable_service");
+}
+
+fn expect_no_failures(seeds: &[u64], w: Workarounds, without: &str) {
+    let failed: Vec<String> = seeds
+        .iter()
+        .filter_map(|&seed| {
+            let why = World::new(seed, 3, DEFAULT_FAULTS, w, false)
+                .run()
+                .failure?;
+            Some(format!("seed {seed}: {why}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{failed:#?}\nreplay one with its trace: WARDEN_SIM_WITHOUT={without} \
+         WARDEN_SIM_SEED=<seed> cargo test --test sim"
+    );
+}

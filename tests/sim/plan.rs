@@ -1,0 +1,299 @@
+//! One seed's configuration and fault schedule, drawn from the seeded RNG before the run.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// Virtual time: an offset from the run's base instant.
+pub type Time = Duration;
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The simulation's random numbers: xoshiro256** seeded through SplitMix64. Our own, so a
+/// seed means the same run whatever versions of `rand` come along, and cheap in a debug
+/// build.
+pub struct SimRng([u64; 4]);
+
+impl SimRng {
+    pub fn new(seed: u64) -> SimRng {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        SimRng([next(), next(), next(), next()])
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.0;
+        let out = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+
+    /// Uniform in the range (the tiny modulo bias does not matter here).
+    pub fn range(&mut self, r: RangeInclusive<u64>) -> u64 {
+        let (lo, hi) = r.into_inner();
+        match (hi - lo).checked_add(1) {
+            Some(n) => lo + self.next_u64() % n,
+            None => self.next_u64(),
+        }
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.range(0..=items.len() as u64 - 1) as usize]
+    }
+}
+
+/// A uniformly drawn duration in `[lo, hi]`.
+pub fn between(rng: &mut SimRng, lo: Duration, hi: Duration) -> Duration {
+    if hi <= lo {
+        return lo;
+    }
+    Duration::from_nanos(rng.range(lo.as_nanos() as u64..=hi.as_nanos() as u64))
+}
+
+/// The settings of one run, the way `warden.toml` and ZooKeeper would set them.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub nodes: usize,
+    pub session_timeout: Duration,
+    /// ZooKeeper's tickTime: sessions expire on tick boundaries.
+    pub tick: Duration,
+    pub rejoin_delay: Duration,
+    /// `service.stop_timeout`, the elector's `demote_grace`.
+    pub stop_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// The fence chain's hard timeout: a hanging method fails after this.
+    pub fence_timeout: Duration,
+}
+
+impl SimConfig {
+    pub fn lease(&self) -> Duration {
+        self.session_timeout / 2
+    }
+
+    /// As `coord/zookeeper.rs` `op_timeout`.
+    pub fn op_timeout(&self) -> Duration {
+        (self.session_timeout / 3)
+            .min(self.connect_timeout)
+            .max(ms(100))
+    }
+
+    /// The ZooKeeper client pings when idle for a third of the session timeout.
+    pub fn ping_interval(&self) -> Duration {
+        self.session_timeout / 3
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum FaultKind {
+    /// SIGSTOP of the node's warden (not of its service), SIGCONT after `dur`.
+    Freeze { node: usize, dur: Duration },
+    /// `kill -9` of the node's warden; systemd starts a new incarnation after `restart`.
+    Crash { node: usize, restart: Duration },
+    /// SIGTERM: a clean handover; a new incarnation starts `restart` after the exit.
+    Stop { node: usize, restart: Duration },
+    /// The managed service dies by itself.
+    ServiceCrash { node: usize },
+    /// The service health check turns unhealthy.
+    Unhealthy { node: usize },
+    /// The node cannot reach ZooKeeper for `dur`; with `host_reachable` false, peers cannot
+    /// reach the host for fencing either.
+    Partition {
+        node: usize,
+        dur: Duration,
+        host_reachable: bool,
+    },
+    /// The ensemble has no quorum for `dur`: nothing is answered, no session expires.
+    StoreDown { dur: Duration },
+    /// Fence methods started in the next `dur` fail at once, or hang until their timeout.
+    FenceFault { dur: Duration, hang: bool },
+    /// The service sits in uninterruptible sleep (a hung mount) for `dur`: signals and
+    /// SIGKILL take effect only afterwards, and a fence cannot verify it gone.
+    StuckService { node: usize, dur: Duration },
+}
+
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub at: Time,
+    pub kind: FaultKind,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = |i: &usize| format!("n{}", i + 1);
+        write!(f, "{:>9.3}s ", self.at.as_secs_f64())?;
+        match &self.kind {
+            FaultKind::Freeze { node, dur } => write!(f, "freeze {} for {dur:?}", n(node)),
+            FaultKind::Crash { node, restart } => {
+                write!(f, "kill -9 {}, restart after {restart:?}", n(node))
+            }
+            FaultKind::Stop { node, restart } => {
+                write!(f, "SIGTERM {}, restart {restart:?} after exit", n(node))
+            }
+            FaultKind::ServiceCrash { node } => write!(f, "service of {} crashes", n(node)),
+            FaultKind::Unhealthy { node } => write!(f, "service of {} unhealthy", n(node)),
+            FaultKind::Partition {
+                node,
+                dur,
+                host_reachable,
+            } => write!(
+                f,
+                "partition {} from the store for {dur:?}{}",
+                n(node),
+                if *host_reachable {
+                    ""
+                } else {
+                    " (host unreachable)"
+                }
+            ),
+            FaultKind::StoreDown { dur } => write!(f, "store unavailable for {dur:?}"),
+            FaultKind::FenceFault { dur, hang } => write!(
+                f,
+                "fence methods {} for {dur:?}",
+                if *hang { "hang" } else { "fail" }
+            ),
+            FaultKind::StuckService { node, dur } => {
+                write!(f, "service of {} stuck in D state for {dur:?}", n(node))
+            }
+        }
+    }
+}
+
+/// What one seed runs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub cfg: SimConfig,
+    pub faults: Vec<Fault>,
+    /// When every scheduled fault has ended (restarts after a clean stop are added as they
+    /// happen). Background connection losses and latency spikes stop here too.
+    pub faults_end: Time,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.cfg;
+        writeln!(
+            f,
+            "{} nodes, session_timeout {:?} (lease {:?}), tick {:?}, stop_timeout {:?}, \
+             rejoin_delay {:?}, fence timeout {:?}",
+            c.nodes,
+            c.session_timeout,
+            c.lease(),
+            c.tick,
+            c.stop_timeout,
+            c.rejoin_delay,
+            c.fence_timeout
+        )?;
+        if self.faults.is_empty() {
+            writeln!(f, "  no faults")?;
+        }
+        for fault in &self.faults {
+            writeln!(f, "  {fault}")?;
+        }
+        write!(f, "  faults end at {:.3}s", self.faults_end.as_secs_f64())
+    }
+}
+
+pub fn draw(rng: &mut SimRng, nodes: usize, max_faults: usize) -> Plan {
+    let session_timeout = rng.pick(&[ms(2000), ms(4000), ms(6000)]);
+    let tick = session_timeout / rng.pick(&[3, 5, 10]);
+    let lease = session_timeout / 2;
+    // Up to 80% of the lease: past 2/3 `check-config` warns that one late renewal demotes.
+    let stop_timeout = lease.mul_f64(rng.pick(&[0.05, 0.2, 0.5, 0.8]));
+    let cfg = SimConfig {
+        nodes,
+        session_timeout,
+        tick,
+        rejoin_delay: rng.pick(&[ms(200), ms(1000)]),
+        stop_timeout,
+        connect_timeout: ms(5000),
+        fence_timeout: rng.pick(&[ms(1000), ms(5000)]),
+    };
+    let st = session_timeout;
+    let window = between(rng, st * 2, st * 6);
+    let count = rng.range(0..=max_faults as u64) as usize;
+    let mut faults = Vec::with_capacity(count);
+    let mut faults_end = ms(500);
+    for _ in 0..count {
+        let at = ms(500) + between(rng, Duration::ZERO, window);
+        let node = rng.range(0..=nodes as u64 - 1) as usize;
+        let (kind, end) = match rng.range(0..=99) {
+            0..=19 => {
+                let dur = match rng.range(0..=9) {
+                    0..=4 => between(rng, ms(10), lease),
+                    5..=7 => between(rng, lease, st + st / 2),
+                    _ => between(rng, st + st / 2, st * 4),
+                };
+                (FaultKind::Freeze { node, dur }, at + dur)
+            }
+            20..=31 => {
+                let restart = between(rng, Duration::ZERO, st * 3);
+                (FaultKind::Crash { node, restart }, at + restart)
+            }
+            32..=39 => {
+                let restart = between(rng, Duration::ZERO, st * 2);
+                (FaultKind::Stop { node, restart }, at + restart)
+            }
+            40..=49 => (FaultKind::ServiceCrash { node }, at),
+            50..=54 => (FaultKind::Unhealthy { node }, at),
+            55..=71 => {
+                let dur = between(rng, ms(50), st * 4);
+                let host_reachable = rng.chance(0.7);
+                (
+                    FaultKind::Partition {
+                        node,
+                        dur,
+                        host_reachable,
+                    },
+                    at + dur,
+                )
+            }
+            72..=81 => {
+                let dur = between(rng, ms(100), st * 3);
+                (FaultKind::StoreDown { dur }, at + dur)
+            }
+            82..=93 => {
+                let dur = between(rng, ms(100), st * 4);
+                let hang = rng.chance(0.5);
+                (
+                    FaultKind::FenceFault { dur, hang },
+                    at + dur + cfg.fence_timeout,
+                )
+            }
+            _ => {
+                let dur = between(rng, ms(10), st * 2);
+                (FaultKind::StuckService { node, dur }, at + dur)
+            }
+        };
+        faults_end = faults_end.max(end);
+        faults.push(Fault { at, kind });
+    }
+    faults.sort_by_key(|f| f.at);
+    Plan {
+        cfg,
+        faults,
+        faults_end,
+    }
+}
