@@ -10,7 +10,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(zookeeper openssh-server fence-agents libssl-dev pkg-config)
+packages=(zookeeper openssh-server fence-agents libssl-dev pkg-config nftables)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,0 +1,11 @@
+//! The real-process fault suite's own harness (issue 6, item 2): a three-server ZooKeeper
+//! ensemble on loopback ([`zk`]), partitions with nftables ([`net`]), a seeded random
+//! source ([`rng`]) and three wardens with steerable fence scripts ([`trio`]). Built on
+//! the shared harness in `tests/common`.
+
+#![allow(dead_code)]
+
+pub mod net;
+pub mod rng;
+pub mod trio;
+pub mod zk;
