@@ -25,15 +25,20 @@
 //!    3 x session_timeout + 30s (the longest rejoin back-off) after the faults end;
 //! 6. nobody refuses to promote for a stale epoch (the model store never goes back in time).
 //!
-//! Bugs found outside this file and not yet fixed are stepped around by the model's
-//! [`Workarounds`], one switch each, so the sweep can look for others; each has an ignored
-//! regression test that runs with its switch off.
+//! The model's driver does what `daemon.rs` does, and nothing more: the bugs this
+//! simulation found were fixed in the elector, not stepped around here. Their seeds are
+//! regression tests:
+//! - 6121, 35431, 95637: a stop during a start answered "not running" and the start leaked
+//!   a service (`regression_a_stop_during_a_start_stops_what_it_started`);
+//! - 8994: a start completing after the lease end served on
+//!   (`regression_a_start_completing_after_the_lease_end_is_killed`);
+//! - 1894, 7674: a second copy started beside an unkillable service
+//!   (`regression_no_second_start_next_to_an_unkillable_service`).
 //!
 //! `cargo test --test sim` runs 20,000 seeds. Environment:
 //! - `WARDEN_SIM_SEED=N`: run seed N alone and print its plan and event trace;
 //! - `WARDEN_SIM_SEEDS=N` (default 20000) and `WARDEN_SIM_FIRST=N` (default 0): the range;
-//! - `WARDEN_SIM_NODES` (default 3), `WARDEN_SIM_FAULTS` (most faults per seed, default 6);
-//! - `WARDEN_SIM_WITHOUT=name,...`: switch workarounds off (see `Workarounds`).
+//! - `WARDEN_SIM_NODES` (default 3), `WARDEN_SIM_FAULTS` (most faults per seed, default 6).
 //!
 //! A soak: `WARDEN_SIM_SEEDS=1000000 cargo test --release --test sim`.
 
@@ -47,7 +52,7 @@ mod store;
 mod world;
 
 use std::time::{Duration, Instant};
-use world::{Outcome, Workarounds, World};
+use world::{Outcome, World};
 
 const DEFAULT_SEEDS: u64 = 20_000;
 const DEFAULT_NODES: usize = 3;
@@ -74,40 +79,17 @@ fn max_faults() -> usize {
     env_num("WARDEN_SIM_FAULTS", DEFAULT_FAULTS)
 }
 
-/// All workarounds, less those named in `WARDEN_SIM_WITHOUT` (comma-separated), so that a
-/// regression seed replays with its bug exposed.
-fn workarounds() -> Workarounds {
-    let mut w = Workarounds::NONE;
-    for name in std::env::var("WARDEN_SIM_WITHOUT")
-        .unwrap_or_default()
-        .split(',')
-    {
-        match name.trim() {
-            "" => {}
-            "stop_during_start" => w.stop_during_start = false,
-            "unkillable_service" => w.unkillable_service = false,
-            "kill_during_start" => w.kill_during_start = false,
-            other => panic!("WARDEN_SIM_WITHOUT: no workaround called {other:?}"),
-        }
-    }
-    w
-}
-
 /// The settings a replay needs besides the seed.
 fn replay_env() -> String {
-    [
-        "WARDEN_SIM_NODES",
-        "WARDEN_SIM_FAULTS",
-        "WARDEN_SIM_WITHOUT",
-    ]
-    .iter()
-    .filter_map(|k| Some(format!("{k}={} ", std::env::var(k).ok()?)))
-    .collect()
+    ["WARDEN_SIM_NODES", "WARDEN_SIM_FAULTS"]
+        .iter()
+        .filter_map(|k| Some(format!("{k}={} ", std::env::var(k).ok()?)))
+        .collect()
 }
 
 /// Runs one seed with its trace and panics with a readable report if it fails.
 fn replay(seed: u64) -> Outcome {
-    let out = World::new(seed, nodes(), max_faults(), workarounds(), true).run();
+    let out = World::new(seed, nodes(), max_faults(), true).run();
     if let Some(why) = &out.failure {
         let mut report = format!(
             "seed {seed} FAILED: {why}\n\nplan: {}\n\nlast {} steps of the trace:\n",
@@ -158,8 +140,7 @@ fn simulated_elections_keep_every_invariant() {
                     let mut sweep = Sweep::default();
                     let mut seed = first + t;
                     while seed < first + count {
-                        let out =
-                            World::new(seed, nodes(), max_faults(), workarounds(), false).run();
+                        let out = World::new(seed, nodes(), max_faults(), false).run();
                         sweep.add(seed, out);
                         seed += threads;
                     }
@@ -254,8 +235,8 @@ impl Sweep {
 #[test]
 fn a_seed_replays_exactly() {
     for seed in [1, 7, 4242] {
-        let a = World::new(seed, 3, DEFAULT_FAULTS, Workarounds::NONE, true).run();
-        let b = World::new(seed, 3, DEFAULT_FAULTS, Workarounds::NONE, true).run();
+        let a = World::new(seed, 3, DEFAULT_FAULTS, true).run();
+        let b = World::new(seed, 3, DEFAULT_FAULTS, true).run();
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert_eq!(a.steps, b.steps, "seed {seed}");
     }
@@ -271,69 +252,53 @@ fn a_seed_replays_exactly() {
 #[test]
 fn without_faults_one_node_becomes_active() {
     for seed in 0..50 {
-        let out = World::new(seed, 3, 0, Workarounds::NONE, false).run();
+        let out = World::new(seed, 3, 0, false).run();
         assert_eq!(out.failure, None, "seed {seed}");
         assert!(out.starts >= 1, "seed {seed}: nobody was promoted");
     }
 }
 
-/// Driver bug found by this simulation (`Workarounds::stop_during_start`). Seed 6121: a
-/// SIGTERM lands while a start is in flight; the stop answers "not running", the node
-/// deletes its breadcrumb, then the spawn completes. 35431: the lease's demotion races a
-/// start; a renewal later starts a second copy next to the leaked one. 95637: the leaked
-/// copy runs past the lease end. Enable once `daemon.rs` answers a `StopService` that
-/// comes while a start is in flight only after it has stopped what the start started.
+/// Found by this simulation, fixed in `f03f941` (`Svc::Starting(ticket, Option<StopCause>)`).
+/// Seed 6121: a SIGTERM lands while a start is in flight; the stop answered "not running",
+/// the node deleted its breadcrumb, then the spawn completed. 35431: the lease's demotion
+/// raced a start; a renewal later started a second copy next to the leaked one. 95637: the
+/// leaked copy ran past the lease end. The elector now holds a stop asked for during a
+/// start until the start reports, then stops what it started.
 #[test]
 fn regression_a_stop_during_a_start_stops_what_it_started() {
-    let w = Workarounds {
-        stop_during_start: false,
-        ..Workarounds::NONE
-    };
-    expect_no_failures(&[6121, 35431, 95637], w, "stop_during_start");
+    expect_no_failures(&[6121, 35431, 95637]);
 }
 
-/// Elector bug found by this simulation (`Workarounds::kill_during_start`). Seed 8994:
-/// the warden freezes between the lease check and the spawn and wakes after the lease end;
-/// the lease timer's `KillService` finds nothing to kill, the late `ServiceStarted` makes
-/// it `active` on an ended lease, and nothing stops the service. Enable once a start that
-/// completes after the lease end is stopped.
+/// Found by this simulation, fixed in `f03f941`. Seed 8994: the warden froze between the
+/// lease check and the spawn and woke after the lease end; the lease timer's `KillService`
+/// found nothing to kill, the late `ServiceStarted` made it `active` on an ended lease, and
+/// nothing stopped the service. The elector now stops and kills a start that completes
+/// after the lease end.
 #[test]
 fn regression_a_start_completing_after_the_lease_end_is_killed() {
-    let w = Workarounds {
-        kill_during_start: false,
-        ..Workarounds::NONE
-    };
-    expect_no_failures(&[8994], w, "kill_during_start");
+    expect_no_failures(&[8994]);
 }
 
-/// Elector bug found by this simulation (`Workarounds::unkillable_service`). Seed 7674:
-/// the lease runs out, the forced stop cannot kill the service (stuck in the kernel past
-/// SIGKILL + `KILL_WAIT`: `ServiceStopped { clean: false }`), a renewal succeeds and
-/// `start_if_due` starts a second copy next to the unkillable one, although the elector
-/// set `own_leftovers` so that its leftovers are fenced before it promotes again. Enable
-/// once a start in `Serving` fences `OwnLeftovers` first.
+/// Found by this simulation, fixed in `f03f941`. Seeds 1894, 7674: the lease ran out, the
+/// forced stop could not kill the service (stuck in the kernel past SIGKILL + `KILL_WAIT`:
+/// `ServiceStopped { clean: false }`), a renewal succeeded and `start_if_due` started a
+/// second copy next to the unkillable one. After an unclean stop the elector now gives up
+/// the lock and keeps its breadcrumb, so whoever wins fences the stuck copy first.
 #[test]
 fn regression_no_second_start_next_to_an_unkillable_service() {
-    let w = Workarounds {
-        unkillable_service: false,
-        ..Workarounds::NONE
-    };
-    expect_no_failures(&[1894, 7674], w, "unkillable_service");
+    expect_no_failures(&[1894, 7674]);
 }
 
-fn expect_no_failures(seeds: &[u64], w: Workarounds, without: &str) {
+fn expect_no_failures(seeds: &[u64]) {
     let failed: Vec<String> = seeds
         .iter()
         .filter_map(|&seed| {
-            let why = World::new(seed, 3, DEFAULT_FAULTS, w, false)
-                .run()
-                .failure?;
+            let why = World::new(seed, 3, DEFAULT_FAULTS, false).run().failure?;
             Some(format!("seed {seed}: {why}"))
         })
         .collect();
     assert!(
         failed.is_empty(),
-        "{failed:#?}\nreplay one with its trace: WARDEN_SIM_WITHOUT={without} \
-         WARDEN_SIM_SEED=<seed> cargo test --test sim"
+        "{failed:#?}\nreplay one with its trace: WARDEN_SIM_SEED=<seed> cargo test --test sim"
     );
 }

@@ -10,7 +10,7 @@
 
 use super::plan::{between, ms, SimConfig, Time};
 use super::store::{Crumb, Fail, Inc, Note, Req, Resp};
-use super::world::{incarnation, name, Ev, IdMap, World, KILL_WAIT};
+use super::world::{incarnation, name, IdMap, World, KILL_WAIT};
 use std::time::Duration;
 use warden::elector::{
     Action, BreadcrumbView, ClusterState, ControlView, Elector, ElectorConfig, Event, FenceOrder,
@@ -103,19 +103,12 @@ enum Kind {
         crumb: Option<Crumb>,
         control_version: i32,
     },
-    Commit {
+    /// A lease-granting write (the promotion commit or a renewal, sent with the time the
+    /// elector ordered it): `req` until it is out, then its outcome goes back as `done`.
+    Write {
         ticket: Ticket,
-        epoch: Epoch,
-        crumb_version: Option<i32>,
-        control_version: i32,
-        /// When the elector ordered it; `issued`: the request is out.
-        ordered: Time,
-        issued: bool,
-    },
-    Renew {
-        ticket: Ticket,
-        ordered: Time,
-        issued: bool,
+        req: Option<Req>,
+        done: fn(Ticket, WriteOutcome) -> Event,
     },
     RecordService {
         epoch: Epoch,
@@ -187,11 +180,6 @@ pub struct Proc {
     connecting: Option<u64>,
     pub service: Option<u64>,
     stopping: Option<u64>,
-    /// `Workarounds::stop_during_start`: the start in flight, and a stop that waits for it.
-    starting: Option<Ticket>,
-    stop_after_start: Option<Ticket>,
-    /// `Workarounds::kill_during_start`: a kill ordered while a start was in flight.
-    kill_after_start: bool,
     pub tasks: IdMap<Task>,
     pending: IdMap<u64>,
     /// For invariant 3: the lease as the store granted it, from the send times of the
@@ -231,9 +219,6 @@ impl Proc {
             connecting: None,
             service: None,
             stopping: None,
-            starting: None,
-            stop_after_start: None,
-            kill_after_start: false,
             tasks: IdMap::default(),
             pending: IdMap::default(),
             lease_end: None,
@@ -263,16 +248,8 @@ impl World {
 
     /// Something for this process's own channel, processed after the current input.
     fn input(&mut self, node: usize, input: Input) {
-        let inc = self.procs[node].inc;
-        let now = self.now;
-        self.push(
-            now,
-            Ev::Proc {
-                node,
-                inc,
-                pe: ProcEv::Input(input),
-            },
-        );
+        let (now, me) = (self.now, self.me(node));
+        self.push_proc(now, me, ProcEv::Input(input));
     }
 
     pub fn proc_event(&mut self, node: usize, pe: ProcEv) {
@@ -307,15 +284,8 @@ impl World {
                 }
                 self.send(sid, 0, Req::Ping);
                 let at = self.now + self.plan.cfg.ping_interval();
-                let inc = self.procs[node].inc;
-                self.push(
-                    at,
-                    Ev::Proc {
-                        node,
-                        inc,
-                        pe: ProcEv::Ping { sid },
-                    },
-                );
+                let me = self.me(node);
+                self.push_proc(at, me, ProcEv::Ping { sid });
             }
         }
     }
@@ -372,37 +342,11 @@ impl World {
                 );
             }
             Input::Started(ticket, Ok(svc)) => {
-                let p = &mut self.procs[node];
-                p.service = Some(svc);
-                p.starting = None;
-                let kill = std::mem::take(&mut p.kill_after_start);
+                self.procs[node].service = Some(svc);
                 self.feed(node, Event::ServiceStarted { ticket });
-                if kill {
-                    self.sigkill(svc);
-                }
-                if let Some(stop) = self.procs[node].stop_after_start.take() {
-                    self.stop(node, stop, svc);
-                    let p = &mut self.procs[node];
-                    if p.service == Some(svc) {
-                        p.service = None;
-                        p.stopping = Some(svc);
-                    }
-                }
             }
             Input::Started(ticket, Err(reason)) => {
-                self.procs[node].starting = None;
-                self.procs[node].kill_after_start = false;
                 self.feed(node, Event::StartFailed { ticket, reason });
-                if let Some(stop) = self.procs[node].stop_after_start.take() {
-                    self.input(
-                        node,
-                        Input::Elector(Event::ServiceStopped {
-                            ticket: stop,
-                            clean: true,
-                            detail: "never started".into(),
-                        }),
-                    );
-                }
             }
             Input::Exited(svc) => {
                 if self.procs[node].service == Some(svc) {
@@ -528,28 +472,43 @@ impl World {
         let id = self.id();
         let p = &mut self.procs[node];
         p.tasks.insert(id, Task { gen, sid, kind });
-        let inc = p.inc;
         let at = self.now + delay;
-        self.push(
-            at,
-            Ev::Proc {
-                node,
-                inc,
-                pe: ProcEv::Wake { task: id },
-            },
-        );
+        self.wake_at(node, id, at);
         id
     }
 
     /// A store call in the current session, or its "no session" result at once.
     fn in_session(&mut self, node: usize, lost: Event, kind: Kind) {
-        match self.procs[node].session {
-            Some((sid, gen)) => {
-                let d = self.task_delay();
-                self.spawn(node, Some(gen), sid, kind, d);
-            }
-            None => self.input(node, Input::Elector(lost)),
+        if !self.spawn_in_session(node, kind) {
+            self.input(node, Input::Elector(lost));
         }
+    }
+
+    /// Spawns `kind` in the current session; returns whether there is one.
+    fn spawn_in_session(&mut self, node: usize, kind: Kind) -> bool {
+        let Some((sid, gen)) = self.procs[node].session else {
+            return false;
+        };
+        let d = self.task_delay();
+        self.spawn(node, Some(gen), sid, kind, d);
+        true
+    }
+
+    /// A lease-granting write in the session; without one, its outcome is unknown at once.
+    fn write(
+        &mut self,
+        node: usize,
+        ticket: Ticket,
+        req: Req,
+        done: fn(Ticket, WriteOutcome) -> Event,
+    ) {
+        let lost = done(ticket, WriteOutcome::Unknown);
+        let kind = Kind::Write {
+            ticket,
+            req: Some(req),
+            done,
+        };
+        self.in_session(node, lost, kind);
     }
 
     fn act(&mut self, node: usize, action: Action) {
@@ -624,21 +583,16 @@ impl World {
                 control_version,
             } => {
                 self.procs[node].last_commit = Some(now);
-                self.in_session(
-                    node,
-                    Event::Committed {
-                        ticket,
-                        outcome: WriteOutcome::Unknown,
-                    },
-                    Kind::Commit {
-                        ticket,
-                        epoch,
-                        crumb_version: breadcrumb_version,
-                        control_version,
-                        ordered: now,
-                        issued: false,
-                    },
-                );
+                let req = Req::Commit {
+                    epoch,
+                    crumb_version: breadcrumb_version,
+                    control_version,
+                    sent: now,
+                };
+                self.write(node, ticket, req, |ticket, outcome| Event::Committed {
+                    ticket,
+                    outcome,
+                });
             }
             Action::StartService {
                 ticket,
@@ -646,7 +600,6 @@ impl World {
                 lease_valid_until,
             } => {
                 let valid_until = self.offset(lease_valid_until);
-                self.procs[node].starting = Some(ticket);
                 let d = self.task_delay();
                 self.spawn(
                     node,
@@ -662,37 +615,18 @@ impl World {
                 );
             }
             Action::RecordService { epoch } => {
-                if let Some((sid, gen)) = self.procs[node].session {
-                    let d = self.task_delay();
-                    self.spawn(
-                        node,
-                        Some(gen),
-                        sid,
-                        Kind::RecordService { epoch, st: 0 },
-                        d,
-                    );
-                }
+                // Only the log cares whether it was written.
+                self.spawn_in_session(node, Kind::RecordService { epoch, st: 0 });
             }
             Action::Renew { ticket } => {
-                self.in_session(
-                    node,
-                    Event::Renewed {
-                        ticket,
-                        outcome: WriteOutcome::Unknown,
-                    },
-                    Kind::Renew {
-                        ticket,
-                        ordered: now,
-                        issued: false,
-                    },
-                );
+                let req = Req::Renew { sent: now };
+                self.write(node, ticket, req, |ticket, outcome| Event::Renewed {
+                    ticket,
+                    outcome,
+                });
             }
             Action::StopService { ticket, .. } => {
-                let p = &mut self.procs[node];
-                match p.service {
-                    None if self.workarounds.stop_during_start && p.starting.is_some() => {
-                        p.stop_after_start = Some(ticket);
-                    }
+                match self.procs[node].service {
                     None => self.input(
                         node,
                         Input::Elector(Event::ServiceStopped {
@@ -709,10 +643,6 @@ impl World {
                 }
             }
             Action::KillService => {
-                let p = &mut self.procs[node];
-                if self.workarounds.kill_during_start && p.starting.is_some() {
-                    p.kill_after_start = true;
-                }
                 let p = &self.procs[node];
                 for svc in [p.stopping, p.service].into_iter().flatten() {
                     self.sigkill(svc);
@@ -767,22 +697,14 @@ impl World {
                     (from, to),
                     (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
                 );
-                if let Some((sid, gen)) = self.procs[node].session {
-                    let d = self.task_delay();
-                    self.spawn(
-                        node,
-                        Some(gen),
-                        sid,
-                        Kind::History {
-                            epoch,
-                            to_active: to == Role::Active,
-                            significant,
-                            st: 0,
-                            attempts: 0,
-                        },
-                        d,
-                    );
-                }
+                let kind = Kind::History {
+                    epoch,
+                    to_active: to == Role::Active,
+                    significant,
+                    st: 0,
+                    attempts: 0,
+                };
+                self.spawn_in_session(node, kind);
             }
             Action::Notice { message, .. } => {
                 if self.tracing() {
@@ -850,29 +772,14 @@ impl World {
         let req_id = self.id();
         let p = &mut self.procs[node];
         p.pending.insert(req_id, task);
-        let inc = p.inc;
         self.send(sid, req_id, req);
-        let at = self.now + timeout;
-        self.push(
-            at,
-            Ev::Proc {
-                node,
-                inc,
-                pe: ProcEv::Timeout { req_id },
-            },
-        );
+        let (at, me) = (self.now + timeout, self.me(node));
+        self.push_proc(at, me, ProcEv::Timeout { req_id });
     }
 
     fn wake_at(&mut self, node: usize, task: u64, at: Time) {
-        let inc = self.procs[node].inc;
-        self.push(
-            at,
-            Ev::Proc {
-                node,
-                inc,
-                pe: ProcEv::Wake { task },
-            },
-        );
+        let me = self.me(node);
+        self.push_proc(at, me, ProcEv::Wake { task });
     }
 
     fn run_task(&mut self, node: usize, id: u64, input: TaskIn) {
@@ -1015,52 +922,14 @@ impl World {
                 );
                 false
             }
-            Kind::Commit {
-                ticket,
-                epoch,
-                crumb_version,
-                control_version,
-                ordered,
-                issued,
-            } => {
-                if !*issued {
-                    *issued = true;
-                    let req = Req::Commit {
-                        epoch: *epoch,
-                        crumb_version: *crumb_version,
-                        control_version: *control_version,
-                        sent: *ordered,
-                    };
+            Kind::Write { ticket, req, done } => {
+                if let Some(req) = req.take() {
                     self.request(node, id, sid, req, op);
                     return true;
                 }
                 let TaskIn::Reply(r) = input else { return true };
-                let ticket = *ticket;
-                let outcome = write_outcome(&r);
-                self.input(
-                    node,
-                    Input::Session(gen, Event::Committed { ticket, outcome }),
-                );
-                false
-            }
-            Kind::Renew {
-                ticket,
-                ordered,
-                issued,
-            } => {
-                if !*issued {
-                    *issued = true;
-                    let req = Req::Renew { sent: *ordered };
-                    self.request(node, id, sid, req, op);
-                    return true;
-                }
-                let TaskIn::Reply(r) = input else { return true };
-                let ticket = *ticket;
-                let outcome = write_outcome(&r);
-                self.input(
-                    node,
-                    Input::Session(gen, Event::Renewed { ticket, outcome }),
-                );
+                let ev = done(*ticket, write_outcome(&r));
+                self.input(node, Input::Session(gen, ev));
                 false
             }
             Kind::RecordService { epoch, st } => match (*st, input) {
@@ -1292,14 +1161,7 @@ impl World {
             }
             (RegSt::Connect, TaskIn::Reply(Resp::Ok)) => {
                 let at = self.now + self.plan.cfg.ping_interval();
-                self.push(
-                    at,
-                    Ev::Proc {
-                        node,
-                        inc: me.1,
-                        pe: ProcEv::Ping { sid },
-                    },
-                );
+                self.push_proc(at, me, ProcEv::Ping { sid });
                 Next::Req(RegSt::GetMember, Req::GetMember)
             }
             (RegSt::GetMember, TaskIn::Reply(Resp::Member(m))) => match m {

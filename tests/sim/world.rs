@@ -29,48 +29,6 @@ const CONNECTION_LOSS: f64 = 0.01;
 /// Last trace lines printed for a failing seed.
 pub const TRACE_LINES: usize = 400;
 
-/// Switches for bugs this simulation found outside its own code, reported and not yet
-/// fixed: with a switch on, the model steps around the bug so that the sweep can look for
-/// others; its regression test runs with it off.
-#[derive(Clone, Copy, Debug)]
-pub struct Workarounds {
-    /// `daemon.rs`: a `StopService` while a start is still in flight (the lease was
-    /// checked, the spawn has not reported yet) answers `ServiceStopped { clean: true,
-    /// "not running" }` at once; the spawn then completes, the elector ignores the late
-    /// `ServiceStarted` as stale, and the service runs on unsupervised: past the lease end,
-    /// next to a second copy the elector starts later, or after the node deleted its
-    /// breadcrumb (so the next active does not fence it). With this on, the model's driver
-    /// waits for the start's outcome and stops what it started before it answers.
-    pub stop_during_start: bool,
-    /// After a stop that could not verify the service gone (`clean: false`: stuck in the
-    /// kernel past SIGKILL + `KILL_WAIT`), a renewal that succeeds makes the elector start
-    /// the service again (`start_if_due` from `Serving`) next to the unkillable copy,
-    /// although it set `own_leftovers` for exactly this. With this on, the model's
-    /// services come out of uninterruptible sleep within `KILL_WAIT`, so stops end clean.
-    pub unkillable_service: bool,
-    /// A start that completes after the lease ended (the warden was frozen, or the spawn
-    /// was slow, between the lease check and the spawn): the lease timer fires first and,
-    /// the service being `Starting`, orders `KillService` (nothing to kill yet) and sets
-    /// `lease.killed`; the late `ServiceStarted` is then accepted (`promoting -> active` on
-    /// an ended lease) and no timer kills it, although `on_service_started` counts on the
-    /// lease timers for exactly this. With this on, the model's driver SIGKILLs a service
-    /// whose start completes after a `KillService`.
-    pub kill_during_start: bool,
-}
-
-impl Workarounds {
-    pub const ALL: Workarounds = Workarounds {
-        stop_during_start: true,
-        unkillable_service: true,
-        kill_during_start: true,
-    };
-    pub const NONE: Workarounds = Workarounds {
-        stop_during_start: false,
-        unkillable_service: false,
-        kill_during_start: false,
-    };
-}
-
 pub struct Entry {
     at: Time,
     seq: u64,
@@ -179,7 +137,6 @@ pub struct Outcome {
 
 pub struct World {
     pub plan: Plan,
-    pub workarounds: Workarounds,
     pub base: Instant,
     pub now: Time,
     pub rng: SimRng,
@@ -229,25 +186,24 @@ impl Hasher for IdHasher {
 /// A map keyed by an id.
 pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// Invariant 4: the last promotion, if `who`'s with `epoch` does not come after it (only the
+/// same incarnation may repeat an epoch).
+fn went_back(last: Option<(Inc, Epoch)>, who: Inc, epoch: Epoch) -> Option<(Inc, Epoch)> {
+    last.filter(|&(prev, e)| epoch < e || (epoch == e && prev != who))
+}
+
 pub fn name(who: Inc) -> String {
     format!("n{}#{}", who.0 + 1, who.1)
 }
 
 impl World {
-    pub fn new(
-        seed: u64,
-        nodes: usize,
-        max_faults: usize,
-        workarounds: Workarounds,
-        trace: bool,
-    ) -> World {
+    pub fn new(seed: u64, nodes: usize, max_faults: usize, trace: bool) -> World {
         let mut rng = SimRng::new(seed);
         let plan = super::plan::draw(&mut rng, nodes, max_faults);
         let store = Store::new(nodes, plan.cfg.session_timeout, plan.cfg.tick);
         // The one clock read: instants are only ever compared with each other.
         let base = Instant::now();
         let mut w = World {
-            workarounds,
             base,
             now: Duration::ZERO,
             rng,
@@ -298,6 +254,11 @@ impl World {
 
     pub fn offset(&self, i: Instant) -> Time {
         i.saturating_duration_since(self.base)
+    }
+
+    /// Something for incarnation `who` at `at` (dropped if another one runs by then).
+    pub fn push_proc(&mut self, at: Time, (node, inc): Inc, pe: ProcEv) {
+        self.push(at, Ev::Proc { node, inc, pe });
     }
 
     pub fn push(&mut self, at: Time, ev: Ev) {
@@ -529,14 +490,7 @@ impl World {
                     {
                         let at = self.partitioned_until[node] + self.latency();
                         if self.store.sessions.get(&sid).is_some_and(|s| s.alive) {
-                            self.push(
-                                at,
-                                Ev::Proc {
-                                    node,
-                                    inc,
-                                    pe: ProcEv::Note { sid, note },
-                                },
-                            );
+                            self.push_proc(at, (node, inc), ProcEv::Note { sid, note });
                         }
                     }
                     return;
@@ -579,7 +533,7 @@ impl World {
                 self.log(|| format!("{} resumed (SIGCONT)", name((node, inc))));
                 let now = self.now;
                 for pe in deferred {
-                    self.push(now, Ev::Proc { node, inc, pe });
+                    self.push_proc(now, (node, inc), pe);
                 }
             }
             Ev::Heal { node } => {
@@ -626,18 +580,8 @@ impl World {
             // The client knows: every call fails at once.
             if req_id != 0 {
                 let at = self.now + self.task_delay();
-                self.push(
-                    at,
-                    Ev::Proc {
-                        node: owner.0,
-                        inc: owner.1,
-                        pe: ProcEv::Reply {
-                            sid,
-                            req_id,
-                            resp: Resp::Err(super::store::Fail::Expired),
-                        },
-                    },
-                );
+                let resp = Resp::Err(super::store::Fail::Expired);
+                self.push_proc(at, owner, ProcEv::Reply { sid, req_id, resp });
             }
             return;
         }
@@ -651,18 +595,8 @@ impl World {
             // connection loss; the request may or may not have reached the server.
             if req_id != 0 {
                 let at = self.now + self.latency();
-                self.push(
-                    at,
-                    Ev::Proc {
-                        node: owner.0,
-                        inc: owner.1,
-                        pe: ProcEv::Reply {
-                            sid,
-                            req_id,
-                            resp: Resp::Err(super::store::Fail::Unknown),
-                        },
-                    },
-                );
+                let resp = Resp::Err(super::store::Fail::Unknown);
+                self.push_proc(at, owner, ProcEv::Reply { sid, req_id, resp });
             }
             if !self.rng.chance(0.5) {
                 return;
@@ -707,8 +641,8 @@ impl World {
         }
         let at = (self.now + lat).max(conn.last_resp);
         conn.last_resp = at;
-        let (node, inc) = conn.owner;
-        self.push(at, Ev::Proc { node, inc, pe });
+        let owner = conn.owner;
+        self.push_proc(at, owner, pe);
     }
 
     fn after_store(&mut self) {
@@ -786,14 +720,12 @@ impl World {
             }
         }
         // (4) Epochs of successive promotions only grow.
-        if let Some((prev, e)) = self.checks.last_start {
-            if epoch < e || (epoch == e && prev != owner) {
-                self.fail(format!(
-                    "epoch went back: {} starts with epoch {epoch} after {} started with {e}",
-                    name(owner),
-                    name(prev)
-                ));
-            }
+        if let Some((prev, e)) = went_back(self.checks.last_start, owner, epoch) {
+            self.fail(format!(
+                "epoch went back: {} starts with epoch {epoch} after {} started with {e}",
+                name(owner),
+                name(prev)
+            ));
         }
         self.checks.last_start = Some((owner, epoch));
         let ignores_term = self.rng.chance(0.2);
@@ -850,26 +782,11 @@ impl World {
         }
         let s = self.services.remove(i);
         self.log(|| format!("SERVICE {} of {} DOWN", s.id, name(s.owner)));
-        let (node, inc) = s.owner;
         let now = self.now;
-        self.push(
-            now,
-            Ev::Proc {
-                node,
-                inc,
-                pe: ProcEv::Input(Input::Exited(svc)),
-            },
-        );
-        for ((node, inc), task) in s.waiters {
+        self.push_proc(now, s.owner, ProcEv::Input(Input::Exited(svc)));
+        for (who, task) in s.waiters {
             let at = now + between(&mut self.rng, Duration::ZERO, POLL);
-            self.push(
-                at,
-                Ev::Proc {
-                    node,
-                    inc,
-                    pe: ProcEv::Wake { task },
-                },
-            );
+            self.push_proc(at, who, ProcEv::Wake { task });
         }
     }
 
@@ -891,15 +808,7 @@ impl World {
         p.tasks.clear();
         let line = format!("{} killed ({why})", name(who));
         self.log(|| line);
-        let svcs: Vec<u64> = self
-            .services
-            .iter()
-            .filter(|s| s.owner == who)
-            .map(|s| s.id)
-            .collect();
-        for s in svcs {
-            self.sigkill(s);
-        }
+        self.sigkill_all(who);
         let at = self.now + restart;
         self.push(
             at,
@@ -996,15 +905,8 @@ impl World {
                 let p = &mut self.procs[node];
                 if matches!(p.status, Status::Running | Status::Frozen) {
                     p.restart_after_exit = Some(restart);
-                    let inc = p.inc;
-                    self.push(
-                        now,
-                        Ev::Proc {
-                            node,
-                            inc,
-                            pe: ProcEv::Input(Input::Stop),
-                        },
-                    );
+                    let who = (node, p.inc);
+                    self.push_proc(now, who, ProcEv::Input(Input::Stop));
                 }
             }
             FaultKind::ServiceCrash { node } => {
@@ -1019,15 +921,8 @@ impl World {
                 }
             }
             FaultKind::Unhealthy { node } => {
-                let inc = self.procs[node].inc;
-                self.push(
-                    now,
-                    Ev::Proc {
-                        node,
-                        inc,
-                        pe: ProcEv::Input(Input::Unhealthy),
-                    },
-                );
+                let who = (node, self.procs[node].inc);
+                self.push_proc(now, who, ProcEv::Input(Input::Unhealthy));
             }
             FaultKind::Partition {
                 node,
@@ -1051,11 +946,6 @@ impl World {
                 self.fence_fault = Some((now + dur, hang));
             }
             FaultKind::StuckService { node, dur } => {
-                let dur = if self.workarounds.unkillable_service {
-                    dur.min(KILL_WAIT - ms(500))
-                } else {
-                    dur
-                };
                 for s in self.services.iter_mut().filter(|s| s.owner.0 == node) {
                     s.stuck_until = s.stuck_until.max(now + dur);
                 }
@@ -1063,12 +953,8 @@ impl World {
         }
     }
 
-    pub fn exited(&mut self, node: usize) {
-        let p = &mut self.procs[node];
-        let who = (node, p.inc);
-        p.status = Status::Exited;
-        p.tasks.clear();
-        let restart = p.restart_after_exit.take();
+    /// SIGKILL to every service `who` started (its process group goes with the warden).
+    fn sigkill_all(&mut self, who: Inc) {
         let svcs: Vec<u64> = self
             .services
             .iter()
@@ -1078,6 +964,15 @@ impl World {
         for s in svcs {
             self.sigkill(s);
         }
+    }
+
+    pub fn exited(&mut self, node: usize) {
+        let p = &mut self.procs[node];
+        let who = (node, p.inc);
+        p.status = Status::Exited;
+        p.tasks.clear();
+        let restart = p.restart_after_exit.take();
+        self.sigkill_all(who);
         if let Some(r) = restart {
             let at = self.now + r;
             self.last_fault_effect = self.last_fault_effect.max(at);
@@ -1106,14 +1001,12 @@ impl World {
                         name(by)
                     )),
                 }
-                if let Some((prev, e)) = self.checks.last_commit {
-                    if epoch < e || (epoch == e && prev != by) {
-                        self.fail(format!(
-                            "breadcrumb epoch went back: {} committed {epoch} after {} committed {e}",
-                            name(by),
-                            name(prev)
-                        ));
-                    }
+                if let Some((prev, e)) = went_back(self.checks.last_commit, by, epoch) {
+                    self.fail(format!(
+                        "breadcrumb epoch went back: {} committed {epoch} after {} committed {e}",
+                        name(by),
+                        name(prev)
+                    ));
                 }
                 if let Some(Crumb { owner, .. }) = replaced {
                     // The breadcrumb it overwrote named an incarnation that must be gone.
