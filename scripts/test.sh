@@ -35,12 +35,26 @@ fi
 
 cargo build --workspace --all-targets
 
+# Packaging (issue 7): build the deb and rpm, install, upgrade and purge them (needs root;
+# it purges what it installed). Only for whole-suite runs; the debug build keeps CI fast
+# (the release build is what `packaging/build.sh` ships).
+packaging=0
+if (($# == 0)); then
+    packaging/test.sh --profile dev || packaging=$?
+fi
+
 # nextest runs every test in its own process and closes with one summary line for the
 # whole workspace; without it, cargo test (one "test result" line per test binary).
+status=0
 if cargo nextest --version >/dev/null 2>&1; then
     # nextest does not run doc tests.
     cargo test --workspace --doc
-    cargo nextest run --workspace --no-fail-fast "$@"
+    cargo nextest run --workspace --no-fail-fast "$@" || status=$?
 else
-    cargo test --workspace --no-fail-fast "$@"
+    cargo test --workspace --no-fail-fast "$@" || status=$?
 fi
+if ((packaging != 0)); then
+    echo "test.sh: the packaging test failed (exit $packaging); see its output above" >&2
+    exit "$packaging"
+fi
+exit "$status"

@@ -430,6 +430,9 @@ impl Daemon {
                 });
                 self.session = Some(ctx);
                 self.metrics.set_connected(true);
+                // READY once registered in the election, whatever the role: a node kept
+                // out by a pause or its health is up and must not be restarted by systemd.
+                notify::ready();
                 self.control = control.clone();
                 self.feed(Event::SessionStarted {
                     control: control_view(&control),
@@ -960,12 +963,7 @@ impl Daemon {
         let m = self.member();
         self.metrics.transition(from, to, now);
         self.metrics.set_epoch(epoch);
-        if matches!(
-            to,
-            Role::Standby | Role::Fencing | Role::Promoting | Role::Active
-        ) {
-            notify::ready();
-        }
+
         notify::status(&notify::summary(&m));
         let entry = HistoryEntry {
             at: record::rfc3339(SystemTime::now()),
