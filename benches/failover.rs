@@ -63,6 +63,7 @@ fn main() {
                 );
             }
             "idle" => idle(&zk, session),
+            "cost" => cost(&zk, session, runs),
             "scale" => {
                 for n in [2usize, 8, 32] {
                     let (took, reqs) = scale(&zk, session, n, runs.min(10));
@@ -319,6 +320,45 @@ fn clusters(zk: &ZkServer, session: Duration, count: usize) {
     );
 }
 
+/// What a takeover costs the warden that takes over: CPU time from the crash to its
+/// service started, and its peak RSS.
+fn cost(zk: &ZkServer, session: Duration, runs: usize) {
+    let (_c, n1, n2) = cluster(zk, session);
+    let nodes = [n1, n2];
+    let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let (mut cpu_ms, mut hwm) = (Vec::new(), 0u64);
+    for _ in 0..runs {
+        let status = status_json(&nodes[0].config);
+        let (a, b) = roles(&nodes, &status);
+        let victim = nodes[a].last_run().expect("the active's service runs");
+        let before = nodes[b].runs().len();
+        let t = cpu_ticks(wardens[b].pid());
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(victim.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        wait_for(session * 5, "the standby's service started", || {
+            (nodes[b].runs().len() > before).then_some(())
+        });
+        let u = cpu_ticks(wardens[b].pid());
+        cpu_ms.push((u.0 + u.1).saturating_sub(t.0 + t.1) as f64 * 1000.0 / hz);
+        hwm = hwm.max(status_kib(wardens[b].pid(), "VmHWM:"));
+        restart_fresh(&mut wardens[a], &nodes[a]);
+        wait_standby(&nodes[a], &nodes[b].config);
+    }
+    println!(
+        "{:<44} CPU {:.1} ms median per takeover (clock tick {:.0} ms), peak RSS {} KiB",
+        "warden taking over after a crash",
+        median_f(&cpu_ms),
+        1000.0 / hz,
+        hwm
+    );
+}
+
 /// RSS and CPU of an idle active and an idle standby over 10 seconds.
 fn idle(zk: &ZkServer, session: Duration) {
     let (_c, n1, n2) = cluster(zk, session);
@@ -356,10 +396,14 @@ fn cpu_ticks(pid: u32) -> (u64, u64) {
 }
 
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
