@@ -166,7 +166,6 @@ struct Daemon {
     health: Health,
     eligibility: Option<CheckerHandle>,
     service_check: Option<CheckerHandle>,
-    control: Control,
     exit_code: Option<i32>,
 }
 
@@ -260,7 +259,6 @@ impl Daemon {
             },
             eligibility: None,
             service_check: None,
-            control: Control::default(),
             exit_code: None,
         };
         if !eligible_now {
@@ -433,7 +431,6 @@ impl Daemon {
                 // READY once registered in the election, whatever the role: a node kept
                 // out by a pause or its health is up and must not be restarted by systemd.
                 notify::ready();
-                self.control = control.clone();
                 self.feed(Event::SessionStarted {
                     control: control_view(&control),
                 });
