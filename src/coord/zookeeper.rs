@@ -432,7 +432,13 @@ impl ZkSession {
     pub async fn read_state(
         &self,
     ) -> Result<(BreadcrumbView, Control, i32, Option<Epoch>), StoreError> {
-        let breadcrumb = match self.get_optional(&self.paths.breadcrumb).await? {
+        // The three reads go out together: one round trip on the takeover path, not three.
+        let (breadcrumb, control, history) = tokio::join!(
+            self.get_optional(&self.paths.breadcrumb),
+            self.get_optional(&self.paths.control),
+            self.read_history(),
+        );
+        let breadcrumb = match breadcrumb? {
             None => BreadcrumbView::Absent,
             Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
                 Ok(record) => BreadcrumbView::Record {
@@ -446,8 +452,9 @@ impl ZkSession {
             },
         };
         // A missing control is created (empty) so the promotion can check its version.
+        let mut control = control?;
         let (control, control_version) = loop {
-            match self.get_optional(&self.paths.control).await? {
+            match control {
                 Some((data, stat)) => {
                     break (record::parse(&data).unwrap_or_default(), stat.version)
                 }
@@ -461,7 +468,9 @@ impl ZkSession {
                         )
                         .await
                     {
-                        Ok(_) | Err(StoreError::Rejected(_)) => continue,
+                        Ok(_) | Err(StoreError::Rejected(_)) => {
+                            control = self.get_optional(&self.paths.control).await?
+                        }
                         Err(e) => return Err(e),
                     }
                 }
@@ -469,7 +478,7 @@ impl ZkSession {
         };
         // Only completed promotions count: the history entry of our own step into
         // `promoting` carries the epoch we are about to use and may already be written.
-        let history = self.read_history().await?;
+        let history = history?;
         let newest = history
             .iter()
             .filter(|h| h.to == record::Role::Active.as_str())
