@@ -508,7 +508,7 @@ impl Daemon {
     ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
         let h = &self.cfg.health;
-        let handle = health::spawn_counted_checker(
+        let handle = health::spawn_checker(
             probe,
             h.interval,
             h.timeout,

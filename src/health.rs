@@ -410,22 +410,10 @@ impl Drop for CheckerHandle {
 /// Starts a task that probes every `interval` (each probe bounded by `timeout`) and sends
 /// a [`HealthChange`] on `tx` whenever the health changes, starting from `Unknown`.
 /// Failures in the first `grace` do not count (see the module docs). The task ends when
-/// the handle is dropped or the receiver is gone. Must be called within a tokio runtime.
-pub fn spawn_checker(
-    probe: Probe,
-    interval: Duration,
-    timeout: Duration,
-    rise: u32,
-    fall: u32,
-    grace: Duration,
-    tx: mpsc::Sender<HealthChange>,
-) -> CheckerHandle {
-    spawn_counted_checker(probe, interval, timeout, rise, fall, grace, tx, None)
-}
-
-/// [`spawn_checker`] that also counts every probe in `warden_health_checks_total`.
+/// the handle is dropped or the receiver is gone. With `metrics`, every probe is counted
+/// in `warden_health_checks_total`. Must be called within a tokio runtime.
 #[allow(clippy::too_many_arguments)]
-pub fn spawn_counted_checker(
+pub fn spawn_checker(
     probe: Probe,
     interval: Duration,
     timeout: Duration,

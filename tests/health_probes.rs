@@ -93,7 +93,7 @@ async fn tcp_probe_turns_unhealthy_after_fall_failures_once_the_listener_is_gone
         address: address.clone(),
     };
     let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 2, 3, Duration::ZERO, tx);
+    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 2, 3, Duration::ZERO, tx, None);
 
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Healthy);
@@ -136,7 +136,7 @@ async fn http_probe_wants_a_2xx_answer() {
     };
     let probe = Probe::service(&config).unwrap();
     let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx);
+    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx, None);
 
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Healthy);
@@ -215,7 +215,16 @@ async fn failures_during_start_grace_do_not_count() {
     let grace = Duration::from_millis(600);
     let (tx, mut rx) = mpsc::channel(8);
     let started = Instant::now();
-    let _checker = spawn_checker(Probe::Tcp { address }, INTERVAL, TIMEOUT, 2, 1, grace, tx);
+    let _checker = spawn_checker(
+        Probe::Tcp { address },
+        INTERVAL,
+        TIMEOUT,
+        2,
+        1,
+        grace,
+        tx,
+        None,
+    );
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Unhealthy);
     assert!(
@@ -236,6 +245,7 @@ async fn no_check_is_healthy_at_once_and_the_checker_stops_when_dropped() {
         5,
         Duration::ZERO,
         tx,
+        None,
     );
     assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
 
@@ -263,6 +273,7 @@ async fn standby_probe_uses_the_standby_command() {
         1,
         Duration::ZERO,
         tx,
+        None,
     );
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Unhealthy);

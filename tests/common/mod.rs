@@ -288,7 +288,36 @@ const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// Without an slf4j binding the server logs nowhere; with this one it logs to stderr.
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 const ZK_CONF_DIR: &str = "/etc/zookeeper/conf";
-const ZK_INSTALL: &str = "apt-get install -y zookeeper";
+pub const ZK_INSTALL: &str = "apt-get install -y zookeeper";
+
+/// `java` with Debian's ZooKeeper on the classpath, tuned for a test server, its output
+/// to `log`; the caller adds its own options, the main class and the config.
+pub fn zookeeper_java(log: fs::File) -> Command {
+    let mut classpath = format!("{ZK_CONF_DIR}:{ZK_JAR}");
+    if Path::new(SLF4J_SIMPLE_JAR).exists() {
+        classpath.push(':');
+        classpath.push_str(SLF4J_SIMPLE_JAR);
+    }
+    let mut cmd = Command::new("java");
+    cmd.args([
+        // Startup speed over peak speed: a test server does little work.
+        "-XX:TieredStopAtLevel=1",
+        "-XX:+UseSerialGC",
+        "-Xmx256m",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        // Every client that closes its socket (each `warden status`) logs a stack
+        // trace here at WARN; it drowns the server's story in a failing test's dump.
+        "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
+        "-cp",
+        &classpath,
+    ])
+    .stdin(Stdio::null())
+    .stdout(log.try_clone().expect("clone the log handle"))
+    .stderr(log);
+    cmd
+}
 
 /// A standalone ZooKeeper server of Debian's `zookeeper` package, owned by the test.
 pub struct ZkServer {
@@ -418,32 +447,10 @@ impl ZkServer {
             .append(true)
             .open(&self.log_path)
             .expect("open the ZooKeeper log");
-        let mut classpath = format!("{ZK_CONF_DIR}:{ZK_JAR}");
-        if Path::new(SLF4J_SIMPLE_JAR).exists() {
-            classpath.push(':');
-            classpath.push_str(SLF4J_SIMPLE_JAR);
-        }
-        let mut cmd = Command::new("java");
-        cmd.args([
-            // Startup speed over peak speed: a test server does little work.
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-Xmx256m",
-            "-Djava.net.preferIPv4Stack=true",
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-            // Every client that closes its socket (each `warden status`) logs a stack
-            // trace here at WARN; it drowns the server's story in a failing test's dump.
-            "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
-            "-cp",
-            &classpath,
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-        ])
-        .arg(self.dir.path().join("zoo.cfg"))
-        .current_dir(self.dir.path())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("clone the log handle"))
-        .stderr(log);
+        let mut cmd = zookeeper_java(log);
+        cmd.arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(self.dir.path().join("zoo.cfg"))
+            .current_dir(self.dir.path());
         die_with_parent(&mut cmd);
         self.child = Some(cmd.spawn().unwrap_or_else(|e| {
             panic!("cannot run java for ZooKeeper ({e}); install it with: {ZK_INSTALL}")
@@ -500,7 +507,8 @@ impl Drop for ZkServer {
     }
 }
 
-fn check_zookeeper_installed() {
+/// Fails the test with the install command when java or ZooKeeper is missing.
+pub fn check_zookeeper_installed() {
     let java = Command::new("java")
         .arg("-version")
         .stdout(Stdio::null())

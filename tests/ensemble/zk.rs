@@ -7,21 +7,18 @@
 //! of them can only ever touch this ensemble. A server is killed and restarted by pid,
 //! keeping its data dir, as an operator's `kill -9` and `systemctl start` would.
 
-use crate::common::{dump_logs, register_log, secs, ZkClient};
+use crate::common::{
+    check_zookeeper_installed, dump_logs, register_log, secs, zookeeper_java, ZkClient, ZK_INSTALL,
+};
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-
-const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
-const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
-const ZK_CONF_DIR: &str = "/etc/zookeeper/conf";
-const ZK_INSTALL: &str = "apt-get install -y zookeeper";
 
 /// A JVM on a loaded 2-core machine (other tests' JVMs too) can take long to serve.
 pub const ZK_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -134,23 +131,10 @@ impl Peer {
             .append(true)
             .open(&self.log_path)
             .expect("open the ZooKeeper log");
-        let mut classpath = format!("{ZK_CONF_DIR}:{ZK_JAR}");
-        if Path::new(SLF4J_SIMPLE_JAR).exists() {
-            classpath.push(':');
-            classpath.push_str(SLF4J_SIMPLE_JAR);
-        }
-        let mut cmd = Command::new("java");
+        let mut cmd = zookeeper_java(log);
         cmd.args([
-            // As the harness's standalone server: startup speed over peak speed.
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-Xmx256m",
             // No /tmp/hsperfdata_<user>: the uid has no name and no home.
             "-XX:-UsePerfData",
-            "-Djava.net.preferIPv4Stack=true",
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-            "-Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error",
             // A server back from a partition or a restart looks for the quorum again
             // within a second, not after leader election's back-off of up to 60s.
             "-Dzookeeper.fastleader.maxNotificationInterval=1000",
@@ -159,14 +143,9 @@ impl Peer {
             "-Dzookeeper.cnxTimeout=1000",
         ])
         .arg(format!("-Djava.io.tmpdir={}", self.dir.display()))
-        .arg("-cp")
-        .arg(&classpath)
         .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
         .arg(self.dir.join("zoo.cfg"))
-        .current_dir(&self.dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("clone the log handle"))
-        .stderr(log);
+        .current_dir(&self.dir);
         let uid = self.uid;
         // SAFETY: only async-signal-safe calls between fork and exec. The uid change comes
         // first: a change of credentials clears the parent-death signal, so it is set
@@ -438,11 +417,5 @@ fn chown_tree(path: &Path, uid: u32) {
         for entry in fs::read_dir(path).expect("read a server dir") {
             chown_tree(&entry.expect("a dir entry").path(), uid);
         }
-    }
-}
-
-fn check_zookeeper_installed() {
-    if !Path::new(ZK_JAR).exists() {
-        panic!("{ZK_JAR} is missing: ZooKeeper is not installed; install with: {ZK_INSTALL}");
     }
 }
