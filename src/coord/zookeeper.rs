@@ -641,7 +641,14 @@ impl ZkSession {
     pub async fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
         let path = self.paths.history.clone();
         self.read_modify_write(&path, |list: &mut Vec<HistoryEntry>| {
-            list.insert(0, entry.clone());
+            // At its place by time, not simply on top: appends from several nodes, and a
+            // retry after a version conflict, can arrive after a newer entry. RFC 3339 UTC
+            // stamps in one format sort as text.
+            let at = list
+                .iter()
+                .position(|e| e.at <= entry.at)
+                .unwrap_or(list.len());
+            list.insert(at, entry.clone());
             list.truncate(HISTORY_LEN);
             Ok(true)
         })
