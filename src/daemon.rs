@@ -60,11 +60,20 @@ fn identity(cfg: &Config) -> Result<NodeRecord, Fatal> {
     })?;
     let pid = std::process::id();
     let start_time = warden_fencing::process::start_time(pid).unwrap_or(0);
+    // Without a machine id, a breadcrumb of this node can never count as "on this boot"
+    // (SPEC §5): fencing our own leftovers then needs the whole chain.
+    let machine_id = warden_fencing::process::machine_id().unwrap_or_else(|e| {
+        warn!("cannot read this host's machine id ({e}); fencing will treat every record as another machine's (write /etc/machine-id with systemd-machine-id-setup)");
+        String::new()
+    });
+    let pid_ns = warden_fencing::process::pid_ns().ok();
     Ok(NodeRecord {
         node_id: cfg.cluster.node_id.clone(),
         host: cfg.host(),
         port: cfg.cluster.port,
         boot_id,
+        machine_id,
+        pid_ns,
         pid,
         start_time,
         incarnation: format!("{:016x}", rand::random::<u64>()),
@@ -178,6 +187,8 @@ impl Daemon {
             node_id: cfg.cluster.node_id.clone(),
             host: me.host.clone(),
             boot_id: me.boot_id.clone(),
+            machine_id: me.machine_id.clone(),
+            pid_ns: me.pid_ns.unwrap_or(0),
             pidfile: cfg.service.pidfile.clone(),
         };
         let chain = FenceChain::new(cfg.fence.clone(), ctx.clone());

@@ -27,6 +27,12 @@ pub struct NodeRecord {
     pub port: Option<u16>,
     #[serde(default)]
     pub boot_id: String,
+    /// `/etc/machine-id` of the host (SPEC §3, §5 "Which host is this?").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine_id: String,
+    /// The inode of warden's pid namespace (`/proc/self/ns/pid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<u64>,
     /// warden's own process.
     #[serde(default)]
     pub pid: u32,
@@ -38,6 +44,12 @@ pub struct NodeRecord {
     pub service_pgid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_start_time: Option<u64>,
+    /// Spawn mode: the service's own cgroup v2, relative to the hierarchy's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_cgroup: Option<String>,
+    /// The greatest epoch this node has seen (member records; SPEC §3a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_seen: Option<Epoch>,
     /// Random per warden process start.
     #[serde(default)]
     pub incarnation: String,
@@ -62,11 +74,14 @@ impl NodeRecord {
             host: non_empty(&self.host),
             port: self.port,
             boot_id: non_empty(&self.boot_id),
+            machine_id: non_empty(&self.machine_id),
+            pid_ns: self.pid_ns,
             pid: (self.pid != 0).then_some(self.pid),
             start_time: (self.start_time != 0).then_some(self.start_time),
             service_pid: self.service_pid,
             service_pgid: self.service_pgid,
             service_start_time: self.service_start_time,
+            service_cgroup: self.service_cgroup.clone(),
             incarnation: non_empty(&self.incarnation),
             epoch: self.epoch,
         }

@@ -11,6 +11,7 @@
 //! own host: the `signal` method uses it here, `warden fence-local` on the old active's
 //! host. Example fence scripts live in `fencing/scripts/`.
 
+pub mod cgroup;
 mod chain;
 mod config;
 pub mod process;
@@ -38,6 +39,12 @@ pub struct Target {
     pub port: Option<u16>,
     /// `/proc/sys/kernel/random/boot_id` of the target's host when it was recorded.
     pub boot_id: Option<String>,
+    /// `/etc/machine-id` of the target's host: with `boot_id` and `pid_ns`, what tells
+    /// this machine (and this container) from another (SPEC §5 "Which host is this?").
+    pub machine_id: Option<String>,
+    /// The inode of the target warden's `/proc/self/ns/pid`: containers on one kernel
+    /// share a boot id but not their pid namespace.
+    pub pid_ns: Option<u64>,
     /// The old warden process and its start time (clock ticks since boot, /proc stat field 22).
     pub pid: Option<u32>,
     pub start_time: Option<u64>,
@@ -45,6 +52,9 @@ pub struct Target {
     pub service_pid: Option<u32>,
     pub service_pgid: Option<u32>,
     pub service_start_time: Option<u64>,
+    /// The service's cgroup v2, relative to the hierarchy's root (spawn mode, when the
+    /// service had a cgroup of its own): every process in it is the service's.
+    pub service_cgroup: Option<String>,
     /// Random per warden process start.
     pub incarnation: Option<String>,
     pub epoch: Option<u64>,
@@ -67,6 +77,34 @@ pub struct FenceContext {
     pub host: String,
     /// This host's current boot id.
     pub boot_id: String,
+    /// This host's machine id (`/etc/machine-id`); empty if unknown.
+    pub machine_id: String,
+    /// The inode of this warden's pid namespace; 0 if unknown.
+    pub pid_ns: u64,
     /// Hooks mode: the pidfile of the locally running service, so `signal` can find it.
     pub pidfile: Option<PathBuf>,
+}
+
+impl FenceContext {
+    /// The context of a fence chain run from this process: this host's boot id, machine
+    /// id and pid namespace are read here. A boot id that cannot be read is an error (the
+    /// `signal` method could not tell whether a target ran here); a machine id or pid
+    /// namespace that cannot be read is left unknown, which makes `signal` decline every
+    /// target rather than guess.
+    pub fn local(
+        cluster: &str,
+        node_id: &str,
+        host: &str,
+        pidfile: Option<PathBuf>,
+    ) -> std::io::Result<FenceContext> {
+        Ok(FenceContext {
+            cluster: cluster.to_string(),
+            node_id: node_id.to_string(),
+            host: host.to_string(),
+            boot_id: process::boot_id()?,
+            machine_id: process::machine_id().unwrap_or_default(),
+            pid_ns: process::pid_ns().unwrap_or(0),
+            pidfile,
+        })
+    }
 }

@@ -38,6 +38,36 @@ pub fn boot_id() -> io::Result<String> {
     Ok(id)
 }
 
+/// This machine's id (`/etc/machine-id`, or `/var/lib/dbus/machine-id` where only that
+/// exists): stable across reboots, different on every installed machine or container
+/// image instance (systemd writes it at first boot), normalized to lower case.
+pub fn machine_id() -> io::Result<String> {
+    let mut last = None;
+    for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+        match fs::read_to_string(path) {
+            Ok(text) => {
+                let id = text.trim().to_ascii_lowercase();
+                if !id.is_empty() {
+                    return Ok(id);
+                }
+                last = Some(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{path} is empty"),
+                ));
+            }
+            Err(e) => last = Some(io::Error::new(e.kind(), format!("{path}: {e}"))),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no machine id")))
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid`): processes in other
+/// pid namespaces (another container on the same kernel) are not visible by our pids.
+pub fn pid_ns() -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(fs::metadata("/proc/self/ns/pid")?.ino())
+}
+
 /// The fields of `/proc/PID/stat` that fencing needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcStat {

@@ -355,19 +355,18 @@ fn alive(snap: &ClusterSnapshot, target: &NodeRecord) -> Option<String> {
 
 /// The fence chain of this node's config, run from this host.
 fn chain(cfg: &Config) -> Result<FenceChain, OpError> {
-    let boot_id = warden_fencing::process::boot_id().map_err(|e| {
+    let ctx = FenceContext::local(
+        &cfg.cluster.name,
+        &cfg.cluster.node_id,
+        &cfg.host(),
+        cfg.service.pidfile.clone(),
+    )
+    .map_err(|e| {
         OpError::Failed(format!(
             "cannot read this host's boot id from /proc/sys/kernel/random/boot_id ({e}); the \
              signal method needs it to tell whether the target ran here"
         ))
     })?;
-    let ctx = FenceContext {
-        cluster: cfg.cluster.name.clone(),
-        node_id: cfg.cluster.node_id.clone(),
-        host: cfg.host(),
-        boot_id,
-        pidfile: cfg.service.pidfile.clone(),
-    };
     Ok(FenceChain::new(cfg.fence.clone(), ctx))
 }
 

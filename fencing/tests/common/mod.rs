@@ -123,6 +123,8 @@ pub fn ctx() -> FenceContext {
         node_id: "rm2".into(),
         host: "rm2.test".into(),
         boot_id: process::boot_id().expect("read this host's boot id"),
+        machine_id: process::machine_id().expect("read this host's machine id"),
+        pid_ns: process::pid_ns().expect("read this process's pid namespace"),
         pidfile: None,
     }
 }
