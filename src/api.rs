@@ -277,6 +277,8 @@ mod tests {
                 },
                 role,
                 health,
+                session_timeout: None,
+                containment: None,
             },
             serving,
         )

@@ -158,6 +158,9 @@ struct Daemon {
     elector: Elector,
     chain: FenceChain,
     own_chain: FenceChain,
+    /// `signal` without the pidfile: ends an earlier warden process of this node whose
+    /// service the demote hook already demoted.
+    warden_only_chain: FenceChain,
     control_svc: ServiceControl,
     tx: mpsc::UnboundedSender<Input>,
     rx: mpsc::UnboundedReceiver<Input>,
@@ -192,14 +195,19 @@ impl Daemon {
             pidfile: cfg.service.pidfile.clone(),
         };
         let chain = FenceChain::new(cfg.fence.clone(), ctx.clone());
-        let own_chain = FenceChain::new(
-            vec![FenceMethod::Signal(SignalFence {
-                signal: SignalName(nix::sys::signal::Signal::SIGKILL),
-                timeout: OWN_LEFTOVERS_TIMEOUT,
-                nodes: None,
-            })],
-            ctx,
+        let own_signal = vec![FenceMethod::Signal(SignalFence {
+            signal: SignalName(nix::sys::signal::Signal::SIGKILL),
+            timeout: OWN_LEFTOVERS_TIMEOUT,
+            nodes: None,
+        })];
+        let warden_only_chain = FenceChain::new(
+            own_signal.clone(),
+            FenceContext {
+                pidfile: None,
+                ..ctx.clone()
+            },
         );
+        let own_chain = FenceChain::new(own_signal, ctx);
         let control_svc = match cfg.service.mode {
             ServiceMode::Spawn => ServiceControl::Spawn(
                 Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id).map_err(
@@ -232,6 +240,7 @@ impl Daemon {
                 session_timeout: cfg.coordination.zookeeper.session_timeout,
                 rejoin_delay: cfg.election.rejoin_delay,
                 demote_grace: cfg.demote_grace(),
+                host: record::HostIdentity::of(&me),
             },
             eligible_now,
         );
@@ -240,6 +249,8 @@ impl Daemon {
                 node: me.clone(),
                 role: Role::Ineligible,
                 health: Health::Unknown,
+                session_timeout: None,
+                containment: None,
             },
             false,
         ));
@@ -252,6 +263,7 @@ impl Daemon {
             elector,
             chain,
             own_chain,
+            warden_only_chain,
             control_svc,
             tx,
             rx,
@@ -444,6 +456,7 @@ impl Daemon {
                 notify::ready();
                 self.feed(Event::SessionStarted {
                     control: control_view(&control),
+                    granted: Some(zk.granted_session_timeout()),
                 });
             }
             Input::Started(ticket, result) => match result {
@@ -603,7 +616,96 @@ impl Daemon {
             node,
             role: self.elector.role(),
             health: self.health,
+            session_timeout: Some(
+                humantime::format_duration(round_ms(self.elector.session_timeout())).to_string(),
+            ),
+            containment: self.containment(),
         }
+    }
+
+    /// Runs a fence (SPEC §5) as a task of the current session: when the session is lost
+    /// or released, or warden stops, the task is aborted with it, which kills a fence
+    /// script's process group and closes an ssh channel, so an abandoned fence can never
+    /// act after a later election.
+    fn fence(&mut self, ticket: Ticket, order: FenceOrder) {
+        let done = |fenced: bool, summary: String| Event::FenceDone {
+            ticket,
+            fenced,
+            summary,
+        };
+        let Some(ctx) = &mut self.session else {
+            let _ = self.tx.send(Input::Elector(done(
+                false,
+                "no coordination session to fence under".into(),
+            )));
+            return;
+        };
+        let label = match &order {
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+                r.node_id.clone()
+            }
+            FenceOrder::Unreadable => "<unreadable breadcrumb>".into(),
+        };
+        info!(target = %label, ?order, "fencing");
+        let tx = self.tx.clone();
+        let metrics = self.metrics.clone();
+        let chain = self.chain.clone();
+        let own_chain = self.own_chain.clone();
+        let warden_only = self.warden_only_chain.clone();
+        let hooks = match &self.control_svc {
+            ServiceControl::Hooks(h) => Some(h.clone()),
+            ServiceControl::Spawn(_) => None,
+        };
+        let own_service = self.stopping.clone();
+        let run = async move {
+            let (fenced, summary) = match order {
+                FenceOrder::Node(r) => run_chain(&chain, &r.fence_target(), &metrics).await,
+                FenceOrder::Unreadable => {
+                    let (fenced, mut summary) =
+                        run_chain(&chain, &Default::default(), &metrics).await;
+                    if !fenced {
+                        summary.push_str(
+                            "; the breadcrumb is unreadable, so no method could identify the \
+                             old active: once it is certainly down, run `warden fence \
+                             --confirm --unreadable`",
+                        );
+                    }
+                    (fenced, summary)
+                }
+                FenceOrder::OwnLeftovers(r) => {
+                    // §5: in hooks mode the service of an earlier warden process on this
+                    // boot is ours and nobody was promoted since: demote it rather than
+                    // kill it, then still end that earlier warden process.
+                    let demoted = match &hooks {
+                        Some(h) => match h.demote(r.epoch).await {
+                            Ok(()) => true,
+                            Err(e) => {
+                                warn!("the demote hook failed ({e}); fencing by signal");
+                                false
+                            }
+                        },
+                        None => false,
+                    };
+                    if demoted {
+                        let (fenced, summary) =
+                            run_chain(&warden_only, &warden_of(&r), &metrics).await;
+                        let summary = format!(
+                            "demoted the earlier process's service with the demote hook; {summary}"
+                        );
+                        (fenced, summary)
+                    } else {
+                        run_chain(&own_chain, &r.fence_target(), &metrics).await
+                    }
+                }
+                FenceOrder::OwnService(_) => fence_own_service(hooks, own_service).await,
+            };
+            let _ = tx.send(Input::Elector(Event::FenceDone {
+                ticket,
+                fenced,
+                summary,
+            }));
+        };
+        ctx.tasks.spawn(run);
     }
 
     fn act(&mut self, action: Action, now: Instant) {
@@ -659,56 +761,7 @@ impl Daemon {
                     },
                 );
             }
-            Action::Fence { ticket, order } => {
-                let (chain, target) = match &order {
-                    FenceOrder::Node(r) => (self.chain.clone(), r.fence_target()),
-                    FenceOrder::Unreadable => (self.chain.clone(), Default::default()),
-                    FenceOrder::OwnLeftovers(r) => (self.own_chain.clone(), r.fence_target()),
-                };
-                info!(target = %target.label(), "fencing");
-                let tx = self.tx.clone();
-                let metrics = self.metrics.clone();
-                // §5: in hooks mode the service of an earlier warden process on this host
-                // is ours and nobody was promoted since: demote it rather than kill it.
-                let demote_first = match (&self.control_svc, &order) {
-                    (ServiceControl::Hooks(h), FenceOrder::OwnLeftovers(r)) => {
-                        Some((h.clone(), r.epoch))
-                    }
-                    _ => None,
-                };
-                tokio::spawn(async move {
-                    if let Some((hooks, epoch)) = demote_first {
-                        match hooks.demote(epoch).await {
-                            Ok(()) => {
-                                let _ = tx.send(Input::Elector(Event::FenceDone {
-                                    ticket,
-                                    fenced: true,
-                                    summary: "demoted the earlier process's service with the \
-                                              demote hook"
-                                        .into(),
-                                }));
-                                return;
-                            }
-                            Err(e) => warn!("the demote hook failed ({e}); fencing by signal"),
-                        }
-                    }
-                    let report = chain.fence(&target).await;
-                    metrics.fence_report(&report);
-                    let mut summary = report.summary();
-                    if !report.is_fenced() && matches!(order, FenceOrder::Unreadable) {
-                        summary.push_str(
-                            "; the breadcrumb is unreadable, so no method could identify the old \
-                             active: once it is certainly down, run `warden fence --confirm \
-                             --unreadable`",
-                        );
-                    }
-                    let _ = tx.send(Input::Elector(Event::FenceDone {
-                        ticket,
-                        fenced: report.is_fenced(),
-                        summary,
-                    }));
-                });
-            }
+            Action::Fence { ticket, order } => self.fence(ticket, order),
             Action::CommitPromotion {
                 ticket,
                 epoch,
@@ -716,9 +769,14 @@ impl Daemon {
                 control_version,
             } => {
                 let mut rec = self.record(Some(epoch));
-                rec.service_pid = None;
-                rec.service_pgid = None;
-                rec.service_start_time = None;
+                if let ServiceControl::Spawn(_) = &self.control_svc {
+                    // Not started yet: no process of it to name.
+                    rec.service_pid = None;
+                    rec.service_pgid = None;
+                    rec.service_start_time = None;
+                }
+                // Hooks mode: the always-running service's pidfile identity goes into the
+                // commit itself, so fencing can find it from the first moment (SPEC §4.3c).
                 rec.since = Some(record::rfc3339(SystemTime::now()));
                 self.epoch = Some(epoch);
                 self.in_session(
@@ -768,17 +826,25 @@ impl Daemon {
                     }
                 });
             }
-            Action::RecordService { epoch } => {
+            Action::RecordService { ticket, epoch } => {
                 let rec = self.record(Some(epoch));
-                // The result only matters to the log.
-                if let Some(ctx) = &mut self.session {
-                    let zk = ctx.zk.clone();
-                    ctx.tasks.spawn(async move {
-                        if zk.rewrite_own_breadcrumb(&rec).await != WriteOutcome::Done {
-                            warn!("could not record the service's pid in the breadcrumb; fencing will rely on the warden pid");
+                self.in_session(
+                    Event::ServiceRecorded {
+                        ticket,
+                        outcome: WriteOutcome::Unknown,
+                    },
+                    move |zk| async move {
+                        let outcome = zk.rewrite_own_breadcrumb(&rec).await;
+                        if outcome != WriteOutcome::Done {
+                            warn!(
+                                ?outcome,
+                                "could not record the service's identity in the breadcrumb \
+                                 yet; not active until it is (retrying under the lease)"
+                            );
                         }
-                    });
-                }
+                        Event::ServiceRecorded { ticket, outcome }
+                    },
+                );
             }
             Action::Renew { ticket } => {
                 let m = self.member();
@@ -918,11 +984,36 @@ impl Daemon {
                     }
                 }
             }
-            Action::ClearFailover => {
+            Action::ClearFailover { request } => {
+                // Retried until acknowledged (or the session ends, which aborts the task):
+                // a request left behind would hold standbys out until its deadline.
                 if let Some(ctx) = &mut self.session {
                     let zk = ctx.zk.clone();
                     ctx.tasks.spawn(async move {
-                        let _ = zk.update_control(|c| Ok(c.failover.take().is_some())).await;
+                        loop {
+                            match zk
+                                .clear_failover_request(
+                                    &request.from,
+                                    request.to.as_deref(),
+                                    &request.deadline,
+                                )
+                                .await
+                            {
+                                Ok(true) => {
+                                    info!(from = %request.from, "cleared the switchover request");
+                                    return;
+                                }
+                                Ok(false) => {
+                                    info!("control holds a newer switchover request; left it");
+                                    return;
+                                }
+                                Err(e) if e.is_unreachable() => return,
+                                Err(e) => {
+                                    warn!("could not clear the switchover request ({e}); retrying");
+                                    tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                                }
+                            }
+                        }
                     });
                 }
             }
@@ -1041,6 +1132,16 @@ impl Daemon {
             node: self.record(None),
             role: Role::Ineligible,
             health: self.health,
+            session_timeout: None,
+            containment: self.containment(),
+        }
+    }
+
+    /// How the spawned service is contained, for `status` (SPEC §6); `None` in hooks mode.
+    fn containment(&self) -> Option<String> {
+        match &self.control_svc {
+            ServiceControl::Spawn(_) => None,
+            ServiceControl::Hooks(_) => None,
         }
     }
 }
@@ -1083,21 +1184,16 @@ async fn register(
                 // Our own earlier session, closing: make room.
                 zk.delete_member(&me.node.node_id).await?;
             }
-            Some((_, Ok(other)))
-                if other.node.boot_id == me.node.boot_id
-                    && !warden_fencing::process::is_running(
-                        other.node.pid,
-                        Some(other.node.start_time),
-                    ) =>
-            {
+            Some((_, Ok(other))) if predecessor_is_gone(&me.node, &other.node) => {
                 if !*waiting_logged {
                     warn!(
                         old_pid = other.node.pid,
-                        "an earlier warden for node {} on this host (pid {}) is gone but its \
-                         ZooKeeper session is still open; waiting for it to expire \
+                        "an earlier warden for node {} on this machine (pid {}, boot {}) is \
+                         gone but its session is still open; waiting for it to expire \
                          (up to session_timeout)",
                         me.node.node_id,
-                        other.node.pid
+                        other.node.pid,
+                        other.node.boot_id
                     );
                     *waiting_logged = true;
                 }
@@ -1138,6 +1234,7 @@ fn control_view(c: &Control) -> ControlView {
             FailoverView {
                 from: f.from.clone(),
                 to: f.to.clone(),
+                deadline: f.deadline.clone(),
                 lapses_at,
             }
         }),
@@ -1152,4 +1249,85 @@ fn control_event(c: &Control) -> Event {
 
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
+}
+
+/// Runs a fence chain and records its attempts in the metrics.
+async fn run_chain(
+    chain: &FenceChain,
+    target: &warden_fencing::Target,
+    metrics: &Metrics,
+) -> (bool, String) {
+    let report = chain.fence(target).await;
+    metrics.fence_report(&report);
+    (report.is_fenced(), report.summary())
+}
+
+/// An earlier warden process of this node whose service the demote hook already took care
+/// of: only that warden process is to be ended (its service is left demoted, running).
+fn warden_of(r: &NodeRecord) -> warden_fencing::Target {
+    let mut t = r.fence_target();
+    t.service_pid = None;
+    t.service_pgid = None;
+    t.service_start_time = None;
+    t.service_cgroup = None;
+    t.port = None;
+    // Not a promoted service's record any more: the service was demoted by hook.
+    t.epoch = None;
+    t
+}
+
+/// Fences this very process's own service, which an earlier stop could not verify gone
+/// (SPEC §5): never warden itself. Spawn mode: kill it and wait; hooks mode: demote it by
+/// hook, else kill the pinned pidfile process.
+async fn fence_own_service(
+    hooks: Option<Hooks>,
+    service: Option<ServiceIdentity>,
+) -> (bool, String) {
+    if let Some(h) = hooks {
+        return match h.demote(None).await {
+            Ok(()) => (true, "demoted this node's own service with the demote hook".into()),
+            Err(e) => {
+                let killed = h.kill();
+                (
+                    false,
+                    format!(
+                        "the demote hook failed ({e}){}; the service's role is unknown",
+                        if killed { "; killed the pidfile process" } else { "" }
+                    ),
+                )
+            }
+        };
+    }
+    let Some(id) = service else {
+        return (true, "no service of this process is known to run".into());
+    };
+    let signal = SignalName(nix::sys::signal::Signal::SIGKILL);
+    match service::stop(id, signal, OWN_LEFTOVERS_TIMEOUT).await {
+        StopOutcome::Stopped { .. } => (true, "this node's own service is gone".into()),
+        StopOutcome::StillRunning { pids } => (
+            false,
+            format!(
+                "this node's own service still runs after SIGKILL (pids {pids:?}); processes \
+                 stuck in the kernel (a hung mount?) must end before this node may serve again"
+            ),
+        ),
+    }
+}
+
+/// SPEC §4.9: a member record of our node id held by another session is our own killed
+/// predecessor's (wait for its session to expire) when it names this machine and either
+/// another boot (a fast reboot) or, on this boot and in this pid namespace, a warden
+/// process that no longer runs (a restart right after `kill -9`). Anything else is
+/// another live warden with our node id.
+fn predecessor_is_gone(me: &NodeRecord, other: &NodeRecord) -> bool {
+    let host = record::HostIdentity::of(me);
+    if !host.same_machine(other) {
+        return false;
+    }
+    if host.same_boot(other) {
+        return !warden_fencing::process::is_running(other.pid, Some(other.start_time));
+    }
+    // Same machine, another boot: every process of that boot is gone. (Same boot but
+    // another pid namespace is another container on this kernel: not ours to judge.)
+    other.boot_id != me.boot_id
 }

@@ -16,7 +16,7 @@
 //!
 //! The role reported to operators is derived from the three after every input.
 
-use crate::record::{Epoch, NodeRecord, Role};
+use crate::record::{Epoch, HostIdentity, NodeRecord, Role};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,9 @@ pub struct ElectorConfig {
     pub rejoin_delay: Duration,
     /// How long a graceful demotion may take: `stop_timeout` (spawn) or `hook_timeout` (hooks).
     pub demote_grace: Duration,
+    /// This warden's machine, boot and pid namespace: a breadcrumb of this node from
+    /// anywhere else is another machine's, fenced by the whole chain (SPEC §5).
+    pub host: HostIdentity,
 }
 
 impl ElectorConfig {
@@ -71,6 +74,9 @@ pub struct ControlView {
 pub struct FailoverView {
     pub from: String,
     pub to: Option<String>,
+    /// The deadline as written in `control`: with `from` and `to` it names this request,
+    /// so that clearing it never clears a newer one.
+    pub deadline: String,
     /// Past this instant the request counts as withdrawn.
     pub lapses_at: Instant,
 }
@@ -140,17 +146,24 @@ pub enum FenceOrder {
     Node(NodeRecord),
     /// The breadcrumb could not be read: run the chain with what is known (nothing).
     Unreadable,
-    /// An older incarnation of this node, or our own service that could not be stopped:
-    /// the `signal` method alone, on this host.
+    /// An older incarnation of this node on this very boot (SPEC §5): the `signal` method
+    /// alone, on this host; in hooks mode its service is demoted first by hook, and the
+    /// old warden pid is signalled either way.
     OwnLeftovers(NodeRecord),
+    /// This very process's own service, which an earlier stop could not verify gone: only
+    /// the service is fenced, never warden itself.
+    OwnService(NodeRecord),
 }
 
 /// An input to the elector.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A new session is open and our member record registered; `control` as read in it.
+    /// `granted` is the session timeout the store granted, when it says (ZooKeeper clamps
+    /// the requested one to its `minSessionTimeout`/`maxSessionTimeout`).
     SessionStarted {
         control: ControlView,
+        granted: Option<Duration>,
     },
     /// The current session expired or closed; everything of it is void.
     SessionLost,
@@ -179,6 +192,11 @@ pub enum Event {
     },
     ServiceStarted {
         ticket: Ticket,
+    },
+    /// The breadcrumb rewrite with the started service's identity (§4.3d) ended.
+    ServiceRecorded {
+        ticket: Ticket,
+        outcome: WriteOutcome,
     },
     StartFailed {
         ticket: Ticket,
@@ -253,8 +271,10 @@ pub enum Action {
         epoch: Epoch,
         lease_valid_until: Instant,
     },
-    /// Rewrite our breadcrumb with the running service's pid, group and start time (§4.3d).
-    RecordService { epoch: Epoch },
+    /// Rewrite our breadcrumb with the running service's pid, group, start time and cgroup
+    /// (§4.3d), as in the commit (checks `lock`). The node is not `active` until this is
+    /// acknowledged: before it, fencing could not find the service.
+    RecordService { ticket: Ticket, epoch: Epoch },
     /// A lease renewal: multi-op check `lock`, set our member record, from the holding
     /// session. The lease extends from the elector's `now` when this was emitted.
     Renew { ticket: Ticket },
@@ -267,8 +287,9 @@ pub enum Action {
     DeleteOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
     /// Delete `lock` from the holding session, then drop the session.
     Release { ticket: Ticket },
-    /// Clear the `failover` request in `control` (version-checked) once promoted.
-    ClearFailover,
+    /// Clear the `failover` request in `control` once promoted: compare-and-delete, only
+    /// if `control` still holds this very request; retried until acknowledged.
+    ClearFailover { request: FailoverView },
     /// The role changed: log it, publish the member record, append to history, notify.
     Transition {
         from: Role,
@@ -420,7 +441,16 @@ pub struct Elector {
     breadcrumb_written: bool,
     /// `control` still holds a switchover request that lapsed: the next active clears it
     /// (SPEC §8), though the election already ignores it.
-    lapsed_failover: bool,
+    lapsed_failover: Option<FailoverView>,
+    /// The session timeout the current session was granted, if it is below the configured
+    /// one: every interval follows the smaller (SPEC §4 "The lease").
+    granted: Option<Duration>,
+    /// The started service's identity is in the breadcrumb (§4.3d); until then we are not
+    /// `active`.
+    service_recorded: bool,
+    /// The breadcrumb rewrite in flight, or when to retry it.
+    recording: Option<Ticket>,
+    record_retry_at: Option<Instant>,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -447,7 +477,11 @@ impl Elector {
             must_rejoin: false,
             own_leftovers: false,
             breadcrumb_written: false,
-            lapsed_failover: false,
+            lapsed_failover: None,
+            granted: None,
+            service_recorded: false,
+            recording: None,
+            record_retry_at: None,
             stopping: false,
             reason: String::new(),
             next_ticket: 1,
@@ -460,6 +494,23 @@ impl Elector {
     /// The role as reported to operators.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// The session timeout in force: the smaller of the configured one and the one the
+    /// store granted to the current session (SPEC §4 "The lease").
+    pub fn session_timeout(&self) -> Duration {
+        self.granted
+            .map_or(self.cfg.session_timeout, |g| g.min(self.cfg.session_timeout))
+    }
+
+    /// The lease: half the session timeout in force.
+    fn lease_len(&self) -> Duration {
+        self.session_timeout() / 2
+    }
+
+    /// Renewals are due every sixth of the session timeout in force.
+    fn renewal_interval(&self) -> Duration {
+        self.session_timeout() / 6
     }
 
     /// The epoch of the lock we hold, if any.
@@ -489,6 +540,7 @@ impl Elector {
             }
         };
         consider(self.retry_at);
+        consider(self.record_retry_at);
         if matches!(self.phase, Phase::Idle) {
             consider(self.out_until);
         }
@@ -501,7 +553,7 @@ impl Elector {
                 // Only until it is declared late: an instant that handle_timeout does not
                 // consume would spin the driver.
                 if !self.lease.doubt {
-                    consider(Some(sent + self.cfg.renewal_interval()));
+                    consider(Some(sent + self.renewal_interval()));
                 }
             }
         }
@@ -519,7 +571,9 @@ impl Elector {
     /// Feeds one event.
     pub fn handle(&mut self, event: Event, now: Instant) {
         match event {
-            Event::SessionStarted { control } => self.on_session_started(control, now),
+            Event::SessionStarted { control, granted } => {
+                self.on_session_started(control, granted, now)
+            }
             Event::SessionLost => self.on_session_lost(now),
             Event::Joined { ticket, outcome } => self.on_joined(ticket, outcome, now),
             Event::LockDeleted => self.on_lock_deleted(now),
@@ -532,6 +586,9 @@ impl Elector {
             Event::Committed { ticket, outcome } => self.on_committed(ticket, outcome, now),
             Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
             Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),
+            Event::ServiceRecorded { ticket, outcome } => {
+                self.on_service_recorded(ticket, outcome, now)
+            }
             Event::StartFailed { ticket, reason } => self.on_start_failed(ticket, reason, now),
             Event::ServiceExited { reason } => self.on_service_exited(reason),
             Event::ServiceStopped {
@@ -578,11 +635,14 @@ impl Elector {
                 _ => {}
             }
         }
+        if self.record_retry_at.is_some_and(|t| now >= t) {
+            self.record_retry_at = None;
+            self.record_service();
+        }
         if let Some(f) = &self.control.failover {
             if now >= f.lapses_at {
                 self.reason = format!("the switchover request from {} lapsed", f.from);
-                self.control.failover = None;
-                self.lapsed_failover = true;
+                self.lapsed_failover = self.control.failover.take();
                 self.try_join(now);
             }
         }
@@ -596,9 +656,27 @@ impl Elector {
 
     // ----- inputs --------------------------------------------------------------------
 
-    fn on_session_started(&mut self, control: ControlView, now: Instant) {
+    fn on_session_started(
+        &mut self,
+        control: ControlView,
+        granted: Option<Duration>,
+        now: Instant,
+    ) {
         if !matches!(self.phase, Phase::Connecting) {
             return;
+        }
+        self.granted = granted;
+        if let Some(g) = granted.filter(|g| *g < self.cfg.session_timeout) {
+            self.notice(
+                true,
+                format!(
+                    "the coordination service granted a session timeout of {} instead of the \
+                     configured {}; the lease and renewals follow the granted one (raise the \
+                     server's maxSessionTimeout, or lower session_timeout to match)",
+                    humantime::format_duration(g),
+                    humantime::format_duration(self.cfg.session_timeout)
+                ),
+            );
         }
         self.control = control;
         self.phase = Phase::Idle;
@@ -618,6 +696,7 @@ impl Elector {
         self.lease.in_flight = None;
         self.lease.next_renewal = None;
         self.breadcrumb_written = false;
+        self.forget_record();
         let was_releasing = matches!(self.phase, Phase::Releasing { .. });
         if let Phase::Releasing { why, .. } = self.phase {
             // The session drop finished the release for us.
@@ -739,9 +818,10 @@ impl Elector {
                     }
                 }
                 if self.own_leftovers {
+                    // Our own service outlived a stop: fence it, never this process.
                     self.start_fence(
                         epoch,
-                        FenceOrder::OwnLeftovers(record.clone()),
+                        FenceOrder::OwnService(record.clone()),
                         breadcrumb_version,
                         control_version,
                     );
@@ -749,8 +829,12 @@ impl Elector {
                 }
             }
             BreadcrumbView::Record { record, .. } => {
-                // Another node, or an older incarnation of this one.
-                let order = if record.node_id == self.cfg.node_id {
+                // Another node, or an older incarnation of this one. Our node id alone
+                // proves nothing (a cloned machine, a rescheduled pod): only a record from
+                // this very boot is our own leftovers (SPEC §5).
+                let order = if record.node_id == self.cfg.node_id
+                    && self.cfg.host.same_boot(record)
+                {
                     FenceOrder::OwnLeftovers(record.clone())
                 } else {
                     FenceOrder::Node(record.clone())
@@ -857,14 +941,14 @@ impl Elector {
         self.lease.in_flight = None;
         match outcome {
             WriteOutcome::Done => {
-                let end = sent + self.cfg.lease();
+                let end = sent + self.lease_len();
                 self.lease.end = Some(self.lease.end.map_or(end, |e| e.max(end)));
                 if self.lease.doubt {
                     self.reason = "lease renewed".into();
                 }
                 self.lease.doubt = false;
                 self.lease.killed = false;
-                self.lease.next_renewal = Some(sent + self.cfg.renewal_interval());
+                self.lease.next_renewal = Some(sent + self.renewal_interval());
                 self.start_if_due(now);
             }
             WriteOutcome::Conflict => {
@@ -900,18 +984,78 @@ impl Elector {
             return;
         }
         if let Phase::Holding {
+            step: Step::Serving,
+            ..
+        } = self.phase
+        {
+            self.reason = "service started; recording its identity".into();
+            self.service_recorded = false;
+            self.record_service();
+            // A start that raced the lease end is stopped by the lease timers below.
+            self.lease_timers(now);
+        }
+    }
+
+    /// §4.3d: write the started service's identity into the breadcrumb. Until that is
+    /// acknowledged the node is `promoting`, not `active`.
+    fn record_service(&mut self) {
+        let Phase::Holding {
             epoch,
             step: Step::Serving,
         } = self.phase
-        {
-            self.reason = "service promoted".into();
-            self.actions.push_back(Action::RecordService { epoch });
-            if self.control.failover.is_some() || self.lapsed_failover {
-                self.lapsed_failover = false;
-                self.actions.push_back(Action::ClearFailover);
+        else {
+            return;
+        };
+        if self.svc != Svc::Up || self.service_recorded || self.recording.is_some() {
+            return;
+        }
+        let ticket = self.ticket();
+        self.recording = Some(ticket);
+        self.record_retry_at = None;
+        self.actions
+            .push_back(Action::RecordService { ticket, epoch });
+    }
+
+    fn forget_record(&mut self) {
+        self.service_recorded = false;
+        self.recording = None;
+        self.record_retry_at = None;
+    }
+
+    fn on_service_recorded(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        if self.recording != Some(ticket) {
+            return;
+        }
+        self.recording = None;
+        if !matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
             }
-            // A start that raced the lease end is stopped by the lease timers below.
-            self.lease_timers(now);
+        ) || self.svc != Svc::Up
+        {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => {
+                self.service_recorded = true;
+                self.reason = "service promoted".into();
+                let pending = self.control.failover.clone().or(self.lapsed_failover.take());
+                if let Some(request) = pending {
+                    self.actions.push_back(Action::ClearFailover { request });
+                }
+            }
+            WriteOutcome::Unknown => {
+                // Retried while the lease holds; the lease timers take the service down if
+                // the store stays silent.
+                self.record_retry_at = Some(now + RETRY_DELAY);
+            }
+            WriteOutcome::Conflict => {
+                self.reason =
+                    "the breadcrumb is no longer ours; the lock may have been lost".into();
+                self.lock_lost(now);
+            }
         }
     }
 
@@ -947,12 +1091,16 @@ impl Elector {
         }
     }
 
+    /// The service's main process exited. Its children may run on (a wrapper script, a
+    /// master process that died): the service is down only once a stop found nothing of
+    /// it left (SPEC §6), so every path here goes through a stop before the demotion
+    /// counts as clean or anything starts again.
     fn on_service_exited(&mut self, reason: String) {
         match self.svc {
             Svc::Up | Svc::Starting(..) => {}
             _ => return,
         }
-        self.svc = Svc::Down;
+        self.service_recorded = false;
         let serving = matches!(
             self.phase,
             Phase::Holding {
@@ -961,13 +1109,18 @@ impl Elector {
             }
         );
         if !serving {
+            self.stop_service(StopCause::Demote);
             return;
         }
         if self.control.paused {
             self.notice(
                 true,
-                format!("the service exited ({reason}); the cluster is paused, so no failover"),
+                format!(
+                    "the service exited ({reason}); the cluster is paused, so no failover: \
+                     stopping what is left of it before it may start again"
+                ),
             );
+            self.stop_service(StopCause::Demote);
             return;
         }
         self.reason = format!("the service exited: {reason}");
@@ -982,6 +1135,7 @@ impl Elector {
             return;
         }
         self.svc = Svc::Down;
+        self.service_recorded = false;
         self.lease.killed = false;
         if !clean {
             self.own_leftovers = true;
@@ -1101,7 +1255,7 @@ impl Elector {
         let was_paused = self.control.paused;
         self.control = control;
         // A fresh view: a request still in it, lapsed or not, is judged anew.
-        self.lapsed_failover = false;
+        self.lapsed_failover = None;
         if self.control.paused != was_paused {
             self.reason = if self.control.paused {
                 "the cluster was paused".into()
@@ -1221,7 +1375,9 @@ impl Elector {
     ) {
         let ticket = self.ticket();
         let target = match &order {
-            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) => Some(r.node_id.clone()),
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+                Some(r.node_id.clone())
+            }
             FenceOrder::Unreadable => None,
         };
         self.reason = match &order {
@@ -1229,6 +1385,9 @@ impl Elector {
             FenceOrder::Unreadable => "fencing an unknown old active".into(),
             FenceOrder::OwnLeftovers(_) => {
                 "fencing leftovers of an earlier warden process on this node".into()
+            }
+            FenceOrder::OwnService(_) => {
+                "fencing this node's own service, which an earlier stop left running".into()
             }
         };
         self.phase = Phase::Holding {
@@ -1299,8 +1458,8 @@ impl Elector {
         };
         self.breadcrumb_written = true;
         self.lease = Lease {
-            end: Some(sent + self.cfg.lease()),
-            next_renewal: Some(sent + self.cfg.renewal_interval()),
+            end: Some(sent + self.lease_len()),
+            next_renewal: Some(sent + self.renewal_interval()),
             ..Lease::default()
         };
         self.start_if_due(now);
@@ -1348,7 +1507,7 @@ impl Elector {
         let Some(end) = self.lease.end else { return };
         if let Phase::Holding { .. } = self.phase {
             if let Some((_, sent)) = self.lease.in_flight {
-                if now >= sent + self.cfg.renewal_interval() && !self.lease.doubt {
+                if now >= sent + self.renewal_interval() && !self.lease.doubt {
                     self.lease.doubt = true;
                     self.reason = "a lease renewal is late".into();
                 }
@@ -1401,6 +1560,7 @@ impl Elector {
     /// The lock vanished or is not ours (§4.4): demote, then join again.
     fn lock_lost(&mut self, now: Instant) {
         self.reason = "the lock is no longer ours".into();
+        self.forget_record();
         self.lease.in_flight = None;
         self.lease.next_renewal = None;
         self.breadcrumb_written = false;
@@ -1452,6 +1612,7 @@ impl Elector {
         let ticket = self.ticket();
         self.lease = Lease::default();
         self.breadcrumb_written = false;
+        self.forget_record();
         self.phase = Phase::Releasing { ticket, why };
         self.actions.push_back(Action::Release { ticket });
     }
@@ -1527,8 +1688,8 @@ impl Elector {
                         Role::Neutral
                     } else {
                         match self.svc {
-                            Svc::Up => Role::Active,
-                            Svc::Starting(_, None) => Role::Promoting,
+                            Svc::Up if self.service_recorded => Role::Active,
+                            Svc::Up | Svc::Starting(_, None) => Role::Promoting,
                             Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {
                                 if self.control.paused {
                                     Role::Active
@@ -1607,6 +1768,11 @@ mod tests {
             session_timeout: T,
             rejoin_delay: Duration::from_secs(1),
             demote_grace: GRACE,
+            host: crate::record::HostIdentity {
+                boot_id: "b00700000000000000000000000000aa".into(),
+                machine_id: "3a000000000000000000000000000001".into(),
+                pid_ns: Some(4026531836),
+            },
         }
     }
 
@@ -1681,8 +1847,19 @@ mod tests {
                 .expect("an action with a ticket")
         }
 
+        fn ticket_of_record(actions: &[Action]) -> Ticket {
+            actions
+                .iter()
+                .find_map(|a| match a {
+                    Action::RecordService { ticket, .. } => Some(*ticket),
+                    _ => None,
+                })
+                .expect("a RecordService action")
+        }
+
         fn session(&mut self) -> Ticket {
             let a = self.feed(Event::SessionStarted {
+ granted: None,
                 control: ControlView::default(),
             });
             assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
@@ -1716,8 +1893,24 @@ mod tests {
                 outcome: WriteOutcome::Done,
             });
             let s = H::ticket_of(&a);
-            self.feed(Event::ServiceStarted { ticket: s });
+            let a = self.feed(Event::ServiceStarted { ticket: s });
+            self.recorded(&a);
             assert_eq!(self.e.role(), Role::Active);
+        }
+
+        /// Acknowledges the `RecordService` among `actions`; returns what follows.
+        fn recorded(&mut self, actions: &[Action]) -> Vec<Action> {
+            let ticket = actions
+                .iter()
+                .find_map(|a| match a {
+                    Action::RecordService { ticket, .. } => Some(*ticket),
+                    _ => None,
+                })
+                .expect("a RecordService action");
+            self.feed(Event::ServiceRecorded {
+                ticket,
+                outcome: WriteOutcome::Done,
+            })
         }
     }
 
@@ -1738,6 +1931,7 @@ mod tests {
         h.e = Elector::new(cfg(), false);
         h.drain();
         let a = h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView::default(),
         });
         assert_eq!(a, vec![]);
@@ -1753,6 +1947,7 @@ mod tests {
     fn rule_4_1_no_join_while_paused() {
         let mut h = H::new();
         let a = h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView {
                 paused: true,
                 failover: None,
@@ -1855,7 +2050,15 @@ mod tests {
         );
         assert_eq!(h.e.role(), Role::Promoting);
         let a = h.feed(Event::ServiceStarted { ticket: s });
-        assert_eq!(a, vec![Action::RecordService { epoch: 42 }]);
+        let r = H::ticket_of_record(&a);
+        assert_eq!(a, vec![Action::RecordService { ticket: r, epoch: 42 }]);
+        assert_eq!(
+            h.e.role(),
+            Role::Promoting,
+            "not active before the service's identity is in the breadcrumb"
+        );
+        let a = h.recorded(&a);
+        assert_eq!(a, vec![]);
         assert_eq!(h.e.role(), Role::Active);
     }
 
@@ -1961,6 +2164,7 @@ mod tests {
         assert_eq!(a, vec![Action::Connect]);
         // Rejoin only after rejoin_delay, never a start in between.
         let a = h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView::default(),
         });
         assert_eq!(a, vec![]);
@@ -1979,7 +2183,7 @@ mod tests {
             outcome: JoinOutcome::Held { epoch: 20 },
         });
         let r = H::ticket_of(&a);
-        let old = record("n1", "inc-0", Some(10));
+        let old = on_this_boot(record("n1", "inc-0", Some(10)));
         let a = h.read(
             r,
             BreadcrumbView::Record {
@@ -1991,6 +2195,57 @@ mod tests {
             matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnLeftovers(o), .. }] if *o == old),
             "{a:?}"
         );
+    }
+
+    /// `r` as written by a warden on this machine, this boot, this pid namespace.
+    fn on_this_boot(mut r: NodeRecord) -> NodeRecord {
+        let host = cfg().host;
+        r.boot_id = host.boot_id.to_uppercase();
+        r.machine_id = host.machine_id;
+        r.pid_ns = host.pid_ns;
+        r
+    }
+
+    /// The order for a breadcrumb of this node id written as `r`.
+    fn order_for(r: NodeRecord) -> FenceOrder {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 20 },
+        });
+        let a = h.read(
+            H::ticket_of(&a),
+            BreadcrumbView::Record {
+                record: r,
+                version: 1,
+            },
+        );
+        match a.as_slice() {
+            [Action::Fence { order, .. }] => order.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rule_5_our_node_id_from_another_machine_or_boot_is_fenced_by_the_whole_chain() {
+        // A cloned machine or a rescheduled pod with our node id.
+        let mut other_machine = on_this_boot(record("n1", "inc-0", Some(10)));
+        other_machine.machine_id = "3a000000000000000000000000000002".into();
+        assert!(matches!(order_for(other_machine), FenceOrder::Node(_)));
+        // A container on this kernel: same boot id, another pid namespace.
+        let mut container = on_this_boot(record("n1", "inc-0", Some(10)));
+        container.pid_ns = Some(4026532000);
+        assert!(matches!(order_for(container), FenceOrder::Node(_)));
+        // This machine before a reboot: the chain decides (`signal` says "rebooted").
+        let mut rebooted = on_this_boot(record("n1", "inc-0", Some(10)));
+        rebooted.boot_id = "b00700000000000000000000000000bb".into();
+        assert!(matches!(order_for(rebooted), FenceOrder::Node(_)));
+        // A record without host ids (an older warden) is never "ours" by its node id.
+        assert!(matches!(
+            order_for(record("n1", "inc-0", Some(10))),
+            FenceOrder::Node(_)
+        ));
     }
 
     #[test]
@@ -2128,6 +2383,7 @@ mod tests {
         });
         assert_eq!(a, vec![Action::Connect]);
         h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView::default(),
         });
         assert_eq!(h.advance(Duration::from_millis(900)), vec![]);
@@ -2304,6 +2560,7 @@ mod tests {
         // A new session while the old service still stops: no join yet.
         assert_eq!(
             h.feed(Event::SessionStarted {
+ granted: None,
                 control: ControlView::default()
             }),
             vec![]
@@ -2357,10 +2614,25 @@ mod tests {
         let a = h.feed(Event::ServiceExited {
             reason: "exit 1".into(),
         });
-        // The service is already gone: straight to the breadcrumb delete.
+        // Its main process is gone, but children may run on: stop them first.
         assert!(
-            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { .. }]),
+            matches!(
+                a.as_slice(),
+                [Action::StopService {
+                    cause: StopCause::Demote,
+                    ..
+                }]
+            ),
             "{a:?}"
+        );
+        let a = h.feed(Event::ServiceStopped {
+            ticket: H::ticket_of(&a),
+            clean: false,
+            detail: "pid 12 survived SIGKILL".into(),
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::Release { .. }]),
+            "leftovers keep the breadcrumb: {a:?}"
         );
 
         let mut h = H::new();
@@ -2482,6 +2754,7 @@ mod tests {
                 ticket: H::ticket_of(&a),
             });
             h.feed(Event::SessionStarted {
+ granted: None,
                 control: ControlView::default(),
             });
             delays.push(h.e.out_until.unwrap() - h.now);
@@ -2533,8 +2806,161 @@ mod tests {
         let a = h.feed(Event::ServiceExited {
             reason: "crash".into(),
         });
-        assert_eq!(a, vec![]);
+        // What is left of it is stopped, and nothing starts beside it.
+        assert!(
+            matches!(a.as_slice(), [Action::StopService { .. }]),
+            "{a:?}"
+        );
         assert_eq!(h.e.role(), Role::Active);
+        let a = h.feed(Event::ServiceStopped {
+            ticket: H::ticket_of(&a),
+            clean: true,
+            detail: String::new(),
+        });
+        assert_eq!(a, vec![], "paused: no restart, no handover");
+        assert_eq!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn rule_6_a_service_whose_main_process_exited_is_stopped_before_the_breadcrumb_goes() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::ServiceExited {
+            reason: "exit 0".into(),
+        });
+        let st = H::ticket_of(&a);
+        assert!(matches!(a.as_slice(), [Action::StopService { .. }]), "{a:?}");
+        let a = h.feed(Event::ServiceStopped {
+            ticket: st,
+            clean: true,
+            detail: String::new(),
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 3, .. }]),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselves() {
+        let mut h = H::new();
+        h.active(3);
+        let a = h.feed(Event::ServiceHealthChanged {
+            healthy: false,
+            detail: "x".into(),
+        });
+        let a = h.feed(Event::ServiceStopped {
+            ticket: H::ticket_of(&a),
+            clean: false,
+            detail: "pid 9 still runs".into(),
+        });
+        let rel = H::ticket_of(&a);
+        h.feed(Event::Released { ticket: rel });
+        h.advance(Duration::from_secs(31));
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 9 },
+        });
+        let mine = record("n1", "inc-1", Some(3));
+        let a = h.read(
+            H::ticket_of(&a),
+            BreadcrumbView::Record {
+                record: mine.clone(),
+                version: 2,
+            },
+        );
+        assert!(
+            matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnService(r), .. }] if *r == mine),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn rule_4_3d_not_active_until_the_service_identity_is_recorded() {
+        let mut h = H::new();
+        let s = starting(&mut h, 5);
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        let r = H::ticket_of_record(&a);
+        assert_eq!(h.e.role(), Role::Promoting);
+        // No answer: retried after RETRY_DELAY, still promoting.
+        let a = h.feed(Event::ServiceRecorded {
+            ticket: r,
+            outcome: WriteOutcome::Unknown,
+        });
+        assert_eq!(a, vec![]);
+        let a = h.advance(RETRY_DELAY);
+        let r2 = H::ticket_of_record(&a);
+        assert_ne!(r, r2);
+        assert_eq!(h.e.role(), Role::Promoting);
+        // A stale answer to the first try changes nothing.
+        h.feed(Event::ServiceRecorded {
+            ticket: r,
+            outcome: WriteOutcome::Done,
+        });
+        assert_eq!(h.e.role(), Role::Promoting);
+        h.feed(Event::ServiceRecorded {
+            ticket: r2,
+            outcome: WriteOutcome::Done,
+        });
+        assert_eq!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn rule_4_3d_a_rejected_service_record_means_the_lock_is_lost() {
+        let mut h = H::new();
+        let s = starting(&mut h, 5);
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        let a = h.feed(Event::ServiceRecorded {
+            ticket: H::ticket_of_record(&a),
+            outcome: WriteOutcome::Conflict,
+        });
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::StopService {
+                    cause: StopCause::Forced,
+                    ..
+                }]
+            ),
+            "{a:?}"
+        );
+        assert_ne!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn rule_4_the_lease_follows_a_granted_session_timeout_below_the_configured_one() {
+        let mut h = H::new();
+        let a = h.feed_all(Event::SessionStarted {
+            granted: Some(T / 3),
+            control: ControlView::default(),
+        });
+        assert!(
+            has(&a, |a| matches!(a, Action::Notice { warn: true, message } if message.contains("granted"))),
+            "{a:?}"
+        );
+        assert_eq!(h.e.session_timeout(), T / 3);
+        let a = h.feed(Event::Joined {
+            ticket: H::ticket_of(&strip(a)),
+            outcome: JoinOutcome::Held { epoch: 2 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let sent = h.now;
+        let a = h.feed(Event::Committed {
+            ticket: H::ticket_of(&a),
+            outcome: WriteOutcome::Done,
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { lease_valid_until, .. }] if *lease_valid_until == sent + T / 6),
+            "{a:?}"
+        );
+        // A larger grant than configured changes nothing.
+        let mut h = H::new();
+        h.feed(Event::SessionStarted {
+            granted: Some(T * 2),
+            control: ControlView::default(),
+        });
+        assert_eq!(h.e.session_timeout(), T);
     }
 
     #[test]
@@ -2546,6 +2972,7 @@ mod tests {
             control: ControlView {
                 paused: false,
                 failover: Some(FailoverView {
+                    deadline: "2026-01-01T00:00:00Z".into(),
                     from: "n1".into(),
                     to: Some("n2".into()),
                     lapses_at,
@@ -2574,9 +3001,11 @@ mod tests {
         assert_eq!(a, vec![Action::Connect]);
         // The request is still in control when the new session reads it: stay out.
         let a = h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView {
                 paused: false,
                 failover: Some(FailoverView {
+                    deadline: "2026-01-01T00:00:00Z".into(),
                     from: "n1".into(),
                     to: Some("n2".into()),
                     lapses_at,
@@ -2595,9 +3024,11 @@ mod tests {
     fn a_lapsed_switchover_request_is_cleared_by_the_next_active() {
         let mut h = H::new();
         let a = h.feed(Event::SessionStarted {
+ granted: None,
             control: ControlView {
                 paused: false,
                 failover: Some(FailoverView {
+                    deadline: "2026-01-01T00:00:00Z".into(),
                     from: "n9".into(),
                     to: Some("n8".into()),
                     lapses_at: h.now + Duration::from_secs(2),
@@ -2619,9 +3050,12 @@ mod tests {
         let a = h.feed(Event::ServiceStarted {
             ticket: H::ticket_of(&a),
         });
-        assert_eq!(
-            a,
-            vec![Action::RecordService { epoch: 4 }, Action::ClearFailover]
+        let r = H::ticket_of_record(&a);
+        assert_eq!(a, vec![Action::RecordService { ticket: r, epoch: 4 }]);
+        let a = h.recorded(&a);
+        assert!(
+            matches!(a.as_slice(), [Action::ClearFailover { request }] if request.from == "n9"),
+            "{a:?}"
         );
     }
 

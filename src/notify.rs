@@ -160,12 +160,16 @@ mod tests {
             },
             role: Role::Active,
             health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
         };
         assert_eq!(summary(&m), "active, epoch 7, healthy");
         let m = MemberRecord {
             node: NodeRecord::default(),
             role: Role::Ineligible,
             health: Health::Unknown,
+            session_timeout: None,
+            containment: None,
         };
         assert_eq!(summary(&m), "ineligible, health unknown");
     }

@@ -88,6 +88,52 @@ impl NodeRecord {
     }
 }
 
+/// What tells one machine (and one container on it) from another (SPEC §5 "Which host is
+/// this?"): a record is *on this boot* only when all three equal ours, and was written
+/// before a *reboot* of this machine only when the machine id equals ours and the boot id
+/// does not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostIdentity {
+    pub boot_id: String,
+    pub machine_id: String,
+    pub pid_ns: Option<u64>,
+}
+
+impl HostIdentity {
+    /// The host identity a record carries.
+    pub fn of(r: &NodeRecord) -> HostIdentity {
+        HostIdentity {
+            boot_id: r.boot_id.clone(),
+            machine_id: r.machine_id.clone(),
+            pid_ns: r.pid_ns,
+        }
+    }
+
+    /// Whether `r` was written on this machine, on this boot, in this pid namespace. An
+    /// unknown part on either side is never a match.
+    pub fn same_boot(&self, r: &NodeRecord) -> bool {
+        same_id(&self.boot_id, &r.boot_id)
+            && same_id(&self.machine_id, &r.machine_id)
+            && self.pid_ns.is_some()
+            && self.pid_ns == r.pid_ns
+    }
+
+    /// Whether `r` was written on this machine (same machine id), whatever the boot.
+    pub fn same_machine(&self, r: &NodeRecord) -> bool {
+        same_id(&self.machine_id, &r.machine_id)
+    }
+}
+
+/// Boot and machine ids are hex (UUIDs with or without dashes): equal when their hex digits
+/// are, case aside; an empty or non-hex id equals nothing.
+fn same_id(a: &str, b: &str) -> bool {
+    let digits = |s: &str| -> Option<String> {
+        let d: String = s.chars().filter(|c| *c != '-').collect();
+        (!d.is_empty() && d.chars().all(|c| c.is_ascii_hexdigit())).then(|| d.to_ascii_lowercase())
+    };
+    matches!((digits(a), digits(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// A node's role, as published in its member record and shown by `status` (SPEC §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -160,6 +206,14 @@ pub struct MemberRecord {
     pub node: NodeRecord,
     pub role: Role,
     pub health: Health,
+    /// The session timeout in force (the smaller of the configured and the granted one),
+    /// e.g. `"4s"`, so that `status` shows what the lease really follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_timeout: Option<String>,
+    /// How the spawned service is contained: `"cgroup /path"` or `"process group only:
+    /// <why>"` (SPEC §6); absent in hooks mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
 }
 
 /// `control`: maintenance and planned switchover (SPEC §8).
@@ -278,6 +332,8 @@ mod tests {
             },
             role: Role::Standby,
             health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
         };
         let v: serde_json::Value = serde_json::from_slice(&to_bytes(&m)).unwrap();
         assert_eq!(v["node_id"], "rm1");

@@ -327,6 +327,8 @@ fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
         },
         role,
         health,
+        session_timeout: None,
+        containment: None,
     }
 }
 

@@ -17,6 +17,8 @@ use crate::config::{AclMode, ZooKeeperConfig};
 use crate::elector::{BreadcrumbView, JoinOutcome, WriteOutcome};
 use crate::record::{self, Control, Epoch, HistoryEntry, MemberRecord, NodeRecord};
 use std::future::Future;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
 
@@ -125,12 +127,22 @@ impl ZkConnector {
             AclMode::Open => zk::Acls::anyone_all(),
             AclMode::Creator => zk::Acls::creator_all(),
         };
+        // SPEC §4: every interval follows the smaller of the configured and the granted
+        // session timeout.
+        let granted = client.session_timeout();
+        let in_force = if granted.is_zero() {
+            self.cfg.session_timeout
+        } else {
+            granted.min(self.cfg.session_timeout)
+        };
         Ok(ZkSession {
             id: client.session_id().0,
             client,
             paths: self.paths.clone(),
             acls,
-            op_timeout: op_timeout(&self.cfg),
+            op_timeout: op_timeout(in_force, self.cfg.connect_timeout),
+            granted,
+            lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
         })
     }
 }
@@ -138,11 +150,14 @@ impl ZkConnector {
 /// Each call gets at most this long. A third of the session timeout keeps a renewal that
 /// hangs from using up the lease before the next is tried; `connect_timeout` caps it for
 /// operators' commands.
-fn op_timeout(cfg: &ZooKeeperConfig) -> Duration {
-    (cfg.session_timeout / 3)
-        .min(cfg.connect_timeout)
+fn op_timeout(session_timeout: Duration, connect_timeout: Duration) -> Duration {
+    (session_timeout / 3)
+        .min(connect_timeout)
         .max(Duration::from_millis(100))
 }
+
+/// ZooKeeper's "any version" in a check or a conditional write.
+const ANY_VERSION: i32 = -1;
 
 /// Sorts a client error into the three kinds the election acts on.
 fn classify(e: zk::Error) -> StoreError {
@@ -174,6 +189,12 @@ pub struct ZkSession {
     paths: Paths,
     acls: zk::Acls<'static>,
     op_timeout: Duration,
+    /// The session timeout the server granted (it clamps the requested one).
+    granted: Duration,
+    /// The version of `lock` as our own create (and our commit's write) left it; the
+    /// holder's multi-ops check it, so a lock that was deleted and created anew is not
+    /// mistaken for ours by its existence alone. `ANY_VERSION` while we hold none.
+    lock_version: Arc<AtomicI32>,
 }
 
 impl std::fmt::Debug for ZkSession {
@@ -189,6 +210,19 @@ impl ZkSession {
 
     pub fn paths(&self) -> &Paths {
         &self.paths
+    }
+
+    /// The session timeout the server granted.
+    pub fn granted_session_timeout(&self) -> Duration {
+        self.granted
+    }
+
+    fn held_lock_version(&self) -> i32 {
+        self.lock_version.load(Ordering::SeqCst)
+    }
+
+    fn hold_lock_version(&self, version: i32) {
+        self.lock_version.store(version, Ordering::SeqCst);
     }
 
     /// Session state changes (Disconnected, Expired, Closed, ...).
@@ -347,17 +381,23 @@ impl ZkSession {
             )
             .await
         {
-            Ok((stat, _)) => JoinOutcome::Held {
-                epoch: stat.czxid as Epoch,
-            },
+            Ok((stat, _)) => {
+                self.hold_lock_version(stat.version);
+                JoinOutcome::Held {
+                    epoch: stat.czxid as Epoch,
+                }
+            }
             Err(StoreError::Rejected(_)) => {
                 match self
                     .bounded("reading the lock", self.client.check_stat(&self.paths.lock))
                     .await
                 {
-                    Ok(Some(stat)) if stat.ephemeral_owner == self.id => JoinOutcome::Held {
-                        epoch: stat.czxid as Epoch,
-                    },
+                    Ok(Some(stat)) if stat.ephemeral_owner == self.id => {
+                        self.hold_lock_version(stat.version);
+                        JoinOutcome::Held {
+                            epoch: stat.czxid as Epoch,
+                        }
+                    }
                     Ok(Some(_)) => JoinOutcome::Exists,
                     // Gone again already, or no answer: try again.
                     Ok(None) | Err(_) => JoinOutcome::Unknown,
@@ -433,11 +473,19 @@ impl ZkSession {
         &self,
     ) -> Result<(BreadcrumbView, Control, i32, Option<Epoch>), StoreError> {
         // The three reads go out together: one round trip on the takeover path, not three.
-        let (breadcrumb, control, history) = tokio::join!(
+        let (breadcrumb, control, history, lock) = tokio::join!(
             self.get_optional(&self.paths.breadcrumb),
             self.get_optional(&self.paths.control),
             self.read_history(),
+            self.bounded("reading the lock", self.client.check_stat(&self.paths.lock)),
         );
+        // After a commit whose outcome was unknown, the lock's version tells whether our
+        // write of it went through; either way the holder's checks use what is there now.
+        if let Ok(Some(stat)) = lock {
+            if stat.ephemeral_owner == self.id {
+                self.hold_lock_version(stat.version);
+            }
+        }
         let breadcrumb = match breadcrumb? {
             None => BreadcrumbView::Absent,
             Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
@@ -498,9 +546,14 @@ impl ZkSession {
         let data = record::to_bytes(breadcrumb);
         let mut w = self.client.new_multi_writer();
         let opts = self.persistent();
+        let lock_version = self.held_lock_version();
         let built = (|| {
             w.add_check_version(&self.paths.control, control_version)?;
-            w.add_set_data(&self.paths.lock, &data, None)?;
+            w.add_set_data(
+                &self.paths.lock,
+                &data,
+                (lock_version != ANY_VERSION).then_some(lock_version),
+            )?;
             match breadcrumb_version {
                 Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
                 None => w.add_create(&self.paths.breadcrumb, &data, &opts),
@@ -509,11 +562,15 @@ impl ZkSession {
         if let Err(e) = built {
             return write_outcome(Err(classify(e)));
         }
-        write_outcome(
+        let outcome = write_outcome(
             self.bounded_multi("committing the promotion", w.commit())
                 .await
                 .map(|_| ()),
-        )
+        );
+        if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
+            self.hold_lock_version(lock_version + 1);
+        }
+        outcome
     }
 
     /// The lease renewal: one multi-op that checks `lock` and rewrites our member record,
@@ -522,7 +579,7 @@ impl ZkSession {
         let data = record::to_bytes(member);
         let mut w = self.client.new_multi_writer();
         let built = w
-            .add_check_version(&self.paths.lock, -1)
+            .add_check_version(&self.paths.lock, self.held_lock_version())
             .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
         if let Err(e) = built {
             return write_outcome(Err(classify(e)));
@@ -547,7 +604,7 @@ impl ZkSession {
         let new = record::to_bytes(record);
         let mut w = self.client.new_multi_writer();
         let built = w
-            .add_check_version(&self.paths.lock, -1)
+            .add_check_version(&self.paths.lock, self.held_lock_version())
             .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
         if let Err(e) = built {
             return write_outcome(Err(classify(e)));
@@ -596,7 +653,7 @@ impl ZkSession {
         let mut w = self.client.new_multi_writer();
         let built = (|| {
             if check_lock {
-                w.add_check_version(&self.paths.lock, -1)?;
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
             }
             w.add_delete(&self.paths.breadcrumb, Some(version))
         })();
@@ -672,6 +729,36 @@ impl ZkSession {
             Err(Refusal::Refused(reason)) => Ok(Err(reason)),
             Err(Refusal::Store(e)) => Err(e),
         }
+    }
+
+    /// Compare-and-delete of a switchover request: clears `control.failover` only while it
+    /// is still the request named by `from`, `to` and `deadline`, so a newer request is
+    /// never cleared by the active that served an older one. `Ok(true)` when cleared or
+    /// already gone.
+    pub async fn clear_failover_request(
+        &self,
+        from: &str,
+        to: Option<&str>,
+        deadline: &str,
+    ) -> Result<bool, StoreError> {
+        let mut other = false;
+        self.update_control(|c| {
+            other = false;
+            match &c.failover {
+                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
+                    c.failover = None;
+                    Ok(true)
+                }
+                Some(_) => {
+                    other = true;
+                    Ok(false)
+                }
+                None => Ok(false),
+            }
+        })
+        .await?
+        .map_err(StoreError::Rejected)?;
+        Ok(!other)
     }
 
     /// Reads a JSON znode (absent or unreadable = the default), lets `change` edit it, and

@@ -482,6 +482,8 @@ mod tests {
                 node: record("n1", "a"),
                 role: Role::Standby,
                 health: Health::Healthy,
+                session_timeout: None,
+                containment: None,
             }),
         ));
         assert!(alive(&member, &target).is_some_and(|w| w.contains("still runs")));

@@ -111,6 +111,7 @@ enum Kind {
         done: fn(Ticket, WriteOutcome) -> Event,
     },
     RecordService {
+        ticket: Ticket,
         epoch: Epoch,
         st: u8,
     },
@@ -199,6 +200,11 @@ impl Proc {
                 session_timeout: cfg.session_timeout,
                 rejoin_delay: cfg.rejoin_delay,
                 demote_grace: cfg.stop_timeout,
+                host: warden::record::HostIdentity {
+                    boot_id: format!("{:032x}", node + 1),
+                    machine_id: format!("{:032x}", node + 101),
+                    pid_ns: Some(1),
+                },
             },
             true,
         );
@@ -338,6 +344,7 @@ impl World {
                     node,
                     Event::SessionStarted {
                         control: ControlView::default(),
+                        granted: None,
                     },
                 );
             }
@@ -614,9 +621,8 @@ impl World {
                     d,
                 );
             }
-            Action::RecordService { epoch } => {
-                // Only the log cares whether it was written.
-                self.spawn_in_session(node, Kind::RecordService { epoch, st: 0 });
+            Action::RecordService { ticket, epoch } => {
+                self.spawn_in_session(node, Kind::RecordService { ticket, epoch, st: 0 });
             }
             Action::Renew { ticket } => {
                 let req = Req::Renew { sent: now };
@@ -670,7 +676,7 @@ impl World {
                 }
                 None => self.input(node, Input::Elector(Event::Released { ticket })),
             },
-            Action::ClearFailover => {}
+            Action::ClearFailover { .. } => {}
             Action::Transition {
                 from,
                 to,
@@ -932,20 +938,38 @@ impl World {
                 self.input(node, Input::Session(gen, ev));
                 false
             }
-            Kind::RecordService { epoch, st } => match (*st, input) {
-                (0, TaskIn::Wake) => {
-                    *st = 1;
-                    self.request(node, id, sid, Req::GetCrumb, op);
-                    true
+            Kind::RecordService { ticket, epoch, st } => {
+                let ticket = *ticket;
+                let done = |outcome| Event::ServiceRecorded { ticket, outcome };
+                match (*st, input) {
+                    (0, TaskIn::Wake) => {
+                        *st = 1;
+                        self.request(node, id, sid, Req::GetCrumb, op);
+                        true
+                    }
+                    (1, TaskIn::Reply(Resp::Crumb(Some(c))))
+                        if c.owner == me && c.epoch == *epoch =>
+                    {
+                        *st = 2;
+                        self.request(node, id, sid, Req::RecordService { version: c.version }, op);
+                        true
+                    }
+                    (1, TaskIn::Reply(Resp::Crumb(_))) => {
+                        self.input(node, Input::Session(gen, done(WriteOutcome::Conflict)));
+                        false
+                    }
+                    (_, TaskIn::Reply(r)) => {
+                        let outcome = if *st == 2 {
+                            write_outcome(&r)
+                        } else {
+                            WriteOutcome::Unknown
+                        };
+                        self.input(node, Input::Session(gen, done(outcome)));
+                        false
+                    }
+                    _ => true,
                 }
-                (1, TaskIn::Reply(Resp::Crumb(Some(c)))) if c.owner == me && c.epoch == *epoch => {
-                    *st = 2;
-                    self.request(node, id, sid, Req::RecordService { version: c.version }, op);
-                    true
-                }
-                (_, TaskIn::Reply(_)) => false,
-                _ => true,
-            },
+            }
             Kind::DeleteCrumb { ticket, epoch, st } => {
                 let ticket = *ticket;
                 match (*st, input) {

@@ -840,13 +840,15 @@ impl World {
             );
         }
         let target = match order {
-            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) => parse_incarnation(&r.incarnation),
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+                parse_incarnation(&r.incarnation)
+            }
             FenceOrder::Unreadable => None,
         };
         let Some(target) = target else {
             return (false, "nothing identifies the old active".into());
         };
-        let local = matches!(order, FenceOrder::OwnLeftovers(_));
+        let local = matches!(order, FenceOrder::OwnLeftovers(_) | FenceOrder::OwnService(_));
         if !local && !self.host_reachable(target.0) {
             return (false, format!("ssh: n{} unreachable", target.0 + 1));
         }
