@@ -1385,8 +1385,21 @@ impl Source<'_> {
                     }
                     self.check_command(hook, &p(key))?;
                 }
-                if s.pidfile.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
-                    return Err(self.invalid(&p("pidfile"), "must name a file: it is empty"));
+                if let Some(file) = &s.pidfile {
+                    if file.as_os_str().is_empty() {
+                        return Err(self.invalid(&p("pidfile"), "must name a file: it is empty"));
+                    }
+                    // Relative to what? warden's working directory is not the service's,
+                    // and a pidfile read from the wrong place names the wrong process.
+                    if !file.is_absolute() {
+                        return Err(self.invalid(
+                            &p("pidfile"),
+                            format!(
+                                "= \"{}\" must be an absolute path, such as \"/run/my-service.pid\"",
+                                file.display()
+                            ),
+                        ));
+                    }
                 }
             }
         }

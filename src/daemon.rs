@@ -7,6 +7,7 @@
 //! where this file decides something, it is how to carry out an action, never whether.
 
 use crate::api::{self, NodeView};
+use crate::clock;
 use crate::config::{Config, ServiceMode};
 use crate::coord::zookeeper::{ZkConnector, ZkSession};
 use crate::coord::StoreError;
@@ -171,6 +172,10 @@ struct Daemon {
     connecting: Option<AbortHandle>,
     /// The running service, if any.
     service: Option<ServiceIdentity>,
+    /// Spawn mode: the start the last commit prepared (its cgroup is in the breadcrumb),
+    /// and that cgroup, where a restart within the same epoch runs again.
+    prepared: Option<service::Prepared>,
+    committed_cgroup: Option<String>,
     /// The service being stopped, so the lease end can still kill it.
     stopping: Option<ServiceIdentity>,
     epoch: Option<Epoch>,
@@ -223,6 +228,16 @@ impl Daemon {
                 &cfg.cluster.node_id,
             )),
         };
+        if let ServiceControl::Hooks(hooks) = &control_svc {
+            // SPEC §6: an unreadable pidfile is said at start, not found out at the first
+            // fence; a missing one is only warned about by the check (the service may
+            // still be starting), and a promotion refuses either.
+            if let Err(e) = hooks.check_pidfile() {
+                error!(
+                    "{e}; this node cannot be promoted until the pidfile names the running service"
+                );
+            }
+        }
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
         // mode: the service always runs, so its own health check decides both.
         let standby_probe = match cfg.service.mode {
@@ -272,9 +287,11 @@ impl Daemon {
             join_ticket: 0,
             connecting: None,
             service: None,
+            prepared: None,
+            committed_cgroup: None,
             stopping: None,
             epoch: None,
-            role_since: Instant::now(),
+            role_since: clock::now(),
             health: if eligible_now {
                 Health::Healthy
             } else {
@@ -308,7 +325,7 @@ impl Daemon {
             "warden starting"
         );
         let mut stop_signals = 0;
-        self.drain(Instant::now());
+        self.drain(clock::now());
         // SPEC §10: pinged from this loop, so a hung loop stops the pings.
         let mut watchdog = notify::watchdog_interval().map(|every| {
             let mut i = tokio::time::interval(every);
@@ -322,7 +339,7 @@ impl Daemon {
             let deadline = self.elector.poll_timeout();
             let sleep = async {
                 match deadline {
-                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    Some(t) => clock::sleep_until(t).await,
                     None => std::future::pending().await,
                 }
             };
@@ -346,11 +363,11 @@ impl Daemon {
                     if let Some(input) = input {
                         self.on_input(input)?;
                     }
-                    self.drain(Instant::now());
+                    self.drain(clock::now());
                     continue;
                 }
                 _ = sleep => {
-                    let now = Instant::now();
+                    let now = clock::now();
                     self.elector.handle_timeout(now);
                     self.drain(now);
                     continue;
@@ -359,21 +376,21 @@ impl Daemon {
             // A stop signal.
             if stop_signals >= 2 {
                 warn!("second stop signal: exiting at once");
-                if let Some(id) = self.service {
-                    service::kill_group(id);
+                if let Some(id) = &self.service {
+                    service::kill(id);
                 }
                 return Ok(1);
             }
             info!("stop requested: handing over cleanly");
             notify::stopping();
-            let now = Instant::now();
+            let now = clock::now();
             self.elector.handle(Event::StopRequested, now);
             self.drain(now);
         }
     }
 
     fn feed(&mut self, event: Event) {
-        let now = Instant::now();
+        let now = clock::now();
         self.elector.handle(event, now);
         self.drain(now);
     }
@@ -458,6 +475,9 @@ impl Daemon {
                     control: control_view(&control),
                     granted: Some(zk.granted_session_timeout()),
                 });
+                // The member record names the session timeout in force from now on, even
+                // if no role change follows soon.
+                self.publish_member();
             }
             Input::Started(ticket, result) => match result {
                 Ok(None) => {
@@ -466,7 +486,7 @@ impl Daemon {
                 }
                 Ok(Some(mut running)) => {
                     let id = running.identity();
-                    self.service = Some(id);
+                    self.service = Some(id.clone());
                     info!(pid = id.pid, pgid = id.pgid, "service started");
                     let tx = self.tx.clone();
                     tokio::spawn(async move {
@@ -479,7 +499,7 @@ impl Daemon {
                 Err(reason) => self.feed(Event::StartFailed { ticket, reason }),
             },
             Input::Exited(id, how) => {
-                if self.service == Some(id) {
+                if self.service.as_ref() == Some(&id) {
                     warn!(pid = id.pid, "the service exited: {how}");
                     self.feed(Event::ServiceExited { reason: how });
                 }
@@ -592,16 +612,17 @@ impl Daemon {
     fn record(&self, epoch: Option<Epoch>) -> NodeRecord {
         let mut r = self.me.clone();
         r.epoch = epoch;
-        if let Some(s) = self.service {
+        if let Some(s) = &self.service {
             r.service_pid = Some(s.pid);
             r.service_pgid = Some(s.pgid);
             r.service_start_time = Some(s.start_time);
+            r.service_cgroup = s.cgroup.clone();
         }
         if let ServiceControl::Hooks(h) = &self.control_svc {
             // The always-running service, from the pidfile; its group is its own business.
-            if let Some((pid, start)) = h.service_process() {
-                r.service_pid = Some(pid);
-                r.service_start_time = Some(start);
+            if let Some(pinned) = h.pinned() {
+                r.service_pid = Some(pinned.pid);
+                r.service_start_time = Some(pinned.start_time);
             }
         }
         r
@@ -610,7 +631,7 @@ impl Daemon {
     fn member(&self) -> MemberRecord {
         let mut node = self.record(self.elector.epoch());
         node.since = Some(record::rfc3339(
-            SystemTime::now() - self.role_since.elapsed(),
+            SystemTime::now() - clock::now().saturating_duration_since(self.role_since),
         ));
         MemberRecord {
             node,
@@ -769,14 +790,39 @@ impl Daemon {
                 control_version,
             } => {
                 let mut rec = self.record(Some(epoch));
-                if let ServiceControl::Spawn(_) = &self.control_svc {
-                    // Not started yet: no process of it to name.
-                    rec.service_pid = None;
-                    rec.service_pgid = None;
-                    rec.service_start_time = None;
+                match &self.control_svc {
+                    ServiceControl::Spawn(spawner) => {
+                        // Not started yet: no process of it to name, but its cgroup is
+                        // made now and recorded, so fencing finds every process the start
+                        // will make even before the start's own record lands.
+                        rec.service_pid = None;
+                        rec.service_pgid = None;
+                        rec.service_start_time = None;
+                        let prepared = spawner.prepare(epoch);
+                        rec.service_cgroup = prepared.cgroup().map(str::to_string);
+                        self.committed_cgroup = rec.service_cgroup.clone();
+                        self.prepared = Some(prepared);
+                    }
+                    ServiceControl::Hooks(hooks) => {
+                        // The always-running service's pidfile identity goes into the
+                        // commit itself (SPEC §4.3c); without it, no promotion.
+                        match hooks.pin() {
+                            Ok(Some(p)) => {
+                                rec.service_pid = Some(p.pid);
+                                rec.service_start_time = Some(p.start_time);
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                error!("cannot promote: {e}");
+                                let _ = self.tx.send(Input::Elector(Event::CommitAborted {
+                                    ticket,
+                                    reason: e.to_string(),
+                                }));
+                                return;
+                            }
+                        }
+                    }
                 }
-                // Hooks mode: the always-running service's pidfile identity goes into the
-                // commit itself, so fencing can find it from the first moment (SPEC §4.3c).
                 rec.since = Some(record::rfc3339(SystemTime::now()));
                 self.epoch = Some(epoch);
                 self.in_session(
@@ -799,22 +845,35 @@ impl Daemon {
             } => {
                 let control = self.control_svc.clone();
                 let tx = self.tx.clone();
+                // The start the commit prepared, or a restart within the same epoch in the
+                // cgroup the breadcrumb already names.
+                let prepared = self.prepared.take().filter(|p| p.epoch() == epoch);
+                let again = self.committed_cgroup.clone();
                 tokio::spawn(async move {
                     // SPEC §4.3d: the lease is checked right before the start or hook.
-                    if Instant::now() >= lease_valid_until {
+                    if clock::now() >= lease_valid_until {
                         let why = "the lease ran out before the service could be promoted";
                         let _ = tx.send(Input::Started(ticket, Err(why.to_string())));
                         return;
                     }
                     match control {
                         ServiceControl::Spawn(spawner) => {
-                            let result =
-                                match tokio::task::spawn_blocking(move || spawner.start(epoch))
-                                    .await
-                                {
-                                    Ok(r) => r.map(Some).map_err(|e| e.to_string()),
-                                    Err(e) => Err(format!("the start task failed: {e}")),
-                                };
+                            let result = match tokio::task::spawn_blocking(move || {
+                                let prepared =
+                                    match (prepared, again) {
+                                        (Some(p), _) => p,
+                                        (None, Some(cgroup)) => spawner
+                                            .prepare_again(epoch, &cgroup)
+                                            .map_err(service::ServiceError::Starter)?,
+                                        (None, None) => spawner.prepare(epoch),
+                                    };
+                                spawner.start(prepared)
+                            })
+                            .await
+                            {
+                                Ok(r) => r.map(Some).map_err(|e| e.to_string()),
+                                Err(e) => Err(format!("the start task failed: {e}")),
+                            };
                             let _ = tx.send(Input::Started(ticket, result));
                         }
                         ServiceControl::Hooks(hooks) => {
@@ -892,7 +951,7 @@ impl Daemon {
                 self.service_check = None;
                 let signal = self.cfg.service.stop_signal;
                 let grace = self.cfg.service.stop_timeout;
-                match self.service {
+                match self.service.clone() {
                     None => {
                         let _ = tx.send(Input::Elector(Event::ServiceStopped {
                             ticket,
@@ -941,12 +1000,12 @@ impl Daemon {
                 }
                 // kill_group checks the leader's start time, so a group that is already
                 // gone (or recycled) is left alone.
-                for id in [self.stopping, self.service].into_iter().flatten() {
+                for id in [&self.stopping, &self.service].into_iter().flatten() {
                     warn!(
                         pid = id.pid,
                         "the lease ended: killing the service's process group"
                     );
-                    service::kill_group(id);
+                    service::kill(id);
                 }
             }
             Action::DeleteOwnBreadcrumb { ticket, epoch } => {
@@ -1091,6 +1150,19 @@ impl Daemon {
         }
     }
 
+    /// Writes our member record as it is now (a transition does this too).
+    fn publish_member(&mut self) {
+        let m = self.member();
+        if let Some(ctx) = &mut self.session {
+            let zk = ctx.zk.clone();
+            ctx.tasks.spawn(async move {
+                if let Err(e) = zk.set_member(&m).await {
+                    warn!("could not publish the member record: {e}");
+                }
+            });
+        }
+    }
+
     /// Opens a new session in the background, retrying with back-off; registers our
     /// member znode (SPEC §4.9) before reporting it.
     fn connect(&mut self) {
@@ -1112,9 +1184,6 @@ impl Daemon {
                     Err(Registration::Fatal(f)) => {
                         let _ = tx.send(Input::Fatal(f));
                         return;
-                    }
-                    Err(Registration::Wait) => {
-                        tokio::time::sleep(PREDECESSOR_POLL).await;
                     }
                     Err(Registration::Retry(e)) => {
                         warn!("{e}; retrying in {}", humantime::format_duration(backoff));
@@ -1140,7 +1209,7 @@ impl Daemon {
     /// How the spawned service is contained, for `status` (SPEC §6); `None` in hooks mode.
     fn containment(&self) -> Option<String> {
         match &self.control_svc {
-            ServiceControl::Spawn(_) => None,
+            ServiceControl::Spawn(spawner) => Some(spawner.containment().to_string()),
             ServiceControl::Hooks(_) => None,
         }
     }
@@ -1148,7 +1217,6 @@ impl Daemon {
 
 enum Registration {
     Retry(StoreError),
-    Wait,
     Fatal(Fatal),
 }
 
@@ -1197,7 +1265,10 @@ async fn register(
                     );
                     *waiting_logged = true;
                 }
-                return Err(Registration::Wait);
+                // Poll again in this same session: a new session per look would leave a
+                // trail of short-lived sessions for as long as the old one lasts.
+                tokio::time::sleep(PREDECESSOR_POLL).await;
+                continue;
             }
             Some((_, other)) => {
                 let who = match other {
@@ -1222,7 +1293,7 @@ async fn register(
 }
 
 fn control_view(c: &Control) -> ControlView {
-    let now = Instant::now();
+    let now = clock::now();
     let wall = SystemTime::now();
     ControlView {
         paused: c.paused,
@@ -1285,14 +1356,21 @@ async fn fence_own_service(
 ) -> (bool, String) {
     if let Some(h) = hooks {
         return match h.demote(None).await {
-            Ok(()) => (true, "demoted this node's own service with the demote hook".into()),
+            Ok(()) => (
+                true,
+                "demoted this node's own service with the demote hook".into(),
+            ),
             Err(e) => {
                 let killed = h.kill();
                 (
                     false,
                     format!(
                         "the demote hook failed ({e}){}; the service's role is unknown",
-                        if killed { "; killed the pidfile process" } else { "" }
+                        if killed {
+                            "; killed the pidfile process"
+                        } else {
+                            ""
+                        }
                     ),
                 )
             }

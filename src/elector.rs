@@ -82,6 +82,9 @@ pub struct FailoverView {
 }
 
 /// The breadcrumb as read from the store.
+// Read once per takeover and moved, never stored in bulk: boxing the record would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BreadcrumbView {
     Absent,
@@ -185,6 +188,12 @@ pub enum Event {
     Committed {
         ticket: Ticket,
         outcome: WriteOutcome,
+    },
+    /// The commit was not sent: what the promotion needs could not be had (hooks mode: the
+    /// pidfile does not name a running service), so this node must not promote.
+    CommitAborted {
+        ticket: Ticket,
+        reason: String,
     },
     Renewed {
         ticket: Ticket,
@@ -499,8 +508,9 @@ impl Elector {
     /// The session timeout in force: the smaller of the configured one and the one the
     /// store granted to the current session (SPEC §4 "The lease").
     pub fn session_timeout(&self) -> Duration {
-        self.granted
-            .map_or(self.cfg.session_timeout, |g| g.min(self.cfg.session_timeout))
+        self.granted.map_or(self.cfg.session_timeout, |g| {
+            g.min(self.cfg.session_timeout)
+        })
     }
 
     /// The lease: half the session timeout in force.
@@ -584,6 +594,7 @@ impl Elector {
                 summary,
             } => self.on_fence_done(ticket, fenced, summary, now),
             Event::Committed { ticket, outcome } => self.on_committed(ticket, outcome, now),
+            Event::CommitAborted { ticket, reason } => self.on_commit_aborted(ticket, reason),
             Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
             Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),
             Event::ServiceRecorded { ticket, outcome } => {
@@ -832,8 +843,7 @@ impl Elector {
                 // Another node, or an older incarnation of this one. Our node id alone
                 // proves nothing (a cloned machine, a rescheduled pod): only a record from
                 // this very boot is our own leftovers (SPEC §5).
-                let order = if record.node_id == self.cfg.node_id
-                    && self.cfg.host.same_boot(record)
+                let order = if record.node_id == self.cfg.node_id && self.cfg.host.same_boot(record)
                 {
                     FenceOrder::OwnLeftovers(record.clone())
                 } else {
@@ -929,6 +939,22 @@ impl Elector {
             }
             WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
         }
+    }
+
+    fn on_commit_aborted(&mut self, ticket: Ticket, reason: String) {
+        let Phase::Holding {
+            step: Step::Committing { ticket: t, .. },
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        // Nothing was written or started: release and back off like a failed promotion.
+        self.reason = format!("promotion failed: {reason}");
+        self.leave(Leave::PromotionFailed);
     }
 
     fn on_renewed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
@@ -1041,7 +1067,11 @@ impl Elector {
             WriteOutcome::Done => {
                 self.service_recorded = true;
                 self.reason = "service promoted".into();
-                let pending = self.control.failover.clone().or(self.lapsed_failover.take());
+                let pending = self
+                    .control
+                    .failover
+                    .clone()
+                    .or(self.lapsed_failover.take());
                 if let Some(request) = pending {
                     self.actions.push_back(Action::ClearFailover { request });
                 }
@@ -1859,7 +1889,7 @@ mod tests {
 
         fn session(&mut self) -> Ticket {
             let a = self.feed(Event::SessionStarted {
- granted: None,
+                granted: None,
                 control: ControlView::default(),
             });
             assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
@@ -1931,7 +1961,7 @@ mod tests {
         h.e = Elector::new(cfg(), false);
         h.drain();
         let a = h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView::default(),
         });
         assert_eq!(a, vec![]);
@@ -1947,7 +1977,7 @@ mod tests {
     fn rule_4_1_no_join_while_paused() {
         let mut h = H::new();
         let a = h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView {
                 paused: true,
                 failover: None,
@@ -2051,7 +2081,13 @@ mod tests {
         assert_eq!(h.e.role(), Role::Promoting);
         let a = h.feed(Event::ServiceStarted { ticket: s });
         let r = H::ticket_of_record(&a);
-        assert_eq!(a, vec![Action::RecordService { ticket: r, epoch: 42 }]);
+        assert_eq!(
+            a,
+            vec![Action::RecordService {
+                ticket: r,
+                epoch: 42
+            }]
+        );
         assert_eq!(
             h.e.role(),
             Role::Promoting,
@@ -2164,7 +2200,7 @@ mod tests {
         assert_eq!(a, vec![Action::Connect]);
         // Rejoin only after rejoin_delay, never a start in between.
         let a = h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView::default(),
         });
         assert_eq!(a, vec![]);
@@ -2383,7 +2419,7 @@ mod tests {
         });
         assert_eq!(a, vec![Action::Connect]);
         h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView::default(),
         });
         assert_eq!(h.advance(Duration::from_millis(900)), vec![]);
@@ -2560,7 +2596,7 @@ mod tests {
         // A new session while the old service still stops: no join yet.
         assert_eq!(
             h.feed(Event::SessionStarted {
- granted: None,
+                granted: None,
                 control: ControlView::default()
             }),
             vec![]
@@ -2754,7 +2790,7 @@ mod tests {
                 ticket: H::ticket_of(&a),
             });
             h.feed(Event::SessionStarted {
- granted: None,
+                granted: None,
                 control: ControlView::default(),
             });
             delays.push(h.e.out_until.unwrap() - h.now);
@@ -2829,7 +2865,10 @@ mod tests {
             reason: "exit 0".into(),
         });
         let st = H::ticket_of(&a);
-        assert!(matches!(a.as_slice(), [Action::StopService { .. }]), "{a:?}");
+        assert!(
+            matches!(a.as_slice(), [Action::StopService { .. }]),
+            "{a:?}"
+        );
         let a = h.feed(Event::ServiceStopped {
             ticket: st,
             clean: true,
@@ -2907,6 +2946,32 @@ mod tests {
     }
 
     #[test]
+    fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 6 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let a = h.feed(Event::CommitAborted {
+            ticket: H::ticket_of(&a),
+            reason: "the pidfile /run/x.pid holds \"garbage\"".into(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+        let a = h.feed(Event::Released {
+            ticket: H::ticket_of(&a),
+        });
+        assert_eq!(a, vec![Action::Connect]);
+        // Backing off like any failed promotion (§4.8): no join at once.
+        let a = h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        assert_eq!(a, vec![]);
+    }
+
+    #[test]
     fn rule_4_3d_a_rejected_service_record_means_the_lock_is_lost() {
         let mut h = H::new();
         let s = starting(&mut h, 5);
@@ -2936,7 +3001,10 @@ mod tests {
             control: ControlView::default(),
         });
         assert!(
-            has(&a, |a| matches!(a, Action::Notice { warn: true, message } if message.contains("granted"))),
+            has(
+                &a,
+                |a| matches!(a, Action::Notice { warn: true, message } if message.contains("granted"))
+            ),
             "{a:?}"
         );
         assert_eq!(h.e.session_timeout(), T / 3);
@@ -3001,7 +3069,7 @@ mod tests {
         assert_eq!(a, vec![Action::Connect]);
         // The request is still in control when the new session reads it: stay out.
         let a = h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView {
                 paused: false,
                 failover: Some(FailoverView {
@@ -3024,7 +3092,7 @@ mod tests {
     fn a_lapsed_switchover_request_is_cleared_by_the_next_active() {
         let mut h = H::new();
         let a = h.feed(Event::SessionStarted {
- granted: None,
+            granted: None,
             control: ControlView {
                 paused: false,
                 failover: Some(FailoverView {
@@ -3051,7 +3119,13 @@ mod tests {
             ticket: H::ticket_of(&a),
         });
         let r = H::ticket_of_record(&a);
-        assert_eq!(a, vec![Action::RecordService { ticket: r, epoch: 4 }]);
+        assert_eq!(
+            a,
+            vec![Action::RecordService {
+                ticket: r,
+                epoch: 4
+            }]
+        );
         let a = h.recorded(&a);
         assert!(
             matches!(a.as_slice(), [Action::ClearFailover { request }] if request.from == "n9"),

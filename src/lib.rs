@@ -5,6 +5,7 @@
 //! and the fence chain of the `warden-fencing` crate.
 
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod coord;
 pub mod daemon;

@@ -1,34 +1,41 @@
 //! The managed service (SPEC §6).
 //!
-//! Spawn mode: [`Spawner::start`] runs `service.command` as a child of warden in its own
-//! process group, with a parent-death signal so it never outlives warden, and hands back a
-//! [`RunningService`] that reports when the process exits by itself. [`stop`] takes the
-//! whole group down (`stop_signal`, then SIGKILL after the grace) and [`kill_group`] kills
-//! it at once (the lease end). Both check the recorded start time first, so a recycled
-//! pid or process group is never signalled.
+//! Spawn mode: [`Spawner::prepare`] picks the cgroup of the next start (so that the
+//! daemon can record it in the breadcrumb in the same write that commits the promotion),
+//! and [`Spawner::start`] runs `service.command` as a child of warden in its own process
+//! group and, where the cgroup v2 hierarchy is writable, in that fresh cgroup below
+//! warden's, entered before exec so that no helper the service forks can start outside
+//! it. A parent-death signal means the service never outlives warden. [`stop`] sends
+//! `stop_signal` to every process of the service, SIGKILL after the grace, and reports it
+//! stopped only when nothing of it remains, also when its main process had exited long
+//! before; [`kill`] kills all of it at once (the lease end). Without a usable cgroup the
+//! process group is all that holds the service ([`Containment::ProcessGroup`]): a helper
+//! that calls `setsid()` or double-forks then escapes, and warden says so once.
 //!
 //! [`run_command`] runs a short external command under a hard timeout, killing its whole
-//! process group when the time is up. Health `exec` checks use it, and so will the hooks
-//! of hooks mode.
+//! process group when the time is up. Health `exec` checks and the hooks use it.
 //!
-//! Hooks mode (`promote`/`demote` with `WARDEN_ROLE`, `hook_timeout`, `pidfile`) is not
-//! built yet. It belongs here, beside [`Spawner`]: a `Hooks` type built from the same
-//! [`ServiceConfig`] that calls [`run_command`] with [`service_env`] plus `WARDEN_ROLE`,
-//! and reads the pidfile into a [`ServiceIdentity`] so that [`kill_group`] (or a
-//! pid-only variant) can end a service whose `demote` failed under a forced demotion.
+//! Hooks mode: [`Hooks`] runs `promote` and `demote` with [`service_env`] plus
+//! `WARDEN_ROLE`, and reads `service.pidfile`. [`Hooks::pin`] pins the service process
+//! with its start time at promotion; [`Hooks::kill`] (a forced demotion whose hook failed)
+//! signals only that process, and only while its start time still matches.
 //!
-//! Everything here is called from tokio tasks of the daemon's driver and is bounded in
-//! time: the longest call is [`stop`], at most `grace` + [`KILL_WAIT`].
+//! Everything here is bounded in time. The longest call is [`stop`], at most `grace` +
+//! [`KILL_WAIT`], and its polling runs on a blocking thread, never on a runtime worker.
 
 use std::fmt;
+use std::fs::File;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::mpsc as std_mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
@@ -36,13 +43,15 @@ use tokio::process::{Child, Command};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
+use warden_fencing::cgroup::{self, Cgroup};
 use warden_fencing::{process, SignalName};
 
 use crate::config::ServiceConfig;
 
-/// How long fork + exec of the service may take. It takes milliseconds; only a wedged
-/// host (the binary on a hung network filesystem, memory exhausted) takes longer, and a
-/// promotion must fail rather than hang on it.
+/// How long fork + exec of the service may take, all attempts together (a start that
+/// cannot enter its cgroup is tried again without it). It takes milliseconds; only a
+/// wedged host (the binary on a hung network filesystem, memory exhausted) takes longer,
+/// and a promotion must fail rather than hang on it.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// After SIGKILL the kernel ends a process group within milliseconds, except processes in
@@ -51,8 +60,9 @@ const SPAWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// always finishes and the driver can say which pids are stuck.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// How often [`stop`] looks for remaining members of the group. Each look scans `/proc`,
-/// so this trades a little CPU during a stop for a shorter failover.
+/// How often [`stop`] looks for remaining processes of the service (`cgroup.events`, or a
+/// scan of `/proc` for the process group). It runs on a blocking thread, so this trades a
+/// little CPU during a stop for a shorter failover.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// `/proc/PID/stat` of a just-forked child can be briefly unreadable on a loaded host.
@@ -70,14 +80,33 @@ const MAX_LOG_LINE: u64 = 16 * 1024;
 /// name, so they are removed from every child's environment.
 const SUPERVISOR_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
-/// Who the running service is: enough to find it again, and to never mistake a recycled
-/// pid for it. `start_time` is `/proc/PID/stat` field 22 (clock ticks since boot).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Each start's cgroup is `<warden's cgroup>/warden-service-<epoch>-<random>`: a fresh
+/// name per start, so that a leftover of an earlier start is never mixed in.
+const SERVICE_CGROUP_PREFIX: &str = "warden-service-";
+
+/// The leaf cgroup warden moves itself into when its own cgroup may not hold processes
+/// next to the service's (a delegated unit cgroup with controllers enabled: the kernel
+/// then allows processes only in leaves). systemd's `DelegateSubgroup=supervisor` uses
+/// the same name, so either way the service's cgroup is a sibling of warden's.
+const SUPERVISOR_CGROUP: &str = "supervisor";
+
+/// What an operator does when the service gets no cgroup of its own.
+const CGROUP_FIX: &str = "run warden under systemd with Delegate=yes (packaging/warden.service \
+     sets it), or as root, on a host with the cgroup v2 hierarchy";
+
+/// Who the running service is: enough to find every process of it again, and to never
+/// mistake a recycled pid for it. `start_time` is `/proc/PID/stat` field 22 (clock ticks
+/// since boot).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceIdentity {
     pub pid: u32,
     /// The service's process group; in spawn mode the group it leads, so equal to `pid`.
     pub pgid: u32,
     pub start_time: u64,
+    /// The service's own cgroup v2, relative to the hierarchy's root (as the breadcrumb
+    /// records it in `service_cgroup`); `None` when its process group is all that holds
+    /// it.
+    pub cgroup: Option<String>,
 }
 
 /// Why the service could not be started.
@@ -167,7 +196,8 @@ impl fmt::Display for Exit {
     }
 }
 
-/// The service process ended: the leader of its group was reaped.
+/// The service's main process ended: the leader of its group was reaped. Other processes
+/// of the service may still run: [`stop`] ends them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitReport {
     pub identity: ServiceIdentity,
@@ -179,15 +209,38 @@ pub struct ExitReport {
 /// The result of [`stop`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopOutcome {
-    /// No process of the group remains. `forced`: it took SIGKILL after the grace.
+    /// No process of the service remains: its cgroup is unpopulated (without one: its
+    /// process group is empty). `forced`: it took SIGKILL after the grace.
     Stopped { forced: bool, elapsed: Duration },
-    /// These processes of the group were still alive [`KILL_WAIT`] after SIGKILL (stuck
+    /// These processes of the service were still alive [`KILL_WAIT`] after SIGKILL (stuck
     /// in uninterruptible sleep), or could not be signalled (EPERM).
     StillRunning { pids: Vec<u32> },
 }
 
-/// The variables every service process and hook receives (SPEC §6). Hooks mode will add
-/// `WARDEN_ROLE` for the transition it runs; spawn mode sets `WARDEN_ROLE=active`.
+/// How the spawned service is held together, so that "down" means all of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Containment {
+    /// Each start runs in a fresh cgroup below this one (relative to the hierarchy's
+    /// root): a helper that calls `setsid()` or double-forks still belongs to the service.
+    Cgroup(String),
+    /// No cgroup of its own: the process group is all that holds the service, and a
+    /// helper that leaves it (`setsid()`) escapes stop, kill and fencing. Why.
+    ProcessGroup(String),
+}
+
+impl fmt::Display for Containment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Containment::Cgroup(base) => {
+                write!(f, "cgroup (a fresh one below {base} for each start)")
+            }
+            Containment::ProcessGroup(why) => write!(f, "process group only: {why}"),
+        }
+    }
+}
+
+/// The variables every service process and hook receives (SPEC §6). Hooks add
+/// `WARDEN_ROLE` for the transition they run; spawn mode sets `WARDEN_ROLE=active`.
 pub fn service_env(cluster: &str, node_id: &str, epoch: u64) -> Vec<(String, String)> {
     vec![
         ("WARDEN_EPOCH".to_string(), epoch.to_string()),
@@ -196,16 +249,72 @@ pub fn service_env(cluster: &str, node_id: &str, epoch: u64) -> Vec<(String, Str
     ]
 }
 
-/// Starts the service of spawn mode: `service.command`, run directly (no shell).
+/// Starts the service of spawn mode: `service.command`, run directly (no shell). Clones
+/// share what they learned about the cgroup hierarchy.
 #[derive(Clone, Debug)]
 pub struct Spawner {
     argv: Vec<String>,
     cluster: String,
     node_id: String,
+    cgroups: Arc<Mutex<CgroupPlan>>,
+}
+
+/// Where the service's cgroups go.
+#[derive(Debug)]
+struct CgroupPlan {
+    /// The cgroup v2 mount point and the cgroup below which each start's cgroup is made
+    /// (warden's own when the spawner was made), or why the service runs in its process
+    /// group only.
+    base: Result<(PathBuf, String), String>,
+    /// Warden runs in `<base>/supervisor`, a sibling of the service's cgroups.
+    in_supervisor: bool,
+}
+
+/// A start made ready by [`Spawner::prepare`]: its epoch and the cgroup the service will
+/// run in. Dropping it without starting removes the (empty) cgroup.
+#[derive(Debug)]
+pub struct Prepared {
+    epoch: u64,
+    cgroup: Option<Cgroup>,
+}
+
+impl Prepared {
+    /// The epoch the service will get as `WARDEN_EPOCH`.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The service's cgroup, relative to the hierarchy's root: what the breadcrumb records
+    /// as `service_cgroup` when it commits the promotion. `None`: process group only.
+    /// Should the start fail to enter it and fall back to the process group, the
+    /// [`ServiceIdentity`] of the start says so (its `cgroup` is `None`).
+    pub fn cgroup(&self) -> Option<&str> {
+        self.cgroup.as_ref().map(Cgroup::relative)
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(cgroup) = self.cgroup.take() {
+            remove_cgroup(&cgroup);
+        }
+    }
+}
+
+/// Why one attempt to start the service failed.
+enum Failure {
+    /// The child could not enter its cgroup (before exec): try without.
+    Enter(io::Error),
+    /// Anything else: the start fails.
+    Start(ServiceError),
 }
 
 impl Spawner {
     /// A spawner for `config.command`, passing `cluster` and `node_id` to the service.
+    ///
+    /// Finds warden's cgroup and checks, by making and removing a cgroup below it, that
+    /// the service can get one of its own; if not, it says so once (warn, with the
+    /// reason and the fix) and [`containment`](Self::containment) tells it.
     pub fn new(
         config: &ServiceConfig,
         cluster: &str,
@@ -214,11 +323,28 @@ impl Spawner {
         if config.command.is_empty() || config.command[0].is_empty() {
             return Err(ServiceError::NoCommand);
         }
+        let plan = probe_cgroups();
+        if let Err(why) = &plan.base {
+            warn_process_group_only(why);
+        }
         Ok(Spawner {
             argv: config.command.clone(),
             cluster: cluster.to_string(),
             node_id: node_id.to_string(),
+            cgroups: Arc::new(Mutex::new(plan)),
         })
+    }
+
+    /// This spawner without cgroups: the service runs in its process group only. For
+    /// tests, and to compare with a host that has no usable cgroup hierarchy.
+    pub fn without_cgroup(self) -> Spawner {
+        Spawner {
+            cgroups: Arc::new(Mutex::new(CgroupPlan {
+                base: Err("cgroup containment was turned off".to_string()),
+                in_supervisor: false,
+            })),
+            ..self
+        }
     }
 
     /// The program as named in the config (`service.command[0]`).
@@ -226,61 +352,160 @@ impl Spawner {
         &self.argv[0]
     }
 
-    /// Starts the service with `WARDEN_EPOCH=epoch`, in its own process group, stdin
-    /// null, stdout and stderr forwarded to the log, and SIGKILL as its parent-death
-    /// signal.
+    /// How the service is held together: a cgroup of its own per start, or only its
+    /// process group and why (for `status` and the log).
+    pub fn containment(&self) -> Containment {
+        match &self.plan().base {
+            Ok((_, base)) => Containment::Cgroup(base.clone()),
+            Err(why) => Containment::ProcessGroup(why.clone()),
+        }
+    }
+
+    /// Makes the next start ready: creates its cgroup,
+    /// `<warden's cgroup>/warden-service-<epoch>-<random>`, so that its path can be
+    /// recorded before the service exists. Without a usable cgroup hierarchy the start
+    /// runs in its process group only (said once in the log). Takes a few system calls.
+    pub fn prepare(&self, epoch: u64) -> Prepared {
+        let mut plan = self.plan();
+        let Ok((mount, base)) = &plan.base else {
+            return Prepared {
+                epoch,
+                cgroup: None,
+            };
+        };
+        // A fresh name: one already there (a leftover, however unlikely with 32 random
+        // bits) would mix its processes into this start's.
+        let path = std::iter::repeat_with(|| {
+            let name = format!(
+                "{SERVICE_CGROUP_PREFIX}{epoch}-{:08x}",
+                rand::random::<u32>()
+            );
+            child_path(base, &name)
+        })
+        .take(8)
+        .find(|p| !Cgroup::at(mount, p).is_some_and(|c| c.dir().exists()))
+        .unwrap_or_default();
+        let made = match Cgroup::at(mount, &path) {
+            Some(cgroup) => cgroup.create().map(|()| cgroup).map_err(|e| {
+                format!(
+                    "cannot create the cgroup {}: {}",
+                    mount.join(path.trim_start_matches('/')).display(),
+                    io_reason(&e)
+                )
+            }),
+            None => Err(format!("{path} is not a valid cgroup path")),
+        };
+        match made {
+            Ok(cgroup) => Prepared {
+                epoch,
+                cgroup: Some(cgroup),
+            },
+            Err(why) => {
+                plan.fall_back(why);
+                Prepared {
+                    epoch,
+                    cgroup: None,
+                }
+            }
+        }
+    }
+
+    /// Makes a restart within the same epoch ready in the cgroup the breadcrumb already
+    /// names (`relative`), so that fencing finds the new copy where the record says it is.
+    /// A restart only follows a stop that verified the cgroup empty; should it still hold
+    /// processes, this refuses rather than mix a second copy into the first.
+    pub fn prepare_again(&self, epoch: u64, relative: &str) -> Result<Prepared, String> {
+        let plan = self.plan();
+        let Ok((mount, _)) = &plan.base else {
+            return Ok(Prepared {
+                epoch,
+                cgroup: None,
+            });
+        };
+        let cgroup = Cgroup::at(mount, relative)
+            .ok_or_else(|| format!("{relative} is not a valid cgroup path"))?;
+        if cgroup.is_populated().unwrap_or(true) && cgroup.exists() {
+            return Err(format!(
+                "the service's cgroup {} still holds processes of an earlier start; not \
+                 starting a second copy beside them",
+                cgroup.dir().display()
+            ));
+        }
+        cgroup.create().map_err(|e| {
+            format!(
+                "cannot create the cgroup {}: {}",
+                cgroup.dir().display(),
+                io_reason(&e)
+            )
+        })?;
+        Ok(Prepared {
+            epoch,
+            cgroup: Some(cgroup),
+        })
+    }
+
+    /// Starts the service prepared by [`prepare`](Self::prepare), with
+    /// `WARDEN_EPOCH=epoch`, in its own process group and its cgroup (entered before
+    /// exec), stdin null, stdout and stderr forwarded to the log, and SIGKILL as its
+    /// parent-death signal.
+    ///
+    /// If the child cannot enter the cgroup: with EBUSY, warden moves itself into the
+    /// leaf `<its cgroup>/supervisor` and tries once more (the service's cgroup is then a
+    /// sibling, same path); otherwise, or if that fails too, it falls back to the process
+    /// group for this and every later start, says so once, and the identity returned has
+    /// no cgroup.
     ///
     /// Must be called from within warden's tokio runtime (the exit reaper and the output
     /// forwarders are tasks on it). It blocks the calling thread for the fork + exec only,
-    /// at most [`SPAWN_TIMEOUT`].
+    /// at most [`SPAWN_TIMEOUT`] in all.
     ///
     /// The parent-death signal fires when the *thread* that forked exits, not the
     /// process. So the fork does not happen on the calling thread (a `spawn_blocking`
     /// thread or a runtime worker that may later retire would kill the service when it
     /// ends): it happens on one dedicated thread that lives as long as warden. Calling
     /// `start` from any thread, `spawn_blocking` included, is therefore safe.
-    pub fn start(&self, epoch: u64) -> Result<RunningService, ServiceError> {
+    pub fn start(&self, mut prepared: Prepared) -> Result<RunningService, ServiceError> {
         let handle = Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
+        let epoch = prepared.epoch;
         let program = self.argv[0].clone();
         let name = program_name(&program);
-
-        let mut command = Command::new(&program);
-        command
-            .args(&self.argv[1..])
-            .envs(service_env(&self.cluster, &self.node_id, epoch))
-            .env("WARDEN_ROLE", "active")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        for var in SUPERVISOR_ENV {
-            command.env_remove(var);
-        }
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs in the child between fork and exec, where only
-        // async-signal-safe calls are allowed; prctl, getppid and _exit are plain
-        // system calls, and the error path builds an io::Error from errno without
-        // allocating.
-        unsafe {
-            command.pre_exec(move || set_parent_death_signal(parent));
-        }
-
         let started_at = Instant::now();
-        let spawned = starter::spawn(command, handle, SPAWN_TIMEOUT).map_err(|e| match e {
-            starter::Error::Io(e) => ServiceError::Spawn {
-                program: program.clone(),
-                reason: io_reason(&e),
-            },
-            starter::Error::Timeout => ServiceError::SpawnTimeout {
-                program: program.clone(),
-                timeout: SPAWN_TIMEOUT,
-            },
-            starter::Error::Unavailable(why) => ServiceError::Starter(why),
-        })?;
+        let deadline = started_at + SPAWN_TIMEOUT;
+        let mut cgroup = prepared.cgroup.take();
+        let spawned = loop {
+            match self.spawn_once(epoch, cgroup.as_ref(), &handle, deadline) {
+                Ok(spawned) => break spawned,
+                Err(Failure::Enter(e)) => {
+                    // Only a start with a cgroup fails this way, so this loop runs at
+                    // most three times: the supervisor retry, then without a cgroup.
+                    if let Some(c) = cgroup.take() {
+                        if e.raw_os_error() == Some(libc::EBUSY) && self.enter_supervisor() {
+                            cgroup = Some(c);
+                            continue;
+                        }
+                        self.plan().fall_back(format!(
+                            "the service could not enter its cgroup {}: {}",
+                            c.dir().display(),
+                            io_reason(&e)
+                        ));
+                        remove_cgroup(&c);
+                    }
+                }
+                Err(Failure::Start(e)) => {
+                    if let Some(c) = cgroup.take() {
+                        remove_cgroup(&c);
+                    }
+                    return Err(e);
+                }
+            }
+        };
         let mut child = spawned.child;
         let pid = spawned.pid;
         let Some(start_time) = spawned.start_time else {
             // Without a start time the service could not be fenced safely later.
+            if let Some(c) = &cgroup {
+                let _ = c.kill();
+            }
             if pid > 1 {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
@@ -290,8 +515,10 @@ impl Spawner {
             pid,
             pgid: pid,
             start_time,
+            cgroup: cgroup.as_ref().map(|c| c.relative().to_string()),
         };
-        info!(service = %name, pid, epoch, "service started");
+        info!(service = %name, pid, epoch, cgroup = identity.cgroup.as_deref().unwrap_or("-"),
+            "service started");
 
         if let Some(out) = child.stdout.take() {
             tokio::spawn(forward_lines(
@@ -309,6 +536,7 @@ impl Spawner {
         }
 
         let (tx, rx) = oneshot::channel();
+        let reported = identity.clone();
         tokio::spawn(async move {
             let exit = match child.wait().await {
                 Ok(status) => Exit::from(status),
@@ -320,7 +548,7 @@ impl Spawner {
             // The receiver may be gone (the driver dropped the RunningService); the
             // report then has no reader, which is fine.
             let _ = tx.send(ExitReport {
-                identity,
+                identity: reported,
                 exit,
                 ran_for,
             });
@@ -332,10 +560,258 @@ impl Spawner {
             report: None,
         })
     }
+
+    /// The service's command, without the steps between fork and exec.
+    fn command(&self, epoch: u64) -> Command {
+        let mut command = Command::new(&self.argv[0]);
+        command
+            .args(&self.argv[1..])
+            .envs(service_env(&self.cluster, &self.node_id, epoch))
+            .env("WARDEN_ROLE", "active")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for var in SUPERVISOR_ENV {
+            command.env_remove(var);
+        }
+        command
+    }
+
+    /// One fork + exec, entering `cgroup` in the child before exec.
+    fn spawn_once(
+        &self,
+        epoch: u64,
+        cgroup: Option<&Cgroup>,
+        handle: &Handle,
+        deadline: Instant,
+    ) -> Result<starter::Spawned, Failure> {
+        let program = &self.argv[0];
+        let spawn_error = |reason: String| {
+            Failure::Start(ServiceError::Spawn {
+                program: program.clone(),
+                reason,
+            })
+        };
+        let mut command = self.command(epoch);
+        // The cgroup's `cgroup.procs` is opened here (a file opened by std is
+        // close-on-exec, so the service never inherits it), and the child writes "0" to
+        // it before exec: it moves itself, so nothing it forks can start outside. If the
+        // write fails, the child reports its errno on `entry_errors` before failing the
+        // exec, which tells that failure apart from one of the exec itself.
+        let mut entry_errors = None;
+        let entry = match cgroup {
+            None => None,
+            Some(c) => {
+                let procs = File::options()
+                    .write(true)
+                    .open(c.procs_file())
+                    .map_err(Failure::Enter)?;
+                let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+                    .map_err(|e| spawn_error(format!("cannot make a pipe: {}", e.desc())))?;
+                entry_errors = Some(read);
+                Some((procs, write))
+            }
+        };
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: write, prctl, getppid and _exit are plain
+        // system calls, and the error paths build an io::Error from errno without
+        // allocating. The descriptors it uses are owned by the closure, which the
+        // command keeps alive until the fork is done.
+        unsafe {
+            command.pre_exec(move || {
+                if let Some((procs, errors)) = &entry {
+                    enter_cgroup(procs.as_raw_fd(), errors.as_raw_fd())?;
+                }
+                set_parent_death_signal(parent)
+            });
+        }
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let timed_out = || {
+            Failure::Start(ServiceError::SpawnTimeout {
+                program: program.clone(),
+                timeout: SPAWN_TIMEOUT,
+            })
+        };
+        if timeout.is_zero() {
+            return Err(timed_out());
+        }
+        starter::spawn(command, handle.clone(), timeout).map_err(|e| match e {
+            starter::Error::Io(e) => match entry_errors.as_ref().and_then(read_entry_error) {
+                Some(errno) => Failure::Enter(io::Error::from_raw_os_error(errno)),
+                None => spawn_error(io_reason(&e)),
+            },
+            starter::Error::Timeout => timed_out(),
+            starter::Error::Unavailable(why) => Failure::Start(ServiceError::Starter(why)),
+        })
+    }
+
+    /// Moves warden into `<base>/supervisor`, so that its own cgroup holds no process and
+    /// the service's cgroup can be its child. Once only; true if it moved.
+    fn enter_supervisor(&self) -> bool {
+        let mut plan = self.plan();
+        if plan.in_supervisor {
+            return false;
+        }
+        let Ok((mount, base)) = &plan.base else {
+            return false;
+        };
+        let Some(supervisor) = Cgroup::at(mount, &child_path(base, SUPERVISOR_CGROUP)) else {
+            return false;
+        };
+        match supervisor
+            .create()
+            .and_then(|()| supervisor.add(std::process::id()))
+        {
+            Ok(()) => {
+                info!(
+                    cgroup = supervisor.relative(),
+                    "moved warden into a leaf cgroup of its own: its cgroup {base} may not \
+                     hold processes next to the service's (controllers are enabled in it)"
+                );
+                plan.in_supervisor = true;
+                true
+            }
+            Err(e) => {
+                warn!(cgroup = supervisor.relative(), error = %io_reason(&e),
+                    "cannot move warden into a leaf cgroup of its own");
+                false
+            }
+        }
+    }
+
+    fn plan(&self) -> MutexGuard<'_, CgroupPlan> {
+        // A poisoned lock only means another caller panicked while holding it; the plan
+        // inside is still valid.
+        self.cgroups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl CgroupPlan {
+    /// From now on the service runs in its process group only; said once.
+    fn fall_back(&mut self, why: String) {
+        if self.base.is_ok() {
+            warn_process_group_only(&why);
+            self.base = Err(why);
+        }
+    }
+}
+
+/// Where this warden's services get their cgroups, found when the spawner is made: the
+/// cgroup v2 mount, and warden's own cgroup (or, when warden already runs in a
+/// `supervisor` leaf, its parent). A cgroup is made and removed below it, so that a
+/// hierarchy warden may not write is reported when warden starts, not at its first
+/// promotion.
+fn probe_cgroups() -> CgroupPlan {
+    let mut in_supervisor = false;
+    let base = (|| {
+        let mount = cgroup::unified_mount()
+            .ok_or("this host has no cgroup v2 hierarchy (cgroup v1 only)")?;
+        let own = cgroup::own().ok_or("cannot read warden's cgroup from /proc/self/cgroup")?;
+        let base = match own.rsplit_once('/') {
+            Some((parent, SUPERVISOR_CGROUP)) => {
+                in_supervisor = true;
+                if parent.is_empty() { "/" } else { parent }.to_string()
+            }
+            _ => own,
+        };
+        let name = format!(
+            "warden-probe-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let probe = Cgroup::at(&mount, &child_path(&base, &name))
+            .ok_or_else(|| format!("warden's cgroup {base} is not a valid cgroup path"))?;
+        probe.create().map_err(|e| {
+            format!(
+                "cannot create a cgroup in {}: {}",
+                probe.dir().parent().unwrap_or(probe.dir()).display(),
+                io_reason(&e)
+            )
+        })?;
+        remove_cgroup(&probe);
+        Ok::<_, String>((mount, base))
+    })();
+    CgroupPlan {
+        base,
+        in_supervisor,
+    }
+}
+
+fn warn_process_group_only(why: &str) {
+    warn!(reason = %why,
+        "the service will run in its process group only, without a cgroup of its own: a \
+         helper of it that calls setsid() or double-forks escapes stop, kill and fencing. \
+         To fix: {CGROUP_FIX}");
+}
+
+/// `parent/name` for cgroup paths relative to the hierarchy's root.
+fn child_path(parent: &str, name: &str) -> String {
+    format!("{}/{name}", parent.trim_end_matches('/'))
+}
+
+/// In the child, before exec: moves this process into the cgroup whose `cgroup.procs` is
+/// open as `procs`. On failure, writes the errno to `errors` for the parent.
+fn enter_cgroup(procs: RawFd, errors: RawFd) -> io::Result<()> {
+    // SAFETY: write(2) of a 1-byte buffer that lives for the call, on a descriptor this
+    // process holds open.
+    let written = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
+    if written == 1 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    let code = error.raw_os_error().unwrap_or(libc::EIO).to_ne_bytes();
+    // SAFETY: as above; a 4-byte write to an empty pipe cannot block or be split.
+    unsafe { libc::write(errors, code.as_ptr().cast(), code.len()) };
+    Err(error)
+}
+
+/// The errno a child reported through [`enter_cgroup`], if it did.
+fn read_entry_error(errors: &OwnedFd) -> Option<i32> {
+    let mut code = [0u8; 4];
+    match nix::unistd::read(errors, &mut code) {
+        Ok(4) => Some(i32::from_ne_bytes(code)),
+        _ => None,
+    }
+}
+
+/// Removes a service cgroup once nothing runs in it, with any cgroups the service made
+/// below it; a failure is logged (an empty leftover is harmless: every start uses a
+/// fresh name).
+fn remove_cgroup(cgroup: &Cgroup) {
+    if let Err(e) = remove_tree(cgroup.dir(), 0) {
+        warn!(cgroup = cgroup.relative(), error = %io_reason(&e),
+            "could not remove the service's empty cgroup; it is harmless, and rmdir removes it");
+    }
+}
+
+/// Depth guard for [`remove_tree`], against a pathological tree.
+const MAX_CGROUP_DEPTH: usize = 32;
+
+/// rmdir of a cgroup directory and its child cgroups, deepest first (a cgroup's files
+/// are not removed by hand: rmdir of the directory takes them).
+fn remove_tree(dir: &Path, depth: usize) -> io::Result<()> {
+    if depth < MAX_CGROUP_DEPTH {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                remove_tree(&entry.path(), depth + 1)?;
+            }
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
 }
 
 /// The service started by [`Spawner::start`]. Dropping it neither stops nor kills the
-/// service: use [`stop`] or [`kill_group`] with its [`identity`](Self::identity).
+/// service: use [`stop`] or [`kill`] with its [`identity`](Self::identity).
 #[derive(Debug)]
 pub struct RunningService {
     identity: ServiceIdentity,
@@ -344,16 +820,16 @@ pub struct RunningService {
 }
 
 impl RunningService {
-    /// The started process: pid, process group and start time.
+    /// The started service: pid, process group, start time and cgroup.
     pub fn identity(&self) -> ServiceIdentity {
-        self.identity
+        self.identity.clone()
     }
 
-    /// Waits until the service process (the group leader) has exited, by itself or
-    /// because it was stopped, and says how. Cancel-safe, so it can sit in a
+    /// Waits until the service's main process (the group leader) has exited, by itself
+    /// or because it was stopped, and says how. Cancel-safe, so it can sit in a
     /// `tokio::select!`; once it returned, later calls return the same report at once.
     ///
-    /// Other members of the group may outlive the leader: call [`stop`] to end them.
+    /// Other processes of the service may outlive it: call [`stop`] to end them.
     pub async fn exited(&mut self) -> ExitReport {
         if let Some(report) = &self.report {
             return report.clone();
@@ -362,7 +838,7 @@ impl RunningService {
             Ok(report) => report,
             // The reaper task is gone without a report: the runtime is shutting down.
             Err(_) => ExitReport {
-                identity: self.identity,
+                identity: self.identity.clone(),
                 exit: Exit::Unknown("warden is shutting down".to_string()),
                 ran_for: Duration::ZERO,
             },
@@ -382,37 +858,56 @@ impl RunningService {
     }
 }
 
-/// Stops the service: sends `signal` to its whole process group, waits up to `grace`
-/// until no process of the group remains, then sends SIGKILL to the group and waits up to
-/// [`KILL_WAIT`] more. Zombies do not count as remaining.
+/// Stops the service: sends `signal` to every process of it (all of its cgroup when it
+/// has one, else its process group), waits up to `grace` until none remains, then sends
+/// SIGKILL (`cgroup.kill`, and to the group) and waits up to [`KILL_WAIT`] more. This
+/// holds also when the main process has already exited: whatever it left behind is the
+/// service until it is gone. Zombies do not count as remaining. Once the service is
+/// down, its empty cgroup is removed.
 ///
-/// A group whose leader pid now belongs to a process with another start time is gone
-/// (the pid was recycled): nothing is signalled and the outcome is `Stopped`.
+/// A service without a cgroup whose leader pid now belongs to a process with another
+/// start time is gone (the pid was recycled, so its group is empty): nothing is signalled
+/// and the outcome is `Stopped`.
+///
+/// The waiting and polling run on a blocking thread, never on a runtime worker, and
+/// [`kill`] does not wait for a running stop. Dropping the future does not cancel the
+/// stop, which ends within its bounds anyway.
 pub async fn stop(identity: ServiceIdentity, signal: SignalName, grace: Duration) -> StopOutcome {
+    let pid = identity.pid;
+    match tokio::task::spawn_blocking(move || stop_blocking(&identity, signal, grace)).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            warn!(pid, error = %e, "the task stopping the service failed; it may still run");
+            StopOutcome::StillRunning { pids: Vec::new() }
+        }
+    }
+}
+
+fn stop_blocking(identity: &ServiceIdentity, signal: SignalName, grace: Duration) -> StopOutcome {
     let started = Instant::now();
-    if group_gone(&identity) {
+    let service = Members::of(identity);
+    if service.gone() {
+        service.clean_up();
         return StopOutcome::Stopped {
             forced: false,
             elapsed: started.elapsed(),
         };
     }
-    info!(pid = identity.pid, pgid = identity.pgid, signal = %signal,
-        grace_ms = grace.as_millis() as u64, "stopping the service's process group");
-    if let Err(e) = signal_group(&identity, signal.0) {
-        warn!(pgid = identity.pgid, signal = %signal, error = %e,
-            "cannot signal the service's process group; will try SIGKILL after the grace");
-    }
+    info!(pid = identity.pid, pgid = identity.pgid, cgroup = service.label(), signal = %signal,
+        grace_ms = grace.as_millis() as u64, "stopping the service");
+    service.signal(signal.0);
     // A stopped (SIGSTOP, SIGTSTP) process acts on the stop signal only once continued.
     if signal.0 != Signal::SIGKILL && signal.0 != Signal::SIGCONT {
-        let _ = signal_group(&identity, Signal::SIGCONT);
+        service.signal(Signal::SIGCONT);
     }
-    if wait_until_gone(&identity, started + grace).await {
+    if service.wait_until_gone(started + grace, false) {
         let elapsed = started.elapsed();
         info!(
-            pgid = identity.pgid,
+            pid = identity.pid,
             elapsed_ms = elapsed.as_millis() as u64,
             "service stopped"
         );
+        service.clean_up();
         return StopOutcome::Stopped {
             forced: false,
             elapsed,
@@ -420,54 +915,166 @@ pub async fn stop(identity: ServiceIdentity, signal: SignalName, grace: Duration
     }
 
     warn!(
-        pgid = identity.pgid,
+        pid = identity.pid,
+        cgroup = service.label(),
         grace_ms = grace.as_millis() as u64,
-        "service did not stop within its grace (service.stop_timeout); \
-         sending SIGKILL to its process group"
+        "service did not stop within its grace (service.stop_timeout); sending SIGKILL to \
+         every process of it"
     );
-    if let Err(e) = signal_group(&identity, Signal::SIGKILL) {
-        warn!(pgid = identity.pgid, error = %e, "cannot SIGKILL the service's process group");
-    }
-    if wait_until_gone(&identity, Instant::now() + KILL_WAIT).await {
+    service.kill();
+    if service.wait_until_gone(Instant::now() + KILL_WAIT, true) {
         let elapsed = started.elapsed();
         info!(
-            pgid = identity.pgid,
+            pid = identity.pid,
             elapsed_ms = elapsed.as_millis() as u64,
             "service killed"
         );
+        service.clean_up();
         return StopOutcome::Stopped {
             forced: true,
             elapsed,
         };
     }
-    let pids = process::group_members(identity.pgid);
+    let pids = service.remaining();
     warn!(
-        pgid = identity.pgid,
+        pid = identity.pid,
+        cgroup = service.label(),
         ?pids,
-        "processes of the service's group survived SIGKILL (stuck in the kernel, \
-         e.g. on a hung mount?)"
+        "processes of the service survived SIGKILL (stuck in the kernel, e.g. on a hung \
+         mount?)"
     );
     StopOutcome::StillRunning { pids }
 }
 
-/// Sends SIGKILL to the service's process group now, without waiting (the lease end).
-/// Returns whether a signal was sent: `false` when the group is already gone or its pid
-/// was recycled. A failure to signal is logged.
-pub fn kill_group(identity: ServiceIdentity) -> bool {
-    match signal_group(&identity, Signal::SIGKILL) {
-        Ok(sent) => {
-            if sent {
+/// Sends SIGKILL to every process of the service now, without waiting (the lease end):
+/// `cgroup.kill` of its cgroup, and its process group (checked against the leader's start
+/// time, so a recycled group is left alone). Returns whether anything was signalled. A
+/// failure to signal is logged. It takes a few system calls and never waits for a
+/// [`stop`] in progress.
+pub fn kill(identity: &ServiceIdentity) -> bool {
+    let service = Members::of(identity);
+    let sent = service.kill();
+    if sent {
+        warn!(
+            pid = identity.pid,
+            cgroup = service.label(),
+            "killed every process of the service (SIGKILL)"
+        );
+    }
+    sent
+}
+
+/// Every process of a service: its cgroup when it has one, else its process group.
+struct Members<'a> {
+    identity: &'a ServiceIdentity,
+    /// `None` without a cgroup, or when the cgroup v2 mount cannot be found any more.
+    cgroup: Option<Cgroup>,
+}
+
+impl<'a> Members<'a> {
+    fn of(identity: &'a ServiceIdentity) -> Members<'a> {
+        let cgroup = identity.cgroup.as_deref().and_then(|path| {
+            let found = Cgroup::find(path);
+            if found.is_none() {
                 warn!(
-                    pgid = identity.pgid,
-                    "killed the service's process group (SIGKILL)"
+                    cgroup = path,
+                    "cannot find the service's cgroup (is the cgroup v2 \
+                    hierarchy still mounted?); acting on its process group only"
                 );
             }
-            sent
+            found
+        });
+        Members { identity, cgroup }
+    }
+
+    fn label(&self) -> &str {
+        self.cgroup.as_ref().map_or("-", Cgroup::relative)
+    }
+
+    /// Whether nothing of the service remains: its cgroup is unpopulated, or without one
+    /// its process group is empty (or not ours any more). A cgroup that cannot be read
+    /// counts as populated.
+    fn gone(&self) -> bool {
+        match &self.cgroup {
+            Some(c) => match c.is_populated() {
+                Ok(populated) => !populated,
+                Err(e) => {
+                    debug!(cgroup = c.relative(), error = %io_reason(&e),
+                        "cannot read the service's cgroup.events");
+                    false
+                }
+            },
+            None => group_gone(self.identity),
         }
-        Err(e) => {
-            warn!(pgid = identity.pgid, error = %e,
-                "cannot SIGKILL the service's process group");
-            false
+    }
+
+    /// Sends `signal` to every process of the service; failures are logged.
+    fn signal(&self, signal: Signal) {
+        let result = match &self.cgroup {
+            Some(c) => c.signal(signal).map(|_| ()),
+            None => signal_group(self.identity, signal)
+                .map(|_| ())
+                .map_err(io::Error::from),
+        };
+        if let Err(e) = result {
+            warn!(pid = self.identity.pid, cgroup = self.label(), signal = signal.as_str(),
+                error = %io_reason(&e), "cannot signal every process of the service");
+        }
+    }
+
+    /// SIGKILL to all of it: `cgroup.kill`, which also catches processes forked meanwhile,
+    /// and the process group. True if anything was signalled.
+    fn kill(&self) -> bool {
+        let mut sent = false;
+        if let Some(c) = &self.cgroup {
+            // Only to say whether anything was killed; cgroup.kill of an empty one is a
+            // no-op.
+            let populated = c.is_populated().unwrap_or(true);
+            match c.kill() {
+                Ok(()) => sent |= populated,
+                Err(e) => warn!(cgroup = c.relative(), error = %io_reason(&e),
+                    "cannot kill the service's cgroup"),
+            }
+        }
+        match signal_group(self.identity, Signal::SIGKILL) {
+            Ok(s) => sent |= s,
+            Err(e) => warn!(pgid = self.identity.pgid, error = %e,
+                "cannot SIGKILL the service's process group"),
+        }
+        sent
+    }
+
+    /// Polls on this (blocking) thread until the service is gone or `deadline` passes;
+    /// true if gone. `rekill`: SIGKILL again each time (on kernels without `cgroup.kill`
+    /// a process forked during the kill would otherwise survive).
+    fn wait_until_gone(&self, deadline: Instant, rekill: bool) -> bool {
+        loop {
+            if self.gone() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            if rekill {
+                self.kill();
+            }
+            std::thread::sleep(STOP_POLL.min(deadline - now));
+        }
+    }
+
+    /// What still runs: the cgroup's processes, or the group's.
+    fn remaining(&self) -> Vec<u32> {
+        match &self.cgroup {
+            Some(c) => c.pids().unwrap_or_default(),
+            None => process::group_members(self.identity.pgid),
+        }
+    }
+
+    /// Removes the service's cgroup once it is down.
+    fn clean_up(&self) {
+        if let Some(c) = &self.cgroup {
+            remove_cgroup(c);
         }
     }
 }
@@ -595,7 +1202,7 @@ fn recycled(identity: &ServiceIdentity) -> bool {
 /// as "warden itself" or "everything".
 fn signal_group(identity: &ServiceIdentity, signal: Signal) -> Result<bool, Errno> {
     let own_group = nix::unistd::getpgrp().as_raw() as u32;
-    if identity.pgid <= 1 || identity.pgid == own_group {
+    if identity.pgid <= 1 || identity.pgid == own_group || identity.pgid > i32::MAX as u32 {
         warn!(
             pgid = identity.pgid,
             "refusing to signal process group {}: it is not a service's group", identity.pgid
@@ -613,20 +1220,6 @@ fn signal_group(identity: &ServiceIdentity, signal: Signal) -> Result<bool, Errn
         Ok(()) => Ok(true),
         Err(Errno::ESRCH) => Ok(false),
         Err(e) => Err(e),
-    }
-}
-
-/// Polls until the group is gone or `deadline` passes; true if gone.
-async fn wait_until_gone(identity: &ServiceIdentity, deadline: Instant) -> bool {
-    loop {
-        if group_gone(identity) {
-            return true;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
-        }
-        tokio::time::sleep(STOP_POLL.min(deadline - now)).await;
     }
 }
 
@@ -836,51 +1429,78 @@ mod starter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_reads_like_a_sentence() {
-        assert_eq!(Exit::Code(3).to_string(), "exit status 3");
-        assert_eq!(Exit::Signal(9).to_string(), "killed by signal 9 (SIGKILL)");
-        assert!(Exit::Code(0).success());
-        assert!(!Exit::Signal(15).success());
-    }
-
-    #[test]
-    fn io_reasons_are_short_and_lower_case() {
-        let e = io::Error::from_raw_os_error(libc::ENOENT);
-        assert_eq!(io_reason(&e), "no such file or directory");
-        let e = io::Error::from_raw_os_error(libc::ECONNREFUSED);
-        assert_eq!(io_reason(&e), "connection refused");
-    }
-
-    #[test]
-    fn warden_never_signals_its_own_group_or_everything() {
-        let own = nix::unistd::getpgrp().as_raw() as u32;
-        for pgid in [0, 1, own] {
-            let id = ServiceIdentity {
-                pid: pgid,
-                pgid,
-                start_time: 0,
-            };
-            assert_eq!(signal_group(&id, Signal::SIGCONT), Ok(false), "pgid {pgid}");
-        }
-    }
-}
-
 /// Hooks mode (SPEC §6): the service always runs, and warden changes its role by running
 /// `promote` and `demote` under `hook_timeout`, with `WARDEN_ROLE` and `WARDEN_EPOCH`.
+///
+/// `service.pidfile` names the service process. It is read at start
+/// ([`check_pidfile`](Self::check_pidfile)) and pinned with its start time at promotion
+/// ([`pin`](Self::pin)); [`kill`](Self::kill) signals only the pinned process. Clones
+/// share the pin, so the task that demotes kills what the promotion pinned.
 #[derive(Clone, Debug)]
 pub struct Hooks {
     promote: Vec<String>,
     demote: Vec<String>,
     timeout: Duration,
-    pidfile: Option<std::path::PathBuf>,
+    pidfile: Option<PathBuf>,
     cluster: String,
     node_id: String,
+    pinned: Arc<Mutex<Option<PinnedService>>>,
 }
+
+/// The service process of hooks mode as pinned at promotion: its pid and its start time
+/// (`/proc/PID/stat` field 22), so that a pid reused by another process is never taken for
+/// it. The daemon records it in the breadcrumb (`service_pid`, `service_start_time`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinnedService {
+    pub pid: u32,
+    pub start_time: u64,
+}
+
+/// Why `service.pidfile` does not name a service process warden may act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PidfileError {
+    #[error(
+        "the pidfile {} (service.pidfile) does not exist: is the service running, and does \
+         it write its pid there?",
+        path.display()
+    )]
+    Missing { path: PathBuf },
+    #[error("cannot read the pidfile {} (service.pidfile): {reason}", path.display())]
+    Unreadable { path: PathBuf, reason: String },
+    #[error(
+        "the pidfile {} (service.pidfile) is empty: the service writes its pid on the \
+         first line of it once it runs",
+        path.display()
+    )]
+    Empty { path: PathBuf },
+    #[error(
+        "the pidfile {} (service.pidfile) holds {holds:?} on its first line, which is not \
+         a pid: set service.pidfile to the file where the service writes its pid on the \
+         first line (as PostgreSQL's postmaster.pid)",
+        path.display()
+    )]
+    NotAPid { path: PathBuf, holds: String },
+    #[error(
+        "the pidfile {} (service.pidfile) names pid {pid}, {what}: warden never signals it; \
+         set service.pidfile to the service's own pidfile",
+        path.display()
+    )]
+    Refused {
+        path: PathBuf,
+        pid: u32,
+        what: &'static str,
+    },
+    #[error(
+        "the pidfile {} (service.pidfile) names pid {pid}, but no such process runs: the \
+         file is stale (left by a service that died?); is the service running?",
+        path.display()
+    )]
+    NotRunning { path: PathBuf, pid: u32 },
+}
+
+/// How much of a pidfile's bad first line an error quotes.
+const PIDFILE_QUOTE: usize = 64;
 
 impl Hooks {
     pub fn new(config: &ServiceConfig, cluster: &str, node_id: &str) -> Hooks {
@@ -891,6 +1511,7 @@ impl Hooks {
             pidfile: config.pidfile.clone(),
             cluster: cluster.to_string(),
             node_id: node_id.to_string(),
+            pinned: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -919,32 +1540,435 @@ impl Hooks {
         run_command(&self.demote, &self.env(epoch, "standby"), self.timeout).await
     }
 
-    /// The service process named by `pidfile`, with its start time, if it runs.
-    pub fn service_process(&self) -> Option<(u32, u64)> {
-        let path = self.pidfile.as_ref()?;
-        let pid: u32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-        let start = warden_fencing::process::start_time(pid)?;
-        warden_fencing::process::is_running(pid, Some(start)).then_some((pid, start))
+    /// The check at start: the process `service.pidfile` names now, `Ok(None)` without a
+    /// pidfile. A missing pidfile, or one naming no running process, is only a warning
+    /// here (logged; `Ok(None)`): the service may still be starting. A pidfile that does
+    /// not hold a pid, or names warden itself, is an error.
+    pub fn check_pidfile(&self) -> Result<Option<PinnedService>, PidfileError> {
+        let Some(path) = &self.pidfile else {
+            return Ok(None);
+        };
+        match read_pidfile(path) {
+            Ok(found) => Ok(Some(found)),
+            Err(e @ (PidfileError::Missing { .. } | PidfileError::NotRunning { .. })) => {
+                warn!(
+                    "{e}; the service may still be starting, but warden needs it by the \
+                       time this node is promoted"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// SIGKILL of the `pidfile` process: after a forced demotion whose hook failed, a
-    /// service whose role is unknown must not keep serving. Returns whether it was killed.
+    /// At promotion: pins the process `service.pidfile` names, with its start time, as
+    /// the one [`kill`](Self::kill) may signal. `Ok(None)` without a pidfile. Any problem
+    /// with the pidfile is an error, and the promotion should fail with its message; the
+    /// earlier pin is dropped then, so that nothing is killed on the word of a pidfile
+    /// that was not read.
+    pub fn pin(&self) -> Result<Option<PinnedService>, PidfileError> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        *pinned = None;
+        let Some(path) = &self.pidfile else {
+            return Ok(None);
+        };
+        let found = read_pidfile(path)?;
+        info!(pid = found.pid, start_time = found.start_time, pidfile = %path.display(),
+            "pinned the service process");
+        *pinned = Some(found);
+        Ok(Some(found))
+    }
+
+    /// The process pinned by the last [`pin`](Self::pin), if any.
+    pub fn pinned(&self) -> Option<PinnedService> {
+        *self.pinned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// SIGKILL of the pinned service process: after a forced demotion whose hook failed
+    /// (or the lease end), a service whose role is unknown must not keep serving. Only
+    /// the pinned process is signalled, only while its start time matches, and never
+    /// warden itself or its process group. A pidfile that now names another process is
+    /// logged as stale and never signalled. Returns whether the pinned process was killed.
+    /// It takes a few system calls.
     pub fn kill(&self) -> bool {
-        let Some((pid, _)) = self.service_process() else {
+        let file = self
+            .pidfile
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |p| p.display().to_string());
+        let Some(pinned) = self.pinned() else {
+            warn!(pidfile = %file, "no service process was pinned at promotion, so none is \
+                killed; set service.pidfile to let warden kill a service whose demotion failed");
             return false;
         };
-        match nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        ) {
-            Ok(()) => {
-                warn!(pid, "killed the service named by the pidfile (SIGKILL)");
-                true
-            }
-            Err(e) => {
-                warn!(pid, error = %e, "cannot SIGKILL the service named by the pidfile");
-                false
+        if let Some(path) = &self.pidfile {
+            match read_pidfile(path) {
+                Ok(now) if now != pinned => warn!(pidfile = %file, pid = now.pid,
+                    start_time = now.start_time, pinned_pid = pinned.pid,
+                    pinned_start_time = pinned.start_time,
+                    "the pidfile is stale: it names another process than the one pinned at \
+                     promotion; that process is not signalled"),
+                Ok(_) => {}
+                Err(e) => debug!(error = %e, "the pidfile no longer names the pinned process"),
             }
         }
+        kill_pinned(pinned, &file)
+    }
+}
+
+/// Reads the process a pidfile names: the pid on its first line (later lines, as in
+/// PostgreSQL's `postmaster.pid`, are the service's own), running now, and neither init
+/// nor warden itself nor the leader of warden's process group.
+fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => PidfileError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => PidfileError::Unreadable {
+            path: path.to_path_buf(),
+            reason: io_reason(&e),
+        },
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    if text.trim().is_empty() {
+        return Err(PidfileError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let line = text.lines().next().unwrap_or("").trim();
+    let pid = Some(line)
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|l| l.parse::<u32>().ok())
+        .ok_or_else(|| PidfileError::NotAPid {
+            path: path.to_path_buf(),
+            holds: line.chars().take(PIDFILE_QUOTE).collect(),
+        })?;
+    if let Some(what) = forbidden_pid(pid) {
+        return Err(PidfileError::Refused {
+            path: path.to_path_buf(),
+            pid,
+            what,
+        });
+    }
+    match process::stat(pid) {
+        Some(s) if !s.is_exited() => Ok(PinnedService {
+            pid,
+            start_time: s.start_time,
+        }),
+        _ => Err(PidfileError::NotRunning {
+            path: path.to_path_buf(),
+            pid,
+        }),
+    }
+}
+
+/// Why warden may never signal `pid`, if so: `kill` would read 0 and negative numbers as
+/// process groups, 1 is init, and warden must not kill itself or its own group.
+fn forbidden_pid(pid: u32) -> Option<&'static str> {
+    if pid <= 1 || pid > i32::MAX as u32 {
+        Some("which is not a service's process (0 and 1 are the caller's group and init)")
+    } else if pid == std::process::id() {
+        Some("which is warden itself")
+    } else if pid == nix::unistd::getpgrp().as_raw() as u32 {
+        Some("which leads warden's own process group")
+    } else {
+        None
+    }
+}
+
+/// SIGKILL to `pinned` if it still is that process. The process is held as a pidfd while
+/// its start time is checked, so the process signalled is the one checked, even if its
+/// pid is reused in between (kernels before 5.3, without pidfds, signal by pid).
+fn kill_pinned(pinned: PinnedService, pidfile: &str) -> bool {
+    let pid = pinned.pid;
+    if let Some(what) = forbidden_pid(pid) {
+        warn!(pid, pidfile, "refusing to signal pid {pid}, {what}");
+        return false;
+    }
+    let pidfd = match pidfd_open(pid) {
+        Ok(fd) => Some(fd),
+        Err(Errno::ESRCH) => {
+            info!(pid, pidfile, "the pinned service process is already gone");
+            return false;
+        }
+        Err(_) => None,
+    };
+    match process::stat(pid) {
+        Some(s) if s.is_exited() => {
+            info!(
+                pid,
+                pidfile, "the pinned service process has already exited"
+            );
+            return false;
+        }
+        None => {
+            info!(pid, pidfile, "the pinned service process is already gone");
+            return false;
+        }
+        Some(s) if s.start_time != pinned.start_time => {
+            warn!(
+                pid,
+                pidfile,
+                pinned_start_time = pinned.start_time,
+                start_time = s.start_time,
+                "the pinned service process is gone and its pid belongs to another process \
+                 now (another start time): stale, not signalled"
+            );
+            return false;
+        }
+        Some(_) => {}
+    }
+    let sent = match &pidfd {
+        Some(fd) => pidfd_send_signal(fd, Signal::SIGKILL),
+        None => nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL),
+    };
+    match sent {
+        Ok(()) => {
+            warn!(
+                pid,
+                pidfile, "killed the service process pinned at promotion (SIGKILL)"
+            );
+            true
+        }
+        Err(Errno::ESRCH) => {
+            info!(pid, pidfile, "the pinned service process is already gone");
+            false
+        }
+        Err(e) => {
+            warn!(pid, pidfile, error = %e, "cannot SIGKILL the pinned service process");
+            false
+        }
+    }
+}
+
+/// pidfd_open(2): a descriptor that refers to process `pid` as it is now.
+fn pidfd_open(pid: u32) -> Result<OwnedFd, Errno> {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// pidfd_send_signal(2) without siginfo: like kill(2), to exactly that process.
+fn pidfd_send_signal(pidfd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
+    // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_reads_like_a_sentence() {
+        assert_eq!(Exit::Code(3).to_string(), "exit status 3");
+        assert_eq!(Exit::Signal(9).to_string(), "killed by signal 9 (SIGKILL)");
+        assert!(Exit::Code(0).success());
+        assert!(!Exit::Signal(15).success());
+    }
+
+    #[test]
+    fn io_reasons_are_short_and_lower_case() {
+        let e = io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(io_reason(&e), "no such file or directory");
+        let e = io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(io_reason(&e), "connection refused");
+    }
+
+    #[test]
+    fn warden_never_signals_its_own_group_or_everything() {
+        let own = nix::unistd::getpgrp().as_raw() as u32;
+        for pgid in [0, 1, own, u32::MAX] {
+            let id = ServiceIdentity {
+                pid: pgid,
+                pgid,
+                start_time: 0,
+                cgroup: None,
+            };
+            assert_eq!(signal_group(&id, Signal::SIGCONT), Ok(false), "pgid {pgid}");
+        }
+    }
+
+    #[test]
+    fn warden_never_kills_itself_init_or_a_group_by_pidfile() {
+        let me = std::process::id();
+        let own_group = nix::unistd::getpgrp().as_raw() as u32;
+        for pid in [0, 1, me, own_group, u32::MAX] {
+            assert!(forbidden_pid(pid).is_some(), "pid {pid}");
+            let pinned = PinnedService { pid, start_time: 0 };
+            assert!(!kill_pinned(pinned, "test"), "pid {pid}");
+        }
+    }
+
+    #[test]
+    fn service_cgroups_are_children_of_warden_s() {
+        assert_eq!(child_path("/", "x"), "/x");
+        assert_eq!(
+            child_path("/system.slice/warden.service", "x"),
+            "/system.slice/warden.service/x"
+        );
+    }
+
+    fn sleeper() -> ServiceConfig {
+        ServiceConfig {
+            mode: crate::config::ServiceMode::Spawn,
+            command: vec!["/bin/sleep".into(), "300".into()],
+            stop_signal: SignalName(Signal::SIGTERM),
+            stop_timeout: Duration::from_secs(3),
+            promote: Vec::new(),
+            demote: Vec::new(),
+            hook_timeout: Duration::from_secs(10),
+            pidfile: None,
+        }
+    }
+
+    /// The child's failure to enter its cgroup (here: its `cgroup.procs` is /dev/full, so
+    /// the write in the child fails with ENOSPC after the parent opened it) reaches the
+    /// parent as such, not as a failed exec: the service starts in its process group
+    /// only, and the spawner says so from then on.
+    #[tokio::test]
+    async fn a_child_that_cannot_enter_its_cgroup_falls_back_to_the_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("fake");
+        std::fs::create_dir(&fake).unwrap();
+        std::os::unix::fs::symlink("/dev/full", fake.join("cgroup.procs")).unwrap();
+        let spawner = Spawner::new(&sleeper(), "rm", "rm1").unwrap();
+        let prepared = Prepared {
+            epoch: 1,
+            cgroup: Cgroup::at(dir.path(), "/fake"),
+        };
+
+        let svc = spawner.start(prepared).unwrap();
+        let id = svc.identity();
+        assert_eq!(id.cgroup, None);
+        assert!(process::is_running(id.pid, Some(id.start_time)));
+        match spawner.containment() {
+            Containment::ProcessGroup(why) => assert!(
+                why.contains("could not enter its cgroup") && why.contains("no space left"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            spawner.prepare(2).cgroup(),
+            None,
+            "a cgroup after the fallback"
+        );
+        let outcome = stop(id, SignalName(Signal::SIGTERM), Duration::from_secs(5)).await;
+        assert!(
+            matches!(outcome, StopOutcome::Stopped { .. }),
+            "{outcome:?}"
+        );
+    }
+
+    /// Restores this process's cgroup and removes a test cgroup tree, also when the
+    /// test fails.
+    struct CgroupScratch {
+        home: Cgroup,
+        root: Cgroup,
+    }
+
+    impl Drop for CgroupScratch {
+        fn drop(&mut self) {
+            let _ = self.home.add(std::process::id());
+            let _ = self.root.kill();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.root.is_populated().unwrap_or(false) && Instant::now() < deadline {
+                std::thread::sleep(STOP_POLL);
+            }
+            let _ = remove_tree(self.root.dir(), 0);
+        }
+    }
+
+    /// The systemd case: warden's unit cgroup (delegated) must become an inner node with
+    /// controllers for its services, which the kernel allows only once no process is in
+    /// it. `enter_supervisor` moves warden into the leaf `<unit>/supervisor`; the service's
+    /// cgroup is its sibling, and the unit can then enable controllers.
+    #[tokio::test(flavor = "current_thread")]
+    async fn warden_moves_into_a_supervisor_leaf_and_its_service_is_a_sibling() {
+        let (Some(mount), Some(home)) = (cgroup::unified_mount(), cgroup::own()) else {
+            eprintln!("skipped: no cgroup v2 hierarchy on this host");
+            return;
+        };
+        let unit_path = format!("/warden-unit-test-{}", std::process::id());
+        let (Some(unit), Some(home)) = (Cgroup::at(&mount, &unit_path), Cgroup::at(&mount, &home))
+        else {
+            panic!("not a cgroup path");
+        };
+        if let Err(e) = unit.create() {
+            eprintln!("skipped: cannot create a cgroup ({})", io_reason(&e));
+            return;
+        }
+        let _scratch = CgroupScratch {
+            home,
+            root: unit.clone(),
+        };
+        // Warden runs in its unit cgroup, as systemd starts it.
+        unit.add(std::process::id()).unwrap();
+        let controller = std::fs::read_to_string(unit.dir().join("cgroup.controllers"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .map(str::to_string);
+        let subtree = unit.dir().join("cgroup.subtree_control");
+        if let Some(c) = &controller {
+            let e = std::fs::write(&subtree, format!("+{c}")).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+        }
+
+        let config = sleeper();
+        let spawner = Spawner::new(&config, "rm", "rm1").unwrap();
+        assert_eq!(
+            spawner.containment(),
+            Containment::Cgroup(unit_path.clone())
+        );
+        assert!(spawner.enter_supervisor());
+        assert_eq!(
+            cgroup::own().as_deref(),
+            Some(format!("{unit_path}/supervisor").as_str())
+        );
+        assert!(!spawner.enter_supervisor(), "moves only once");
+        if let Some(c) = &controller {
+            std::fs::write(&subtree, format!("+{c}")).unwrap();
+        }
+
+        let prepared = spawner.prepare(7);
+        let path = prepared.cgroup().unwrap().to_string();
+        assert!(
+            path.starts_with(&format!("{unit_path}/{SERVICE_CGROUP_PREFIX}7-")),
+            "{path}"
+        );
+        let svc = spawner.start(prepared).unwrap();
+        let id = svc.identity();
+        assert_eq!(id.cgroup.as_deref(), Some(path.as_str()));
+        assert_eq!(cgroup::of_pid(id.pid).as_deref(), Some(path.as_str()));
+        let outcome = stop(id, SignalName(Signal::SIGTERM), Duration::from_secs(5)).await;
+        assert!(
+            matches!(outcome, StopOutcome::Stopped { .. }),
+            "{outcome:?}"
+        );
+        assert!(
+            !Cgroup::at(&mount, &path).unwrap().exists(),
+            "cgroup left behind"
+        );
+        // A spawner made by a warden that already runs in the leaf keeps the layout.
+        let again = Spawner::new(&config, "rm", "rm1").unwrap();
+        assert_eq!(again.containment(), Containment::Cgroup(unit_path));
+        assert!(!again.enter_supervisor());
     }
 }

@@ -34,11 +34,46 @@ fn zookeeper_starts_answers_ruok_and_serves_sessions() {
 #[test]
 fn frozen_zookeeper_answers_nothing_until_thawed() {
     let mut zk = ZkServer::start();
+    let pid = zk.pid().unwrap();
+    // SIGSTOP takes effect asynchronously: freeze returns only once the JVM is stopped.
     zk.freeze();
+    assert_eq!(proc_stat(pid).map(|s| s.state), Some('T'));
     // The kernel still accepts the connection; the frozen server never answers.
     assert!(!zk.ruok(), "a SIGSTOPped server answered ruok");
     zk.thaw();
+    assert_ne!(proc_stat(pid).map(|s| s.state), Some('T'));
     wait_until(secs(10), "the thawed server answers ruok", || zk.ruok());
+}
+
+#[test]
+fn proc_stat_reads_state_group_and_start_time() {
+    let me = std::process::id();
+    let stat = proc_stat(me).expect("this process has a stat");
+    assert_eq!(stat.pgid, nix::unistd::getpgrp().as_raw() as u32);
+    assert_ne!(stat.start_time, 0);
+    assert_eq!(proc_stat(me).unwrap().start_time, stat.start_time);
+    // Killed and reaped on every path, a failed assertion included.
+    struct Reaped(Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Reaped(Command::new("sleep").arg("600").spawn().expect("run sleep"));
+    let pid = child.0.id();
+    assert_ne!(proc_stat(pid).unwrap().state, 'T');
+    kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+    wait_stopped(pid);
+    assert_eq!(proc_stat(pid).unwrap().state, 'T');
+    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+    wait_continued(pid);
+    assert_ne!(proc_stat(pid).unwrap().state, 'T');
+    drop(child);
+    assert_eq!(proc_stat(pid), None, "a reaped child has no stat");
+    // A process that is gone counts as stopped and as continued: nothing of it runs.
+    wait_stopped(pid);
+    wait_continued(pid);
 }
 
 #[test]
@@ -277,13 +312,9 @@ fn warden_handle_logs_signals_and_kills_a_stopped_process_on_drop() {
     w.wait_for_log(&format!("args: -c {} run", node.config.display()), secs(5));
     w.wait_for_log("rust_log=info", secs(5));
     assert!(w.is_running());
+    // sigstop returns once the process is stopped, not merely signalled.
     w.sigstop();
-    wait_until(secs(5), "the process is stopped", || {
-        fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-            s.lines()
-                .any(|l| l.starts_with("State:") && l.contains('T'))
-        })
-    });
+    assert_eq!(proc_stat(pid).map(|s| s.state), Some('T'));
     drop(w);
     assert!(!process_alive(pid), "Drop left a stopped process alive");
 

@@ -146,6 +146,27 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     hooks_mode(&n1, &hanging, &demote, "500ms");
     hooks_mode(&n2, &promote, &demote, "2s");
+    // n1's always-running service, named by its pidfile: the breadcrumb records it at the
+    // commit (SPEC §4.3c), so n2 can fence it. Without it, n1's promoted record would name
+    // no service and no method could verify it down (SPEC §5).
+    let mut service = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pidfile = cluster.dir().join("n1-service.pid");
+    fs::write(&pidfile, format!("{}\n", service.id())).unwrap();
+    let text = fs::read_to_string(&n1.config).unwrap();
+    fs::write(
+        &n1.config,
+        text.replace(
+            "mode = \"hooks\"\n",
+            &format!(
+                "mode = \"hooks\"\npidfile = {}\n",
+                toml_str(&pidfile.display().to_string())
+            ),
+        ),
+    )
+    .unwrap();
 
     let mut w1 = n1.start();
     wait_until(secs(20), "n1 runs its promote hook", || {
@@ -190,6 +211,10 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
         "n2 promoted without fencing n1, whose promotion failed: {:?}",
         cluster.fence_calls()
     );
+    // n2's signal method killed n1's service by the pinned pid from the breadcrumb.
+    wait_until(secs(10), "n1's service is fenced", || {
+        service.try_wait().unwrap().is_some()
+    });
     let _ = w1.try_exit();
     drop(w2);
 }

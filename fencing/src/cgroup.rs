@@ -32,18 +32,36 @@ pub fn unified_mount() -> Option<PathBuf> {
     parse_unified_mount(&text)
 }
 
-/// Finds the cgroup2 mount point in the text of a `mountinfo` file.
+/// Finds the cgroup2 mount point in the text of a `mountinfo` file: one that shows the
+/// whole hierarchy if there is one, otherwise the first.
 pub fn parse_unified_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        // "36 25 0:30 / /sys/fs/cgroup rw,... shared:9 - cgroup2 cgroup2 rw,..."
-        let (left, right) = line.split_once(" - ")?;
-        let fstype = right.split_whitespace().next()?;
-        if fstype != "cgroup2" {
-            return None;
-        }
-        let mount_point = left.split_whitespace().nth(4)?;
-        Some(PathBuf::from(unescape_mountinfo(mount_point)))
-    })
+    let mounts = parse_unified_mounts(mountinfo);
+    mounts
+        .iter()
+        .find(|(root, _)| root == "/")
+        .or(mounts.first())
+        .map(|(_, mount_point)| mount_point.clone())
+}
+
+/// Every cgroup2 mount in the text of a `mountinfo` file, as (the cgroup it shows, where it
+/// is mounted). A mount whose root is not `/` (a container's view bind-mounted from a
+/// subtree) shows only the cgroups below that root, under other names.
+fn parse_unified_mounts(mountinfo: &str) -> Vec<(String, PathBuf)> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            // "36 25 0:30 / /sys/fs/cgroup rw,... shared:9 - cgroup2 cgroup2 rw,..."
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            if fstype != "cgroup2" {
+                return None;
+            }
+            let mut fields = left.split_whitespace();
+            let root = unescape_mountinfo(fields.nth(3)?);
+            let mount_point = fields.next()?;
+            Some((root, PathBuf::from(unescape_mountinfo(mount_point))))
+        })
+        .collect()
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
@@ -52,8 +70,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Exactly three octal digits (from_str_radix alone would also take a sign).
         let octal = bytes
             .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)))
             .and_then(|d| std::str::from_utf8(d).ok())
             .and_then(|d| u8::from_str_radix(d, 8).ok());
         match (bytes[i], octal) {
@@ -123,9 +143,53 @@ impl Cgroup {
         })
     }
 
-    /// The cgroup at `relative` under this host's cgroup v2 mount.
+    /// The cgroup at `relative` under this host's cgroup v2 mount. Where the hierarchy is
+    /// only mounted from a subtree (its mountinfo root is not `/`), `relative` is looked up
+    /// below that root, and a cgroup outside it is not found: joining the path to that
+    /// mount would name another cgroup, or none, and "none" would pass for "ended".
     pub fn find(relative: &str) -> Option<Cgroup> {
-        Cgroup::at(&unified_mount()?, relative)
+        let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+        Cgroup::find_in(&parse_unified_mounts(&text), relative)
+    }
+
+    fn find_in(mounts: &[(String, PathBuf)], relative: &str) -> Option<Cgroup> {
+        let wanted = normalized(relative)?;
+        if let Some((_, mount)) = mounts.iter().find(|(root, _)| root == "/") {
+            return Cgroup::at(mount, relative);
+        }
+        // Only subtree mounts are left: `relative` must lie below one's root.
+        mounts.iter().find_map(|(root, mount)| {
+            let root = normalized(root)?;
+            let below = if wanted == root {
+                "/"
+            } else {
+                // "/a/bc" is not below "/a/b".
+                let rest = wanted.strip_prefix(&root)?;
+                if !rest.starts_with('/') {
+                    return None;
+                }
+                rest
+            };
+            let mut cgroup = Cgroup::at(mount, below)?;
+            cgroup.relative = relative.to_string();
+            Some(cgroup)
+        })
+    }
+
+    /// Whether this is the hierarchy's root cgroup, which holds every process of the host.
+    pub fn is_root(&self) -> bool {
+        normalized(&self.relative).as_deref() == Some("/")
+    }
+
+    /// Whether the cgroup at `relative` (a path as in `/proc/PID/cgroup`) is this one or
+    /// one below it.
+    pub fn contains(&self, relative: &str) -> bool {
+        match (normalized(&self.relative), normalized(relative)) {
+            (Some(me), Some(other)) => {
+                me == "/" || other == me || other.starts_with(&format!("{me}/"))
+            }
+            _ => false,
+        }
     }
 
     /// The path relative to the hierarchy's root, as recorded in the breadcrumb.
@@ -167,7 +231,7 @@ impl Cgroup {
 
     /// Moves process `pid` into this cgroup.
     pub fn add(&self, pid: u32) -> io::Result<()> {
-        fs::write(self.procs_file(), pid.to_string())
+        write_existing(&self.procs_file(), &pid.to_string())
     }
 
     /// Every process in this cgroup and its descendants. A cgroup that does not exist
@@ -212,8 +276,10 @@ impl Cgroup {
     }
 
     /// Sends `signal` to every process in the cgroup and below. Returns how many were
-    /// signalled. Processes gone meanwhile are skipped.
+    /// signalled. Processes gone meanwhile are skipped. Refused for the root cgroup, which
+    /// holds every process of the host.
     pub fn signal(&self, signal: Signal) -> io::Result<usize> {
+        self.refuse_root()?;
         let mut n = 0;
         for pid in self.pids()? {
             if pid <= 1 {
@@ -231,8 +297,12 @@ impl Cgroup {
     /// SIGKILLs every process in the cgroup and below at once: `cgroup.kill` (Linux 5.14
     /// and later), which also catches processes forked during the kill; on older kernels a
     /// SIGKILL to every listed pid (call it again until the cgroup is unpopulated).
+    /// Refused for the root cgroup, which holds every process of the host.
     pub fn kill(&self) -> io::Result<()> {
-        match fs::write(self.dir.join("cgroup.kill"), "1") {
+        self.refuse_root()?;
+        // Written without O_CREAT: a kernel without `cgroup.kill` must answer "not found"
+        // (and get the fallback), not "permission denied" for creating a file in cgroupfs.
+        match write_existing(&self.dir.join("cgroup.kill"), "1") {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound && !self.dir.exists() => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -241,6 +311,48 @@ impl Cgroup {
             Err(e) => Err(e),
         }
     }
+}
+
+impl Cgroup {
+    fn refuse_root(&self) -> io::Result<()> {
+        if self.is_root() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is the root of the cgroup hierarchy, which holds every process of \
+                     this host; refusing to signal it",
+                    self.dir.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `relative` with `.` and repeated slashes removed, `/` for the root; `None` when it is
+/// not an absolute path without `..`.
+fn normalized(relative: &str) -> Option<String> {
+    if !relative.starts_with('/') || relative.contains('\0') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for c in Path::new(relative).components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(part) => parts.push(part.to_str()?),
+            _ => return None,
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Writes `text` to an existing file (a cgroup interface file), never creating one.
+fn write_existing(path: &Path, text: &str) -> io::Result<()> {
+    use std::io::Write;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
 
 /// Depth guard against a pathological (or cyclic through bind mounts) tree.
@@ -316,6 +428,44 @@ mod tests {
         assert!(Cgroup::at(m, "a/b").is_none());
         assert!(Cgroup::at(m, "/a/./b").is_some_and(|c| c.dir() == Path::new("/sys/fs/cgroup/a/b")));
         assert!(Cgroup::at(m, "/a\0b").is_none());
+    }
+
+    #[test]
+    fn a_subtree_mount_finds_only_cgroups_below_its_root() {
+        let container = "50 40 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let mounts = parse_unified_mounts(container);
+        let found = Cgroup::find_in(&mounts, "/docker/abc/warden/service-1").unwrap();
+        assert_eq!(found.dir(), Path::new("/sys/fs/cgroup/warden/service-1"));
+        assert_eq!(found.relative(), "/docker/abc/warden/service-1");
+        assert!(Cgroup::find_in(&mounts, "/warden/service-1").is_none());
+        assert!(Cgroup::find_in(&mounts, "/docker/abcd/x").is_none());
+        // A whole-hierarchy mount wins over a subtree one.
+        let both = format!("{container}51 40 0:30 / /mnt/cg rw - cgroup2 cgroup2 rw\n");
+        let mounts = parse_unified_mounts(&both);
+        assert_eq!(
+            Cgroup::find_in(&mounts, "/warden/s").unwrap().dir(),
+            Path::new("/mnt/cg/warden/s")
+        );
+        assert_eq!(parse_unified_mount(&both), Some(PathBuf::from("/mnt/cg")));
+    }
+
+    #[test]
+    fn the_root_cgroup_is_never_killed() {
+        let root = Cgroup::at(Path::new("/nonexistent-cgroup-root"), "//").unwrap();
+        assert!(root.is_root());
+        assert_eq!(root.kill().unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert!(root.signal(Signal::SIGKILL).is_err());
+    }
+
+    #[test]
+    fn contains_covers_the_cgroup_and_its_descendants_only() {
+        let c = Cgroup::at(Path::new("/cg"), "/w/s-1").unwrap();
+        assert!(c.contains("/w/s-1"));
+        assert!(c.contains("/w/s-1/helper"));
+        assert!(c.contains("/w/./s-1/"));
+        assert!(!c.contains("/w/s-10"));
+        assert!(!c.contains("/w"));
+        assert!(!c.contains("w/s-1"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The fence chain: tries the configured methods in order until one fences the target.
 
-use crate::{script, signal, ssh, FenceContext, FenceMethod, Target};
+use crate::{process, script, signal, ssh, FenceContext, FenceMethod, Target};
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -155,6 +155,12 @@ impl FenceChain {
 
     /// Tries every method in order until one fences `target`. Each attempt runs under its
     /// method's timeout (plus [`OVERRUN_GRACE`] for its cleanup) and is logged.
+    ///
+    /// Dropping the returned future (a fence the daemon abandons: its session was lost,
+    /// it is stopping) cancels the attempt under way, so nothing of it acts later: a
+    /// script's process group is SIGKILLed, an ssh connection is shut down (the remote
+    /// command loses its terminal and gets SIGHUP), and a `signal` attempt, which sends
+    /// its signals once before it starts waiting, sends nothing more.
     pub async fn fence(&self, target: &Target) -> FenceReport {
         let mut report = FenceReport::default();
         for method in &self.methods {
@@ -163,9 +169,12 @@ impl FenceChain {
             let result = match outside_nodes(method, target) {
                 Some(why) => MethodResult::not_applicable(why),
                 None => {
-                    let deadline = started + method.timeout();
+                    let deadline = process::deadline_after(started, method.timeout());
                     let run = self.run(method, target, deadline);
-                    match tokio::time::timeout(method.timeout() + OVERRUN_GRACE, run).await {
+                    // On this bound the attempt's future is dropped, which cancels it: its
+                    // script's group is killed, its ssh connection shut.
+                    let bound = process::deadline_after(deadline, OVERRUN_GRACE);
+                    match tokio::time::timeout_at(bound, run).await {
                         Ok(result) => result,
                         Err(_) => MethodResult::failed(format!(
                             "did not finish within its timeout of {}; abandoned",

@@ -22,7 +22,8 @@ mod ssh;
 pub use chain::{Attempt, FenceChain, FenceReport, Outcome, OVERRUN_GRACE};
 pub use config::{FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence};
 pub use ssh::{
-    fence_local_args, DEFAULT_REMOTE_COMMAND, FENCE_LOCAL_FENCED, FENCE_LOCAL_SUBCOMMAND,
+    fence_local_args, DEFAULT_REMOTE_COMMAND, FENCE_LOCAL_FENCED, FENCE_LOCAL_MAX_TIMEOUT,
+    FENCE_LOCAL_SUBCOMMAND,
 };
 
 use serde::Serialize;

@@ -8,6 +8,7 @@
 //! fence-local` (the remote half of `ssh` fencing) and by the daemon when it records its
 //! own identity.
 
+use crate::cgroup::{self, Cgroup};
 use crate::Target;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
@@ -66,6 +67,176 @@ pub fn machine_id() -> io::Result<String> {
 pub fn pid_ns() -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     Ok(fs::metadata("/proc/self/ns/pid")?.ino())
+}
+
+/// The inode of process `pid`'s pid namespace (`/proc/PID/ns/pid`), if it can be read
+/// (root, or the process's own user).
+pub fn pid_ns_of(pid: u32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// 32 hex digits (either case) as a number; `None` for anything else.
+fn parse_hex128(hex: &str) -> Option<u128> {
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u128::from_str_radix(hex, 16).ok()
+}
+
+/// A boot id (a UUID: 32 hex digits, bare or dashed 8-4-4-4-12, either case) as a number,
+/// so that two spellings of one boot compare equal. `None` for anything else: an id that
+/// does not parse is unknown, equal to nothing.
+pub fn parse_boot_id(text: &str) -> Option<u128> {
+    let text = text.trim();
+    if text.len() == 36 {
+        let dashes = [8, 13, 18, 23];
+        let ok = text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| (b == b'-') == dashes.contains(&i));
+        if !ok {
+            return None;
+        }
+        return parse_hex128(&text.replace('-', ""));
+    }
+    parse_hex128(text)
+}
+
+/// A machine id (`/etc/machine-id`: 32 hex digits, either case) as a number; `None` for
+/// anything else, which is unknown and equal to nothing.
+pub fn parse_machine_id(text: &str) -> Option<u128> {
+    parse_hex128(text.trim())
+}
+
+/// Where a recorded incarnation ran, as seen from this process (SPEC §5 "Which host is
+/// this?"). Boot id and host name alone do not identify a machine: containers on one
+/// kernel share a boot id but not their pids, and cloned machines share host names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Whereabouts {
+    /// Same boot id, machine id and pid namespace: the recorded pids are ours to see.
+    ThisBoot,
+    /// Same machine id, another boot id: the machine rebooted since, which ended every
+    /// process of the incarnation. Says so for the log.
+    Rebooted(String),
+    /// Same boot and machine, but another pid namespace (`recorded`; this process runs
+    /// in `here`): the recorded pids name other processes here, or none.
+    OtherPidNamespace { recorded: u64, here: u64 },
+    /// Another machine, or one that cannot be told apart from this one; and why.
+    Elsewhere(String),
+}
+
+/// Where `target` ran, seen from a process on boot `boot_id` of machine `machine_id` in
+/// pid namespace `pid_ns` (empty or 0: unknown). Ids are compared parsed, so case and
+/// dashes do not matter; an unknown or unparsable id on either side means the target is
+/// neither on this boot nor rebooted.
+pub fn whereabouts(boot_id: &str, machine_id: &str, pid_ns: u64, target: &Target) -> Whereabouts {
+    let host = target
+        .host
+        .as_deref()
+        .map_or_else(String::new, |h| format!(" (host {h})"));
+    let Some(here_boot) = parse_boot_id(boot_id) else {
+        return Whereabouts::Elsewhere(format!(
+            "this host's boot id {boot_id:?} is unknown or not a UUID, so warden cannot tell \
+             whether the target ran here; check that /proc/sys/kernel/random/boot_id is \
+             readable"
+        ));
+    };
+    let recorded_boot_text = target.boot_id.as_deref().unwrap_or_default();
+    let recorded_boot = match target.boot_id.as_deref() {
+        None => {
+            return Whereabouts::Elsewhere(format!(
+                "the record of the target{host} has no boot id, so warden cannot tell \
+                 whether its processes belong to this boot of this machine"
+            ))
+        }
+        Some(b) => match parse_boot_id(b) {
+            Some(id) => id,
+            None => {
+                return Whereabouts::Elsewhere(format!(
+                    "the recorded boot id {b:?}{host} is not a UUID, so warden cannot \
+                     tell whether the target ran on this boot of this machine"
+                ))
+            }
+        },
+    };
+    let Some(here_machine) = parse_machine_id(machine_id) else {
+        return Whereabouts::Elsewhere(format!(
+            "this host's machine id {machine_id:?} is unknown or not 32 hex digits, so warden \
+             cannot tell whether this is the recorded machine; create /etc/machine-id \
+             (systemd-machine-id-setup)"
+        ));
+    };
+    let recorded_machine = match target.machine_id.as_deref() {
+        None => {
+            return Whereabouts::Elsewhere(format!(
+                "the record of the target{host} has no machine id (written by an older \
+                 warden?), so warden cannot tell whether this is the recorded machine"
+            ))
+        }
+        Some(m) => match parse_machine_id(m) {
+            Some(id) => id,
+            None => {
+                return Whereabouts::Elsewhere(format!(
+                    "the recorded machine id {m:?}{host} is not 32 hex digits, so warden \
+                     cannot tell whether this is the recorded machine"
+                ))
+            }
+        },
+    };
+    let machine_id = machine_id.trim();
+    if recorded_machine != here_machine {
+        return Whereabouts::Elsewhere(format!(
+            "the target ran on another machine{host}: machine id {}, and this is machine \
+             {machine_id}",
+            target.machine_id.as_deref().unwrap_or_default().trim()
+        ));
+    }
+    let Some(recorded_ns) = target.pid_ns.filter(|&ns| ns != 0) else {
+        return Whereabouts::Elsewhere(format!(
+            "the record of the target{host} has no pid namespace (written by an older \
+             warden?), so warden cannot tell whether it ran in this container or another one \
+             on the same machine"
+        ));
+    };
+    if pid_ns == 0 {
+        return Whereabouts::Elsewhere(
+            "this process's pid namespace is unknown (/proc/self/ns/pid unreadable), so warden \
+             cannot tell whether the target's pids are visible here"
+                .to_string(),
+        );
+    }
+    if recorded_boot != here_boot {
+        // Boot ids are random per boot, and the machine id says this is the same machine:
+        // it rebooted since the record was written, and a reboot ends every process.
+        return Whereabouts::Rebooted(format!(
+            "this machine{host} (machine id {machine_id}) rebooted since the record was \
+             written (boot id {recorded_boot_text}, now {}), which ended the incarnation",
+            boot_id.trim()
+        ));
+    }
+    if recorded_ns != pid_ns {
+        return Whereabouts::OtherPidNamespace {
+            recorded: recorded_ns,
+            here: pid_ns,
+        };
+    }
+    Whereabouts::ThisBoot
+}
+
+/// The latest deadline [`deadline_after`] gives: far beyond any timeout, well within what
+/// an `Instant` can hold (tokio bounds its own "never" the same way).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `from + d` without the panic of `Instant + Duration` on overflow: a duration too long to
+/// add is cut to [`FAR_FUTURE`]. Durations from arguments and config are bounded where
+/// they are read; this keeps a missed bound from crashing the caller.
+pub fn deadline_after(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d.min(FAR_FUTURE))
+        .or_else(|| from.checked_add(FAR_FUTURE))
+        .unwrap_or(from)
 }
 
 /// The fields of `/proc/PID/stat` that fencing needs.
@@ -227,10 +398,15 @@ pub struct TerminateOptions {
     /// this host's own service (a former incarnation of this node): another node's
     /// service is not the one this pidfile names.
     pub pidfile: Option<PathBuf>,
-    /// When the target recorded neither a service pid nor a service group: also signal
-    /// whatever listens on `target.port` (`warden fence-local` does this on the old
-    /// active's host). Never set it for a port this host's own service may use.
+    /// When the target recorded no service pid, group or cgroup: also signal whatever
+    /// listens on `target.port` (`warden fence-local` does this on the old active's host).
+    /// Never set it for a port this host's own service may use.
     pub port_fallback: bool,
+    /// The target ran on this boot of this machine but in another pid namespace (this
+    /// one): its recorded pids name other processes here, or none. Only its recorded
+    /// cgroup is acted on, and only once every process in it is seen to belong to that
+    /// namespace; the recorded pids are reported as unverifiable.
+    pub foreign_pid_ns: Option<u64>,
 }
 
 impl TerminateOptions {
@@ -240,6 +416,7 @@ impl TerminateOptions {
             signal,
             pidfile: None,
             port_fallback: false,
+            foreign_pid_ns: None,
         }
     }
 }
@@ -255,6 +432,10 @@ pub enum Subject {
         start_time: u64,
         what: String,
     },
+    /// The service's cgroup: every process in it and below, however it left the process
+    /// group (`setsid()`, a double fork), killed at once through `cgroup.kill` whatever
+    /// the configured signal (SPEC §5); gone once the cgroup is unpopulated or removed.
+    Cgroup { cgroup: Cgroup, what: String },
 }
 
 impl Subject {
@@ -271,6 +452,22 @@ impl Subject {
                     Vec::new()
                 }
             }
+            Subject::Cgroup { cgroup, .. } => cgroup
+                .pids()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|&pid| is_running(pid, None))
+                .collect(),
+        }
+    }
+
+    /// Whether nothing of this subject runs any more. For a cgroup the kernel's own
+    /// `populated` flag decides, so a process that a scan of `cgroup.procs` missed still
+    /// counts; a cgroup whose state cannot be read is not gone.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            Subject::Cgroup { cgroup, .. } => matches!(cgroup.is_populated(), Ok(false)),
+            _ => self.alive_pids().is_empty(),
         }
     }
 
@@ -278,6 +475,9 @@ impl Subject {
         match self {
             Subject::Group { pgid, .. } => killpg(Pid::from_raw(*pgid as i32), signal),
             Subject::Process { pid, .. } => kill(Pid::from_raw(*pid as i32), signal),
+            Subject::Cgroup { cgroup, .. } => cgroup
+                .kill()
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL))),
         }
     }
 }
@@ -287,6 +487,7 @@ impl fmt::Display for Subject {
         match self {
             Subject::Group { pgid, what } => write!(f, "{what} {pgid}"),
             Subject::Process { pid, what, .. } => write!(f, "{what} {pid}"),
+            Subject::Cgroup { cgroup, what } => write!(f, "{what} {}", cgroup.relative()),
         }
     }
 }
@@ -317,8 +518,15 @@ impl Survey {
                 self.subjects.iter().any(|s| match s {
                     Subject::Process { pid: p, .. } => p == pid,
                     Subject::Group { pgid: g, .. } => Some(*g) == group,
+                    // Signalled on its own as well: the cgroup is killed with SIGKILL
+                    // only, and a pid check is independent evidence.
+                    Subject::Cgroup { .. } => false,
                 })
             }
+            Subject::Cgroup { cgroup, .. } => self
+                .subjects
+                .iter()
+                .any(|s| matches!(s, Subject::Cgroup { cgroup: c, .. } if c == cgroup)),
         };
         if !covered {
             self.subjects.push(subject);
@@ -328,11 +536,15 @@ impl Survey {
     /// One line: what would be signalled, what is gone, what cannot be verified.
     pub fn describe(&self, signal: Signal) -> String {
         let mut parts = Vec::new();
+        let (cgroups, signalled): (Vec<&Subject>, Vec<&Subject>) = self
+            .subjects
+            .iter()
+            .partition(|s| matches!(s, Subject::Cgroup { .. }));
         if self.subjects.is_empty() {
             parts.push("nothing of it runs on this host".to_string());
-        } else {
-            let list: Vec<String> = self
-                .subjects
+        }
+        if !signalled.is_empty() {
+            let list: Vec<String> = signalled
                 .iter()
                 .map(|s| format!("{s} (pids {})", join_pids(&s.alive_pids())))
                 .collect();
@@ -341,6 +553,15 @@ impl Survey {
                 signal.as_str(),
                 list.join(", ")
             ));
+        }
+        for s in cgroups {
+            if let Subject::Cgroup { cgroup, .. } = s {
+                parts.push(format!(
+                    "would kill every process of {s} (pids {}) by writing 1 to {}",
+                    join_pids(&s.alive_pids()),
+                    cgroup.dir().join("cgroup.kill").display()
+                ));
+            }
         }
         if !self.gone.is_empty() {
             parts.push(format!("already gone: {}", self.gone.join(", ")));
@@ -352,21 +573,63 @@ impl Survey {
     }
 }
 
-/// Finds what of `target`'s incarnation still runs on this host.
+/// Finds what of `target`'s incarnation still runs on this host. Reads `/proc` and the
+/// cgroup hierarchy, and may take a while on a busy host: async callers run it on a
+/// blocking thread ([`terminate_incarnation`] does).
 ///
 /// Identity rules, so that only the recorded incarnation is ever signalled:
 /// - the service group `service_pgid`: if its leader (pid = pgid) is alive with a start
 ///   time other than the recorded service's, the group is gone and its pgid was reused;
-///   if the leader matches, the group is the recorded one; if the leader is gone but
-///   members remain, they are the old group's leftovers, since Linux does not hand out a
-///   pid that is still some group's id.
+///   if the leader matches, the group is the recorded one; if the leader is gone, see
+///   `survey_group` for when its remaining members count as the service's.
 /// - `service_pid` and the warden `pid`: only when alive with the recorded start time. A
 ///   record without a warden pid cannot be verified fenced.
+/// - `service_cgroup`: every process in it is the service's; fenced once it is
+///   unpopulated or removed.
 /// - the pidfile's pid (hooks mode) and port listeners: see [`TerminateOptions`].
+/// - a promoted record (with an epoch) that names no service process at all cannot be
+///   verified fenced by finding its warden gone: its service may still serve. Only
+///   listeners found on its port (the port fallback) stand in for it.
+///
+/// The caller must have established that the target ran on this boot of this machine
+/// ([`whereabouts`]): every rule above reads pids and start times as this boot's.
 pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
     let mut s = Survey::default();
     let me = std::process::id();
     let my_pgid = pgid(me);
+    let service_named = target.service_pid.is_some()
+        || target.service_pgid.is_some()
+        || target.service_cgroup.is_some();
+
+    if let Some(recorded) = opts.foreign_pid_ns {
+        // The recorded pids were numbers in another pid namespace: here they name other
+        // processes or none, and "none" must not pass for "gone".
+        let pids: Vec<String> = [
+            target.pid.map(|p| format!("warden pid {p}")),
+            target.service_pid.map(|p| format!("service pid {p}")),
+            target.service_pgid.map(|p| format!("service group {p}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let here = pid_ns().map_or_else(|_| "unknown".to_string(), |ns| ns.to_string());
+        s.problems.push(format!(
+            "the incarnation ran in pid namespace {recorded} (a container on this machine), \
+             this process runs in pid namespace {here}, where its pids ({}) name other \
+             processes or none, so they cannot be checked from here; run fence-local inside \
+             that container (ssh into it, or command = \"nsenter --target <a pid in it> --all \
+             warden fence-local\"), or confirm by hand with `warden fence --confirm`",
+            if pids.is_empty() {
+                "none recorded".to_string()
+            } else {
+                pids.join(", ")
+            }
+        ));
+        if let Some(relative) = &target.service_cgroup {
+            survey_cgroup(relative, opts, &mut s);
+        }
+        return s;
+    }
 
     if let Some(pgid) = target.service_pgid {
         survey_group(target, pgid, me, my_pgid, &mut s);
@@ -380,14 +643,16 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
         // Fenced means the old warden cannot wake up and act; that cannot be verified
         // without knowing which process it was.
         None => s.problems.push(
-            "the record names no warden pid, so warden cannot verify that the old warden is gone"
+            "the record names no warden pid, so warden cannot verify that the old warden is \
+             gone; confirm by hand with `warden fence --confirm` once it is"
                 .to_string(),
         ),
     }
     if let Some(path) = &opts.pidfile {
         survey_pidfile(target, path, me, &mut s);
     }
-    if opts.port_fallback && target.service_pid.is_none() && target.service_pgid.is_none() {
+    let mut listeners_found = false;
+    if opts.port_fallback && !service_named {
         match target.port {
             Some(port) => {
                 let listeners = listeners_on_port(port);
@@ -398,15 +663,105 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
                     // No start time was recorded for a listener: whatever listens on the
                     // old active's service port is the service that must stop serving.
                     add_observed(&format!("listener on port {port}, pid"), pid, me, &mut s);
+                    listeners_found = true;
                 }
             }
             None => s.problems.push(
-                "the record names no service pid, group or port, so the service cannot be found"
+                "the record names no service pid, group, cgroup or port, so the service cannot \
+                 be found"
                     .to_string(),
             ),
         }
     }
+    if let Some(relative) = &target.service_cgroup {
+        survey_cgroup(relative, opts, &mut s);
+    }
+    if let Some(epoch) = target.epoch {
+        // A promoted node ran its service as active. With nothing that names the service,
+        // "the warden is gone" says nothing about the service: in hooks mode it runs on
+        // by design, and a spawned one may have outlived its warden.
+        if !service_named && opts.pidfile.is_none() && !listeners_found {
+            let port = match (opts.port_fallback, target.port) {
+                (true, Some(port)) => format!(" and nothing listens on its port {port}"),
+                _ => String::new(),
+            };
+            s.problems.push(format!(
+                "the record names no service process, so warden cannot verify that the old \
+                 service is down (it was promoted, epoch {epoch}; no service pid, group or \
+                 cgroup was recorded{port}); make sure it is stopped on its host, then run \
+                 `warden fence --confirm`"
+            ));
+        }
+    }
     s
+}
+
+/// The recorded service cgroup (`relative`, as in `/proc/PID/cgroup`): a subject while it
+/// holds processes, gone once it is empty or removed.
+fn survey_cgroup(relative: &str, opts: &TerminateOptions, s: &mut Survey) {
+    let what = "service cgroup".to_string();
+    let Some(cgroup) = Cgroup::find(relative) else {
+        s.problems.push(match cgroup::unified_mount() {
+            None => format!(
+                "the record names service cgroup {relative}, but this host has no cgroup v2 \
+                 hierarchy mounted, so it cannot be checked; mount cgroup2 or confirm by hand"
+            ),
+            Some(mount) => format!(
+                "the recorded service cgroup {relative:?} is not a cgroup path this host can \
+                 see below {} (a path outside this mount's root, or with `..`), so it cannot be \
+                 checked",
+                mount.display()
+            ),
+        });
+        return;
+    };
+    if cgroup.is_root() {
+        s.problems.push(format!(
+            "the recorded service cgroup {relative} is the root of the hierarchy, which holds \
+             every process of this host; refusing to kill it"
+        ));
+        return;
+    }
+    if cgroup::own().is_some_and(|own| cgroup.contains(&own)) {
+        s.problems.push(format!(
+            "the recorded service cgroup {relative} holds this very process; refusing to kill it"
+        ));
+        return;
+    }
+    match cgroup.is_populated() {
+        Err(e) => s.problems.push(format!(
+            "cannot read whether service cgroup {relative} ({}) holds processes: {e}; run \
+             warden as root",
+            cgroup.dir().display()
+        )),
+        Ok(false) if cgroup.exists() => s.gone.push(format!("{what} {relative} (empty)")),
+        Ok(false) => s
+            .gone
+            .push(format!("{what} {relative} (removed: its processes ended)")),
+        Ok(true) => {
+            if let Some(recorded) = opts.foreign_pid_ns {
+                // From another pid namespace, a cgroup path could resolve differently (a
+                // cgroup namespace); act only on a cgroup whose processes all live in the
+                // recorded pid namespace, which makes it the incarnation's.
+                let pids = cgroup.pids().unwrap_or_default();
+                let strangers: Vec<u32> = pids
+                    .iter()
+                    .copied()
+                    .filter(|&p| is_running(p, None) && pid_ns_of(p) != Some(recorded))
+                    .collect();
+                if !strangers.is_empty() {
+                    s.problems.push(format!(
+                        "cgroup {relative} holds pids {} that are not in the recorded pid \
+                         namespace {recorded}, so it may not be the service's cgroup; not \
+                         touched",
+                        join_pids(&strangers)
+                    ));
+                    return;
+                }
+            }
+            s.add(Subject::Cgroup { cgroup, what });
+        }
+    }
 }
 
 fn survey_group(target: &Target, pgid: u32, me: u32, my_pgid: Option<u32>, s: &mut Survey) {
@@ -453,13 +808,84 @@ fn survey_group(target: &Target, pgid: u32, me: u32, my_pgid: Option<u32>, s: &m
                 )),
             }
         }
-        None => {
-            if group_members(pgid).is_empty() {
-                s.gone.push(format!("service group {pgid}"));
-            } else {
-                s.add(subject);
-            }
+        None => survey_leaderless_group(target, pgid, subject, s),
+    }
+}
+
+/// The recorded service group's leader is gone. Whether the processes left in group `pgid`
+/// are the service's:
+///
+/// Linux hands out no pid that is still in use as a process group id, so while the
+/// recorded group keeps a member, no new group `pgid` can exist, and its members are the
+/// recorded group's leftovers. But the group may have emptied since the record was
+/// written (the whole service ended), freeing the id; after a wrap of the pid counter a
+/// new process with pid `pgid` can lead a new, unrelated group, and its members look the
+/// same. That is told apart as far as the record allows:
+/// - with a recorded cgroup, membership decides: members inside it are the service's
+///   (the cgroup subject kills them), members outside are not (a service's descendants
+///   stay in its cgroup), and are left alone.
+/// - without one, a member that started before the recorded leader cannot descend from
+///   it, so the group is not provably the recorded one: not touched, not fenced. When
+///   every member started at or after the recorded leader, they are taken for the
+///   service's leftovers and signalled. What remains possible is a recycled group whose
+///   members all started after the recorded service; then the old group had ended
+///   (the verdict "fenced" is still right), and only those processes are hit. This runs
+///   only where the caller checked boot id, machine id and pid namespace
+///   ([`whereabouts`]), so start times compare within one boot and one pid namespace.
+/// - without a recorded start time nothing tells them apart: not touched, not fenced.
+fn survey_leaderless_group(target: &Target, pgid: u32, subject: Subject, s: &mut Survey) {
+    let members = group_members(pgid);
+    if members.is_empty() {
+        s.gone.push(format!("service group {pgid}"));
+        return;
+    }
+    if let Some(relative) = &target.service_cgroup {
+        let outside: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|&pid| {
+                let own = cgroup::of_pid(pid);
+                !Cgroup::at(Path::new("/"), relative)
+                    .zip(own)
+                    .is_some_and(|(c, own)| c.contains(&own))
+            })
+            .collect();
+        if !outside.is_empty() {
+            s.gone.push(format!(
+                "service group {pgid} (its leader is gone; pids {} left in the group are \
+                 outside the service's cgroup {relative}, so they are not the service's and \
+                 were not touched)",
+                join_pids(&outside)
+            ));
         }
+        // Those inside are the cgroup's to kill (survey_cgroup).
+        return;
+    }
+    let Some(recorded) = target.service_start_time else {
+        s.problems.push(format!(
+            "the leader of service group {pgid} is gone and pids {} remain in the group, but no \
+             service start time was recorded, so warden cannot tell whether they are the old \
+             service's; they were not touched: stop them by hand if they are, then run \
+             `warden fence --confirm`",
+            join_pids(&members)
+        ));
+        return;
+    };
+    let older: Vec<u32> = members
+        .iter()
+        .copied()
+        .filter(|&pid| stat(pid).is_some_and(|p| p.start_time < recorded))
+        .collect();
+    if older.is_empty() {
+        s.add(subject);
+    } else {
+        s.problems.push(format!(
+            "the leader of service group {pgid} is gone, and pids {} in the group started before \
+             the recorded service (tick {recorded}), so they cannot descend from it: the group \
+             id may have been reused; nothing in it was touched. Check them by hand, then run \
+             `warden fence --confirm`",
+            join_pids(&older)
+        ));
     }
 }
 
@@ -553,6 +979,9 @@ fn add_observed(what: &str, pid: u32, me: u32, s: &mut Survey) {
 pub struct TerminateReport {
     /// What was signalled, e.g. `service group 1234`.
     pub signalled: Vec<String>,
+    /// Cgroups whose every process was killed through `cgroup.kill`, e.g. `service cgroup
+    /// /system.slice/warden.service/service-42`.
+    pub killed: Vec<String>,
     /// Recorded processes that were already gone (or whose pid was recycled).
     pub gone: Vec<String>,
     /// What could not be identified or signalled; non-empty means not fenced.
@@ -589,6 +1018,12 @@ impl TerminateReport {
         if !self.signalled.is_empty() {
             parts.push(format!("signalled {}", self.signalled.join(", ")));
         }
+        if !self.killed.is_empty() {
+            parts.push(format!(
+                "killed every process of {} (cgroup.kill)",
+                self.killed.join(", ")
+            ));
+        }
         if !self.gone.is_empty() {
             parts.push(format!("already gone: {}", self.gone.join(", ")));
         }
@@ -605,12 +1040,30 @@ impl TerminateReport {
 ///
 /// Shared by the `signal` fence method and `warden fence-local`, so that both kill
 /// exactly the same processes by the same rules.
+///
+/// Every scan of `/proc` and of the cgroup hierarchy runs on tokio's blocking pool, so
+/// that a slow scan on a busy host never holds up a runtime worker (the daemon's
+/// lease-end kill runs on one). Signals are sent once, from this future, right after
+/// the survey; the wait only looks. So dropping the future (an abandoned fence) stops it
+/// at its next await, and a scan still running on the pool then only reads.
 pub async fn terminate_incarnation(
     target: &Target,
     opts: &TerminateOptions,
     deadline: Instant,
 ) -> TerminateReport {
-    let survey = survey(target, opts);
+    let survey = {
+        let (t, o) = (target.clone(), opts.clone());
+        match blocking(move || survey(&t, &o)).await {
+            Ok(survey) => survey,
+            Err(why) => {
+                return TerminateReport {
+                    problems: vec![why],
+                    signal: Some(opts.signal),
+                    ..TerminateReport::default()
+                }
+            }
+        }
+    };
     let mut report = TerminateReport {
         gone: survey.gone,
         problems: survey.problems,
@@ -620,24 +1073,38 @@ pub async fn terminate_incarnation(
     let started = Instant::now();
     let mut sent = Vec::new();
     for subject in survey.subjects {
-        match subject.send(opts.signal) {
+        let cgroup = matches!(subject, Subject::Cgroup { .. });
+        let signal = if cgroup { Signal::SIGKILL } else { opts.signal };
+        match subject.send(signal) {
             Ok(()) => {
-                if !matches!(opts.signal, Signal::SIGKILL | Signal::SIGCONT) {
+                if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
                     // A stopped process keeps any other signal pending until it is
                     // continued; without this a SIGSTOPped warden would never exit.
                     let _ = subject.send(Signal::SIGCONT);
                 }
-                tracing::info!(
-                    target = target.label(),
-                    signal = opts.signal.as_str(),
-                    "sent {} to {subject}",
-                    opts.signal.as_str()
-                );
-                report.signalled.push(subject.to_string());
+                if cgroup {
+                    tracing::info!(
+                        target = target.label(),
+                        "killed every process of {subject} through cgroup.kill"
+                    );
+                    report.killed.push(subject.to_string());
+                } else {
+                    tracing::info!(
+                        target = target.label(),
+                        signal = signal.as_str(),
+                        "sent {} to {subject}",
+                        signal.as_str()
+                    );
+                    report.signalled.push(subject.to_string());
+                }
                 sent.push(subject);
             }
             // Exited between the survey and the signal.
             Err(Errno::ESRCH) => report.gone.push(subject.to_string()),
+            Err(Errno::EPERM | Errno::EACCES) if cgroup => report.problems.push(format!(
+                "not permitted to kill {subject} (writing cgroup.kill was refused); run warden \
+                 as root, or give its user write access to that cgroup (systemd: Delegate=yes)"
+            )),
             Err(Errno::EPERM) => report.problems.push(format!(
                 "not permitted to signal {subject}: it belongs to another user; run warden as \
                  root or as the service's user"
@@ -649,30 +1116,59 @@ pub async fn terminate_incarnation(
     }
     if !report.problems.is_empty() {
         // Not fenced whatever the others do; do not hold the chain up waiting for them.
-        return remaining(report, &sent);
+        return remaining(report, sent).await;
     }
     loop {
         report.waited = started.elapsed();
-        if sent.iter().all(|s| s.alive_pids().is_empty()) {
-            return report;
+        let all_gone = {
+            let sent = sent.clone();
+            blocking(move || sent.iter().all(Subject::is_gone)).await
+        };
+        match all_gone {
+            Ok(true) => return report,
+            Ok(false) => {}
+            Err(why) => {
+                report.problems.push(why);
+                return remaining(report, sent).await;
+            }
         }
         if Instant::now() >= deadline {
-            return remaining(report, &sent);
+            return remaining(report, sent).await;
         }
         tokio::time::sleep(POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())))
             .await;
     }
 }
 
-fn remaining(mut report: TerminateReport, sent: &[Subject]) -> TerminateReport {
-    for subject in sent {
-        let pids = subject.alive_pids();
-        if !pids.is_empty() {
-            report
-                .remaining
-                .push(format!("{subject} (pids {})", join_pids(&pids)));
-            report.remaining_pids.extend(pids);
+/// Runs a scan of `/proc` or the cgroup hierarchy on tokio's blocking pool. `Err` says why
+/// it produced no answer (the scan panicked, or the runtime is shutting down), which
+/// callers count as "not verified".
+async fn blocking<T: Send + 'static>(
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(scan).await.map_err(|e| {
+        format!("the scan of /proc for the incarnation's processes did not finish: {e}")
+    })
+}
+
+async fn remaining(mut report: TerminateReport, sent: Vec<Subject>) -> TerminateReport {
+    let still = blocking(move || {
+        sent.iter()
+            .filter(|s| !s.is_gone())
+            .map(|s| (s.to_string(), s.alive_pids()))
+            .collect::<Vec<_>>()
+    })
+    .await;
+    match still {
+        Ok(still) => {
+            for (subject, pids) in still {
+                report
+                    .remaining
+                    .push(format!("{subject} (pids {})", join_pids(&pids)));
+                report.remaining_pids.extend(pids);
+            }
         }
+        Err(why) => report.problems.push(why),
     }
     report
 }
@@ -745,6 +1241,134 @@ mod tests {
         assert_eq!(socket_inode(Path::new("socket:[12345]")), Some(12345));
         assert_eq!(socket_inode(Path::new("pipe:[12345]")), None);
         assert_eq!(socket_inode(Path::new("/dev/null")), None);
+    }
+
+    #[test]
+    fn boot_ids_parse_bare_or_dashed_in_either_case_and_nothing_else() {
+        let id = parse_boot_id("ea6e745e-35d0-4857-9b07-fa79425460ee").unwrap();
+        assert_eq!(
+            parse_boot_id("EA6E745E-35D0-4857-9B07-FA79425460EE"),
+            Some(id)
+        );
+        assert_eq!(parse_boot_id("ea6e745e35d048579b07fa79425460ee"), Some(id));
+        assert_eq!(
+            parse_boot_id(" ea6e745e-35d0-4857-9b07-fa79425460ee\n"),
+            Some(id)
+        );
+        for bad in [
+            "",
+            "b-1",
+            "ea6e745e-35d0-4857-9b07-fa79425460e",
+            "ea6e745e-35d0-4857-9b07-fa79425460eg",
+            "ea6e745e35d0-4857-9b07-fa79425460ee-",
+            "+a6e745e-35d0-4857-9b07-fa79425460ee",
+            "ea6e745e-35d0-4857-9b07-fa79425460ee0",
+        ] {
+            assert_eq!(parse_boot_id(bad), None, "{bad:?}");
+        }
+        let m = parse_machine_id("3d1219c7c4c5404aaa1f6d2a48adfda4").unwrap();
+        assert_eq!(
+            parse_machine_id("3D1219C7C4C5404AAA1F6D2A48ADFDA4"),
+            Some(m)
+        );
+        assert_eq!(
+            parse_machine_id("3d1219c7-c4c5-404a-aa1f-6d2a48adfda4"),
+            None
+        );
+        assert_eq!(parse_machine_id("uninitialized"), None);
+    }
+
+    #[test]
+    fn whereabouts_needs_boot_machine_and_pid_namespace_to_agree() {
+        const BOOT: &str = "ea6e745e-35d0-4857-9b07-fa79425460ee";
+        const OTHER_BOOT: &str = "00000000-0000-4000-8000-000000000000";
+        const MACHINE: &str = "3d1219c7c4c5404aaa1f6d2a48adfda4";
+        const OTHER_MACHINE: &str = "11111111111111111111111111111111";
+        let t = |boot: Option<&str>, machine: Option<&str>, ns: Option<u64>| Target {
+            boot_id: boot.map(str::to_string),
+            machine_id: machine.map(str::to_string),
+            pid_ns: ns,
+            ..Target::default()
+        };
+        let here = |target: &Target| whereabouts(BOOT, MACHINE, 7, target);
+        let elsewhere = |w: Whereabouts, why: &str| match w {
+            Whereabouts::Elsewhere(r) => assert!(r.contains(why), "{r}"),
+            other => panic!("expected elsewhere ({why}), got {other:?}"),
+        };
+
+        assert_eq!(
+            here(&t(Some(BOOT), Some(MACHINE), Some(7))),
+            Whereabouts::ThisBoot
+        );
+        assert_eq!(
+            here(&t(
+                Some(&BOOT.to_uppercase()),
+                Some(&MACHINE.to_uppercase()),
+                Some(7)
+            )),
+            Whereabouts::ThisBoot
+        );
+        assert_eq!(
+            here(&t(Some(BOOT), Some(MACHINE), Some(8))),
+            Whereabouts::OtherPidNamespace {
+                recorded: 8,
+                here: 7
+            }
+        );
+        assert!(matches!(
+            here(&t(Some(OTHER_BOOT), Some(MACHINE), Some(8))),
+            Whereabouts::Rebooted(_)
+        ));
+        elsewhere(
+            here(&t(Some(BOOT), Some(OTHER_MACHINE), Some(7))),
+            "another machine",
+        );
+        elsewhere(
+            here(&t(Some(OTHER_BOOT), Some(OTHER_MACHINE), Some(7))),
+            "another machine",
+        );
+        elsewhere(here(&t(Some(OTHER_BOOT), None, Some(7))), "no machine id");
+        elsewhere(
+            here(&t(Some(OTHER_BOOT), Some(MACHINE), None)),
+            "no pid namespace",
+        );
+        elsewhere(
+            here(&t(Some(BOOT), Some(MACHINE), Some(0))),
+            "no pid namespace",
+        );
+        elsewhere(here(&t(None, Some(MACHINE), Some(7))), "no boot id");
+        elsewhere(
+            here(&t(Some("garbage"), Some(MACHINE), Some(7))),
+            "not a UUID",
+        );
+        elsewhere(
+            here(&t(Some(BOOT), Some("garbage"), Some(7))),
+            "not 32 hex digits",
+        );
+        // Unknown on this side.
+        let all = t(Some(BOOT), Some(MACHINE), Some(7));
+        elsewhere(whereabouts(BOOT, "", 7, &all), "machine id");
+        elsewhere(
+            whereabouts(BOOT, MACHINE, 0, &all),
+            "pid namespace is unknown",
+        );
+        elsewhere(whereabouts("", MACHINE, 7, &all), "boot id");
+        let rebooted = t(Some(OTHER_BOOT), Some(MACHINE), Some(7));
+        elsewhere(whereabouts(BOOT, "", 7, &rebooted), "machine id");
+        elsewhere(
+            whereabouts(BOOT, MACHINE, 0, &rebooted),
+            "pid namespace is unknown",
+        );
+    }
+
+    #[test]
+    fn deadlines_past_what_an_instant_holds_do_not_panic() {
+        let now = Instant::now();
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(86_400 * 365));
     }
 
     #[test]

@@ -186,6 +186,15 @@ async fn pump<R: AsyncRead + Unpin>(stream: R, name: &'static str, out: Output) 
     }
 }
 
+/// The live members of group `pgid`, scanned on tokio's blocking pool so that a slow
+/// `/proc` never holds up a runtime worker. A scan that cannot finish reports the group
+/// leader as still there, which keeps the cleanup waiting and the report honest.
+async fn group_members(pgid: u32) -> Vec<u32> {
+    tokio::task::spawn_blocking(move || process::group_members(pgid))
+        .await
+        .unwrap_or_else(|_| vec![pgid])
+}
+
 pub(crate) async fn fence(
     m: &ScriptFence,
     ctx: &FenceContext,
@@ -272,11 +281,11 @@ pub(crate) async fn fence(
 
     // Whatever the program left behind goes with it; on timeout, the program too.
     let _ = killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL);
-    let cleanup_deadline = Instant::now() + CLEANUP_TIMEOUT;
-    let mut leftovers = process::group_members(pgid);
+    let cleanup_deadline = process::deadline_after(Instant::now(), CLEANUP_TIMEOUT);
+    let mut leftovers = group_members(pgid).await;
     while !leftovers.is_empty() && Instant::now() < cleanup_deadline {
         tokio::time::sleep(POLL_INTERVAL).await;
-        leftovers = process::group_members(pgid);
+        leftovers = group_members(pgid).await;
     }
     if tokio::time::timeout(CLEANUP_TIMEOUT, child.wait())
         .await

@@ -2,55 +2,35 @@
 //! signalling its processes.
 
 use crate::chain::MethodResult;
-use crate::process::{self, TerminateOptions};
+use crate::process::{self, TerminateOptions, Whereabouts};
 use crate::{FenceContext, SignalFence, Target};
 use tokio::time::Instant;
 
-/// Where the target ran, as far as this method can tell.
+/// Where the target ran, as far as this method can tell (SPEC §5 "Which host is this?"):
+/// on this boot of this machine, in this pid namespace; on this machine before a reboot;
+/// or anywhere else, which only a method that can reach it (ssh, a script) may fence.
 enum Locality {
-    /// On this host, since its last boot: its processes, if any, are ours to see.
+    /// On this machine, since its last boot, in this pid namespace: its processes, if
+    /// any, are ours to see.
     ThisBoot,
-    /// On this host before a reboot, which ended all of it.
+    /// On this machine before a reboot, which ended all of it.
     Rebooted(String),
     /// Elsewhere, or unknown.
     Elsewhere(String),
 }
 
 fn locality(ctx: &FenceContext, target: &Target) -> Locality {
-    if ctx.boot_id.is_empty() {
-        return Locality::Elsewhere(
-            "this host's boot id is unknown, so warden cannot tell whether the target ran here"
-                .to_string(),
-        );
-    }
-    let same_host = target
-        .host
-        .as_deref()
-        .is_some_and(|h| h.eq_ignore_ascii_case(&ctx.host));
-    match target.boot_id.as_deref() {
-        Some(b) if b == ctx.boot_id => Locality::ThisBoot,
-        // Boot ids are random per boot: another one on the same host means a reboot
-        // happened since the record was written, and a reboot kills every process.
-        Some(b) if same_host => Locality::Rebooted(format!(
-            "this host ({}) rebooted since the record was written (boot id {b}, now {}), \
-             which ended the incarnation",
-            ctx.host, ctx.boot_id
+    match process::whereabouts(&ctx.boot_id, &ctx.machine_id, ctx.pid_ns, target) {
+        Whereabouts::ThisBoot => Locality::ThisBoot,
+        Whereabouts::Rebooted(how) => Locality::Rebooted(how),
+        // Same kernel, another container: its pids are not ours, and finding none of them
+        // here would pass for "already gone".
+        Whereabouts::OtherPidNamespace { recorded, here } => Locality::Elsewhere(format!(
+            "the target ran on this machine and boot but in another pid namespace ({recorded}; \
+             this warden runs in {here}): a container sharing this kernel, whose processes \
+             this warden cannot identify by their pids"
         )),
-        None if same_host => Locality::Elsewhere(format!(
-            "the target ran on this host ({}) but its boot id was not recorded, so warden \
-             cannot tell whether its processes belong to this boot",
-            ctx.host
-        )),
-        Some(b) => Locality::Elsewhere(format!(
-            "the target ran on host {} (boot id {b}), not on this host {}",
-            target.host.as_deref().unwrap_or("<unknown>"),
-            ctx.host
-        )),
-        None => Locality::Elsewhere(format!(
-            "the target ran on host {} with an unknown boot id, not on this host {}",
-            target.host.as_deref().unwrap_or("<unknown>"),
-            ctx.host
-        )),
+        Whereabouts::Elsewhere(why) => Locality::Elsewhere(why),
     }
 }
 
@@ -63,6 +43,8 @@ fn options(m: &SignalFence, ctx: &FenceContext, target: &Target) -> TerminateOpt
         pidfile: ctx.pidfile.clone().filter(|_| own_node),
         // Never guess by port here: this host's own service may listen on it.
         port_fallback: false,
+        // locality() let only targets of this very pid namespace through.
+        foreign_pid_ns: None,
     }
 }
 
@@ -88,6 +70,8 @@ pub(crate) async fn fence(
 pub(crate) fn plan(m: &SignalFence, ctx: &FenceContext, target: &Target) -> String {
     match locality(ctx, target) {
         Locality::ThisBoot => {
+            // A dry run reads /proc in the calling thread: `warden fence --dry-run` is a
+            // command of its own, not the daemon's runtime.
             let survey = process::survey(target, &options(m, ctx, target));
             format!(
                 "{}; waits up to {} for them to exit",

@@ -7,8 +7,9 @@
 //!
 //! The remote command:
 //! - by default `warden fence-local` followed by [`fence_local_args`]: the target's
-//!   recorded boot id, warden pid and start time, service pid, group and start time,
-//!   port, and a `--timeout` that ends before this attempt's deadline. `fence-local`
+//!   recorded boot id, machine id and pid namespace, warden pid and start time, service
+//!   pid, group, start time and cgroup, epoch, port, and a `--timeout` that ends before
+//!   this attempt's deadline. `fence-local`
 //!   bounds itself by that timeout (it reads no config and no environment: sshd passes
 //!   neither), so it needs no tool on the remote host besides warden. Exit 0 counts as
 //!   fenced only together with the verdict line [`FENCE_LOCAL_FENCED`], so that a warden
@@ -29,11 +30,17 @@
 //! libssh2 blocks, so the session runs on tokio's blocking pool. At the method's deadline
 //! the attempt is abandoned and counts as failed: its TCP connection is shut down so the
 //! blocking call returns at once, and every libssh2 call is bounded by the time left
-//! (`Session::set_timeout`) in any case.
+//! (`Session::set_timeout`) in any case. Dropping the attempt's future abandons it the
+//! same way, so a fence the daemon gives up on cannot act after a later election: the
+//! blocking half starts nothing more, and the remote command, which runs on a terminal,
+//! gets SIGHUP when sshd sees the connection go.
 
 use crate::chain::MethodResult;
 use crate::{FenceContext, SshFence, Target};
-use ssh2::{ExtendedData, HashType, HostKeyType, KnownHostFileKind, MethodType, Session};
+use ssh2::{
+    ExtendedData, HashType, HostKeyType, KnownHostFileKind, MethodType, PtyModeOpcode, PtyModes,
+    Session,
+};
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
@@ -53,6 +60,12 @@ pub const DEFAULT_REMOTE_COMMAND: &str = "warden fence-local";
 /// What `warden fence-local` prints at the start of its last line when, and only when, it
 /// verified that nothing of the incarnation remains (and then exits 0).
 pub const FENCE_LOCAL_FENCED: &str = "fence-local: fenced";
+
+/// The longest `--timeout` that `warden fence-local` accepts. Waiting longer for killed
+/// processes to go helps nothing (SIGKILL acts at once; what survives it is stuck in the
+/// kernel), and a bound keeps deadline arithmetic far from overflow. [`fence_local_args`]
+/// never passes more.
+pub const FENCE_LOCAL_MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How much earlier than this attempt's deadline the remote command must end: time for
 /// its verdict to travel back and be read. Less would let the local side give up on a
@@ -88,7 +101,8 @@ const FENCE_LOCAL_BAD_ARGUMENTS: i32 = 2;
 /// The arguments of `warden fence-local` (after the subcommand) that describe `target`,
 /// each flag followed by its value as a separate item; the fields the record lacks are
 /// left out. `timeout` is how long fence-local may wait for the processes to go (it
-/// bounds its own run by it); it is written in whole milliseconds (`12500ms`).
+/// bounds its own run by it); it is written in whole milliseconds (`12500ms`), at most
+/// [`FENCE_LOCAL_MAX_TIMEOUT`].
 ///
 /// The root crate's `FenceLocalArgs` parses exactly this list (its tests check it), so
 /// both ends of the ssh method change together.
@@ -101,6 +115,8 @@ pub fn fence_local_args(target: &Target, timeout: Duration) -> Vec<String> {
         }
     };
     push("--boot-id", target.boot_id.clone());
+    push("--machine-id", target.machine_id.clone());
+    push("--pid-ns", target.pid_ns.map(|v| v.to_string()));
     push("--pid", target.pid.map(|v| v.to_string()));
     push("--start-time", target.start_time.map(|v| v.to_string()));
     push("--service-pid", target.service_pid.map(|v| v.to_string()));
@@ -109,7 +125,10 @@ pub fn fence_local_args(target: &Target, timeout: Duration) -> Vec<String> {
         "--service-start-time",
         target.service_start_time.map(|v| v.to_string()),
     );
+    push("--service-cgroup", target.service_cgroup.clone());
+    push("--epoch", target.epoch.map(|v| v.to_string()));
     push("--port", target.port.map(|v| v.to_string()));
+    let timeout = timeout.min(FENCE_LOCAL_MAX_TIMEOUT);
     push("--timeout", Some(format!("{}ms", timeout.as_millis())));
     args
 }
@@ -355,6 +374,33 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Abandons the attempt's session when dropped: at the deadline, and whenever the
+/// attempt's future is dropped half-way (the chain's hard bound, or the daemon abandoning
+/// a fence because its session was lost or it is stopping). The blocking half sees
+/// `abandoned` before each step and starts nothing more, and the TCP connection is shut
+/// down, so a libssh2 call blocked on it returns at once and sshd ends the session: the
+/// remote command's terminal hangs up (SIGHUP), so it stops too instead of acting on
+/// after a later election. Harmless once the session ended by itself.
+struct Abandon(Arc<Mutex<Shared>>);
+
+impl Abandon {
+    /// Abandons the session now; returns what it was doing.
+    fn now(&self) -> &'static str {
+        let mut s = lock(&self.0);
+        s.abandoned = true;
+        if let Some(stream) = s.stream.take() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        s.phase
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.now();
+    }
+}
+
 /// Everything the blocking half needs, owned.
 struct Request {
     method: SshFence,
@@ -428,6 +474,45 @@ fn ssh_error(what: &str, phase: &'static str, e: ssh2::Error) -> SessionError {
         SessionError::TimedOut(phase)
     } else {
         SessionError::Failed(format!("{what}: {e}"))
+    }
+}
+
+/// libssh2's LIBSSH2_ERROR_CHANNEL_REQUEST_DENIED: the server said no to a request.
+const LIBSSH2_ERROR_CHANNEL_REQUEST_DENIED: i32 = -22;
+
+/// Asks for a terminal for the remote command. Not for its output: when the connection
+/// goes (an abandoned attempt shuts it down), sshd hangs the terminal up and the kernel
+/// sends SIGHUP to the command, which a command without a terminal never gets; it would
+/// run on until its own bound. Echo and `\n` -> `\r\n` translation are turned off so the
+/// output reads as without one. A server that refuses terminals (`no-pty` in
+/// authorized_keys, `PermitTTY no`) still runs the command, bounded by its own timeout
+/// only; the log says so.
+fn request_terminal(channel: &mut ssh2::Channel, host: &str) -> Result<(), SessionError> {
+    let mut modes = PtyModes::new();
+    modes.set_boolean(PtyModeOpcode::ECHO, false);
+    modes.set_boolean(PtyModeOpcode::ONLCR, false);
+    match channel.request_pty("dumb", Some(modes), None) {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(e.code(), ssh2::ErrorCode::Session(LIBSSH2_ERROR_TIMEOUT)) => {
+            Err(SessionError::TimedOut(RUNNING))
+        }
+        Err(e) => {
+            let denied = matches!(
+                e.code(),
+                ssh2::ErrorCode::Session(LIBSSH2_ERROR_CHANNEL_REQUEST_DENIED)
+            );
+            if !denied {
+                return Err(ssh_error("cannot request a terminal", RUNNING, e));
+            }
+            tracing::warn!(
+                method = "ssh",
+                host,
+                "{host} refused a terminal for the remote command (no-pty or PermitTTY no): \
+                 if this attempt is abandoned, the command runs on there until its own bound \
+                 instead of getting SIGHUP; allow a pty for the fencing key to cut it off"
+            );
+            Ok(())
+        }
     }
 }
 
@@ -559,6 +644,7 @@ fn run_session(
     channel
         .handle_extended_data(ExtendedData::Merge)
         .map_err(|e| ssh_error("cannot merge the remote stderr", RUNNING, e))?;
+    request_terminal(&mut channel, host)?;
     let bound = remote_bound(time_left(req.deadline, RUNNING)?);
     let command = remote_command(m, &req.target, bound);
     // The receiver is gone only when the attempt was abandoned.
@@ -566,6 +652,8 @@ fn run_session(
         command: command.clone(),
         bound,
     });
+    // The last moment to notice an abandoned attempt before anything runs remotely.
+    set_phase(shared, RUNNING)?;
     channel
         .exec(&command)
         .map_err(|e| ssh_error("the server refused to run the command", RUNNING, e))?;
@@ -713,6 +801,8 @@ pub(crate) async fn fence(
         deadline: deadline.into_std(),
     };
     let shared = Arc::new(Mutex::new(Shared::default()));
+    // Before the session starts, so that no way out of this function leaves it running.
+    let abandon = Abandon(shared.clone());
     let (tx, mut rx) = unbounded_channel::<Progress>();
     let mut task = tokio::task::spawn_blocking({
         let shared = shared.clone();
@@ -736,18 +826,8 @@ pub(crate) async fn fence(
     };
     let ended = match ended {
         Some(joined) => joined,
-        None => {
-            // Abandon the session: the blocking call on its socket returns at once.
-            let phase = {
-                let mut s = lock(&shared);
-                s.abandoned = true;
-                if let Some(stream) = s.stream.take() {
-                    let _ = stream.shutdown(Shutdown::Both);
-                }
-                s.phase
-            };
-            Ok(Err(SessionError::TimedOut(phase)))
-        }
+        // Abandon the session: the blocking call on its socket returns at once.
+        None => Ok(Err(SessionError::TimedOut(abandon.now()))),
     };
     while let Ok(p) = rx.try_recv() {
         output.progress(p);
@@ -869,11 +949,15 @@ mod tests {
             host: Some("rm1.example".into()),
             port: Some(8032),
             boot_id: Some("0d4b3c6e-4a4f-4c55-9f43-2b8d1e0c1f00".into()),
+            machine_id: Some("3d1219c7c4c5404aaa1f6d2a48adfda4".into()),
+            pid_ns: Some(4026531836),
             pid: Some(100),
             start_time: Some(2000),
             service_pid: Some(200),
             service_pgid: Some(200),
             service_start_time: Some(2100),
+            service_cgroup: Some("/warden-rm1/service-42".into()),
+            epoch: Some(77),
             ..Target::default()
         }
     }
@@ -916,9 +1000,10 @@ mod tests {
         let args = fence_local_args(&target(), Duration::from_millis(12_500));
         assert_eq!(
             args.join(" "),
-            "--boot-id 0d4b3c6e-4a4f-4c55-9f43-2b8d1e0c1f00 --pid 100 --start-time 2000 \
-             --service-pid 200 --service-pgid 200 --service-start-time 2100 --port 8032 \
-             --timeout 12500ms"
+            "--boot-id 0d4b3c6e-4a4f-4c55-9f43-2b8d1e0c1f00 \
+             --machine-id 3d1219c7c4c5404aaa1f6d2a48adfda4 --pid-ns 4026531836 --pid 100 \
+             --start-time 2000 --service-pid 200 --service-pgid 200 --service-start-time 2100 \
+             --service-cgroup /warden-rm1/service-42 --epoch 77 --port 8032 --timeout 12500ms"
         );
         let sparse = Target {
             boot_id: Some("b".into()),
@@ -928,6 +1013,12 @@ mod tests {
             fence_local_args(&sparse, Duration::from_secs(1)),
             ["--boot-id", "b", "--timeout", "1000ms"]
         );
+    }
+
+    #[test]
+    fn args_never_pass_a_timeout_fence_local_refuses() {
+        let args = fence_local_args(&target(), Duration::from_secs(86_400));
+        assert_eq!(args[args.len() - 2..], ["--timeout", "3600000ms"]);
     }
 
     #[test]

@@ -270,3 +270,38 @@ async fn example_fence_by_port_fails_when_no_port_was_recorded() {
     assert!(reason.contains("exited with status 2"), "{reason}");
     assert!(reason.contains("no port"), "{reason}");
 }
+
+#[tokio::test]
+async fn an_abandoned_fence_kills_its_script_and_everything_the_script_started() {
+    // The daemon drops the chain's future when it abandons a fence (session lost,
+    // stopping): nothing of that fence may act after a later election.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("sleep.pid");
+    // The script's background sleep is in the script's group but is not the script: only
+    // a kill of the whole group ends it.
+    let code = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+    let chain = FenceChain::new(
+        vec![script(&["/bin/sh", "-c", &code], Duration::from_secs(120))],
+        ctx(),
+    );
+    let target = local_target();
+    let mut fence = Box::pin(chain.fence(&target));
+    // Drive the fence until the script has started its sleep, then drop it.
+    let sleep: u32 = loop {
+        tokio::select! {
+            report = &mut fence => panic!("the fence ended: {}", report.summary()),
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+    };
+    assert!(process::is_running(sleep, None));
+    drop(fence);
+    wait_for("the abandoned script's sleep to be killed", || {
+        (!process::is_running(sleep, None)).then_some(())
+    });
+}

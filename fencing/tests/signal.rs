@@ -123,9 +123,12 @@ async fn signal_sigterm_also_ends_a_stopped_process() {
     // continues it.
     let mut warden = Group::spawn("exec sleep 1000");
     stop(&warden);
+    // A node that was never promoted (no epoch) ran no service as active: its warden is
+    // all there is to stop. (A promoted record needs its service named too.)
     let target = warden_fencing::Target {
         pid: Some(warden.pid),
         start_time: Some(warden.start_time()),
+        epoch: None,
         ..local_target()
     };
     let report = signal_chain(Signal::SIGTERM, Duration::from_secs(5))
@@ -201,11 +204,20 @@ async fn signal_kills_the_pidfile_process_of_an_earlier_incarnation_of_this_node
         )
     };
 
-    // Another node on this host: our pidfile is not its service's.
+    // Another node on this host: our pidfile is not its service's. Its record names no
+    // service of its own, and it was promoted: killing its warden does not show its
+    // service down, so it is not fenced (this test used to expect "fenced" here).
     let warden = old_warden();
     let other = with_warden(local_target(), &warden);
     let report = chain(ctx.clone()).fence(&other).await;
-    assert!(report.is_fenced(), "{}", report.summary());
+    assert!(!report.is_fenced(), "{}", report.summary());
+    assert!(
+        report
+            .summary()
+            .contains("the record names no service process"),
+        "{}",
+        report.summary()
+    );
     assert!(
         service.alive(),
         "another node's fencing killed this node's service"
@@ -244,6 +256,7 @@ async fn signal_does_not_apply_to_another_host() {
     let target = warden_fencing::Target {
         host: Some("elsewhere.test".into()),
         boot_id: Some("00000000-0000-0000-0000-000000000000".into()),
+        machine_id: Some(other_machine_id()),
         ..local_target()
     };
     let report = sigkill_chain().fence(&target).await;
@@ -301,4 +314,232 @@ fn listeners_on_port_finds_this_process() {
     wait_for("nobody to listen on the port", || {
         process::listeners_on_port(port).is_empty().then_some(())
     });
+}
+
+// --- Which host is this (SPEC §5): boot id, machine id and pid namespace together ---
+
+fn outcome(report: &warden_fencing::FenceReport) -> &Outcome {
+    &report.attempts[0].outcome
+}
+
+/// A container on this kernel: `unshare --pid --fork --mount-proc` running a shell (pid 1
+/// in its namespace) and a `sleep` (pid 2 or so there). Returns the group and the sleep's
+/// host pid.
+fn container() -> (Group, u32) {
+    require("/usr/bin/unshare", "util-linux");
+    let g = Group::spawn("exec unshare --pid --fork --mount-proc /bin/sh -c 'sleep 1000 & wait'");
+    // unshare -> the namespace's init (sh) -> sleep.
+    let init = wait_for("unshare to fork the namespace's init", || {
+        children_of(g.pid).first().copied()
+    });
+    let sleep = wait_for("the sleep inside the namespace", || {
+        children_of(init).first().copied()
+    });
+    let ns = process::pid_ns_of(sleep).expect("read the pid namespace of a child");
+    assert_ne!(
+        Some(ns),
+        process::pid_ns().ok(),
+        "unshare --pid made no new pid namespace (this test runs as root)"
+    );
+    (g, sleep)
+}
+
+#[tokio::test]
+async fn signal_does_not_fence_a_container_on_this_kernel_in_another_pid_namespace() {
+    let (_container, sleep) = container();
+    // The record that a warden in that container would write: this boot id and machine
+    // id (it shares both), its own pid namespace, and its pid as seen in there.
+    let target = warden_fencing::Target {
+        pid: Some(pid_in_own_namespace(sleep)),
+        start_time: process::start_time(sleep),
+        pid_ns: process::pid_ns_of(sleep),
+        epoch: None,
+        ..local_target()
+    };
+    let report = sigkill_chain().fence(&target).await;
+    // Its pid means another process here, or none: "already gone" would be a lie.
+    assert!(
+        matches!(outcome(&report), Outcome::NotApplicable(r) if r.contains("another pid namespace")),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        process::is_running(sleep, None),
+        "the container's process was signalled"
+    );
+}
+
+#[tokio::test]
+async fn signal_does_not_apply_to_this_boot_id_on_another_machine() {
+    let mut warden = old_warden();
+    let target = warden_fencing::Target {
+        machine_id: Some(other_machine_id()),
+        epoch: None,
+        ..with_warden(local_target(), &warden)
+    };
+    let report = sigkill_chain().fence(&target).await;
+    assert!(
+        matches!(outcome(&report), Outcome::NotApplicable(r) if r.contains("another machine")),
+        "{}",
+        report.summary()
+    );
+    assert!(
+        warden.alive(),
+        "a process was signalled on behalf of another machine"
+    );
+}
+
+#[tokio::test]
+async fn signal_counts_another_boot_of_this_machine_as_rebooted_whatever_the_host_name() {
+    // Host names are not identity: the record's "rm1.test" is not this node's "rm2.test",
+    // but the machine id is this machine's, and the boot id is not this boot's.
+    let target = warden_fencing::Target {
+        boot_id: Some(OTHER_BOOT_ID.into()),
+        pid: Some(std::process::id()),
+        start_time: process::start_time(std::process::id()),
+        ..local_target()
+    };
+    assert_ne!(target.host.as_deref(), Some(ctx().host.as_str()));
+    let report = sigkill_chain().fence(&target).await;
+    assert_eq!(outcome(&report), &Outcome::Fenced, "{}", report.summary());
+}
+
+#[tokio::test]
+async fn signal_does_not_apply_to_another_boot_of_another_machine_with_this_host_name() {
+    // A cloned machine, or a pod rescheduled under this host's name.
+    let target = warden_fencing::Target {
+        host: Some(ctx().host),
+        boot_id: Some(OTHER_BOOT_ID.into()),
+        machine_id: Some(other_machine_id()),
+        ..local_target()
+    };
+    let report = sigkill_chain().fence(&target).await;
+    assert!(
+        matches!(outcome(&report), Outcome::NotApplicable(r) if r.contains("another machine")),
+        "{}",
+        report.summary()
+    );
+}
+
+#[tokio::test]
+async fn signal_reads_this_boot_id_in_upper_case_as_this_boot_not_a_reboot() {
+    let mut warden = old_warden();
+    let target = warden_fencing::Target {
+        boot_id: Some(process::boot_id().unwrap().to_ascii_uppercase()),
+        epoch: None,
+        ..with_warden(local_target(), &warden)
+    };
+    let report = sigkill_chain().fence(&target).await;
+    assert!(report.is_fenced(), "{}", report.summary());
+    // Fenced by killing it, not by a reboot that never happened.
+    assert_eq!(warden.reap().signal(), Some(libc::SIGKILL));
+}
+
+#[tokio::test]
+async fn signal_does_not_apply_without_machine_id_or_pid_namespace_or_with_a_garbage_boot_id() {
+    let mut warden = old_warden();
+    let base = warden_fencing::Target {
+        epoch: None,
+        ..with_warden(local_target(), &warden)
+    };
+    for (target, missing) in [
+        (
+            warden_fencing::Target {
+                machine_id: None,
+                ..base.clone()
+            },
+            "no machine id",
+        ),
+        (
+            warden_fencing::Target {
+                pid_ns: None,
+                ..base.clone()
+            },
+            "no pid namespace",
+        ),
+        (
+            warden_fencing::Target {
+                boot_id: Some("not-a-boot-id".into()),
+                ..base.clone()
+            },
+            "is not a UUID",
+        ),
+        (
+            // Unknown pid namespace and another boot: not "rebooted" either.
+            warden_fencing::Target {
+                pid_ns: None,
+                boot_id: Some(OTHER_BOOT_ID.into()),
+                ..base.clone()
+            },
+            "no pid namespace",
+        ),
+    ] {
+        let report = sigkill_chain().fence(&target).await;
+        assert!(
+            matches!(outcome(&report), Outcome::NotApplicable(r) if r.contains(missing)),
+            "{missing}: {}",
+            report.summary()
+        );
+    }
+    assert!(warden.alive());
+}
+
+// --- A promoted record must name its service ---
+
+#[tokio::test]
+async fn signal_does_not_fence_a_promoted_record_that_names_no_service_by_its_warden_alone() {
+    let mut warden = old_warden();
+    let target = with_warden(local_target(), &warden);
+    assert!(target.epoch.is_some() && target.service_pid.is_none());
+    let report = sigkill_chain().fence(&target).await;
+    match outcome(&report) {
+        Outcome::Failed(r) => assert!(
+            r.contains(
+                "the record names no service process, so warden cannot verify that the old \
+                 service is down"
+            ),
+            "{r}"
+        ),
+        other => panic!("expected failed, got {other:?}"),
+    }
+    // The identified warden is still killed: it must not wake up either way.
+    assert_eq!(warden.reap().signal(), Some(libc::SIGKILL));
+}
+
+// --- A group whose leader is gone: only provable leftovers are killed ---
+
+#[tokio::test]
+async fn signal_leaves_a_leaderless_group_alone_when_a_member_is_older_than_the_recorded_service() {
+    let mut leader = Group::spawn("sleep 1000 & exit 0");
+    let leader_start = leader.start_time();
+    assert!(leader.reap().success());
+    let leftovers = wait_for("the leftover to be alone in the group", || {
+        let m = process::group_members(leader.pid);
+        (m.len() == 1).then_some(m)
+    });
+    let warden = old_warden();
+    // The record says the service started later than the process left in the group: that
+    // process cannot descend from it, so the group id may name another group now.
+    let later = warden_fencing::Target {
+        service_pid: Some(leader.pid),
+        service_pgid: Some(leader.pid),
+        service_start_time: Some(leader_start + 1_000_000),
+        ..with_warden(local_target(), &warden)
+    };
+    let unknown = warden_fencing::Target {
+        service_start_time: None,
+        ..later.clone()
+    };
+    for (target, why) in [
+        (later, "started before"),
+        (unknown, "no service start time"),
+    ] {
+        let report = sigkill_chain().fence(&target).await;
+        assert!(!report.is_fenced(), "{}", report.summary());
+        assert!(report.summary().contains(why), "{}", report.summary());
+        assert!(
+            process::is_running(leftovers[0], None),
+            "an unidentified group member was killed"
+        );
+    }
 }

@@ -400,3 +400,48 @@ async fn a_key_the_host_does_not_accept_fails_naming_it() {
     assert!(why.contains("127.0.0.1 refused"), "{why}");
     assert!(why.contains(&stranger_key.display().to_string()), "{why}");
 }
+
+#[tokio::test]
+async fn an_abandoned_ssh_fence_closes_its_session_and_the_remote_command_ends() {
+    // The daemon drops the chain's future when it abandons a fence (session lost,
+    // stopping): the ssh session must go with it, and with it the remote command, which
+    // would otherwise run (and act) until its own bound, long after a later election.
+    let sshd = Sshd::start();
+    let pidfile = sshd.path("remote_sleep.pid");
+    let hang = sshd.script(
+        "hang",
+        &format!("sleep 60 &\necho $! > {}\nwait\n", pidfile.display()),
+    );
+    let method = sshd.method(
+        &sshd.path("known_hosts"),
+        Some(&hang.display().to_string()),
+        Duration::from_secs(120),
+    );
+    let chain = FenceChain::new(vec![FenceMethod::Ssh(method)], ctx());
+    let t = target();
+    let mut fence = Box::pin(chain.fence(&t));
+    let sleep: u32 = loop {
+        tokio::select! {
+            report = &mut fence => panic!("the fence ended: {}", report.summary()),
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+    };
+    assert!(process::is_running(sleep, None));
+    assert!(
+        !children_of(sshd.pid()).is_empty(),
+        "no sshd session serves the fence"
+    );
+
+    drop(fence);
+
+    wait_for("sshd to end the abandoned session", || {
+        children_of(sshd.pid()).is_empty().then_some(())
+    });
+    wait_gone("the abandoned remote command's sleep", sleep);
+}

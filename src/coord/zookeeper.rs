@@ -801,7 +801,19 @@ impl ZkSession {
         Err(StoreError::Unknown(format!("{path} kept changing; not written")).into())
     }
 
-    /// Deletes a persistent znode of the cluster if present (`init --force`).
+    /// Deletes each znode at the version given, all or none (`init --force`).
+    pub async fn delete_at_versions(&self, doomed: &[(&str, i32)]) -> Result<(), StoreError> {
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let mut w = self.client.new_multi_writer();
+        for (path, version) in doomed {
+            w.add_delete(path, Some(*version)).map_err(classify)?;
+        }
+        self.bounded_multi("deleting", w.commit()).await.map(|_| ())
+    }
+
+    /// Deletes a persistent znode of the cluster if present.
     pub async fn delete_if_present(&self, path: &str) -> Result<(), StoreError> {
         match self
             .bounded("deleting", self.client.delete(path, None))

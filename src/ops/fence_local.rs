@@ -4,10 +4,20 @@
 //!
 //! It does on this host what the `signal` method does on its own, through the same
 //! `terminate_incarnation`: it signals the recorded warden process and service group only
-//! where start times still match, falls back to whatever listens on the recorded port when
-//! the record names no service pid or group, waits until none of it remains, and says so.
-//! A boot id other than the recorded one means the host rebooted since, which ended the
-//! incarnation: fenced. It reads no config file and no environment (sshd passes neither).
+//! where start times still match, kills the recorded service cgroup, falls back to
+//! whatever listens on the recorded port when the record names no service pid, group or
+//! cgroup, waits until none of it remains, and says so. It reads no config file and no
+//! environment (sshd passes neither).
+//!
+//! Which host this is (SPEC §5) is decided by the recorded boot id, machine id and pid
+//! namespace, compared parsed (a boot id in upper case is the same boot): ssh reached a
+//! host by *name*, and a cloned machine, a rescheduled pod or a container on a shared
+//! kernel may answer to it. Another boot id on the recorded machine means it rebooted,
+//! which ended the incarnation: fenced. Another boot id without the recorded machine id
+//! (or on another machine) is NOT fenced: nothing here can tell whether this is the
+//! recorded machine. The same boot in another pid namespace cannot see the recorded pids:
+//! NOT fenced, though the recorded cgroup, when found and verified to hold that
+//! namespace's processes, is still killed.
 //!
 //! Output: one line per finding (stdout for what was done or found gone, stderr for what
 //! stops it from verifying), then a verdict line. Exit codes: 0 fenced, and the last
@@ -20,10 +30,12 @@
 
 use clap::Args;
 use nix::sys::signal::Signal;
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
-use warden_fencing::process::{self, TerminateOptions};
-use warden_fencing::{SignalName, Target, FENCE_LOCAL_FENCED};
+use warden_fencing::cgroup::Cgroup;
+use warden_fencing::process::{self, TerminateOptions, Whereabouts};
+use warden_fencing::{SignalName, Target, FENCE_LOCAL_FENCED, FENCE_LOCAL_MAX_TIMEOUT};
 
 /// How long past `--timeout` fence-local may take before its watchdog ends it with exit 1:
 /// time to print its findings after the wait. The ssh side passes a `--timeout` that ends
@@ -44,6 +56,14 @@ pub struct FenceLocalArgs {
     /// Required: without it, recorded pids could belong to an earlier boot.
     #[arg(long, value_name = "UUID")]
     pub boot_id: String,
+    /// `/etc/machine-id` of this host when the incarnation was recorded (32 hex digits).
+    /// Without it, another boot id cannot be told from another machine.
+    #[arg(long, value_name = "ID")]
+    pub machine_id: Option<String>,
+    /// The inode of the old warden's pid namespace (`/proc/self/ns/pid`): in another one,
+    /// the recorded pids name other processes.
+    #[arg(long, value_name = "INODE")]
+    pub pid_ns: Option<u64>,
     /// The old warden process.
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
@@ -59,16 +79,40 @@ pub struct FenceLocalArgs {
     /// The old service's start time (of the service pid, or of the group's leader).
     #[arg(long, value_name = "TICKS")]
     pub service_start_time: Option<u64>,
+    /// The old service's cgroup v2, relative to the hierarchy's root (as in
+    /// `/proc/PID/cgroup`): every process in it is killed through `cgroup.kill`.
+    #[arg(long, value_name = "PATH")]
+    pub service_cgroup: Option<String>,
+    /// The epoch the old node was promoted with: a promoted record that names no service
+    /// process is not fenced by finding its warden gone (only listeners found on `--port`
+    /// stand in for the service).
+    #[arg(long)]
+    pub epoch: Option<u64>,
     /// The service's port: whatever listens on it is killed when the record names no
-    /// service pid or group.
+    /// service pid, group or cgroup.
     #[arg(long)]
     pub port: Option<u16>,
     /// The signal to send; anything but SIGKILL is followed by SIGCONT.
     #[arg(long, default_value = "SIGKILL")]
     pub signal: SignalName,
-    /// How long to wait for the processes to go (e.g. `10s`, `2500ms`).
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// How long to wait for the processes to go (e.g. `10s`, `2500ms`; at most 1h).
+    #[arg(long, default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
+}
+
+/// A `--timeout`: a duration up to [`FENCE_LOCAL_MAX_TIMEOUT`].
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let max = humantime::format_duration(FENCE_LOCAL_MAX_TIMEOUT);
+    let d = humantime::parse_duration(text).map_err(|e| {
+        format!("{text:?} is not a duration ({e}); write it like 10s or 2500ms, at most {max}")
+    })?;
+    if d > FENCE_LOCAL_MAX_TIMEOUT {
+        return Err(format!(
+            "{text} is longer than fence-local waits ({max} at most): processes that a signal \
+             has not ended by then will not end by waiting; pass a shorter --timeout"
+        ));
+    }
+    Ok(d)
 }
 
 impl FenceLocalArgs {
@@ -76,6 +120,10 @@ impl FenceLocalArgs {
     pub fn target(&self) -> Target {
         Target {
             boot_id: Some(self.boot_id.clone()),
+            machine_id: self.machine_id.clone(),
+            pid_ns: self.pid_ns,
+            service_cgroup: self.service_cgroup.clone(),
+            epoch: self.epoch,
             pid: self.pid,
             start_time: self.start_time,
             service_pid: self.service_pid,
@@ -89,11 +137,36 @@ impl FenceLocalArgs {
     /// What clap cannot check on its own.
     fn validate(&self) -> Result<(), String> {
         let id = &self.boot_id;
-        if id.is_empty() || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if process::parse_boot_id(id).is_none() || id.trim() != id {
             return Err(format!(
                 "--boot-id {id:?} is not a boot id (expected a UUID such as the content of \
                  /proc/sys/kernel/random/boot_id)"
             ));
+        }
+        if let Some(m) = &self.machine_id {
+            if process::parse_machine_id(m).is_none() || m.trim() != m {
+                return Err(format!(
+                    "--machine-id {m:?} is not a machine id (expected 32 hex digits such as the \
+                     content of /etc/machine-id)"
+                ));
+            }
+        }
+        if self.pid_ns == Some(0) {
+            return Err(
+                "--pid-ns 0 is not a pid namespace (expected the inode number of \
+                 /proc/PID/ns/pid, as `stat -L -c %i /proc/self/ns/pid` prints it)"
+                    .to_string(),
+            );
+        }
+        if let Some(c) = &self.service_cgroup {
+            let plain = Cgroup::at(Path::new("/"), c).is_some_and(|cg| !cg.is_root());
+            if !plain {
+                return Err(format!(
+                    "--service-cgroup {c:?} is not a service's cgroup (expected a path below the \
+                     hierarchy's root as in /proc/PID/cgroup, such as /system.slice/warden.service/service-42, \
+                     without `..`, and not the root itself)"
+                ));
+            }
         }
         if self.service_start_time.is_some()
             && self.service_pid.is_none()
@@ -121,7 +194,9 @@ impl Watchdog {
             // Disconnected = the watchdog was dropped: fence-local finished in time.
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(bound) {
                 eprintln!(
-                    "fence-local: NOT fenced: still working after {}; giving up",
+                    "fence-local: NOT fenced: still working after {}; giving up (a process \
+                     stuck in the kernel, or a /proc too slow to read?); check the old \
+                     incarnation's processes on this host by hand",
                     humantime::format_duration(bound)
                 );
                 std::process::exit(EXIT_NOT_FENCED);
@@ -138,7 +213,8 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
         eprintln!("fence-local: {e}");
         return EXIT_BAD_ARGUMENTS;
     }
-    let _watchdog = Watchdog::arm(args.timeout + WATCHDOG_GRACE);
+    // --timeout is at most an hour (parse_timeout); saturating all the same.
+    let _watchdog = Watchdog::arm(args.timeout.saturating_add(WATCHDOG_GRACE));
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -154,18 +230,37 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
             return EXIT_NOT_FENCED;
         }
     };
-    if now != args.boot_id {
-        println!(
-            "{FENCE_LOCAL_FENCED}: {host} rebooted since the record was written (boot id {}, \
-             now {now}), which ended the incarnation",
-            args.boot_id
-        );
-        return EXIT_FENCED;
-    }
+    // Unknown here (empty, 0) means neither "this boot" nor "rebooted": never fenced by
+    // a guess about which machine this is.
+    let machine_id = process::machine_id().unwrap_or_default();
+    let pid_ns = process::pid_ns().unwrap_or(0);
+    let target = args.target();
+    let foreign_pid_ns = match process::whereabouts(&now, &machine_id, pid_ns, &target) {
+        Whereabouts::Rebooted(how) => {
+            println!("{FENCE_LOCAL_FENCED}: {host}: {how}");
+            return EXIT_FENCED;
+        }
+        Whereabouts::Elsewhere(why) => {
+            eprintln!(
+                "fence-local: NOT fenced on {host}: {why}. Fence that machine by a method that \
+                 reaches it, or confirm by hand with `warden fence --confirm`"
+            );
+            return EXIT_NOT_FENCED;
+        }
+        Whereabouts::ThisBoot => None,
+        Whereabouts::OtherPidNamespace { recorded, here } => {
+            eprintln!(
+                "fence-local: {host}: the incarnation ran on this boot of this machine but in pid \
+                 namespace {recorded}, and fence-local runs in {here}: its recorded pids cannot \
+                 be checked from here, so it cannot be verified fenced"
+            );
+            Some(recorded)
+        }
+    };
 
     let signal: Signal = args.signal.0;
     println!(
-        "fence-local: {host}: same boot as the record; sending {} to what remains of it, \
+        "fence-local: {host}: the record's boot and machine; sending {} to what remains of it, \
          waiting up to {}",
         signal.as_str(),
         humantime::format_duration(args.timeout)
@@ -175,10 +270,14 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
         pidfile: None,
         // This host is the old active's: whatever serves on its port is the old service.
         port_fallback: true,
+        foreign_pid_ns,
     };
-    let deadline = tokio::time::Instant::now() + args.timeout;
-    let report = process::terminate_incarnation(&args.target(), &opts, deadline).await;
+    let deadline = process::deadline_after(tokio::time::Instant::now(), args.timeout);
+    let report = process::terminate_incarnation(&target, &opts, deadline).await;
 
+    for s in &report.killed {
+        println!("fence-local: killed every process of {s} (cgroup.kill)");
+    }
     for s in &report.signalled {
         println!("fence-local: sent {} to {s}", signal.as_str());
     }

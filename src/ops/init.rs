@@ -38,8 +38,27 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
                 cfg.cluster.name
             )));
         }
-        zk.delete_if_present(&paths.breadcrumb).await?;
-        zk.delete_if_present(&paths.control).await?;
+        // Version-checked, in one multi-op: a warden that started and committed a
+        // promotion since the snapshot changed the breadcrumb, and its fresh breadcrumb must
+        // never be deleted by a check that saw the cluster empty.
+        let mut doomed = Vec::new();
+        if let Some((_, v)) = &snap.breadcrumb {
+            doomed.push((paths.breadcrumb.as_str(), *v));
+        }
+        if let Some(v) = snap.control_version {
+            doomed.push((paths.control.as_str(), v));
+        }
+        match zk.delete_at_versions(&doomed).await {
+            Ok(()) => {}
+            Err(StoreError::Rejected(_)) => {
+                return Ok(InitOutcome::Refused(format!(
+                    "refusing `init --force`: the breadcrumb or control of cluster {:?} changed \
+                     while init ran (a warden is starting?); stop every warden and run it again",
+                    cfg.cluster.name
+                )))
+            }
+            Err(e) => return Err(e),
+        }
         done.push(format!(
             "deleted {} and {} (the next election fences nobody)",
             paths.breadcrumb, paths.control

@@ -35,6 +35,8 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "pid": m.node.pid,
                 "since": m.node.since,
                 "epoch": m.node.epoch,
+                "session_timeout": m.session_timeout,
+                "containment": m.containment,
             }),
             Err(e) => json!({
                 "node_id": id, "role": null, "health": null, "host": null, "port": null,
@@ -140,6 +142,21 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
                 m.node.pid
             )),
             Err(e) => out.push_str(&format!("{id:<16} unreadable member record: {e}\n")),
+        }
+    }
+    // What the lease really follows, and how each service is contained (SPEC §4, §6):
+    // said once per member when it is worth an operator's attention.
+    for (id, m) in &snap.members {
+        let Ok(m) = m else { continue };
+        if let Some(t) = &m.session_timeout {
+            out.push_str(&format!("{id}: session timeout in force {t}\n"));
+        }
+        if let Some(c) = m
+            .containment
+            .as_deref()
+            .filter(|c| !c.starts_with("cgroup"))
+        {
+            out.push_str(&format!("{id}: service containment: {c}\n"));
         }
     }
     out

@@ -112,6 +112,72 @@ pub fn process_cmdline(pid: u32) -> Option<String> {
     )
 }
 
+/// The fields of `/proc/PID/stat` that the tests read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// `R`, `S`, `D`, `T` (stopped), `Z` (zombie), ...
+    pub state: char,
+    /// The process group (field 5).
+    pub pgid: u32,
+    /// Clock ticks since boot (field 22): with the pid, it names one process for good.
+    pub start_time: u64,
+}
+
+/// `/proc/PID/stat` of a live or zombie process; `None` once it is gone.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<ProcStat> {
+    // The command name (field 2) may hold spaces and parentheses: the fields that follow
+    // start after its last ')'. `f[0]` is field 3, so field n is `f[n - 3]`.
+    let rest = text.get(text.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: f.first()?.chars().next()?,
+        pgid: f.get(2)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// The state of every thread of `pid` (`/proc/PID/task/*/stat`); `None` once it is gone.
+fn thread_states(pid: u32) -> Option<Vec<char>> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            .filter_map(|s| parse_stat(&s).map(|s| s.state))
+            .collect(),
+    )
+}
+
+/// How long a process may take to act on SIGSTOP or SIGCONT: a signal is delivered
+/// asynchronously (each thread stops when it next runs), and a JVM has dozens of threads
+/// on a loaded 2-core machine.
+const SIGNAL_TAKES_EFFECT: Duration = Duration::from_secs(10);
+
+/// Waits until every thread of `pid` is stopped (state `T`), or the process is dead: after
+/// `kill(SIGSTOP)` returns, the target may still run (and answer) for a moment.
+pub fn wait_stopped(pid: u32) {
+    wait_until(
+        SIGNAL_TAKES_EFFECT,
+        &format!("every thread of process {pid} is stopped (state T)"),
+        || {
+            thread_states(pid)
+                .is_none_or(|states| states.iter().all(|s| matches!(s, 'T' | 'Z' | 'X')))
+        },
+    );
+}
+
+/// Waits until no thread of `pid` is stopped any more (after SIGCONT), or it is gone.
+pub fn wait_continued(pid: u32) {
+    wait_until(
+        SIGNAL_TAKES_EFFECT,
+        &format!("no thread of process {pid} is stopped (state T)"),
+        || thread_states(pid).is_none_or(|states| !states.contains(&'T')),
+    );
+}
+
 fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
     kill(Pid::from_raw(pid as i32), sig)
 }
@@ -325,11 +391,19 @@ pub struct ZkServer {
     port: u16,
     log_path: PathBuf,
     child: Option<Child>,
+    /// `zoo.cfg` lines after the defaults (a later line overrides an earlier key).
+    extra_config: String,
 }
 
 impl ZkServer {
     /// Starts a server on a free loopback port and waits until it accepts sessions.
     pub fn start() -> ZkServer {
+        ZkServer::start_with_config("")
+    }
+
+    /// Like [`start`](Self::start), with `extra` appended to `zoo.cfg`: a key given there
+    /// overrides the default (`maxSessionTimeout=2000`, say).
+    pub fn start_with_config(extra: &str) -> ZkServer {
         check_zookeeper_installed();
         let dir = tempfile::Builder::new()
             .prefix("warden-zk-")
@@ -342,6 +416,7 @@ impl ZkServer {
             port: 0,
             log_path,
             child: None,
+            extra_config: extra.to_string(),
         };
         // The free port can be taken by another test between probe and bind: try again.
         for attempt in 1..=5 {
@@ -393,16 +468,18 @@ impl ZkServer {
     }
 
     /// SIGSTOP: the server keeps its sockets but answers nothing, as a hung or cut-off
-    /// server does; its session clocks stop too.
+    /// server does; its session clocks stop too. Returns once every thread is stopped.
     pub fn freeze(&mut self) {
         let pid = self.pid().expect("freeze a running ZooKeeper");
         signal(pid, Signal::SIGSTOP).expect("SIGSTOP zookeeper");
+        wait_stopped(pid);
     }
 
-    /// SIGCONT after [`freeze`](Self::freeze).
+    /// SIGCONT after [`freeze`](Self::freeze); returns once no thread is stopped.
     pub fn thaw(&mut self) {
         let pid = self.pid().expect("thaw a running ZooKeeper");
         signal(pid, Signal::SIGCONT).expect("SIGCONT zookeeper");
+        wait_continued(pid);
     }
 
     /// Kills the server (SIGKILL by pid) and waits for it; the data dir stays.
@@ -434,9 +511,11 @@ impl ZkServer {
              clientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=ruok,srvr,mntr\n\
-             maxClientCnxns=0\n",
+             maxClientCnxns=0\n\
+             {}",
             data.display(),
-            self.port
+            self.port,
+            self.extra_config
         );
         fs::write(self.dir.path().join("zoo.cfg"), cfg).expect("write zoo.cfg");
     }
@@ -621,6 +700,49 @@ impl ZkClient {
         })
     }
 
+    /// Creates `path` EPHEMERAL with `data`, owned by this client's session (parents are
+    /// created persistent, open ACL): a znode that lives exactly as long as the session.
+    pub fn create_ephemeral(&self, path: &str, data: &[u8]) {
+        use zookeeper_client::{Acls, CreateMode, Error};
+        self.rt.block_on(async {
+            if let Some((parent, _)) = path.rsplit_once('/') {
+                let opts = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                match self.client.mkdir(parent, &opts).await {
+                    Ok(()) | Err(Error::NodeExists) => {}
+                    Err(e) => panic!("mkdir {parent}: {e}"),
+                }
+            }
+            let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+            self.client
+                .create(path, data, &opts)
+                .await
+                .unwrap_or_else(|e| panic!("create {path} EPHEMERAL: {e}"));
+        })
+    }
+
+    /// Closes the session (its ephemeral znodes go with it) and waits, up to 5s, until the
+    /// client reports it closed.
+    pub fn close(self) {
+        use zookeeper_client::SessionState;
+        let ZkClient { client, rt } = self;
+        let mut states = client.state_watcher();
+        // The session closes once its last client handle is dropped.
+        drop(client);
+        rt.block_on(async {
+            let _ = tokio::time::timeout(secs(5), async {
+                let mut state = states.peek_state();
+                // A terminal state is final: `changed` would block forever after it.
+                while !matches!(
+                    state,
+                    SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+                ) {
+                    state = states.changed().await;
+                }
+            })
+            .await;
+        });
+    }
+
     /// The children of `path`, sorted; empty if it does not exist.
     pub fn children(&self, path: &str) -> Vec<String> {
         self.rt.block_on(async {
@@ -801,11 +923,22 @@ impl Cluster {
     /// and fails, so the chain goes on to `signal`. An empty record proves that no fencing
     /// was attempted, whatever the logs say.
     pub fn recorder_fence(&self) -> String {
+        self.recorder("fence-recorder.sh", 1)
+    }
+
+    /// A `[[fence]]` script that records its call as [`recorder_fence`](Self::recorder_fence)
+    /// does and reports *fenced* (exit 0) without acting on anything: whatever keeps two
+    /// services apart afterwards is warden's own doing (the old active's lease).
+    pub fn no_op_fence(&self) -> String {
+        self.recorder("fence-no-op.sh", 0)
+    }
+
+    fn recorder(&self, name: &str, exit_code: i32) -> String {
         let calls = self.dir().join("fence-calls");
         let script = self.script(
-            "fence-recorder.sh",
+            name,
             &format!(
-                "echo \"$WARDEN_NODE_ID $WARDEN_TARGET_NODE_ID\" >> {}\nexit 1\n",
+                "echo \"$WARDEN_NODE_ID $WARDEN_TARGET_NODE_ID\" >> {}\nexit {exit_code}\n",
                 sh_quote(&calls.display().to_string())
             ),
         );
@@ -861,6 +994,14 @@ impl Node {
     /// Starts `warden -c <config> run` for this node.
     pub fn start(&self) -> Warden {
         let mut w = Warden::start(&self.config);
+        w.journal = Some(self.journal.clone());
+        w
+    }
+
+    /// Starts `warden -c <config> run` for this node under `uid` (and gid `uid`): the
+    /// caller makes the config readable and the journal's dir writable for it.
+    pub fn start_as(&self, uid: u32) -> Warden {
+        let mut w = Warden::start_program_as(Path::new(WARDEN), &self.config, Some(uid));
         w.journal = Some(self.journal.clone());
         w
     }
@@ -934,6 +1075,11 @@ impl Warden {
     /// Runs `<program> -c <config> run` as [`start`](Self::start) runs warden: the
     /// harness's self-tests use a stand-in program.
     pub fn start_program(program: &Path, config: &Path) -> Warden {
+        Warden::start_program_as(program, config, None)
+    }
+
+    /// [`start_program`](Self::start_program), under `uid` (and gid `uid`) when given.
+    pub fn start_program_as(program: &Path, config: &Path, uid: Option<u32>) -> Warden {
         let stem = config
             .file_stem()
             .expect("a config file name")
@@ -964,6 +1110,11 @@ impl Warden {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log handle"))
             .stderr(log);
+        if let Some(uid) = uid {
+            // std drops privileges before the pre_exec hook below runs, so the parent-death
+            // signal (which a credential change clears) is set after it.
+            cmd.uid(uid).gid(uid);
+        }
         die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
@@ -1027,12 +1178,16 @@ impl Warden {
         self.signal(Signal::SIGKILL);
     }
 
+    /// SIGSTOP; returns once the daemon is stopped (every thread), not merely signalled.
     pub fn sigstop(&self) {
         self.signal(Signal::SIGSTOP);
+        wait_stopped(self.pid);
     }
 
+    /// SIGCONT; returns once no thread of the daemon is stopped.
     pub fn sigcont(&self) {
         self.signal(Signal::SIGCONT);
+        wait_continued(self.pid);
     }
 
     pub fn sigterm(&self) {

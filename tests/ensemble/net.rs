@@ -54,6 +54,8 @@ pub enum Cut {
     Client(usize),
     /// Servers `a` and `b` cut off from each other (quorum and election traffic).
     Peers(usize, usize),
+    /// The processes of `uid` cut off from one server port (a warden run under its own uid).
+    Owner { uid: u32, port: u16 },
 }
 
 /// One nftables table of this test: rules are added by the cut methods and all removed
@@ -99,6 +101,7 @@ impl Firewall {
         self.cuts.iter().any(|c| match c {
             Cut::Client(s) => *s == id,
             Cut::Peers(a, b) => *a == id || *b == id,
+            Cut::Owner { .. } => false,
         })
     }
 
@@ -128,6 +131,18 @@ impl Firewall {
             format!("ct mark {m:#x} drop"),
         ]);
         self.cuts.push(Cut::Peers(a.id, b.id));
+    }
+
+    /// Drops all traffic between the sockets of `uid` and `addr:port`, both ways, on
+    /// connections open now or later: one process (run under its own uid) is cut off
+    /// from a server that everything else still reaches.
+    pub fn cut_owner(&mut self, uid: u32, addr: &str, port: u16) {
+        let m = self.mark;
+        self.add(&[
+            format!("meta skuid {uid} ip daddr {addr} tcp dport {port} ct mark set {m:#x} drop"),
+            format!("ct mark {m:#x} drop"),
+        ]);
+        self.cuts.push(Cut::Owner { uid, port });
     }
 
     /// Removes every rule of this test (connections marked stay marked, but no rule drops

@@ -95,7 +95,7 @@ impl Peer {
             .map(|m| m.trim().to_string())
     }
 
-    fn write_config(&self, all: &[Peer]) {
+    fn write_config(&self, all: &[Peer], extra: &str) {
         let data = self.dir.join("data");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
         fs::write(data.join("myid"), format!("{}\n", self.id)).expect("write myid");
@@ -120,6 +120,7 @@ impl Peer {
                 p.id, p.addr, p.quorum_port, p.election_port
             ));
         }
+        cfg.push_str(extra);
         fs::write(self.dir.join("zoo.cfg"), cfg).expect("write zoo.cfg");
         chown_tree(&self.dir, self.uid);
     }
@@ -185,11 +186,19 @@ impl Peer {
 pub struct Ensemble {
     dir: TempDir,
     pub peers: Vec<Peer>,
+    /// `zoo.cfg` lines after the defaults (a later line overrides an earlier key).
+    extra_config: String,
 }
 
 impl Ensemble {
     /// Starts the three servers and waits until they serve with one leader.
     pub fn start() -> Ensemble {
+        Ensemble::start_with_config("")
+    }
+
+    /// Like [`start`](Self::start), with `extra` appended to every server's `zoo.cfg`: a
+    /// key given there overrides the default (`maxSessionTimeout=2000`, say).
+    pub fn start_with_config(extra: &str) -> Ensemble {
         check_zookeeper_installed();
         let dir = tempfile::Builder::new()
             .prefix("warden-ensemble-")
@@ -201,12 +210,13 @@ impl Ensemble {
         let mut ens = Ensemble {
             dir,
             peers: Vec::new(),
+            extra_config: extra.to_string(),
         };
         // A port probed free can be taken by another test before the server binds it.
         for attempt in 1..=5 {
             ens.pick_ports();
             for i in 0..3 {
-                ens.peers[i].write_config(&ens.peers);
+                ens.peers[i].write_config(&ens.peers, &ens.extra_config);
             }
             for p in &mut ens.peers {
                 p.spawn();

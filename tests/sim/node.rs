@@ -1,22 +1,26 @@
 //! One warden process: a real [`Elector`] and a model of `daemon.rs` around it.
 //!
-//! The driver carries out actions the way `daemon.rs` does: store calls run as tasks of
-//! the current session (aborted with it, their results dropped when the session changed),
-//! a join leaves a watch on `lock` behind, `Release` takes the session away, deletes the
-//! lock if it is ours and then closes the session, a stop of a service that is not
-//! running answers "stopped" at once, `KillService` SIGKILLs the stopping and the running
-//! service. Each store call is a sequence of requests as in `coord/zookeeper.rs`, each
-//! bounded by the operation timeout.
+//! The driver carries out actions the way `daemon.rs` does: store calls and fences run as
+//! tasks of the current session (aborted with it, their results dropped when the session
+//! changed), a join leaves a watch on `lock` behind, `Release` takes the session away,
+//! deletes the lock if it is ours and then closes the session, a stop of a service that is
+//! not running answers "stopped" at once, a stop of one that is stops every process its
+//! cgroup (or, without one, its process group) holds and is clean only once none is left,
+//! `KillService` SIGKILLs the stopping and the running service the same way, the main
+//! process's exit is reported as `ServiceExited` whatever still runs of the service,
+//! `RecordService` writes the running service's identity into the breadcrumb. Each store
+//! call is a sequence of requests as in `coord/zookeeper.rs`, each bounded by the
+//! operation timeout (from the session timeout in force).
 
 use super::plan::{between, ms, SimConfig, Time};
-use super::store::{Crumb, Fail, Inc, Note, Req, Resp};
-use super::world::{incarnation, name, IdMap, World, KILL_WAIT};
+use super::store::{Crumb, Fail, Inc, Note, Req, Resp, SvcRec};
+use super::world::{incarnation, name, FenceStep, IdMap, Victim, World, KILL_WAIT, POLL};
 use std::time::Duration;
 use warden::elector::{
     Action, BreadcrumbView, ClusterState, ControlView, Elector, ElectorConfig, Event, FenceOrder,
     JoinOutcome, Ticket, WriteOutcome, RETRY_DELAY,
 };
-use warden::record::{Epoch, NodeRecord, Role};
+use warden::record::{Epoch, HostIdentity, Role};
 
 /// `daemon.rs`: connect back-off and the wait for a killed predecessor's session.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
@@ -113,6 +117,8 @@ enum Kind {
     RecordService {
         ticket: Ticket,
         epoch: Epoch,
+        /// The running service's identity when the action was carried out.
+        svc: Option<SvcRec>,
         st: u8,
     },
     DeleteCrumb {
@@ -139,6 +145,8 @@ enum Kind {
         ticket: Ticket,
         order: FenceOrder,
         fault: Option<bool>,
+        /// What the acting method signalled, until when it waits, and which method.
+        waiting: Option<(Vec<Victim>, Time, String)>,
     },
     Start {
         ticket: Ticket,
@@ -180,7 +188,7 @@ pub struct Proc {
     lock_watch: Option<u64>,
     connecting: Option<u64>,
     pub service: Option<u64>,
-    stopping: Option<u64>,
+    pub stopping: Option<u64>,
     pub tasks: IdMap<Task>,
     pending: IdMap<u64>,
     /// For invariant 3: the lease as the store granted it, from the send times of the
@@ -188,10 +196,14 @@ pub struct Proc {
     pub lease_end: Option<Time>,
     /// When the elector last ordered a promotion commit.
     last_commit: Option<Time>,
+    /// The cgroup prepared for the next start (`Spawner::prepare`), by epoch, recorded in
+    /// the commit; and whether a start used it already.
+    prepared: Option<(Epoch, u64, bool)>,
 }
 
 impl Proc {
-    pub fn new(cfg: &SimConfig, node: usize, inc: u32) -> Proc {
+    /// Incarnation `inc` of `node`, on the machine, boot and pid namespace of `host`.
+    pub fn new(cfg: &SimConfig, node: usize, inc: u32, host: HostIdentity) -> Proc {
         let incarnation = incarnation((node, inc));
         let elector = Elector::new(
             ElectorConfig {
@@ -200,11 +212,7 @@ impl Proc {
                 session_timeout: cfg.session_timeout,
                 rejoin_delay: cfg.rejoin_delay,
                 demote_grace: cfg.stop_timeout,
-                host: warden::record::HostIdentity {
-                    boot_id: format!("{:032x}", node + 1),
-                    machine_id: format!("{:032x}", node + 101),
-                    pid_ns: Some(1),
-                },
+                host,
             },
             true,
         );
@@ -229,22 +237,13 @@ impl Proc {
             pending: IdMap::default(),
             lease_end: None,
             last_commit: None,
+            prepared: None,
         }
     }
 }
 
 pub fn node_id(node: usize) -> String {
     format!("n{}", node + 1)
-}
-
-fn record(owner: Inc, epoch: Epoch) -> NodeRecord {
-    NodeRecord {
-        node_id: node_id(owner.0),
-        host: format!("h{}", owner.0 + 1),
-        incarnation: incarnation(owner),
-        epoch: Some(epoch),
-        ..Default::default()
-    }
 }
 
 impl World {
@@ -340,11 +339,13 @@ impl World {
                 if self.conns.get(&sid).is_some_and(|c| c.expired) {
                     self.input(node, Input::Session(gen, Event::SessionLost));
                 }
+                // `coord/zookeeper.rs` reports the timeout the server granted.
+                let granted = Some(self.plan.cfg.granted);
                 self.feed(
                     node,
                     Event::SessionStarted {
                         control: ControlView::default(),
-                        granted: None,
+                        granted,
                     },
                 );
             }
@@ -561,27 +562,37 @@ impl World {
                 },
             ),
             Action::Fence { ticket, order } => {
-                let fault = match order {
-                    FenceOrder::OwnLeftovers(_) => None,
-                    _ => self.fence_fault(),
+                // A task of the current session: a fence the elector abandons (its session
+                // was lost) is aborted with it and never acts after a later election.
+                let Some((sid, gen)) = self.procs[node].session else {
+                    self.input(
+                        node,
+                        Input::Elector(Event::FenceDone {
+                            ticket,
+                            fenced: false,
+                            summary: "no coordination session to fence under".into(),
+                        }),
+                    );
+                    return;
                 };
-                let d = match (fault, &order) {
-                    (Some(true), _) => self.plan.cfg.fence_timeout,
-                    (Some(false), _) => between(&mut self.rng, ms(1), ms(50)),
-                    (None, FenceOrder::OwnLeftovers(_)) => between(&mut self.rng, ms(1), ms(30)),
-                    (None, _) => between(&mut self.rng, ms(5), ms(300)),
-                };
-                self.spawn(
-                    node,
-                    None,
-                    0,
-                    Kind::Fence {
-                        ticket,
-                        order,
-                        fault,
-                    },
-                    d,
+                let local = matches!(
+                    order,
+                    FenceOrder::OwnLeftovers(_) | FenceOrder::OwnService(_)
                 );
+                let fault = if local { None } else { self.fence_fault() };
+                let d = match fault {
+                    Some(true) => self.plan.cfg.fence_timeout,
+                    Some(false) => between(&mut self.rng, ms(1), ms(50)),
+                    None if local => between(&mut self.rng, ms(1), ms(30)),
+                    None => between(&mut self.rng, ms(5), ms(300)),
+                };
+                let kind = Kind::Fence {
+                    ticket,
+                    order,
+                    fault,
+                    waiting: None,
+                };
+                self.spawn(node, Some(gen), sid, kind, d);
             }
             Action::CommitPromotion {
                 ticket,
@@ -590,11 +601,18 @@ impl World {
                 control_version,
             } => {
                 self.procs[node].last_commit = Some(now);
+                // Spawn mode: no process of the service to name yet, but the cgroup it will
+                // start in (`Spawner::prepare`), so that a fence can find it from the start.
+                let svc = self.plan.layout.nodes[node].cgroup.then(|| SvcRec {
+                    pid: None,
+                    cgroup: Some(self.prepare_cgroup(node, epoch)),
+                });
                 let req = Req::Commit {
                     epoch,
                     crumb_version: breadcrumb_version,
                     control_version,
                     sent: now,
+                    svc,
                 };
                 self.write(node, ticket, req, |ticket, outcome| Event::Committed {
                     ticket,
@@ -622,7 +640,22 @@ impl World {
                 );
             }
             Action::RecordService { ticket, epoch } => {
-                self.spawn_in_session(node, Kind::RecordService { ticket, epoch, st: 0 });
+                // `daemon.rs` builds the record now, from the service it knows of.
+                let svc = self.procs[node].service.map(|id| SvcRec {
+                    pid: Some(id),
+                    cgroup: self.cgroup_of(id),
+                });
+                let kind = Kind::RecordService {
+                    ticket,
+                    epoch,
+                    svc,
+                    st: 0,
+                };
+                let lost = Event::ServiceRecorded {
+                    ticket,
+                    outcome: WriteOutcome::Unknown,
+                };
+                self.in_session(node, lost, kind);
             }
             Action::Renew { ticket } => {
                 let req = Req::Renew { sent: now };
@@ -649,9 +682,11 @@ impl World {
                 }
             }
             Action::KillService => {
+                // `service::kill`: `cgroup.kill` of its cgroup, or SIGKILL to its group.
                 let p = &self.procs[node];
                 for svc in [p.stopping, p.service].into_iter().flatten() {
-                    self.sigkill(svc);
+                    let reach = self.reach_of(svc);
+                    self.sigkill(svc, reach);
                 }
             }
             Action::DeleteOwnBreadcrumb { ticket, epoch } => self.in_session(
@@ -728,6 +763,35 @@ impl World {
                 self.exited(node);
             }
         }
+    }
+
+    /// `Spawner::prepare`: the cgroup of the next start under `epoch`.
+    fn prepare_cgroup(&mut self, node: usize, epoch: Epoch) -> u64 {
+        match self.procs[node].prepared {
+            Some((e, cg, _)) if e == epoch => cg,
+            _ => {
+                let cg = self.id();
+                self.procs[node].prepared = Some((epoch, cg, false));
+                cg
+            }
+        }
+    }
+
+    /// The cgroup a start runs in: the one prepared for its epoch (and recorded in the
+    /// commit), or, with `fresh_cgroup_per_start`, a new one after the first start.
+    fn start_cgroup(&mut self, node: usize, epoch: Epoch) -> Option<u64> {
+        if !self.plan.layout.nodes[node].cgroup {
+            return None;
+        }
+        let cg = self.prepare_cgroup(node, epoch);
+        let fresh = self.plan.layout.fresh_cgroup_per_start;
+        let p = &mut self.procs[node];
+        let used = p.prepared.is_some_and(|(_, _, used)| used);
+        p.prepared = Some((epoch, cg, true));
+        if fresh && used {
+            return Some(self.id());
+        }
+        Some(cg)
     }
 
     /// `service::stop` in a task of its own: stop signal, `stop_timeout`, SIGKILL.
@@ -908,7 +972,7 @@ impl World {
                         let breadcrumb = match crumb {
                             None => BreadcrumbView::Absent,
                             Some(c) => BreadcrumbView::Record {
-                                record: record(c.owner, c.epoch),
+                                record: self.node_record(c.owner, Some(c.epoch), c.svc),
                                 version: c.version,
                             },
                         };
@@ -938,7 +1002,12 @@ impl World {
                 self.input(node, Input::Session(gen, ev));
                 false
             }
-            Kind::RecordService { ticket, epoch, st } => {
+            Kind::RecordService {
+                ticket,
+                epoch,
+                svc,
+                st,
+            } => {
                 let ticket = *ticket;
                 let done = |outcome| Event::ServiceRecorded { ticket, outcome };
                 match (*st, input) {
@@ -951,7 +1020,11 @@ impl World {
                         if c.owner == me && c.epoch == *epoch =>
                     {
                         *st = 2;
-                        self.request(node, id, sid, Req::RecordService { version: c.version }, op);
+                        let req = Req::RecordService {
+                            version: c.version,
+                            svc: *svc,
+                        };
+                        self.request(node, id, sid, req, op);
                         true
                     }
                     (1, TaskIn::Reply(Resp::Crumb(_))) => {
@@ -1052,11 +1125,55 @@ impl World {
                 ticket,
                 order,
                 fault,
+                waiting,
             } => {
-                let (fenced, summary) = self.fence_now(me, order, *fault);
                 let ticket = *ticket;
+                let (fenced, summary) = match (waiting.take(), *fault) {
+                    (_, Some(hang)) => {
+                        self.fences += 1;
+                        let why = if hang {
+                            "the fence method timed out"
+                        } else {
+                            "the fence method failed"
+                        };
+                        (false, why.to_string())
+                    }
+                    (None, None) => match self.fence_begin(me, order) {
+                        FenceStep::Done(fenced, summary) => (fenced, summary),
+                        FenceStep::Wait(victims, deadline, method) => {
+                            if self.tracing() {
+                                let line = format!(
+                                    "{} fence {}: {method} signalled {victims:?}",
+                                    name(me),
+                                    short_order(order)
+                                );
+                                self.log(|| line);
+                            }
+                            *waiting = Some((victims, deadline, method));
+                            let at = self.now + POLL;
+                            self.wake_at(node, id, at);
+                            return true;
+                        }
+                    },
+                    (Some((victims, deadline, method)), None) => {
+                        if self.victims_gone(&victims) {
+                            (true, format!("{method}: nothing of it remains"))
+                        } else if self.now >= deadline {
+                            (false, format!("{method}: processes remain after SIGKILL"))
+                        } else {
+                            *waiting = Some((victims, deadline, method));
+                            let at = (self.now + POLL).min(deadline);
+                            self.wake_at(node, id, at);
+                            return true;
+                        }
+                    }
+                };
                 if self.tracing() {
-                    let line = format!("{} fence {order:?}: {fenced} ({summary})", name(me));
+                    let line = format!(
+                        "{} fence {}: {fenced} ({summary})",
+                        name(me),
+                        short_order(order)
+                    );
                     self.log(|| line);
                 }
                 self.input(
@@ -1093,7 +1210,8 @@ impl World {
                 let result = if self.rng.chance(EXEC_FAILS) {
                     Err("exec failed: No such file or directory".to_string())
                 } else {
-                    Ok(self.spawn_service(me, *epoch))
+                    let cgroup = self.start_cgroup(node, *epoch);
+                    Ok(self.spawn_service(me, *epoch, cgroup))
                 };
                 self.input(node, Input::Started(ticket, result));
                 false
@@ -1106,14 +1224,17 @@ impl World {
             } => {
                 let ticket = *ticket;
                 let svc = *svc;
-                let alive = self.service_alive(svc);
+                // `service::stop`: every process of its cgroup, or without one, of its
+                // process group; down only once none is left.
+                let reach = self.reach_of(svc);
+                let alive = !self.service_down(svc);
                 let (clean, detail) = match *st {
                     StopSt::Begin => {
                         if !alive {
                             (true, "already gone")
                         } else {
-                            self.sigterm(svc);
-                            self.add_waiter(svc, me, id);
+                            self.sigterm(svc, reach);
+                            self.add_waiter(svc, me, id, reach);
                             *st = StopSt::Term;
                             *deadline = self.now + self.plan.cfg.stop_timeout;
                             let at = *deadline;
@@ -1125,8 +1246,8 @@ impl World {
                         if !alive {
                             (true, "stopped")
                         } else if self.now >= *deadline {
-                            self.sigkill(svc);
-                            self.add_waiter(svc, me, id);
+                            self.sigkill(svc, reach);
+                            self.add_waiter(svc, me, id, reach);
                             *st = StopSt::Kill;
                             *deadline = self.now + KILL_WAIT;
                             let at = *deadline;
@@ -1157,6 +1278,28 @@ impl World {
                 false
             }
         }
+    }
+
+    /// SPEC §4.9: `members/<id>` is held by a warden of another machine: exit 2. systemd
+    /// does not restart that (RestartPreventExitStatus=2); a pod is restarted with back-off.
+    fn refuse_start(&mut self, node: usize, sid: u64) {
+        let who = self.me(node);
+        self.log(|| {
+            format!(
+                "{} refuses to start: members/n{} is held by a warden of another machine \
+                 (exit 2)",
+                name(who),
+                node + 1
+            )
+        });
+        self.close_conn(sid);
+        self.procs[node].connecting = None;
+        self.procs[node].restart_after_exit = if self.plan.layout.nodes[node].systemd {
+            None
+        } else {
+            Some(between(&mut self.aux, ms(1000), ms(10_000)))
+        };
+        self.exited(node);
     }
 
     /// `daemon.rs` `connect` + `register`: open a session, register `members/<id>`
@@ -1199,6 +1342,16 @@ impl World {
                             name(me),
                             node + 1
                         ));
+                        return false;
+                    }
+                    // SPEC §4.9: a killed predecessor of this machine (another boot, or a
+                    // warden pid that is gone) is waited for; anything else is another warden
+                    // with our node id: exit 2.
+                    let (pred, mine) = (self.inc_info((node, m.inc)), self.inc_info(me));
+                    let same_machine = self.plan.layout.places[pred.place].host
+                        == self.plan.layout.places[mine.place].host;
+                    if !same_machine {
+                        self.refuse_start(node, sid);
                         return false;
                     }
                     Next::Wait
@@ -1259,6 +1412,34 @@ fn write_outcome(r: &Resp) -> WriteOutcome {
         Resp::Ok => WriteOutcome::Done,
         Resp::Err(Fail::Rejected) => WriteOutcome::Conflict,
         _ => WriteOutcome::Unknown,
+    }
+}
+
+/// A fence order for the trace: whose incarnation, and what identifies its service.
+fn short_order(order: &FenceOrder) -> String {
+    match order {
+        FenceOrder::Unreadable => "Unreadable".into(),
+        FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+            let kind = match order {
+                FenceOrder::Node(_) => "Node",
+                FenceOrder::OwnLeftovers(_) => "OwnLeftovers",
+                _ => "OwnService",
+            };
+            format!(
+                "{kind}({}#{} at {} boot {} epoch {:?}, service pid {:?}{})",
+                r.node_id,
+                r.incarnation,
+                r.host,
+                r.boot_id.trim_start_matches('0'),
+                r.epoch,
+                r.service_pid,
+                if r.service_cgroup.is_some() {
+                    " + cgroup"
+                } else {
+                    ""
+                }
+            )
+        }
     }
 }
 

@@ -77,7 +77,11 @@ pub fn between(rng: &mut SimRng, lo: Duration, hi: Duration) -> Duration {
 #[derive(Clone, Debug)]
 pub struct SimConfig {
     pub nodes: usize,
+    /// `coordination.session_timeout` as configured (what the client asks for).
     pub session_timeout: Duration,
+    /// What the server grants: ZooKeeper clamps the request to its `maxSessionTimeout`,
+    /// which some seeds set below the configured timeout. Sessions expire after this.
+    pub granted: Duration,
     /// ZooKeeper's tickTime: sessions expire on tick boundaries.
     pub tick: Duration,
     pub rejoin_delay: Duration,
@@ -89,22 +93,102 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// The session timeout in force (SPEC §4 "The lease"): the smaller of the configured
+    /// and the granted one.
+    pub fn in_force(&self) -> Duration {
+        self.session_timeout.min(self.granted)
+    }
+
+    /// The lease the store really grants: half the timeout in force.
     pub fn lease(&self) -> Duration {
-        self.session_timeout / 2
+        self.in_force() / 2
     }
 
-    /// As `coord/zookeeper.rs` `op_timeout`.
+    /// As `coord/zookeeper.rs` `op_timeout`, from the timeout in force.
     pub fn op_timeout(&self) -> Duration {
-        (self.session_timeout / 3)
-            .min(self.connect_timeout)
-            .max(ms(100))
+        (self.in_force() / 3).min(self.connect_timeout).max(ms(100))
     }
 
-    /// The ZooKeeper client pings when idle for a third of the session timeout.
+    /// The ZooKeeper client pings when idle for a third of the negotiated session timeout.
     pub fn ping_interval(&self) -> Duration {
-        self.session_timeout / 3
+        self.granted / 3
     }
 }
+
+/// Where the nodes run (SPEC §5 "Which host is this?").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// One machine per node.
+    Separate,
+    /// n1 and n2 in containers on one machine: one kernel (boot id, machine id), two pid
+    /// namespaces, two host names.
+    Containers,
+    /// n2's machine is a clone of n1's: its own machine id and boot id, n1's host name.
+    /// ssh to that name reaches either machine.
+    Clone,
+    /// n1 is a pod: each restart of its warden lands on either of two machines that
+    /// answer to its host name.
+    Moving,
+}
+
+/// Where a warden can run: a machine, a pid namespace on it, and the host name that
+/// reaches it (by ssh, and in the records).
+#[derive(Clone, Debug)]
+pub struct PlacePlan {
+    pub host: usize,
+    pub pid_ns: u64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodePlan {
+    /// The places its warden may run at; it starts at the first.
+    pub places: Vec<usize>,
+    /// warden can give its service a cgroup of its own (delegated cgroup v2): stop, kill
+    /// and fencing reach every process of it. Without, only its process group.
+    pub cgroup: bool,
+    /// warden runs as a systemd unit: when it dies, systemd kills what is left in the
+    /// unit's cgroup (its service with it) and starts it again; exit 2 is not restarted.
+    /// Without (a container): only the service's main process dies with warden
+    /// (parent-death signal), and exit 2 is restarted like any other exit.
+    pub systemd: bool,
+    pub port: u16,
+}
+
+/// The machines, places and nodes of one seed.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub topology: Topology,
+    /// The machines: machine `i` (`m<i+1>` in traces) has machine id
+    /// `MACHINE_ID_BASE + i`.
+    pub hosts: usize,
+    pub places: Vec<PlacePlan>,
+    pub nodes: Vec<NodePlan>,
+    /// Helpers of a service may leave its process group (`setsid`, double fork) also on
+    /// nodes without a cgroup, where nothing can find them: SPEC §6's stated limit, off in
+    /// the sweep, on for the test that shows the simulation sees it.
+    pub escapes_without_cgroup: bool,
+    /// Each start gets a cgroup of its own (as `service.rs` picks one), rather than the one
+    /// prepared for the epoch and recorded in the commit: a restart under the same lock
+    /// then runs in a cgroup the breadcrumb does not name until `RecordService`.
+    pub fresh_cgroup_per_start: bool,
+    /// How fence methods tell which host a record is from.
+    pub fence_rules: FenceRules,
+}
+
+/// How fence methods decide where a record's incarnation ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceRules {
+    /// SPEC §5 "Which host is this?": boot id, machine id and pid namespace.
+    Spec,
+    /// The rules before `1b9f291`: `signal` took an equal boot id for this boot and another
+    /// boot id on a host of the same *name* for a reboot; `fence-local` took any other boot
+    /// id for a reboot. Only for the test that shows the simulation catches them.
+    ByHostName,
+}
+
+/// `/etc/machine-id` of machine `i` is this plus `i`, in hex.
+pub const MACHINE_ID_BASE: u64 = 0x3a00_0000;
 
 #[derive(Clone, Debug)]
 pub enum FaultKind {
@@ -132,6 +216,12 @@ pub enum FaultKind {
     /// The service sits in uninterruptible sleep (a hung mount) for `dur`: signals and
     /// SIGKILL take effect only afterwards, and a fence cannot verify it gone.
     StuckService { node: usize, dur: Duration },
+    /// The machine reboots: everything on it dies at once; it is unreachable for `down`,
+    /// then comes back with a new boot id (same machine id) and starts its wardens again.
+    Reboot { host: usize, down: Duration },
+    /// The service's main process exits (a wrapper script, a master that died); its
+    /// children run on.
+    MainExits { node: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -177,6 +267,12 @@ impl fmt::Display for Fault {
             FaultKind::StuckService { node, dur } => {
                 write!(f, "service of {} stuck in D state for {dur:?}", n(node))
             }
+            FaultKind::Reboot { host, down } => {
+                write!(f, "machine m{} reboots, down for {down:?}", host + 1)
+            }
+            FaultKind::MainExits { node } => {
+                write!(f, "main process of n{}'s service exits, its children run on", node + 1)
+            }
         }
     }
 }
@@ -185,6 +281,7 @@ impl fmt::Display for Fault {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub cfg: SimConfig,
+    pub layout: Layout,
     pub faults: Vec<Fault>,
     /// When every scheduled fault has ended (restarts after a clean stop are added as they
     /// happen). Background connection losses and latency spikes stop here too.
@@ -196,16 +293,38 @@ impl fmt::Display for Plan {
         let c = &self.cfg;
         writeln!(
             f,
-            "{} nodes, session_timeout {:?} (lease {:?}), tick {:?}, stop_timeout {:?}, \
-             rejoin_delay {:?}, fence timeout {:?}",
+            "{} nodes, session_timeout {:?} (granted {:?}, lease {:?}), tick {:?}, stop_timeout \
+             {:?}, rejoin_delay {:?}, fence timeout {:?}",
             c.nodes,
             c.session_timeout,
+            c.granted,
             c.lease(),
             c.tick,
             c.stop_timeout,
             c.rejoin_delay,
             c.fence_timeout
         )?;
+        let l = &self.layout;
+        write!(f, "  {:?}:", l.topology)?;
+        for (i, n) in l.nodes.iter().enumerate() {
+            let places: Vec<String> = n
+                .places
+                .iter()
+                .map(|&p| {
+                    let p = &l.places[p];
+                    format!("{} (m{}, pid ns {})", p.name, p.host + 1, p.pid_ns)
+                })
+                .collect();
+            write!(
+                f,
+                " n{} at {}{}{};",
+                i + 1,
+                places.join(" or "),
+                if n.cgroup { ", cgroup" } else { ", process group only" },
+                if n.systemd { ", systemd" } else { "" }
+            )?;
+        }
+        writeln!(f)?;
         if self.faults.is_empty() {
             writeln!(f, "  no faults")?;
         }
@@ -216,15 +335,26 @@ impl fmt::Display for Plan {
     }
 }
 
-pub fn draw(rng: &mut SimRng, nodes: usize, max_faults: usize) -> Plan {
+/// Draws a seed's plan. Everything the simulation had before hosts, process trees and
+/// granted timeouts comes from `rng` in the same order as before; the newer parts come from
+/// `aux`, so that adding them did not change what the older parts of a seed do.
+pub fn draw(rng: &mut SimRng, aux: &mut SimRng, nodes: usize, max_faults: usize) -> Plan {
     let session_timeout = rng.pick(&[ms(2000), ms(4000), ms(6000)]);
     let tick = session_timeout / rng.pick(&[3, 5, 10]);
     let lease = session_timeout / 2;
     // Up to 80% of the lease: past 2/3 `check-config` warns that one late renewal demotes.
     let stop_timeout = lease.mul_f64(rng.pick(&[0.05, 0.2, 0.5, 0.8]));
+    // ZooKeeper's maxSessionTimeout below what warden asks for, in some seeds; never
+    // below its minimum of two ticks.
+    let granted = if aux.chance(0.25) {
+        (session_timeout.mul_f64(aux.pick(&[0.4, 0.5, 0.75]))).max(tick * 2)
+    } else {
+        session_timeout
+    };
     let cfg = SimConfig {
         nodes,
         session_timeout,
+        granted,
         tick,
         rejoin_delay: rng.pick(&[ms(200), ms(1000)]),
         stop_timeout,
@@ -290,10 +420,116 @@ pub fn draw(rng: &mut SimRng, nodes: usize, max_faults: usize) -> Plan {
         faults_end = faults_end.max(end);
         faults.push(Fault { at, kind });
     }
+    let layout = draw_layout(aux, nodes);
+    // The newer faults, on top of the older ones.
+    let extra = if max_faults == 0 {
+        0
+    } else {
+        match aux.range(0..=99) {
+            0..=49 => 0,
+            50..=84 => 1,
+            _ => 2,
+        }
+    };
+    for _ in 0..extra {
+        let at = ms(500) + between(aux, Duration::ZERO, window);
+        let (kind, end) = if aux.chance(0.4) {
+            let host = aux.range(0..=layout.hosts as u64 - 1) as usize;
+            let down = between(aux, ms(500), st * 3);
+            // Wardens come back a few seconds after the machine.
+            (FaultKind::Reboot { host, down }, at + down + st)
+        } else {
+            let node = aux.range(0..=nodes as u64 - 1) as usize;
+            (FaultKind::MainExits { node }, at)
+        };
+        faults_end = faults_end.max(end);
+        faults.push(Fault { at, kind });
+    }
     faults.sort_by_key(|f| f.at);
     Plan {
         cfg,
+        layout,
         faults,
         faults_end,
+    }
+}
+
+fn draw_layout(aux: &mut SimRng, nodes: usize) -> Layout {
+    let topology = if nodes < 2 {
+        Topology::Separate
+    } else {
+        match aux.range(0..=99) {
+            0..=49 => Topology::Separate,
+            50..=66 => Topology::Containers,
+            67..=83 => Topology::Clone,
+            _ => Topology::Moving,
+        }
+    };
+    let mut hosts = 0;
+    let mut places = Vec::new();
+    let host = |hosts: &mut usize| {
+        *hosts += 1;
+        *hosts - 1
+    };
+    let mut node_places = Vec::with_capacity(nodes);
+    for node in 0..nodes {
+        let name = format!("h{}", node + 1);
+        let at = match (topology, node) {
+            (Topology::Containers, 1) => PlacePlan {
+                host: places.first().map_or(0, |p: &PlacePlan| p.host),
+                pid_ns: 4_026_532_000 + node as u64,
+                name: format!("c{}", node + 1),
+            },
+            (Topology::Containers, 0) => PlacePlan {
+                host: host(&mut hosts),
+                pid_ns: 4_026_532_000,
+                name: "c1".to_string(),
+            },
+            (Topology::Clone, 1) => PlacePlan {
+                host: host(&mut hosts),
+                pid_ns: 4_026_531_836,
+                name: "h1".to_string(),
+            },
+            _ => PlacePlan {
+                host: host(&mut hosts),
+                pid_ns: 4_026_531_836,
+                name,
+            },
+        };
+        places.push(at);
+        node_places.push(vec![places.len() - 1]);
+    }
+    if topology == Topology::Moving {
+        // n1's second home: another machine that answers to n1's host name.
+        let h = host(&mut hosts);
+        places.push(PlacePlan {
+            host: h,
+            pid_ns: 4_026_531_836,
+            name: places[0].name.clone(),
+        });
+        node_places[0].push(places.len() - 1);
+    }
+    let nodes = node_places
+        .into_iter()
+        .enumerate()
+        .map(|(i, places)| {
+            let pod = topology == Topology::Moving && i == 0;
+            let container = topology == Topology::Containers && i < 2;
+            NodePlan {
+                places,
+                cgroup: aux.chance(0.7),
+                systemd: !pod && !container && aux.chance(0.7),
+                port: 7000 + i as u16,
+            }
+        })
+        .collect();
+    Layout {
+        topology,
+        hosts,
+        places,
+        nodes,
+        escapes_without_cgroup: false,
+        fresh_cgroup_per_start: false,
+        fence_rules: FenceRules::Spec,
     }
 }

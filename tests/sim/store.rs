@@ -40,6 +40,19 @@ pub struct Crumb {
     pub owner: Inc,
     pub epoch: Epoch,
     pub version: i32,
+    /// The service identity recorded after the start (§4.3d); the commit has none.
+    pub svc: Option<SvcRec>,
+}
+
+/// The identity of a spawned service as the breadcrumb records it: its main pid, which
+/// leads its process group (`service_pid`, `service_pgid`, `service_start_time`; pids
+/// here are service ids, never reused), and its cgroup (`service_cgroup`). The commit
+/// records the cgroup prepared for the start, when the node has cgroups; `RecordService`
+/// both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SvcRec {
+    pub pid: Option<u64>,
+    pub cgroup: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,14 +87,16 @@ pub enum Req {
         crumb_version: Option<i32>,
         control_version: i32,
         sent: Time,
+        svc: Option<SvcRec>,
     },
     /// multi: check lock exists, set our member record.
     Renew {
         sent: Time,
     },
-    /// multi: check lock exists, set breadcrumb at version (service pid recorded).
+    /// multi: check lock exists, set breadcrumb at version (service identity recorded).
     RecordService {
         version: i32,
+        svc: Option<SvcRec>,
     },
     /// multi: check lock exists, delete breadcrumb at version.
     DeleteCrumb {
@@ -167,6 +182,7 @@ pub enum Fact {
 }
 
 pub struct Store {
+    /// The session timeout the server grants (it clamps what clients ask for).
     session_timeout: Duration,
     tick: Duration,
     pub zxid: u64,
@@ -293,12 +309,13 @@ impl Store {
     }
 
     /// A set bumps the version; a create (after a delete) starts at 0 again, as in ZooKeeper.
-    fn set_crumb(&mut self, owner: Inc, epoch: Epoch) {
+    fn set_crumb(&mut self, owner: Inc, epoch: Epoch, svc: Option<SvcRec>) {
         let version = self.crumb.map_or(0, |c| c.version + 1);
         self.crumb = Some(Crumb {
             owner,
             epoch,
             version,
+            svc,
         });
     }
 
@@ -382,6 +399,7 @@ impl Store {
                 crumb_version,
                 control_version,
                 sent,
+                svc,
             } => {
                 let crumb_ok = match (crumb_version, self.crumb) {
                     (Some(v), Some(c)) => c.version == *v,
@@ -398,7 +416,7 @@ impl Store {
                     l.version += 1;
                 }
                 self.fire_lock_watches(false);
-                self.set_crumb(from, *epoch);
+                self.set_crumb(from, *epoch, *svc);
                 self.facts.push(Fact::Committed {
                     by: from,
                     session: sid,
@@ -422,13 +440,14 @@ impl Store {
                 });
                 Resp::Ok
             }
-            Req::RecordService { version } => {
+            Req::RecordService { version, svc } => {
                 if !self.lock_exists() || self.crumb.is_none_or(|c| c.version != *version) {
                     return Resp::Err(Fail::Rejected);
                 }
                 self.next_zxid();
                 if let Some(c) = self.crumb.as_mut() {
                     c.version += 1;
+                    c.svc = *svc;
                 }
                 Resp::Ok
             }

@@ -129,17 +129,113 @@ pub fn ctx() -> FenceContext {
     }
 }
 
-/// A target that ran on this host, on this boot, with no processes recorded yet.
+/// A target that ran on this machine, on this boot, in this pid namespace (SPEC §5: all
+/// three identify "this host"), promoted (epoch 42), with no processes recorded yet.
 pub fn local_target() -> Target {
     Target {
         node_id: Some("rm1".into()),
         host: Some("rm1.test".into()),
         port: Some(8032),
         boot_id: Some(process::boot_id().expect("read this host's boot id")),
+        machine_id: Some(process::machine_id().expect("read this host's machine id")),
+        pid_ns: Some(process::pid_ns().expect("read this process's pid namespace")),
         incarnation: Some("i-1".into()),
         epoch: Some(42),
         ..Target::default()
     }
+}
+
+/// A machine id that is not this host's.
+pub fn other_machine_id() -> String {
+    let mine = process::machine_id().expect("read this host's machine id");
+    let other = if mine.starts_with('0') {
+        "1".repeat(32)
+    } else {
+        "0".repeat(32)
+    };
+    assert_ne!(mine, other);
+    other
+}
+
+/// A boot id that is not this boot's.
+pub const OTHER_BOOT_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+/// A cgroup v2 of its own for one test, directly below the hierarchy's root. Dropping it
+/// kills what is left in it, waits until it is empty and removes it. Needs root (the
+/// tests run as root) and a cgroup2 mount.
+pub struct TestCgroup {
+    pub cgroup: warden_fencing::cgroup::Cgroup,
+}
+
+impl TestCgroup {
+    pub fn create(name: &str) -> TestCgroup {
+        use warden_fencing::cgroup::{self, Cgroup};
+        let mount = cgroup::unified_mount().expect(
+            "this host has no cgroup v2 hierarchy mounted; the cgroup tests need one \
+             (mount -t cgroup2 none /sys/fs/cgroup)",
+        );
+        let relative = format!("/warden-test-{}-{name}", std::process::id());
+        let cgroup = Cgroup::at(&mount, &relative).expect("a plain cgroup path");
+        cgroup.create().unwrap_or_else(|e| {
+            panic!(
+                "cannot create the test cgroup {}: {e}; the cgroup tests run as root",
+                cgroup.dir().display()
+            )
+        });
+        TestCgroup { cgroup }
+    }
+
+    /// The path a record carries.
+    pub fn relative(&self) -> String {
+        self.cgroup.relative().to_string()
+    }
+
+    /// Shell code that moves the shell running it into this cgroup.
+    pub fn enter(&self) -> String {
+        format!("echo $$ > {}", self.cgroup.procs_file().display())
+    }
+
+    pub fn is_populated(&self) -> bool {
+        self.cgroup.is_populated().expect("read cgroup.events")
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = self.cgroup.kill();
+        let deadline = Instant::now() + PATIENCE;
+        while self.cgroup.is_populated().unwrap_or(false) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Err(e) = self.cgroup.remove() {
+            eprintln!(
+                "could not remove the test cgroup {}: {e}",
+                self.cgroup.dir().display()
+            );
+        }
+    }
+}
+
+/// The pids whose parent is `ppid`.
+pub fn children_of(ppid: u32) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&pid| process::stat(pid).is_some_and(|s| s.ppid == ppid && !s.is_exited()))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The pid of host process `pid` in its own (innermost) pid namespace: the last field of
+/// `NSpid:` in `/proc/PID/status`.
+pub fn pid_in_own_namespace(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .expect("an NSpid line")
 }
 
 /// A `tracing` subscriber that writes plain text into a shared buffer.

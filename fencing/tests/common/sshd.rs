@@ -94,6 +94,11 @@ impl Sshd {
         sshd
     }
 
+    /// The listening sshd's pid: each connection is served by a child of it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
