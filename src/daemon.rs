@@ -1301,7 +1301,9 @@ fn control_view(c: &Control) -> ControlView {
             let lapses_at = humantime::parse_rfc3339_weak(&f.deadline)
                 .ok()
                 .and_then(|d| d.duration_since(wall).ok())
-                .map_or(now, |left| now + left);
+                // The elector bounds a request by MAX_SWITCHOVER from when it first saw
+                // it; capping here too keeps a deadline in the year 9999 from overflowing.
+                .map_or(now, |left| now + left.min(crate::elector::MAX_SWITCHOVER));
             FailoverView {
                 from: f.from.clone(),
                 to: f.to.clone(),

@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
 /// Stable standby or active for this long resets the rejoin back-off (SPEC §4.8).
 pub const STABLE_RESET: Duration = Duration::from_secs(60);
+/// The longest a switchover request can hold the cluster (`failover --timeout` allows
+/// no more). A daemon counts it from the moment it first saw the request, on its own
+/// clock, so a request written with a deadline far in the future (an operator host with a
+/// skewed clock, a hand-edited znode) lapses anyway (SPEC §8, §9).
+pub const MAX_SWITCHOVER: Duration = Duration::from_secs(3600);
 /// Retry delay after a store call whose outcome is unknown (connection loss, timeout).
 /// Short, because the client reconnects by itself within the session and a standby waits
 /// on us meanwhile; long enough not to spin on a dead connection.
@@ -451,6 +456,9 @@ pub struct Elector {
     /// `control` still holds a switchover request that lapsed: the next active clears it
     /// (SPEC §8), though the election already ignores it.
     lapsed_failover: Option<FailoverView>,
+    /// The switchover request seen last (from, to, deadline) and when it was first seen:
+    /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
+    failover_seen: Option<(FailoverView, Instant)>,
     /// The session timeout the current session was granted, if it is below the configured
     /// one: every interval follows the smaller (SPEC §4 "The lease").
     granted: Option<Duration>,
@@ -487,6 +495,7 @@ impl Elector {
             own_leftovers: false,
             breadcrumb_written: false,
             lapsed_failover: None,
+            failover_seen: None,
             granted: None,
             service_recorded: false,
             recording: None,
@@ -689,7 +698,7 @@ impl Elector {
                 ),
             );
         }
-        self.control = control;
+        self.control = self.bounded(control, now);
         self.phase = Phase::Idle;
         if self.stopping {
             self.exit_when_down();
@@ -804,7 +813,7 @@ impl Elector {
                 return;
             }
         };
-        self.control = state.control.clone();
+        self.control = self.bounded(state.control.clone(), now);
         // 3a: paused, or a switchover that names another node.
         if state.control.paused {
             self.reason = "the cluster is paused".into();
@@ -1283,7 +1292,7 @@ impl Elector {
 
     fn on_control(&mut self, control: ControlView, now: Instant) {
         let was_paused = self.control.paused;
-        self.control = control;
+        self.control = self.bounded(control, now);
         // A fresh view: a request still in it, lapsed or not, is judged anew.
         self.lapsed_failover = None;
         if self.control.paused != was_paused {
@@ -1335,6 +1344,28 @@ impl Elector {
             }
             _ => self.exit_when_down(),
         }
+    }
+
+    /// A switchover request lapses at its deadline, but never later than
+    /// [`MAX_SWITCHOVER`] after this node first saw it.
+    fn bounded(&mut self, mut control: ControlView, now: Instant) -> ControlView {
+        let Some(f) = control.failover.as_mut() else {
+            self.failover_seen = None;
+            return control;
+        };
+        let same = |a: &FailoverView, b: &FailoverView| {
+            a.from == b.from && a.to == b.to && a.deadline == b.deadline
+        };
+        let first_seen = match &self.failover_seen {
+            Some((seen, at)) if same(seen, f) => *at,
+            _ => now,
+        };
+        self.failover_seen = Some((f.clone(), first_seen));
+        let cap = first_seen + MAX_SWITCHOVER;
+        if f.lapses_at > cap {
+            f.lapses_at = cap;
+        }
+        control
     }
 
     // ----- steps ---------------------------------------------------------------------
@@ -2969,6 +3000,37 @@ mod tests {
             control: ControlView::default(),
         });
         assert_eq!(a, vec![]);
+    }
+
+    #[test]
+    fn rule_8_a_request_with_a_far_deadline_lapses_within_the_longest_timeout() {
+        let mut h = H::new();
+        let far = ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                from: "n9".into(),
+                to: Some("n8".into()),
+                deadline: "2099-01-01T00:00:00Z".into(),
+                lapses_at: h.now + Duration::from_secs(3600 * 24 * 365),
+            }),
+        };
+        let a = h.feed(Event::SessionStarted {
+            granted: None,
+            control: far.clone(),
+        });
+        assert_eq!(a, vec![], "a request naming another node keeps us out");
+        // Seen again later (a watch): still counted from the first sight.
+        h.now += Duration::from_secs(1800);
+        let a = h.feed(Event::ControlChanged {
+            control: far.clone(),
+        });
+        assert_eq!(a, vec![]);
+        let a = h.advance(MAX_SWITCHOVER - Duration::from_secs(1800));
+        assert!(
+            matches!(a.as_slice(), [Action::Join { .. }]),
+            "the request lapsed {} after it was first seen: {a:?}",
+            humantime::format_duration(MAX_SWITCHOVER)
+        );
     }
 
     #[test]

@@ -900,7 +900,11 @@ fn stop_blocking(identity: &ServiceIdentity, signal: SignalName, grace: Duration
     if signal.0 != Signal::SIGKILL && signal.0 != Signal::SIGCONT {
         service.signal(Signal::SIGCONT);
     }
-    if service.wait_until_gone(started + grace, false) {
+    // The config bounds stop_timeout; checked anyway, so no value can panic a demotion.
+    let until = started
+        .checked_add(grace)
+        .unwrap_or_else(|| started + Duration::from_secs(24 * 3600));
+    if service.wait_until_gone(until, false) {
         let elapsed = started.elapsed();
         info!(
             pid = identity.pid,

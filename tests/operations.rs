@@ -42,11 +42,16 @@ fn to(node: &str, timeout: Duration) -> FailoverArgs {
     FailoverArgs {
         to: Some(node.to_string()),
         timeout,
+        cancel: false,
     }
 }
 
 fn any_standby(timeout: Duration) -> FailoverArgs {
-    FailoverArgs { to: None, timeout }
+    FailoverArgs {
+        to: None,
+        timeout,
+        cancel: false,
+    }
 }
 
 /// `warden failover` as the CLI runs it: the exit code.

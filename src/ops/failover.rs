@@ -21,8 +21,9 @@ use tokio::time::Instant;
 const POLL: Duration = Duration::from_millis(25);
 
 /// The longest `--timeout`: a request whose target never takes over keeps the cluster
-/// without an active until it lapses, so hours are never what an operator means.
-const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// without an active until it lapses, so hours are never what an operator means. The
+/// daemons bound every request by the same figure from when they first saw it.
+const MAX_TIMEOUT: Duration = crate::elector::MAX_SWITCHOVER;
 
 /// `warden failover`: move the active role to another node.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
@@ -34,6 +35,10 @@ pub struct FailoverArgs {
     /// itself and the cluster elects normally.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_timeout)]
     pub timeout: Duration,
+    /// Withdraw the pending switchover request instead (whoever made it); the cluster
+    /// then elects normally.
+    #[arg(long, conflicts_with_all = ["to", "timeout"])]
+    pub cancel: bool,
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
@@ -75,6 +80,26 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
         Ok(zk) => zk,
         Err(e) => return e.report(),
     };
+    if args.cancel {
+        return match cancel(&zk).await {
+            Ok(Some(r)) => {
+                println!(
+                    "withdrew the switchover request {} -> {} (by {}, deadline {}); the \
+                     cluster elects normally",
+                    r.from,
+                    r.to.as_deref().unwrap_or("any healthy standby"),
+                    r.by,
+                    r.deadline
+                );
+                EXIT_OK
+            }
+            Ok(None) => {
+                println!("no switchover request is pending; nothing to withdraw");
+                EXIT_OK
+            }
+            Err(e) => e.report(),
+        };
+    }
     let requested = match request(&zk, cfg, args).await {
         Ok(r) => r,
         Err(e) => return e.report(),
@@ -100,6 +125,21 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
         }
         Err(e) => e.report(),
     }
+}
+
+/// `failover --cancel`: removes whatever request `control` holds, version-checked, and
+/// returns it. The operator's way out of a request that would otherwise hold standbys out
+/// until its deadline (a target that is gone, a deadline from a skewed clock).
+pub async fn cancel(zk: &ZkSession) -> Result<Option<FailoverRequest>, OpError> {
+    let mut withdrawn = None;
+    zk.update_control(|c| {
+        withdrawn = c.failover.take();
+        Ok(withdrawn.is_some())
+    })
+    .await
+    .map_err(OpError::store("withdraw the switchover request"))?
+    .map_err(OpError::Refused)?;
+    Ok(withdrawn)
 }
 
 /// Checks the refusals of SPEC §8 and writes the request into `control`. Paused and
@@ -296,7 +336,7 @@ fn control_refusal(c: &Control, now: SystemTime) -> Result<(), String> {
     match &c.failover {
         Some(f) if f.pending_at(now) => Err(format!(
             "another switchover is pending ({} -> {}, requested by {}, lapses at {}); wait \
-             until it finishes or lapses",
+             until it finishes or lapses, or withdraw it with `warden failover --cancel`",
             f.from,
             f.to.as_deref().unwrap_or("any healthy standby"),
             f.by,

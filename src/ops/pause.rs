@@ -69,15 +69,35 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
     let name = &cfg.cluster.name;
     let change = async {
         let zk = operator::session(cfg).await?;
-        clear_paused(&zk).await
+        let change = clear_paused(&zk).await?;
+        // What else holds the election back, so "nothing changed" is never the whole story.
+        let pending = zk
+            .snapshot()
+            .await
+            .ok()
+            .and_then(|s| s.control.failover)
+            .filter(|f| f.pending_at(SystemTime::now()));
+        Ok::<_, OpError>((change, pending))
     };
     match change.await {
-        Ok(Change::Done { .. }) => {
+        Ok((Change::Done { .. }, _)) => {
             println!("cluster {name} resumed: the election runs normally again");
             EXIT_OK
         }
-        Ok(Change::AlreadySo { .. }) => {
+        Ok((Change::AlreadySo { .. }, None)) => {
             println!("cluster {name} is not paused; nothing changed");
+            EXIT_OK
+        }
+        Ok((Change::AlreadySo { .. }, Some(f))) => {
+            println!(
+                "cluster {name} is not paused; nothing changed. A switchover request is \
+                 pending ({} -> {}, requested by {}, lapses at {}) and keeps other standbys \
+                 out; `warden failover --cancel` withdraws it",
+                f.from,
+                f.to.as_deref().unwrap_or("any healthy standby"),
+                f.by,
+                f.deadline
+            );
             EXIT_OK
         }
         Err(e) => e.report(),
@@ -98,7 +118,8 @@ pub async fn set_paused(zk: &ZkSession, reason: Option<&str>) -> Result<Change, 
             if f.pending_at(SystemTime::now()) {
                 return Err(format!(
                     "a switchover is pending ({} -> {}, requested by {}, lapses at {}); \
-                         pause once it has finished or lapsed",
+                         pause once it has finished or lapsed, or withdraw it with `warden \
+                         failover --cancel`",
                     f.from,
                     f.to.as_deref().unwrap_or("any healthy standby"),
                     f.by,
