@@ -15,10 +15,15 @@
 //!
 //! hyper 1 with hyper-util's tokio glue, not axum: four fixed GET routes need no router,
 //! extractors or middleware, and hyper is already the base of every Rust HTTP server, so
-//! this adds the fewest crates. Every connection is bounded: headers must arrive within
-//! [`HEADER_READ_TIMEOUT`], the whole exchange ends by [`CONNECTION_TIMEOUT`], one request
-//! per connection, and at most [`MAX_CONNECTIONS`] at once, so slow or idle clients cannot
-//! pin memory or tasks.
+//! this adds the fewest crates.
+//!
+//! A load balancer marks this node down if its check goes unanswered, so no client may
+//! keep another waiting (issue 11, 4). The server accepts without pause; a request head
+//! must arrive within [`HEADER_READ_TIMEOUT`] of connecting or of the previous answer,
+//! and within [`MAX_HEAD_BYTES`]; a connection ends by [`CONNECTION_TIMEOUT`]; and at
+//! [`MAX_CONNECTIONS`] each new connection closes the one idle longest, preferring one that
+//! has not sent a complete request yet. A flood of idle or stalled connections thus
+//! costs a bounded number of tasks and buffers and delays a well-formed check by nothing.
 
 use crate::metrics::{self, Metrics};
 use crate::record::{self, Health, MemberRecord, Role};
@@ -27,24 +32,42 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::time::Duration;
-use tokio::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{self, AbortHandle, JoinSet};
 
-/// A client must send its request headers this soon after connecting. Load balancer
-/// checks and Prometheus send them at once; 5s tolerates a loaded client host.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// A connection is closed this long after it was accepted, whatever it is doing: every
-/// answer is computed in microseconds, so only a client that does not read can take long.
+/// A client must send a whole request head this soon after connecting, and a kept-alive
+/// connection its next one this soon after the previous answer (so this is also the
+/// keep-alive idle limit). Load balancer checks and Prometheus send theirs at once; 2s
+/// tolerates a loaded client host, and frees the slot of a client that sends nothing or
+/// dribbles (hyper's deadline does not move while bytes trickle in).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connection is asked to close this long after it was accepted, whatever it is doing:
+/// every answer is computed in microseconds, so only a client that does not read its
+/// answer, or keeps one connection for many requests, gets this far.
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the kernel's accept queue. A node has a few
-/// load balancers and scrapers, not hundreds.
-pub const MAX_CONNECTIONS: usize = 64;
-/// Request head limit: our requests are one line and a few headers (hyper's minimum is 8 KiB).
-const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Once asked to close, a connection may finish the answer it is writing for this long.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// Connections kept at once. At the limit a new connection is still accepted and the one
+/// idle longest is closed for it (see [`serve`]). A node has a few load balancers and
+/// scrapers; 256 keeps room for them beside a flood (a fresh check is closed only if 256
+/// newer connections arrive before its request does), at a quarter of the usual soft
+/// limit of 1024 open files.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Request head limit: our requests are one line and a few headers (hyper's minimum is
+/// 8 KiB); a longer head is refused with 431.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Connections the kernel completes before [`serve`] accepts them (capped by
+/// `net.core.somaxconn`). tokio's default of 128 overflows under a burst of a few hundred
+/// connections, and an overflowing queue drops SYNs, so a well-formed check would wait
+/// for its SYN to be resent (1s, then 3s) before [`serve`] ever saw it.
+const LISTEN_BACKLOG: u32 = 1024;
 /// After a failed `accept` (out of file descriptors, say), wait this long before the next,
 /// so the error does not spin the loop.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -114,7 +137,16 @@ pub async fn bind(listen: SocketAddr) -> Result<ApiListener, ApiError> {
         reason: bind_reason(&source),
         source,
     };
-    let listener = TcpListener::bind(listen).await.map_err(bind_error)?;
+    let socket = if listen.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(bind_error)?;
+    // As `TcpListener::bind` does: a restarted warden can take its port back at once.
+    socket.set_reuseaddr(true).map_err(bind_error)?;
+    socket.bind(listen).map_err(bind_error)?;
+    let listener = socket.listen(LISTEN_BACKLOG).map_err(bind_error)?;
     let addr = listener.local_addr().map_err(bind_error)?;
     Ok(ApiListener { listener, addr })
 }
@@ -140,18 +172,17 @@ fn bind_reason(e: &std::io::Error) -> String {
 
 /// Serves the HTTP face on `listener` until the task running it is aborted (which also
 /// ends every connection it serves). Never returns otherwise: accept errors are logged
-/// and retried.
+/// and retried. Accepts without pause: with [`MAX_CONNECTIONS`] open, each new connection
+/// closes the one that has been idle longest ([`Idleness`]), so a new check never waits
+/// behind idle clients in the kernel's queue.
 pub async fn serve(listener: ApiListener, view: watch::Receiver<NodeView>, metrics: Metrics) {
     tracing::info!(listen = %listener.addr, "HTTP api listening on {}", listener.addr);
-    let mut conns: JoinSet<()> = JoinSet::new();
+    let mut conns = Connections::default();
     let mut accept_failing = false;
+    // Connections closed to make room since the limit was last reached; logged once per
+    // episode, not once per connection, so a flood does not flood the journal too.
+    let mut shed: Option<u64> = None;
     loop {
-        // Reap finished connections; at the limit, wait for one to end before accepting.
-        while conns.try_join_next().is_some() {}
-        if conns.len() >= MAX_CONNECTIONS {
-            conns.join_next().await;
-            continue;
-        }
         let stream = match listener.listener.accept().await {
             Ok((stream, _peer)) => {
                 accept_failing = false;
@@ -170,26 +201,173 @@ pub async fn serve(listener: ApiListener, view: watch::Receiver<NodeView>, metri
                 continue;
             }
         };
-        let view = view.clone();
-        let metrics = metrics.clone();
-        conns.spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let response = {
-                    let current = view.borrow();
-                    answer(req.method(), req.uri().path(), &current, &metrics)
-                };
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .keep_alive(false)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(TokioIo::new(stream), service);
-            // A client error or a timeout ends only that connection; nothing to report.
-            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
-        });
+        conns.reap();
+        if conns.len() >= MAX_CONNECTIONS {
+            conns.shed_one();
+            if shed.is_none() {
+                tracing::warn!(
+                    max_connections = MAX_CONNECTIONS,
+                    "HTTP api on {}: {MAX_CONNECTIONS} connections open; closing the one idle \
+                     longest for each new one (a flood of idle clients?)",
+                    listener.addr
+                );
+            }
+            shed = Some(shed.unwrap_or(0) + 1);
+        } else if let Some(n) = shed.take() {
+            tracing::info!(
+                shed = n,
+                "HTTP api on {}: below {MAX_CONNECTIONS} connections again after closing {n} \
+                 idle ones",
+                listener.addr
+            );
+        }
+        conns.open(stream, view.clone(), metrics.clone());
     }
+}
+
+/// The connections [`serve`] keeps, with what it needs to choose one to close.
+#[derive(Default)]
+struct Connections {
+    tasks: JoinSet<()>,
+    slots: HashMap<task::Id, Slot>,
+}
+
+/// One open connection.
+struct Slot {
+    accepted: Instant,
+    last_request: Arc<LastRequest>,
+    abort: AbortHandle,
+}
+
+impl Connections {
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Forgets connections that have ended.
+    fn reap(&mut self) {
+        while let Some(ended) = self.tasks.try_join_next_with_id() {
+            let id = match ended {
+                Ok((id, ())) => id,
+                Err(e) => e.id(),
+            };
+            self.slots.remove(&id);
+        }
+    }
+
+    /// Serves `stream` in a task of its own.
+    fn open(&mut self, stream: TcpStream, view: watch::Receiver<NodeView>, metrics: Metrics) {
+        let accepted = Instant::now();
+        let last_request = Arc::new(LastRequest::new(accepted));
+        let abort = self
+            .tasks
+            .spawn(connection(stream, view, metrics, Arc::clone(&last_request)));
+        let slot = Slot {
+            accepted,
+            last_request,
+            abort,
+        };
+        self.slots.insert(slot.abort.id(), slot);
+    }
+
+    /// Closes the connection idle longest (see [`Idleness`]); aborting its task drops the
+    /// socket.
+    fn shed_one(&mut self) {
+        let victim = self
+            .slots
+            .iter()
+            .min_by_key(|(_, slot)| Idleness::of(slot.accepted, slot.last_request.get()))
+            .map(|(id, _)| *id);
+        if let Some(slot) = victim.and_then(|id| self.slots.remove(&id)) {
+            slot.abort.abort();
+        }
+    }
+}
+
+/// How a connection ranks for closing at the limit; the least is closed first. Ones that
+/// have not sent a complete request come first (a flood of idle or stalled connections is
+/// shed before a scraper between two requests), then the one idle longest: since it was
+/// accepted, or since its last request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Idleness {
+    has_requested: bool,
+    idle_since: Instant,
+}
+
+impl Idleness {
+    fn of(accepted: Instant, last_request: Option<Instant>) -> Idleness {
+        Idleness {
+            has_requested: last_request.is_some(),
+            idle_since: last_request.unwrap_or(accepted),
+        }
+    }
+}
+
+/// When a connection last delivered a complete request head: written by its task, read by
+/// the accept loop, so an atomic rather than a lock.
+#[derive(Debug)]
+struct LastRequest {
+    accepted: Instant,
+    /// Nanoseconds from `accepted` to the last request, plus one; 0 while there was none.
+    nanos_plus_one: AtomicU64,
+}
+
+impl LastRequest {
+    fn new(accepted: Instant) -> LastRequest {
+        LastRequest {
+            accepted,
+            nanos_plus_one: AtomicU64::new(0),
+        }
+    }
+
+    fn record(&self, now: Instant) {
+        let nanos = u64::try_from(now.saturating_duration_since(self.accepted).as_nanos())
+            .unwrap_or(u64::MAX - 1);
+        self.nanos_plus_one
+            .store(nanos.saturating_add(1), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<Instant> {
+        match self.nanos_plus_one.load(Ordering::Relaxed) {
+            0 => None,
+            n => self.accepted.checked_add(Duration::from_nanos(n - 1)),
+        }
+    }
+}
+
+/// Serves one connection: requests while the client keeps it alive, each head within
+/// [`HEADER_READ_TIMEOUT`], the whole connection within [`CONNECTION_TIMEOUT`] (plus
+/// [`CLOSE_GRACE`] to finish an answer).
+async fn connection(
+    stream: TcpStream,
+    view: watch::Receiver<NodeView>,
+    metrics: Metrics,
+    last_request: Arc<LastRequest>,
+) {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        last_request.record(Instant::now());
+        let response = {
+            let current = view.borrow();
+            answer(req.method(), req.uri().path(), &current, &metrics)
+        };
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .keep_alive(true)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    // A client error or a timeout ends only that connection; nothing to report.
+    if tokio::time::timeout(CONNECTION_TIMEOUT, conn.as_mut())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
 }
 
 /// The answer to `method path` given the current view: no I/O, so it is tested directly.
@@ -349,6 +527,43 @@ mod tests {
         assert_eq!(r.headers()[ALLOW], "GET, HEAD");
         assert_eq!(get("/nope", &v).0, StatusCode::NOT_FOUND);
         assert_eq!(get("/active/", &v).0, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn shedding_closes_a_connection_that_never_asked_first_then_the_longest_idle() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut ranks = [
+            ("asked recently", Idleness::of(at(0), Some(at(9_000)))),
+            ("never asked, new", Idleness::of(at(5_000), None)),
+            ("asked long ago", Idleness::of(at(100), Some(at(200)))),
+            ("never asked, old", Idleness::of(at(1_000), None)),
+        ];
+        ranks.sort_by_key(|(_, rank)| *rank);
+        let order: Vec<&str> = ranks.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            order,
+            [
+                "never asked, old",
+                "never asked, new",
+                "asked long ago",
+                "asked recently"
+            ]
+        );
+    }
+
+    #[test]
+    fn last_request_is_none_until_recorded_then_the_latest() {
+        let t0 = Instant::now();
+        let last = LastRequest::new(t0);
+        assert_eq!(last.get(), None);
+        last.record(t0);
+        assert_eq!(last.get(), Some(t0));
+        last.record(t0 + Duration::from_millis(1500));
+        assert_eq!(last.get(), Some(t0 + Duration::from_millis(1500)));
+        // A clock read before the accept (another thread's) counts as the accept.
+        last.record(t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0));
+        assert_eq!(last.get(), Some(t0));
     }
 
     #[tokio::test]
