@@ -1475,9 +1475,14 @@ impl Elector {
             Some(n) if epoch <= n => {
                 self.reason = format!(
                     "refusing to promote: the lock's epoch {epoch} is not above the recorded \
-                     epoch {n}; the ensemble may have been restored from an old snapshot. \
-                     Check the ZooKeeper data before clearing the breadcrumb with `warden init \
-                     --force`"
+                     epoch {n} (in the breadcrumb or history); the ensemble may have been \
+                     restored from an old snapshot, and an old active may still hold the newer \
+                     epoch. Once you have checked that every old active is down, stop every \
+                     warden of the cluster and run `warden init --force`: on your word, as \
+                     with `fence --confirm`, it deletes the breadcrumb and control and moves \
+                     a history with an epoch above the ensemble's zxid to history.old-<time>, \
+                     so the next active gets a lower epoch than before (a resource that \
+                     refuses stale epochs must be told)"
                 );
                 self.leave(Leave::StaleEpoch);
                 false

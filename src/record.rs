@@ -2,10 +2,15 @@
 //!
 //! Records are JSON objects readable in `zkCli.sh get`; unknown fields are ignored so an
 //! older warden can read a newer one's records. Anything unreadable (not UTF-8, not JSON,
-//! over [`MAX_RECORD_BYTES`]) is a [`RecordError`], which the election treats as an
-//! unknown old active (SPEC §9).
+//! over [`MAX_RECORD_BYTES`], or naming a node_id no node can have) is a [`RecordError`],
+//! which the election treats as an unknown old active (SPEC §9).
+//!
+//! Whatever comes from the store reaches a terminal only through [`printable`]: a record
+//! is anybody's bytes, and an escape sequence in a node's `host` must not clear an
+//! operator's screen.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fmt;
 use std::time::SystemTime;
 use warden_fencing::Target;
@@ -263,6 +268,18 @@ pub struct HistoryEntry {
     pub reason: String,
 }
 
+/// `history` as read: the entries that parse, in the stored order (newest first), and how
+/// many elements of the array did not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub entries: Vec<HistoryEntry>,
+    /// Elements that are not history entries: skipped when read, kept when rewritten.
+    pub unreadable_entries: usize,
+    /// Why the znode as a whole could not be read (not an array, not UTF-8, too large);
+    /// then `entries` is empty, and the next write keeps a copy of it first.
+    pub unreadable: Option<String>,
+}
+
 /// Why a record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
@@ -270,17 +287,159 @@ pub enum RecordError {
     TooLarge(usize),
     #[error("record is not UTF-8")]
     NotUtf8,
-    #[error("record is not valid JSON: {0}")]
+    #[error("record is not valid JSON: {}", printable(.0))]
     NotJson(String),
+    /// The node_id could not be given to `warden fence --confirm NODE`, a fence agent's
+    /// `plug=` line or a znode path. Holds the id as [`printable`] shows it, shortened.
+    #[error(
+        "record names node_id \"{0}\", which is not a valid node_id ([A-Za-z0-9._-], 1 to 64 \
+         characters)"
+    )]
+    BadNodeId(String),
 }
 
-/// Parses a record's bytes, refusing anything oversized, non-UTF-8 or not JSON of the type.
-pub fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordError> {
+/// A record kept in the store: parsed from JSON, then checked for what serde cannot say.
+pub trait Record: for<'de> Deserialize<'de> {
+    /// What makes a well-formed JSON value unreadable as this record.
+    fn check(&self) -> Result<(), RecordError> {
+        Ok(())
+    }
+}
+
+impl Record for NodeRecord {
+    fn check(&self) -> Result<(), RecordError> {
+        check_node_id(&self.node_id)
+    }
+}
+
+impl Record for MemberRecord {
+    fn check(&self) -> Result<(), RecordError> {
+        self.node.check()
+    }
+}
+
+/// The ids of a switchover request are only compared with a node's own id, never put in
+/// a path or a command line, and an unreadable `control` would read as "not paused": a
+/// strange id there is shown escaped rather than made a reason to forget the pause.
+impl Record for Control {}
+
+impl Record for HistoryEntry {}
+
+/// A node_id read from the store must be one a config could hold (SPEC §2:
+/// `[A-Za-z0-9._-]{1,64}`): it goes into `warden fence --confirm NODE`, a fence agent's
+/// `plug=` line, `WARDEN_TARGET_NODE_ID` and `members/<node_id>`.
+pub fn check_node_id(id: &str) -> Result<(), RecordError> {
+    if crate::config::is_valid_id(id) {
+        return Ok(());
+    }
+    // Enough of it to recognise, not a megabyte of it in a log line.
+    const SHOWN: usize = 80;
+    let mut shown: String = printable(id).chars().take(SHOWN).collect();
+    if printable(id).chars().count() > SHOWN {
+        shown.push('…');
+    }
+    Err(RecordError::BadNodeId(shown))
+}
+
+/// Parses a record's bytes, refusing anything oversized, non-UTF-8, not JSON of the type
+/// or failing the record's own check.
+pub fn parse<T: Record>(bytes: &[u8]) -> Result<T, RecordError> {
+    let value: T =
+        serde_json::from_str(text(bytes)?).map_err(|e| RecordError::NotJson(e.to_string()))?;
+    value.check()?;
+    Ok(value)
+}
+
+/// The bytes as text, if they are UTF-8 and within [`MAX_RECORD_BYTES`].
+fn text(bytes: &[u8]) -> Result<&str, RecordError> {
     if bytes.len() > MAX_RECORD_BYTES {
         return Err(RecordError::TooLarge(bytes.len()));
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| RecordError::NotUtf8)?;
-    serde_json::from_str(text).map_err(|e| RecordError::NotJson(e.to_string()))
+    std::str::from_utf8(bytes).map_err(|_| RecordError::NotUtf8)
+}
+
+/// The elements of the `history` array, each left as it is: one unreadable element must
+/// never cost the others (SPEC §9, "nothing lost"). An error only when the znode as a
+/// whole is not an array.
+pub fn parse_history_values(bytes: &[u8]) -> Result<Vec<serde_json::Value>, RecordError> {
+    serde_json::from_str::<Vec<serde_json::Value>>(text(bytes)?)
+        .map_err(|e| RecordError::NotJson(format!("history is not a JSON array: {e}")))
+}
+
+/// One element of `history`, if it is an entry.
+fn history_entry(value: &serde_json::Value) -> Option<HistoryEntry> {
+    HistoryEntry::deserialize(value)
+        .ok()
+        .filter(|e| e.check().is_ok())
+}
+
+/// Reads `history` entry by entry: unreadable elements are counted, not fatal.
+pub fn parse_history(bytes: &[u8]) -> Result<History, RecordError> {
+    let values = parse_history_values(bytes)?;
+    let entries: Vec<HistoryEntry> = values.iter().filter_map(history_entry).collect();
+    Ok(History {
+        unreadable_entries: values.len() - entries.len(),
+        entries,
+        unreadable: None,
+    })
+}
+
+/// Puts `entry` into the stored `history` array at its place by time and keeps the newest
+/// `keep` elements. Unreadable elements stay where they are: the operator may still want
+/// them, and they are not ours to drop.
+pub fn insert_history(values: &mut Vec<serde_json::Value>, entry: &HistoryEntry, keep: usize) {
+    // At its place by time, not simply on top: appends from several nodes, and a retry
+    // after a version conflict, can arrive after a newer entry. RFC 3339 UTC stamps in one
+    // format sort as text.
+    let at = values
+        .iter()
+        .position(|v| history_entry(v).is_some_and(|e| e.at <= entry.at))
+        .unwrap_or(values.len());
+    // Serializing this plain struct cannot fail: no maps with non-string keys, no I/O.
+    let value = serde_json::to_value(entry).expect("history entries serialize to JSON");
+    values.insert(at, value);
+    values.truncate(keep);
+}
+
+/// The bytes of the `history` array: each element that is exactly an entry in the order
+/// of SPEC §3 (`at`, `node_id`, ...), easy to read in `zkCli.sh get`; anything else (an
+/// unreadable element, an entry with fields from a newer warden) as it was read, so that
+/// nothing of it is lost.
+pub fn history_bytes(values: &[serde_json::Value]) -> Vec<u8> {
+    let mut out = b"[".to_vec();
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match history_entry(v).filter(|e| serde_json::to_value(e).ok().as_ref() == Some(v)) {
+            Some(e) => out.extend(to_bytes(&e)),
+            None => out.extend(to_bytes(v)),
+        }
+    }
+    out.push(b']');
+    out
+}
+
+/// `s` as it may reach a terminal: control characters (C0, DEL, C1, so ESC and newlines)
+/// and the invisible bidirectional overrides are written as `\u{1b}`, the rest as is.
+/// For everything read from the store before it is printed as text.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !s.chars().any(hidden) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if hidden(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Serializes a record for the store.
@@ -339,6 +498,107 @@ mod tests {
         assert_eq!(v["node_id"], "rm1");
         assert_eq!(v["role"], "standby");
         assert_eq!(parse::<MemberRecord>(&to_bytes(&m)).unwrap(), m);
+    }
+
+    #[test]
+    fn a_node_id_no_node_can_have_makes_the_record_unreadable() {
+        for bad in [
+            "rm\u{0}1".to_string(),
+            "rm1\nrm2".to_string(),
+            String::new(),
+            "x".repeat(65),
+            "rm 1".to_string(),
+            "\u{1b}[2J".to_string(),
+        ] {
+            let json = serde_json::json!({"node_id": bad, "incarnation": "i"}).to_string();
+            let err = parse::<NodeRecord>(json.as_bytes()).unwrap_err();
+            assert!(matches!(err, RecordError::BadNodeId(_)), "{bad:?}: {err}");
+            let shown = err.to_string();
+            assert!(!shown.chars().any(char::is_control), "{shown:?}");
+            let member = serde_json::json!({"node_id": bad, "role": "active", "health": "healthy"});
+            assert!(
+                matches!(
+                    parse::<MemberRecord>(member.to_string().as_bytes()),
+                    Err(RecordError::BadNodeId(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let long = parse::<NodeRecord>(
+            serde_json::json!({"node_id": "y".repeat(10_000)})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(long.len() < 300, "{long}");
+        assert!(parse::<NodeRecord>(br#"{"node_id":"a.b_c-D9"}"#).is_ok());
+    }
+
+    #[test]
+    fn printable_escapes_control_characters_and_keeps_the_rest() {
+        assert!(matches!(printable("rm1 → rm2 é"), Cow::Borrowed(_)));
+        assert_eq!(
+            printable("a\u{1b}[2Jb\nc\r\u{7f}\u{9b}"),
+            "a\\u{1b}[2Jb\\u{a}c\\u{d}\\u{7f}\\u{9b}"
+        );
+        assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        let e = parse::<NodeRecord>(br#"{"node_id":"n","pid":"\u001b[2J"}"#).unwrap_err();
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
+    fn history_is_read_entry_by_entry() {
+        let good = |at: &str| serde_json::json!({"at": at, "node_id": "n1", "from": "a", "to": "b", "reason": "r"});
+        let text =
+            serde_json::json!([good("t3"), 17, {"at": "t2"}, good("t1"), "junk"]).to_string();
+        let h = parse_history(text.as_bytes()).unwrap();
+        assert_eq!(h.entries.len(), 2);
+        assert_eq!(h.unreadable_entries, 3);
+        assert_eq!(h.entries[1].at, "t1");
+        assert!(parse_history(b"{}").is_err());
+        assert!(parse_history(b"[1,").is_err());
+        assert!(parse_history(b"\xff[]").is_err());
+        assert_eq!(parse_history(b"[]").unwrap(), History::default());
+    }
+
+    #[test]
+    fn inserting_into_history_keeps_unreadable_elements_and_the_order_by_time() {
+        let entry = |at: &str| HistoryEntry {
+            at: at.into(),
+            node_id: "n1".into(),
+            from: "a".into(),
+            to: "b".into(),
+            epoch: None,
+            reason: "r".into(),
+        };
+        let v = |e: &HistoryEntry| serde_json::to_value(e).unwrap();
+        let mut values = vec![v(&entry("t5")), serde_json::json!("junk"), v(&entry("t3"))];
+        insert_history(&mut values, &entry("t4"), 10);
+        assert_eq!(values[1], serde_json::json!("junk"));
+        assert_eq!(values[2], v(&entry("t4")));
+        insert_history(&mut values, &entry("t9"), 10);
+        assert_eq!(values[0], v(&entry("t9")));
+        insert_history(&mut values, &entry("t1"), 10);
+        assert_eq!(values.last(), Some(&v(&entry("t1"))));
+        insert_history(&mut values, &entry("t0"), 3);
+        assert_eq!(values.len(), 3);
+        assert_eq!(values[2], serde_json::json!("junk"));
+        // Entries keep the order of SPEC §3; the rest keeps every field.
+        values.push(
+            serde_json::json!({"at": "t", "node_id": "n", "from": "a", "to": "b",
+            "epoch": null, "reason": "r", "future": 1}),
+        );
+        let text = String::from_utf8(history_bytes(&values)).unwrap();
+        assert!(
+            text.starts_with(
+                r#"[{"at":"t9","node_id":"n1","from":"a","to":"b","epoch":null,"reason":"r"},"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#""future":1"#), "{text}");
+        let back: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, values);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use warden::ops::fence::{self, FenceArgs};
 use warden::ops::history::{self, HistoryArgs};
 use warden::ops::operator::OpError;
 use warden::ops::pause::{self, Change, PauseArgs, ResumeArgs};
-use warden::record::HistoryEntry;
+use warden::record::{History, HistoryEntry};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -93,8 +93,17 @@ fn clear_paused(cfg: &Config) -> Result<Change, OpError> {
 fn read_history(cfg: &Config) -> Vec<HistoryEntry> {
     block(async {
         let zk = warden::ops::session(cfg).await.expect("a session");
-        zk.read_history().await.expect("history reads")
+        zk.read_history().await.expect("history reads").entries
     })
+}
+
+/// `warden history`'s text for these entries.
+fn history_text(cfg: &Config, entries: &[HistoryEntry]) -> String {
+    let history = History {
+        entries: entries.to_vec(),
+        ..History::default()
+    };
+    history::to_text(&cfg.cluster.name, &history, &[])
 }
 
 fn fence_args(node: Option<&str>) -> FenceArgs {
@@ -445,7 +454,7 @@ fn paused_cluster_promotes_nobody_until_resumed() {
         .position(|e| e.node_id == "n2" && e.to == "active")
         .unwrap_or_else(|| panic!("n2's promotion is not in history: {entries:#?}"));
     assert!(promoted < resumed, "n2 promoted before the resume");
-    let text = history::to_text(&cfg.cluster.name, &entries);
+    let text = history_text(&cfg, &entries);
     assert_mentions(
         &text,
         &["running → paused", "paused → running", "disk swap"],
@@ -570,7 +579,7 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
         .find(|e| e.to == fence::NOT_FENCED)
         .unwrap_or_else(|| panic!("the failed manual fence is not in history: {entries:#?}"));
     assert_eq!(manual.node_id, "n1");
-    let text = history::to_text(&cfg.cluster.name, &entries);
+    let text = history_text(&cfg, &entries);
     assert_mentions(
         &text,
         &["breadcrumb → confirmed down", "breadcrumb → not fenced"],

@@ -15,15 +15,20 @@
 use super::{ClusterSnapshot, StoreError};
 use crate::config::{AclMode, ZooKeeperConfig};
 use crate::elector::{BreadcrumbView, JoinOutcome, WriteOutcome};
-use crate::record::{self, Control, Epoch, HistoryEntry, MemberRecord, NodeRecord};
+use crate::record::{self, Control, Epoch, History, HistoryEntry, MemberRecord, NodeRecord};
 use std::future::Future;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use zookeeper_client as zk;
+use zookeeper_client::{Acl, Acls, Permission};
 
 /// `history` keeps this many transitions.
 pub const HISTORY_LEN: usize = 100;
+/// Old histories are kept beside `history` under names that start with this:
+/// `history.unreadable-<time>` (a znode that was not an array) and `history.old-<time>`
+/// (moved aside by `init --force`).
+pub const SET_ASIDE_PREFIX: &str = "history.";
 /// Version-checked read-modify-write of `history`/`control` gives up after this many races.
 const CAS_ATTEMPTS: usize = 5;
 
@@ -140,6 +145,7 @@ impl ZkConnector {
             client,
             paths: self.paths.clone(),
             acls,
+            acl_mode: self.cfg.acl,
             op_timeout: op_timeout(in_force, self.cfg.connect_timeout),
             granted,
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
@@ -156,19 +162,87 @@ fn op_timeout(session_timeout: Duration, connect_timeout: Duration) -> Duration 
         .max(Duration::from_millis(100))
 }
 
+/// The ACL of a parent znode shared with other clusters (the znodes of `root`), when this
+/// session has to create it. Everyone may read it and create their cluster under it, so a
+/// cluster with `acl = "open"` can live beside one with `acl = "creator"`; with `creator`,
+/// only its creator may delete children or change it. An `open` cluster creates it as it
+/// creates everything, open.
+fn shared_parent_acls(mode: AclMode) -> Vec<Acl> {
+    match mode {
+        AclMode::Open => Acls::anyone_all().to_vec(),
+        AclMode::Creator => vec![
+            Acl::new(Permission::READ | Permission::CREATE, zk::AuthId::anyone()),
+            Acl::new(Permission::ALL, zk::AuthId::authed()),
+        ],
+    }
+}
+
+/// `history`'s data read entry by entry; an unreadable znode reads as empty, with why.
+fn history_of(data: &[u8]) -> History {
+    record::parse_history(data).unwrap_or_else(|e| History {
+        unreadable: Some(e.to_string()),
+        ..History::default()
+    })
+}
+
+/// The greatest epoch of a completed promotion in `history`. Only completed ones count:
+/// the entry of our own step into `promoting` carries the epoch we are about to use and
+/// may already be written.
+fn newest_promotion(history: &History) -> Option<Epoch> {
+    history
+        .entries
+        .iter()
+        .filter(|h| h.to == record::Role::Active.as_str())
+        .filter_map(|h| h.epoch)
+        .max()
+}
+
+/// `/a`, `/a/b`, `/a/b/c` for `/a/b/c`; nothing for `/`.
+fn ancestors(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        out.push(at.clone());
+    }
+    out
+}
+
+/// The parent of a znode path (`/` for a top-level one).
+fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
 /// ZooKeeper's "any version" in a check or a conditional write.
 const ANY_VERSION: i32 = -1;
 
-/// Sorts a client error into the three kinds the election acts on.
-fn classify(e: zk::Error) -> StoreError {
+/// Sorts a client error met at znode `at` into the three kinds the election acts on. An
+/// authorization error names the znode: "not authorized" alone leaves an operator to
+/// guess which of a dozen ACLs is wrong.
+fn classify(e: zk::Error, at: &str) -> StoreError {
     use zk::Error as E;
     match e {
         E::NodeExists | E::NoNode | E::BadVersion | E::NotEmpty => {
             StoreError::Rejected(e.to_string())
         }
         E::SessionExpired | E::ClientClosed => StoreError::SessionLost(e.to_string()),
-        E::NoAuth | E::AuthFailed | E::InvalidAcl => StoreError::Auth(e.to_string()),
+        E::NoAuth | E::AuthFailed | E::InvalidAcl => StoreError::Auth(format!("{e} at {at}")),
         other => StoreError::Unknown(other.to_string()),
+    }
+}
+
+/// A multi-op's error, naming the znode of the operation that failed (`paths` in the
+/// order the operations were added).
+fn classify_multi(e: zk::MultiWriteError, paths: &[&str]) -> StoreError {
+    match e {
+        zk::MultiWriteError::OperationFailed { index, source } => {
+            classify(source, paths.get(index).copied().unwrap_or("?"))
+        }
+        zk::MultiWriteError::RequestFailed { source } => classify(source, &paths.join(", ")),
     }
 }
 
@@ -188,6 +262,7 @@ pub struct ZkSession {
     id: i64,
     paths: Paths,
     acls: zk::Acls<'static>,
+    acl_mode: AclMode,
     op_timeout: Duration,
     /// The session timeout the server granted (it clamps the requested one).
     granted: Duration,
@@ -230,14 +305,15 @@ impl ZkSession {
         self.client.state_watcher()
     }
 
-    /// Runs one client call under the operation timeout.
+    /// Runs one client call on znode `path` under the operation timeout.
     async fn bounded<T>(
         &self,
         what: &str,
+        path: &str,
         f: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.op_timeout, f).await {
-            Ok(r) => r.map_err(classify),
+            Ok(r) => r.map_err(|e| classify(e, path)),
             Err(_) => Err(StoreError::Unknown(format!(
                 "{what} got no answer within {}",
                 humantime::format_duration(self.op_timeout)
@@ -245,13 +321,15 @@ impl ZkSession {
         }
     }
 
+    /// Runs a multi-op on `paths` (one per operation, in order) under the timeout.
     async fn bounded_multi(
         &self,
         what: &str,
+        paths: &[&str],
         f: impl Future<Output = Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>,
     ) -> Result<Vec<zk::MultiWriteResult>, StoreError> {
         match tokio::time::timeout(self.op_timeout, f).await {
-            Ok(r) => r.map_err(|e| classify(e.into())),
+            Ok(r) => r.map_err(|e| classify_multi(e, paths)),
             Err(_) => Err(StoreError::Unknown(format!(
                 "{what} got no answer within {}",
                 humantime::format_duration(self.op_timeout)
@@ -267,49 +345,96 @@ impl ZkSession {
         zk::CreateMode::Ephemeral.with_acls(self.acls)
     }
 
-    /// Creates `<root>/<cluster>/members` and its parents where missing.
+    /// Creates `<root>/<cluster>/members` and its parents where missing. Only the
+    /// cluster's own znodes (`<root>/<cluster>` and below) get the cluster's ACL: the
+    /// znodes of `root` are shared with other clusters, which may use another ACL, so they
+    /// are created with [`shared_parent_acls`] and never changed once they exist.
     pub async fn ensure_parents(&self) -> Result<(), StoreError> {
-        let opts = self.persistent();
-        match self
-            .bounded(
-                "creating parent znodes",
-                self.client.mkdir(&self.paths.members, &opts),
+        let shared = shared_parent_acls(self.acl_mode);
+        for path in ancestors(&self.paths.root) {
+            self.create_if_missing(
+                &path,
+                &zk::CreateMode::Persistent.with_acls(Acls::new(&shared)),
             )
+            .await?;
+        }
+        let own = self.persistent();
+        for path in [&self.paths.base, &self.paths.members] {
+            self.create_if_missing(path, &own).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates an empty persistent znode unless it exists. Exists is asked first: a
+    /// create under a parent we may not write is refused even when the znode is there.
+    async fn create_if_missing(
+        &self,
+        path: &str,
+        opts: &zk::CreateOptions<'_>,
+    ) -> Result<(), StoreError> {
+        if self
+            .bounded("looking for", path, self.client.check_stat(path))
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
+        match self
+            .bounded("creating", path, self.client.create(path, &[], opts))
             .await
         {
-            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Ok(_) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(StoreError::Auth(why)) => Err(StoreError::Auth(format!(
+                "{why} (creating it needs the CREATE permission on {})",
+                parent(path)
+            ))),
             Err(e) => Err(e),
         }
     }
 
-    /// Sets the configured ACL on the cluster's persistent znodes (`warden init`).
+    /// Sets the configured ACL on the cluster's persistent znodes (`warden init`):
+    /// `<root>/<cluster>` and below, never the shared `root`.
     pub async fn repair_acls(&self) -> Result<(), StoreError> {
-        let mut paths = vec![
-            self.paths.root.clone(),
-            self.paths.base.clone(),
-            self.paths.members.clone(),
-        ];
+        let mut paths = vec![self.paths.base.clone(), self.paths.members.clone()];
         for p in [
             &self.paths.breadcrumb,
             &self.paths.control,
             &self.paths.history,
         ] {
             if self
-                .bounded("stat", self.client.check_stat(p))
+                .bounded("looking for", p, self.client.check_stat(p))
                 .await?
                 .is_some()
             {
                 paths.push(p.clone());
             }
         }
+        paths.extend(self.set_aside().await?);
         for p in paths {
-            if p == "/" {
-                continue;
-            }
-            self.bounded("setting an ACL", self.client.set_acl(&p, &self.acls, None))
-                .await?;
+            self.bounded(
+                "setting the ACL of",
+                &p,
+                self.client.set_acl(&p, &self.acls, None),
+            )
+            .await?;
         }
         Ok(())
+    }
+
+    /// The old histories kept beside `history` (full paths, sorted).
+    pub async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+        let base = &self.paths.base;
+        let mut names = match self
+            .bounded("listing", base, self.client.list_children(base))
+            .await
+        {
+            Ok(c) => c,
+            Err(StoreError::Rejected(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        names.retain(|n| n.starts_with(SET_ASIDE_PREFIX));
+        names.sort();
+        Ok(names.into_iter().map(|n| format!("{base}/{n}")).collect())
     }
 
     /// The owner session and record of `members/<node_id>`, if it exists.
@@ -317,11 +442,9 @@ impl ZkSession {
         &self,
         node_id: &str,
     ) -> Result<Option<(i64, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let path = self.paths.member(node_id);
         match self
-            .bounded(
-                "reading a member",
-                self.client.get_data(&self.paths.member(node_id)),
-            )
+            .bounded("reading a member", &path, self.client.get_data(&path))
             .await
         {
             Ok((data, stat)) => Ok(Some((stat.ephemeral_owner, record::parse(&data)))),
@@ -337,6 +460,7 @@ impl ZkSession {
         let opts = self.ephemeral();
         self.bounded(
             "registering this node",
+            &path,
             self.client.create(&path, &data, &opts),
         )
         .await
@@ -345,10 +469,12 @@ impl ZkSession {
 
     /// Deletes a member znode (one left by an earlier session of this very process).
     pub async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        let path = self.paths.member(node_id);
         match self
             .bounded(
                 "deleting a stale member",
-                self.client.delete(&self.paths.member(node_id), None),
+                &path,
+                self.client.delete(&path, None),
             )
             .await
         {
@@ -362,6 +488,7 @@ impl ZkSession {
         let path = self.paths.member(&m.node.node_id);
         self.bounded(
             "publishing the member record",
+            &path,
             self.client.set_data(&path, &record::to_bytes(m), None),
         )
         .await
@@ -377,6 +504,7 @@ impl ZkSession {
         match self
             .bounded(
                 "creating the lock",
+                &self.paths.lock,
                 self.client.create(&self.paths.lock, &data, &opts),
             )
             .await
@@ -389,7 +517,11 @@ impl ZkSession {
             }
             Err(StoreError::Rejected(_)) => {
                 match self
-                    .bounded("reading the lock", self.client.check_stat(&self.paths.lock))
+                    .bounded(
+                        "reading the lock",
+                        &self.paths.lock,
+                        self.client.check_stat(&self.paths.lock),
+                    )
                     .await
                 {
                     Ok(Some(stat)) if stat.ephemeral_owner == self.id => {
@@ -413,7 +545,7 @@ impl ZkSession {
         loop {
             let (stat, watcher) = match self.client.check_and_watch_stat(&self.paths.lock).await {
                 Ok(x) => x,
-                Err(e) => match classify(e) {
+                Err(e) => match classify(e, &self.paths.lock) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return false,
                     // A connection blip: the client reconnects within the session.
                     _ => {
@@ -439,20 +571,28 @@ impl ZkSession {
         loop {
             match self.client.get_and_watch_data(&self.paths.control).await {
                 Ok((data, stat, w)) => {
-                    let control = record::parse(&data).unwrap_or_default();
+                    let control = record::parse(&data).unwrap_or_else(|e| {
+                        tracing::warn!(
+                            control = %self.paths.control,
+                            "control is unreadable ({e}); treating it as not paused with no \
+                             switchover pending (`warden status` shows it; `warden pause` \
+                             rewrites it)"
+                        );
+                        Control::default()
+                    });
                     return Some((control, Some(stat.version), w));
                 }
                 Err(zk::Error::NoNode) => {
                     match self.client.check_and_watch_stat(&self.paths.control).await {
                         Ok((None, w)) => return Some((Control::default(), None, w)),
                         Ok((Some(_), _)) => continue,
-                        Err(e) => match classify(e) {
+                        Err(e) => match classify(e, &self.paths.control) {
                             StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
                             _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
                         },
                     }
                 }
-                Err(e) => match classify(e) {
+                Err(e) => match classify(e, &self.paths.control) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
                     _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
                 },
@@ -461,7 +601,10 @@ impl ZkSession {
     }
 
     async fn get_optional(&self, path: &str) -> Result<Option<(Vec<u8>, zk::Stat)>, StoreError> {
-        match self.bounded("reading", self.client.get_data(path)).await {
+        match self
+            .bounded("reading", path, self.client.get_data(path))
+            .await
+        {
             Ok(x) => Ok(Some(x)),
             Err(StoreError::Rejected(_)) => Ok(None),
             Err(e) => Err(e),
@@ -477,7 +620,11 @@ impl ZkSession {
             self.get_optional(&self.paths.breadcrumb),
             self.get_optional(&self.paths.control),
             self.read_history(),
-            self.bounded("reading the lock", self.client.check_stat(&self.paths.lock)),
+            self.bounded(
+                "reading the lock",
+                &self.paths.lock,
+                self.client.check_stat(&self.paths.lock)
+            ),
         );
         // After a commit whose outcome was unknown, the lock's version tells whether our
         // write of it went through; either way the holder's checks use what is there now.
@@ -512,6 +659,7 @@ impl ZkSession {
                     match self
                         .bounded(
                             "creating control",
+                            &self.paths.control,
                             self.client.create(&self.paths.control, &data, &opts),
                         )
                         .await
@@ -524,14 +672,7 @@ impl ZkSession {
                 }
             }
         };
-        // Only completed promotions count: the history entry of our own step into
-        // `promoting` carries the epoch we are about to use and may already be written.
-        let history = history?;
-        let newest = history
-            .iter()
-            .filter(|h| h.to == record::Role::Active.as_str())
-            .filter_map(|h| h.epoch)
-            .max();
+        let newest = newest_promotion(&history?);
         Ok((breadcrumb, control, control_version, newest))
     }
 
@@ -560,12 +701,20 @@ impl ZkSession {
             }
         })();
         if let Err(e) = built {
-            return write_outcome(Err(classify(e)));
+            return write_outcome(Err(classify(e, &self.paths.base)));
         }
         let outcome = write_outcome(
-            self.bounded_multi("committing the promotion", w.commit())
-                .await
-                .map(|_| ()),
+            self.bounded_multi(
+                "committing the promotion",
+                &[
+                    &self.paths.control,
+                    &self.paths.lock,
+                    &self.paths.breadcrumb,
+                ],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
         );
         if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
             self.hold_lock_version(lock_version + 1);
@@ -582,12 +731,16 @@ impl ZkSession {
             .add_check_version(&self.paths.lock, self.held_lock_version())
             .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
         if let Err(e) = built {
-            return write_outcome(Err(classify(e)));
+            return write_outcome(Err(classify(e, &self.paths.base)));
         }
         write_outcome(
-            self.bounded_multi("renewing the lease", w.commit())
-                .await
-                .map(|_| ()),
+            self.bounded_multi(
+                "renewing the lease",
+                &[&self.paths.lock, &self.paths.member(&member.node.node_id)],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
         )
     }
 
@@ -607,12 +760,16 @@ impl ZkSession {
             .add_check_version(&self.paths.lock, self.held_lock_version())
             .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
         if let Err(e) = built {
-            return write_outcome(Err(classify(e)));
+            return write_outcome(Err(classify(e, &self.paths.base)));
         }
         write_outcome(
-            self.bounded_multi("recording the service", w.commit())
-                .await
-                .map(|_| ()),
+            self.bounded_multi(
+                "recording the service",
+                &[&self.paths.lock, &self.paths.breadcrumb],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
         )
     }
 
@@ -657,8 +814,13 @@ impl ZkSession {
             }
             w.add_delete(&self.paths.breadcrumb, Some(version))
         })();
-        built.map_err(classify)?;
-        self.bounded_multi("deleting the breadcrumb", w.commit())
+        built.map_err(|e| classify(e, &self.paths.breadcrumb))?;
+        let paths: &[&str] = if check_lock {
+            &[&self.paths.lock, &self.paths.breadcrumb]
+        } else {
+            &[&self.paths.breadcrumb]
+        };
+        self.bounded_multi("deleting the breadcrumb", paths, w.commit())
             .await
             .map(|_| ())
     }
@@ -667,13 +829,18 @@ impl ZkSession {
     /// (SPEC §4.3 "Release the lock").
     pub async fn delete_own_lock(&self) -> Result<(), StoreError> {
         let stat = self
-            .bounded("reading the lock", self.client.check_stat(&self.paths.lock))
+            .bounded(
+                "reading the lock",
+                &self.paths.lock,
+                self.client.check_stat(&self.paths.lock),
+            )
             .await?;
         match stat {
             Some(s) if s.ephemeral_owner == self.id => {
                 match self
                     .bounded(
                         "deleting the lock",
+                        &self.paths.lock,
                         self.client.delete(&self.paths.lock, Some(s.version)),
                     )
                     .await
@@ -686,35 +853,162 @@ impl ZkSession {
         }
     }
 
-    /// Reads `history`, newest first; an unreadable history reads as empty.
-    pub async fn read_history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
+    /// Reads `history`, newest first, entry by entry: unreadable entries are counted and
+    /// skipped, and an unreadable znode reads as empty with the reason.
+    pub async fn read_history(&self) -> Result<History, StoreError> {
         Ok(match self.get_optional(&self.paths.history).await? {
-            Some((data, _)) => record::parse(&data).unwrap_or_default(),
-            None => Vec::new(),
+            Some((data, _)) => history_of(&data),
+            None => History::default(),
         })
     }
 
-    /// Prepends an entry to `history`, keeping the newest [`HISTORY_LEN`], version-checked.
-    pub async fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
-        let path = self.paths.history.clone();
-        self.read_modify_write(&path, |list: &mut Vec<HistoryEntry>| {
-            // At its place by time, not simply on top: appends from several nodes, and a
-            // retry after a version conflict, can arrive after a newer entry. RFC 3339 UTC
-            // stamps in one format sort as text.
-            let at = list
-                .iter()
-                .position(|e| e.at <= entry.at)
-                .unwrap_or(list.len());
-            list.insert(at, entry.clone());
-            list.truncate(HISTORY_LEN);
-            Ok(true)
-        })
-        .await
-        .map(|_| ())
-        .map_err(|e| match e {
-            Refusal::Store(e) => e,
-            Refusal::Refused(why) => StoreError::Rejected(why),
-        })
+    /// Adds an entry to `history` at its place by time, keeping the newest
+    /// [`HISTORY_LEN`], version-checked. Unreadable entries stay as they are. A znode that
+    /// is unreadable as a whole is copied to `history.unreadable-<time>` before it is
+    /// replaced: the answer is that copy's path, which the caller reports (it is logged
+    /// here too, and named in the new history's first entry).
+    pub async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
+        let path = &self.paths.history;
+        let mut kept = None;
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut values, version) = match self.get_optional(path).await? {
+                None => (Vec::new(), None),
+                Some((data, stat)) => match record::parse_history_values(&data) {
+                    Ok(values) => (values, Some(stat.version)),
+                    Err(why) => {
+                        let copy = self.keep_copy("unreadable", &data).await?;
+                        tracing::warn!(
+                            history = %path,
+                            copy = %copy,
+                            "the history znode is unreadable ({why}); its old contents are kept \
+                             in {copy} and a new history starts"
+                        );
+                        let note = HistoryEntry {
+                            at: entry.at.clone(),
+                            node_id: entry.node_id.clone(),
+                            from: "history".into(),
+                            to: "set aside".into(),
+                            epoch: None,
+                            reason: format!(
+                                "the history znode was unreadable ({why}); its old contents \
+                                 are in {copy}"
+                            ),
+                        };
+                        kept = Some(copy);
+                        let mut values = Vec::new();
+                        record::insert_history(&mut values, &note, HISTORY_LEN);
+                        (values, Some(stat.version))
+                    }
+                },
+            };
+            record::insert_history(&mut values, entry, HISTORY_LEN);
+            match self
+                .write(path, &record::history_bytes(&values), version)
+                .await
+            {
+                Ok(()) => return Ok(kept),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(format!(
+            "{path} kept changing; not written"
+        )))
+    }
+
+    /// Writes `data` at `path` at `version` (or creates it when `None`).
+    async fn write(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<(), StoreError> {
+        match version {
+            Some(v) => self
+                .bounded("writing", path, self.client.set_data(path, data, Some(v)))
+                .await
+                .map(|_| ()),
+            None => {
+                let opts = self.persistent();
+                self.bounded("creating", path, self.client.create(path, data, &opts))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Creates `history.<kind>-<time>` beside `history` holding `data`, with the
+    /// cluster's ACL; another name if that one is taken. Returns its path.
+    async fn keep_copy(&self, kind: &str, data: &[u8]) -> Result<String, StoreError> {
+        let opts = self.persistent();
+        let stem = self.set_aside_path(kind);
+        for n in 1..=CAS_ATTEMPTS {
+            let copy = if n == 1 {
+                stem.clone()
+            } else {
+                format!("{stem}.{n}")
+            };
+            match self
+                .bounded(
+                    "keeping a copy of history in",
+                    &copy,
+                    self.client.create(&copy, data, &opts),
+                )
+                .await
+            {
+                Ok(_) => return Ok(copy),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Rejected(format!(
+            "{stem} and the next names are taken; history was not rewritten"
+        )))
+    }
+
+    /// `<base>/history.<kind>-<UTC time>`, the time without colons so that the name is
+    /// easy to type in `zkCli.sh`.
+    fn set_aside_path(&self, kind: &str) -> String {
+        let stamp = record::rfc3339(std::time::SystemTime::now()).replace(':', "");
+        format!("{}/{SET_ASIDE_PREFIX}{kind}-{stamp}", self.paths.base)
+    }
+
+    /// `init --force`: when the newest promotion in `history` carries an epoch above
+    /// `zxid` (the ensemble's zxid now, so above every epoch a lock can still get soon: an
+    /// ensemble restored from an old snapshot), moves `history` to `history.old-<time>`
+    /// in one multi-op (copy created, original deleted at the version read), so that it
+    /// no longer blocks every promotion and nothing of it is lost. Returns the copy and
+    /// the epoch that blocked.
+    pub async fn move_history_aside_if_above(
+        &self,
+        zxid: Epoch,
+    ) -> Result<Option<(String, Epoch)>, StoreError> {
+        let path = &self.paths.history;
+        let Some((data, stat)) = self.get_optional(path).await? else {
+            return Ok(None);
+        };
+        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > zxid) else {
+            return Ok(None);
+        };
+        let copy = self.set_aside_path("old");
+        let mut w = self.client.new_multi_writer();
+        let opts = self.persistent();
+        w.add_create(&copy, &data, &opts)
+            .map_err(|e| classify(e, &copy))?;
+        w.add_delete(path, Some(stat.version))
+            .map_err(|e| classify(e, path))?;
+        self.bounded_multi("moving history aside", &[&copy, path], w.commit())
+            .await?;
+        Ok(Some((copy, newest)))
+    }
+
+    /// The ensemble's current zxid, read from a write that changes nothing: the base
+    /// znode's (empty) data set again. Every lock created later gets a greater czxid.
+    pub async fn current_zxid(&self) -> Result<Epoch, StoreError> {
+        let base = &self.paths.base;
+        let stat = self
+            .bounded(
+                "reading the current zxid at",
+                base,
+                self.client.set_data(base, &[], None),
+            )
+            .await?;
+        Ok(stat.mzxid.max(0) as Epoch)
     }
 
     /// Version-checked read-modify-write of `control`. `change` returns `Ok(false)` to
@@ -766,7 +1060,7 @@ impl ZkSession {
     /// got there first. `change` returns `Ok(false)` to leave it, `Err` to refuse.
     async fn read_modify_write<T, F>(&self, path: &str, mut change: F) -> Result<T, Refusal>
     where
-        T: Default + serde::Serialize + for<'de> serde::Deserialize<'de>,
+        T: Default + serde::Serialize + record::Record,
         F: FnMut(&mut T) -> Result<bool, String>,
     {
         for _ in 0..CAS_ATTEMPTS {
@@ -779,20 +1073,7 @@ impl ZkSession {
             if !change(&mut value).map_err(Refusal::Refused)? {
                 return Ok(value);
             }
-            let data = record::to_bytes(&value);
-            let written = match version {
-                Some(v) => self
-                    .bounded("writing", self.client.set_data(path, &data, Some(v)))
-                    .await
-                    .map(|_| ()),
-                None => {
-                    let opts = self.persistent();
-                    self.bounded("creating", self.client.create(path, &data, &opts))
-                        .await
-                        .map(|_| ())
-                }
-            };
-            match written {
+            match self.write(path, &record::to_bytes(&value), version).await {
                 Ok(()) => return Ok(value),
                 Err(StoreError::Rejected(_)) => continue,
                 Err(e) => return Err(e.into()),
@@ -808,15 +1089,19 @@ impl ZkSession {
         }
         let mut w = self.client.new_multi_writer();
         for (path, version) in doomed {
-            w.add_delete(path, Some(*version)).map_err(classify)?;
+            w.add_delete(path, Some(*version))
+                .map_err(|e| classify(e, path))?;
         }
-        self.bounded_multi("deleting", w.commit()).await.map(|_| ())
+        let paths: Vec<&str> = doomed.iter().map(|(p, _)| *p).collect();
+        self.bounded_multi("deleting", &paths, w.commit())
+            .await
+            .map(|_| ())
     }
 
     /// Deletes a persistent znode of the cluster if present.
     pub async fn delete_if_present(&self, path: &str) -> Result<(), StoreError> {
         match self
-            .bounded("deleting", self.client.delete(path, None))
+            .bounded("deleting", path, self.client.delete(path, None))
             .await
         {
             Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
@@ -826,21 +1111,29 @@ impl ZkSession {
 
     /// Everything `status` shows.
     pub async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
-        let lock = self
-            .get_optional(&self.paths.lock)
-            .await?
-            .map(|(d, s)| (record::parse::<NodeRecord>(&d), s.czxid));
+        let (lock, lock_owner) = match self.get_optional(&self.paths.lock).await? {
+            Some((d, s)) => (
+                Some((record::parse::<NodeRecord>(&d), s.czxid)),
+                Some(s.ephemeral_owner),
+            ),
+            None => (None, None),
+        };
         let breadcrumb = self
             .get_optional(&self.paths.breadcrumb)
             .await?
             .map(|(d, s)| (record::parse::<NodeRecord>(&d), s.version));
-        let (control, control_version) = match self.get_optional(&self.paths.control).await? {
-            Some((d, s)) => (record::parse(&d).unwrap_or_default(), Some(s.version)),
-            None => (Control::default(), None),
-        };
+        let (control, control_version, control_unreadable) =
+            match self.get_optional(&self.paths.control).await? {
+                Some((d, s)) => match record::parse(&d) {
+                    Ok(c) => (c, Some(s.version), None),
+                    Err(e) => (Control::default(), Some(s.version), Some(e.to_string())),
+                },
+                None => (Control::default(), None, None),
+            };
         let children = match self
             .bounded(
                 "listing members",
+                &self.paths.members,
                 self.client.list_children(&self.paths.members),
             )
             .await
@@ -850,21 +1143,81 @@ impl ZkSession {
             Err(e) => return Err(e),
         };
         let mut members = Vec::new();
+        let mut member_sessions = Vec::new();
         let mut sorted = children;
         sorted.sort();
         for id in sorted {
-            if let Some((d, _)) = self.get_optional(&self.paths.member(&id)).await? {
+            // A child is a valid znode name, but not necessarily a node id anyone could
+            // name on a command line.
+            if let Err(e) = record::check_node_id(&id) {
+                members.push((id, Err(e)));
+                continue;
+            }
+            if let Some((d, s)) = self.get_optional(&self.paths.member(&id)).await? {
+                member_sessions.push((id.clone(), s.ephemeral_owner));
                 members.push((id, record::parse::<MemberRecord>(&d)));
             }
         }
         let history = self.read_history().await?;
+        let set_aside = self.set_aside().await?;
         Ok(ClusterSnapshot {
             lock,
+            lock_owner,
             breadcrumb,
             control,
             control_version,
+            control_unreadable,
             members,
+            member_sessions,
             history,
+            set_aside,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_parents_are_the_znodes_of_root() {
+        assert_eq!(ancestors("/warden"), ["/warden"]);
+        assert_eq!(ancestors("/a/b/"), ["/a", "/a/b"]);
+        assert!(ancestors("/").is_empty());
+        assert_eq!(parent("/warden/rm"), "/warden");
+        assert_eq!(parent("/warden"), "/");
+    }
+
+    #[test]
+    fn a_creator_cluster_leaves_shared_parents_open_for_reading_and_creating() {
+        let acls = shared_parent_acls(AclMode::Creator);
+        let anyone = acls
+            .iter()
+            .find(|a| a.scheme() == "world" && a.id() == "anyone")
+            .expect("world:anyone");
+        assert!(anyone
+            .permission()
+            .has(Permission::READ | Permission::CREATE));
+        assert!(!anyone.permission().has(Permission::DELETE));
+        assert!(!anyone.permission().has(Permission::ADMIN));
+        assert_eq!(
+            &shared_parent_acls(AclMode::Open)[..],
+            &Acls::anyone_all()[..]
+        );
+    }
+
+    #[test]
+    fn an_authorization_error_names_the_znode() {
+        let e = classify(zk::Error::NoAuth, "/warden/rm/members");
+        assert!(matches!(e, StoreError::Auth(_)));
+        assert!(e.to_string().contains("/warden/rm/members"), "{e}");
+        let e = classify_multi(
+            zk::MultiWriteError::OperationFailed {
+                index: 1,
+                source: zk::Error::NoAuth,
+            },
+            &["/a/lock", "/a/breadcrumb"],
+        );
+        assert!(e.to_string().contains("/a/breadcrumb"), "{e}");
     }
 }

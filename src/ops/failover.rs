@@ -86,10 +86,10 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
                 println!(
                     "withdrew the switchover request {} -> {} (by {}, deadline {}); the \
                      cluster elects normally",
-                    r.from,
-                    r.to.as_deref().unwrap_or("any healthy standby"),
-                    r.by,
-                    r.deadline
+                    record::printable(&r.from),
+                    record::printable(r.to.as_deref().unwrap_or("any healthy standby")),
+                    record::printable(&r.by),
+                    record::printable(&r.deadline)
                 );
                 EXIT_OK
             }
@@ -337,10 +337,10 @@ fn control_refusal(c: &Control, now: SystemTime) -> Result<(), String> {
         Some(f) if f.pending_at(now) => Err(format!(
             "another switchover is pending ({} -> {}, requested by {}, lapses at {}); wait \
              until it finishes or lapses, or withdraw it with `warden failover --cancel`",
-            f.from,
-            f.to.as_deref().unwrap_or("any healthy standby"),
-            f.by,
-            f.deadline
+            record::printable(&f.from),
+            record::printable(f.to.as_deref().unwrap_or("any healthy standby")),
+            record::printable(&f.by),
+            record::printable(&f.deadline)
         )),
         _ => Ok(()),
     }

@@ -12,12 +12,15 @@
 //!
 //! Every fence and confirmation is printed and recorded in `history` with the operator
 //! (`user@host`) in its reason; [`last_confirmation`] finds the confirmation for `status`.
+//! What the records say (node ids, hosts, what fence methods answered) is printed through
+//! [`printable`]. A breadcrumb naming a node_id that no config could hold is unreadable
+//! (see [`crate::record::check_node_id`]), so `--confirm --unreadable` is its way out.
 
 use super::operator::{self, OpError, EXIT_FAILED, EXIT_OK};
 use crate::config::Config;
 use crate::coord::zookeeper::ZkSession;
 use crate::coord::{ClusterSnapshot, StoreError};
-use crate::record::{HistoryEntry, NodeRecord, Role};
+use crate::record::{printable, HistoryEntry, NodeRecord, Role};
 use warden_fencing::{FenceChain, FenceContext, FenceReport};
 
 /// `from` of the history entries of manual fencing: the incarnation the breadcrumb named.
@@ -92,7 +95,7 @@ pub async fn fence(cfg: &Config, args: &FenceArgs) -> i32 {
             plan(&zk, cfg, node, args.force).await.map(|p| {
                 println!("would fence {} with, in order:", describe(&p.target));
                 for line in &p.methods {
-                    println!("  {line}");
+                    println!("  {}", printable(line));
                 }
                 println!("(dry run: nothing was run or changed)");
                 EXIT_OK
@@ -111,8 +114,8 @@ pub async fn fence(cfg: &Config, args: &FenceArgs) -> i32 {
 }
 
 fn print_fenced(f: &Fenced) -> i32 {
-    let node = &f.target.node_id;
-    println!("{}", f.report.summary());
+    let node = printable(&f.target.node_id);
+    println!("{}", printable(&f.report.summary()));
     if f.report.is_fenced() {
         println!(
             "{node} is fenced. The breadcrumb stays: the next election fences this incarnation \
@@ -269,6 +272,7 @@ pub async fn confirm_unreadable(zk: &ZkSession) -> Result<Confirmed, OpError> {
 pub fn last_confirmation(snap: &ClusterSnapshot) -> Option<&HistoryEntry> {
     let active = Role::Active.as_str();
     snap.history
+        .entries
         .iter()
         .take_while(|e| e.to != active)
         .find(|e| e.to == CONFIRMED_DOWN)
@@ -316,7 +320,13 @@ fn fence_target(snap: &ClusterSnapshot, node: &str, force: bool) -> Result<NodeR
             "{node} holds the lock: it is alive in the election and may be serving; fencing it \
              takes its service down. Add --force if that is what you want"
         ))),
-        Some((Err(e), _)) => Err(OpError::Refused(format!(
+        // The lock's data is garbage, but its session says whose it is.
+        Some((Err(_), _)) if snap.lock_holder_id() == Some(node) => Err(OpError::Refused(format!(
+            "{node} holds the lock (by its ZooKeeper session; the lock's record is \
+                 unreadable): it is alive in the election and may be serving; fencing it takes \
+                 its service down. Add --force if that is what you want"
+        ))),
+        Some((Err(e), _)) if snap.lock_holder_id().is_none() => Err(OpError::Refused(format!(
             "the lock holder's record is unreadable ({e}), so it may be {node}; add --force to \
              fence anyway"
         ))),
@@ -335,7 +345,9 @@ fn alive(snap: &ClusterSnapshot, target: &NodeRecord) -> Option<String> {
                  with `warden fence {node} --force`"
             ))
         }
-        Some((Err(e), _)) => {
+        // Held by a member's session: that member's record, checked below, says which
+        // incarnation holds it.
+        Some((Err(e), _)) if snap.lock_holder_id().is_none() => {
             return Some(format!(
                 "the lock holder's record is unreadable ({e}), so it may be {node}'s incarnation; \
                  try again once `warden status` shows the lock gone or readable"
@@ -370,7 +382,7 @@ fn chain(cfg: &Config) -> Result<FenceChain, OpError> {
     Ok(FenceChain::new(cfg.fence.clone(), ctx))
 }
 
-/// `n1 (incarnation 3f.., epoch 42, host rm1, warden pid 812, service pid 815)`.
+/// `n1 (incarnation 3f.., epoch 42, host rm1, warden pid 812, service pid 815)`, printable.
 fn describe(r: &NodeRecord) -> String {
     let mut parts = vec![format!("incarnation {}", r.incarnation)];
     if let Some(e) = r.epoch {
@@ -385,13 +397,13 @@ fn describe(r: &NodeRecord) -> String {
     if let Some(p) = r.service_pid {
         parts.push(format!("service pid {p}"));
     }
-    format!("{} ({})", r.node_id, parts.join(", "))
+    printable(&format!("{} ({})", r.node_id, parts.join(", "))).into_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Health, MemberRecord, RecordError};
+    use crate::record::{Health, History, MemberRecord, RecordError};
     use clap::Parser;
 
     #[derive(Parser, Debug)]
@@ -467,6 +479,24 @@ mod tests {
     }
 
     #[test]
+    fn garbage_in_the_lock_data_still_tells_the_holder_by_its_session() {
+        let mut snap = snapshot(Some(record("n1", "a")), None);
+        snap.lock = Some((Err(RecordError::NotJson("x".into())), 99));
+        snap.lock_owner = Some(7);
+        snap.member_sessions = vec![("n2".into(), 7)];
+        assert_eq!(fence_target(&snap, "n1", false).unwrap().incarnation, "a");
+        assert_eq!(alive(&snap, &record("n1", "a")), None);
+        snap.breadcrumb = Some((Ok(record("n2", "b")), 3));
+        assert!(matches!(
+            fence_target(&snap, "n2", false),
+            Err(OpError::Refused(why)) if why.contains("holds the lock")
+        ));
+        // No member owns the lock's session: the holder is unknown, so refuse.
+        snap.member_sessions.clear();
+        assert!(alive(&snap, &record("n2", "b")).is_some());
+    }
+
+    #[test]
     fn a_live_incarnation_cannot_be_confirmed_down() {
         let target = record("n1", "a");
         let held = snapshot(Some(target.clone()), Some(record("n1", "a")));
@@ -500,17 +530,22 @@ mod tests {
             reason: "r".into(),
         };
         let mut snap = ClusterSnapshot {
-            history: vec![
-                e("n2", "standby", "promoting"),
-                e("n1", BREADCRUMB, CONFIRMED_DOWN),
-                e("n1", "promoting", "active"),
-            ],
+            history: History {
+                entries: vec![
+                    e("n2", "standby", "promoting"),
+                    e("n1", BREADCRUMB, CONFIRMED_DOWN),
+                    e("n1", "promoting", "active"),
+                ],
+                ..Default::default()
+            },
             ..Default::default()
         };
         let c = last_confirmation(&snap).unwrap();
         assert_eq!(c.node_id, "n1");
         assert_eq!(describe_confirmation(c), "n1 confirmed down at t: r");
-        snap.history.insert(0, e("n2", "promoting", "active"));
+        snap.history
+            .entries
+            .insert(0, e("n2", "promoting", "active"));
         assert!(last_confirmation(&snap).is_none());
     }
 }

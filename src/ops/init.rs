@@ -1,7 +1,19 @@
 //! `warden init [--force]` (SPEC §3): create or repair the cluster's znodes.
+//!
+//! Only the cluster's own znodes (`<root>/<cluster>` and below) get the cluster's ACL: the
+//! root is shared with other clusters, which may use another ACL, so `init` creates it
+//! when missing (open for reading and creating, see `ensure_parents`) and never changes it.
+//!
+//! `--force` is the operator's word, like `fence --confirm`, that every warden of the
+//! cluster is stopped and the old active is down. It deletes the breadcrumb and control,
+//! and moves `history` aside when it records a promotion with an epoch above the
+//! ensemble's current zxid: an ensemble restored from an old snapshot, where that entry
+//! would block every promotion (SPEC §3 "Epoch"). Nothing is deleted from history: it is
+//! kept as `history.old-<time>` and named in the output.
 
 use crate::config::Config;
 use crate::coord::StoreError;
+use crate::record::printable;
 
 /// What `init` did, or why it refused.
 pub enum InitOutcome {
@@ -9,9 +21,9 @@ pub enum InitOutcome {
     Refused(String),
 }
 
-/// Creates the missing parent znodes with the configured ACL and repairs the ACLs of
-/// existing ones; with `force`, also deletes the breadcrumb and control, but only while no
-/// node holds the lock or is a member.
+/// Creates the missing parent znodes and repairs the ACLs of the cluster's own; with
+/// `force`, also deletes the breadcrumb and control and moves a history that would block
+/// every promotion aside, but only while no node holds the lock or is a member.
 pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> {
     let zk = super::session(cfg).await?;
     let paths = zk.paths().clone();
@@ -20,12 +32,17 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
     let mut done = vec![format!("{} exists with the configured ACL", paths.base)];
     if force {
         let snap = zk.snapshot().await?;
-        let mut running: Vec<String> = snap.members.iter().map(|(id, _)| id.clone()).collect();
+        let mut running: Vec<String> = snap
+            .members
+            .iter()
+            .map(|(id, _)| printable(id).into_owned())
+            .collect();
         if let Some((holder, _)) = &snap.lock {
-            let id = holder
-                .as_ref()
-                .map(|h| h.node_id.clone())
-                .unwrap_or_else(|_| "<unreadable lock holder>".into());
+            let id = match (snap.lock_holder_id(), holder) {
+                (Some(id), _) => printable(id).into_owned(),
+                (None, Ok(h)) => printable(&h.node_id).into_owned(),
+                (None, Err(_)) => "<unreadable lock holder>".into(),
+            };
             if !running.contains(&id) {
                 running.push(id);
             }
@@ -50,19 +67,49 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
         }
         match zk.delete_at_versions(&doomed).await {
             Ok(()) => {}
-            Err(StoreError::Rejected(_)) => {
-                return Ok(InitOutcome::Refused(format!(
-                    "refusing `init --force`: the breadcrumb or control of cluster {:?} changed \
-                     while init ran (a warden is starting?); stop every warden and run it again",
-                    cfg.cluster.name
-                )))
-            }
+            Err(StoreError::Rejected(_)) => return Ok(changed(cfg)),
             Err(e) => return Err(e),
         }
         done.push(format!(
             "deleted {} and {} (the next election fences nobody)",
             paths.breadcrumb, paths.control
         ));
+        let zxid = zk.current_zxid().await?;
+        match zk.move_history_aside_if_above(zxid).await {
+            Ok(None) => {}
+            Ok(Some((copy, epoch))) => {
+                done.push(format!(
+                    "moved {} to {copy}: it records a promotion with epoch {epoch}, above the \
+                     ensemble's current zxid {zxid} (restored from an old snapshot?), which \
+                     would block every promotion; the next active starts a new history and \
+                     a lower epoch than before",
+                    paths.history
+                ));
+                let entry = super::operator::entry(
+                    super::operator::identity(),
+                    "history",
+                    "set aside",
+                    None,
+                    format!(
+                        "`init --force` by {}: the history recorded epoch {epoch}, above the \
+                         ensemble's zxid {zxid}; kept in {copy}",
+                        super::operator::identity()
+                    ),
+                );
+                super::operator::record(&zk, &entry).await;
+            }
+            Err(StoreError::Rejected(_)) => return Ok(changed(cfg)),
+            Err(e) => return Err(e),
+        }
     }
     Ok(InitOutcome::Done(done))
+}
+
+/// The refusal when the cluster changed while `init --force` ran.
+fn changed(cfg: &Config) -> InitOutcome {
+    InitOutcome::Refused(format!(
+        "refusing `init --force`: the breadcrumb, control or history of cluster {:?} changed \
+         while init ran (a warden is starting?); stop every warden and run it again",
+        cfg.cluster.name
+    ))
 }

@@ -46,9 +46,10 @@ impl OpError {
         }
     }
 
-    /// Prints the one-sentence error to stderr and returns the exit code.
+    /// Prints the one-sentence error to stderr and returns the exit code. Reasons quote
+    /// the store (node ids, hosts, records' errors), so the sentence is made printable.
     pub fn report(&self) -> i32 {
-        eprintln!("warden: {self}");
+        eprintln!("warden: {}", record::printable(&self.to_string()));
         self.exit_code()
     }
 }
@@ -101,13 +102,20 @@ pub fn entry(
 }
 
 /// Appends `entry` to `history`. The operation it records is already done, so a failure
-/// is a warning on stderr, not a failed command.
+/// is a warning on stderr, not a failed command. An unreadable history znode is copied
+/// before it is replaced; where the copy went is said here.
 pub async fn record(zk: &ZkSession, entry: &HistoryEntry) {
-    if let Err(e) = zk.append_history(entry).await {
-        eprintln!(
-            "warden: warning: done, but it could not be added to history ({e}); it is missing \
-             from `warden history`"
-        );
+    match zk.append_history(entry).await {
+        Ok(None) => {}
+        Ok(Some(copy)) => eprintln!(
+            "warden: the history znode was unreadable; its old contents are kept in {copy} \
+             and a new history starts with this entry"
+        ),
+        Err(e) => eprintln!(
+            "warden: warning: done, but it could not be added to history ({}); it is missing \
+             from `warden history`",
+            record::printable(&e.to_string())
+        ),
     }
 }
 

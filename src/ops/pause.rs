@@ -9,7 +9,7 @@
 use super::operator::{self, OpError, EXIT_OK};
 use crate::config::Config;
 use crate::coord::zookeeper::ZkSession;
-use crate::record::Control;
+use crate::record::{self, Control};
 use std::time::SystemTime;
 
 /// The cluster states of a pause entry in `history`.
@@ -56,7 +56,7 @@ pub async fn pause(cfg: &Config, args: &PauseArgs) -> i32 {
         Ok(Change::AlreadySo { reason }) => {
             println!(
                 "cluster {name} is already paused ({}); nothing changed",
-                reason.as_deref().unwrap_or("no reason given")
+                record::printable(reason.as_deref().unwrap_or("no reason given"))
             );
             EXIT_OK
         }
@@ -93,10 +93,10 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
                 "cluster {name} is not paused; nothing changed. A switchover request is \
                  pending ({} -> {}, requested by {}, lapses at {}) and keeps other standbys \
                  out; `warden failover --cancel` withdraws it",
-                f.from,
-                f.to.as_deref().unwrap_or("any healthy standby"),
-                f.by,
-                f.deadline
+                record::printable(&f.from),
+                record::printable(f.to.as_deref().unwrap_or("any healthy standby")),
+                record::printable(&f.by),
+                record::printable(&f.deadline)
             );
             EXIT_OK
         }
@@ -120,10 +120,10 @@ pub async fn set_paused(zk: &ZkSession, reason: Option<&str>) -> Result<Change, 
                     "a switchover is pending ({} -> {}, requested by {}, lapses at {}); \
                          pause once it has finished or lapsed, or withdraw it with `warden \
                          failover --cancel`",
-                    f.from,
-                    f.to.as_deref().unwrap_or("any healthy standby"),
-                    f.by,
-                    f.deadline
+                    record::printable(&f.from),
+                    record::printable(f.to.as_deref().unwrap_or("any healthy standby")),
+                    record::printable(&f.by),
+                    record::printable(&f.deadline)
                 ));
             }
             // A lapsed request is withdrawn already; drop it while writing anyway.

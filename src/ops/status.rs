@@ -1,7 +1,14 @@
 //! `warden status [--json]` (SPEC §7): read from ZooKeeper alone.
+//!
+//! `status` must never contradict a node's own `/active`: the lock holder is found by the
+//! ZooKeeper session that owns the lock (see [`ClusterSnapshot::active`]), so garbage in
+//! the lock's data is reported as such while the node it belongs to is still named. Every
+//! string from the store reaches the terminal through [`printable`]; the JSON form needs
+//! no such care (JSON escapes control characters).
 
 use crate::config::Config;
 use crate::coord::{ClusterSnapshot, StoreError};
+use crate::record::{printable, Epoch};
 use serde_json::{json, Value};
 
 /// Reads the cluster.
@@ -9,12 +16,31 @@ pub async fn snapshot(cfg: &Config) -> Result<ClusterSnapshot, StoreError> {
     super::session(cfg).await?.snapshot().await
 }
 
+/// The active's epoch: the lock record's, else the member's, else the lock's czxid, which
+/// is the epoch by definition (SPEC §3 "Epoch").
+fn active_epoch(snap: &ClusterSnapshot) -> Option<Epoch> {
+    let (holder, member) = snap.active()?;
+    holder.epoch.or(member.node.epoch).or_else(|| {
+        snap.lock
+            .as_ref()
+            .map(|(_, czxid)| (*czxid).max(0) as Epoch)
+    })
+}
+
+/// Why the lock's record could not be read, if it could not.
+fn lock_unreadable(snap: &ClusterSnapshot) -> Option<String> {
+    match &snap.lock {
+        Some((Err(e), _)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 /// The JSON object of SPEC §7.
 pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
     let active = snap.active().map(|(holder, member)| {
         json!({
             "node_id": holder.node_id,
-            "epoch": holder.epoch.or(member.node.epoch),
+            "epoch": active_epoch(snap),
             "since": member.node.since,
         })
     });
@@ -49,7 +75,10 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
         "backend": "zookeeper",
         "paused": snap.control.paused,
         "pause_reason": snap.control.reason,
+        "control_unreadable": snap.control_unreadable,
         "active": active,
+        "lock_holder": snap.lock_holder_id(),
+        "lock_unreadable": lock_unreadable(snap),
         "breadcrumb": breadcrumb,
         "failover": snap.control.failover,
         "failover_pending": snap
@@ -58,66 +87,118 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
             .as_ref()
             .is_some_and(|f| f.pending_at(std::time::SystemTime::now())),
         "last_confirmation": super::fence::last_confirmation(snap),
+        "history_unreadable_entries": snap.history.unreadable_entries,
+        "history_unreadable": snap.history.unreadable,
+        "history_set_aside": snap.set_aside,
         "members": members,
     })
 }
 
 /// The view for people: who is active, then a table of members.
 pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
+    let p = |s: &str| printable(s).into_owned();
     let mut out = String::new();
-    out.push_str(&format!("cluster {} (zookeeper)\n", cfg.cluster.name));
+    out.push_str(&format!("cluster {} (zookeeper)\n", p(&cfg.cluster.name)));
     if snap.control.paused {
         out.push_str(&format!(
             "*** PAUSED: nobody is promoted or demoted automatically ({}) — `warden resume` ends it ***\n",
-            snap.control.reason.as_deref().unwrap_or("no reason given")
+            p(snap.control.reason.as_deref().unwrap_or("no reason given"))
+        ));
+    }
+    if let Some(e) = &snap.control_unreadable {
+        out.push_str(&format!(
+            "control:    UNREADABLE ({}): every node treats the cluster as not paused with no \
+             switchover pending; `warden pause` (then `warden resume`) writes it anew\n",
+            p(e)
         ));
     }
     match snap.active() {
         Some((holder, member)) => out.push_str(&format!(
             "active:     {} (epoch {}, since {})\n",
-            holder.node_id,
-            holder
-                .epoch
-                .map_or_else(|| "?".to_string(), |e| e.to_string()),
-            member.node.since.as_deref().unwrap_or("?")
+            p(&holder.node_id),
+            active_epoch(snap).map_or_else(|| "?".to_string(), |e| e.to_string()),
+            p(member.node.since.as_deref().unwrap_or("?"))
         )),
         None => {
-            let why = match &snap.lock {
-                Some((Ok(h), _)) => format!("{} holds the lock and is not serving yet", h.node_id),
-                Some((Err(_), _)) => "the lock holder's record is unreadable".into(),
-                None => "nobody holds the lock".into(),
+            let why = match (&snap.lock, snap.lock_holder_id()) {
+                (None, _) => "nobody holds the lock".to_string(),
+                (Some(_), Some(id)) => {
+                    format!("{} holds the lock and is not serving yet", p(id))
+                }
+                (Some((Ok(h), _)), None) => format!(
+                    "the lock names {}, but no member's ZooKeeper session holds it",
+                    p(&h.node_id)
+                ),
+                (Some((Err(_), _)), None) => {
+                    "the lock's record is unreadable and no member's ZooKeeper session holds it"
+                        .to_string()
+                }
             };
             out.push_str(&format!("active:     none ({why})\n"));
         }
     }
+    if let Some(e) = lock_unreadable(snap) {
+        let holder = match snap.lock_holder_id() {
+            Some(id) => format!(
+                "its holder {} is known by the ZooKeeper session that owns it",
+                p(id)
+            ),
+            None => "its holder is unknown".to_string(),
+        };
+        out.push_str(&format!(
+            "lock:       record UNREADABLE ({}); {holder}\n",
+            p(&e)
+        ));
+    }
     match &snap.breadcrumb {
         Some((Ok(b), _)) => out.push_str(&format!(
             "breadcrumb: {} (epoch {}): fenced before anyone else promotes\n",
-            b.node_id,
+            p(&b.node_id),
             b.epoch.map_or_else(|| "?".to_string(), |e| e.to_string())
         )),
         Some((Err(e), _)) => out.push_str(&format!(
-            "breadcrumb: UNREADABLE ({e}); `warden fence --confirm --unreadable` once the old active is down\n"
+            "breadcrumb: UNREADABLE ({}); `warden fence --confirm --unreadable` once the old active is down\n",
+            p(&e.to_string())
         )),
         None => out.push_str("breadcrumb: none (the last active stepped down cleanly)\n"),
     }
     if let Some(e) = super::fence::last_confirmation(snap) {
         out.push_str(&format!(
             "confirmed:  {}\n",
-            super::fence::describe_confirmation(e)
+            p(&super::fence::describe_confirmation(e))
         ));
     }
     if let Some(f) = &snap.control.failover {
         let state = if f.pending_at(std::time::SystemTime::now()) {
-            format!("lapses {}", f.deadline)
+            format!("lapses {}", p(&f.deadline))
         } else {
-            format!("lapsed {}; the next active clears it", f.deadline)
+            format!("lapsed {}; the next active clears it", p(&f.deadline))
         };
         out.push_str(&format!(
             "switchover: {} -> {} requested by {} ({state})\n",
-            f.from,
-            f.to.as_deref().unwrap_or("any healthy standby"),
-            f.by,
+            p(&f.from),
+            p(f.to.as_deref().unwrap_or("any healthy standby")),
+            p(&f.by),
+        ));
+    }
+    if let Some(e) = &snap.history.unreadable {
+        out.push_str(&format!(
+            "history:    UNREADABLE ({}); the next transition keeps a copy of it beside it \
+             before starting a new one\n",
+            p(e)
+        ));
+    }
+    if snap.history.unreadable_entries > 0 {
+        out.push_str(&format!(
+            "history:    {} unreadable entries skipped (`warden history` shows the rest)\n",
+            snap.history.unreadable_entries
+        ));
+    }
+    if !snap.set_aside.is_empty() {
+        let paths: Vec<String> = snap.set_aside.iter().map(|s| p(s)).collect();
+        out.push_str(&format!(
+            "history:    earlier histories kept in {}\n",
+            paths.join(", ")
         ));
     }
     out.push_str(&format!(
@@ -131,17 +212,21 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         match m {
             Ok(m) => out.push_str(&format!(
                 "{:<16} {:<11} {:<10} {:<12} {:<25} {:<20} {}\n",
-                id,
+                p(id),
                 m.role.to_string(),
                 m.health.to_string(),
                 m.node
                     .epoch
                     .map_or_else(|| "-".to_string(), |e| e.to_string()),
-                m.node.since.as_deref().unwrap_or("-"),
-                m.node.host,
+                p(m.node.since.as_deref().unwrap_or("-")),
+                p(&m.node.host),
                 m.node.pid
             )),
-            Err(e) => out.push_str(&format!("{id:<16} unreadable member record: {e}\n")),
+            Err(e) => out.push_str(&format!(
+                "{:<16} unreadable member record: {}\n",
+                p(id),
+                p(&e.to_string())
+            )),
         }
     }
     // What the lease really follows, and how each service is contained (SPEC §4, §6):
@@ -149,15 +234,167 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
     for (id, m) in &snap.members {
         let Ok(m) = m else { continue };
         if let Some(t) = &m.session_timeout {
-            out.push_str(&format!("{id}: session timeout in force {t}\n"));
+            out.push_str(&format!("{}: session timeout in force {}\n", p(id), p(t)));
         }
         if let Some(c) = m
             .containment
             .as_deref()
             .filter(|c| !c.starts_with("cgroup"))
         {
-            out.push_str(&format!("{id}: service containment: {c}\n"));
+            out.push_str(&format!("{}: service containment: {}\n", p(id), p(c)));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{
+        Control, FailoverRequest, Health, History, HistoryEntry, MemberRecord, NodeRecord,
+        RecordError, Role,
+    };
+
+    fn config() -> Config {
+        crate::config::parse(
+            "[cluster]\nname = \"rm\"\nnode_id = \"n1\"\n\n[coordination.zookeeper]\n\
+             connect = \"127.0.0.1:2181\"\n\n[service]\ncommand = [\"/usr/bin/s\"]\n\n\
+             [[fence]]\nkind = \"script\"\ncommand = [\"/bin/true\"]\n",
+            std::path::Path::new("test.toml"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn member(node: &str, role: Role, host: &str) -> MemberRecord {
+        MemberRecord {
+            node: NodeRecord {
+                node_id: node.into(),
+                host: host.into(),
+                incarnation: "i".into(),
+                epoch: Some(42),
+                since: Some("2025-01-02T03:04:05Z".into()),
+                ..Default::default()
+            },
+            role,
+            health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
+        }
+    }
+
+    #[test]
+    fn garbage_in_the_lock_data_does_not_hide_the_active_that_holds_it() {
+        let snap = ClusterSnapshot {
+            lock: Some((Err(RecordError::NotJson("expected value".into())), 42)),
+            lock_owner: Some(7),
+            members: vec![
+                ("n1".into(), Ok(member("n1", Role::Active, "h1"))),
+                ("n2".into(), Ok(member("n2", Role::Standby, "h2"))),
+            ],
+            member_sessions: vec![("n1".into(), 7), ("n2".into(), 8)],
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(text.contains("active:     n1 (epoch 42"), "{text}");
+        assert!(
+            text.contains("lock:       record UNREADABLE")
+                && text.contains("its holder n1 is known by the ZooKeeper session"),
+            "{text}"
+        );
+        let json = to_json(&config(), &snap);
+        assert_eq!(json["active"]["node_id"], "n1", "{json:#}");
+        assert_eq!(json["lock_holder"], "n1", "{json:#}");
+        assert!(json["lock_unreadable"].is_string(), "{json:#}");
+
+        // A valid record naming another node does not move the lock either.
+        let mut lying = snap.clone();
+        lying.lock = Some((
+            Ok(NodeRecord {
+                node_id: "n2".into(),
+                ..Default::default()
+            }),
+            42,
+        ));
+        assert_eq!(lying.active().map(|(h, _)| h.node_id.as_str()), Some("n1"));
+
+        // The holder's session belongs to no member: nobody is active, and status says why.
+        let mut orphan = snap.clone();
+        orphan.lock_owner = Some(99);
+        let text = to_text(&config(), &orphan);
+        assert!(
+            text.contains("active:     none (the lock's record is unreadable and no member"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_control_is_said_and_not_silently_not_paused() {
+        let snap = ClusterSnapshot {
+            control_unreadable: Some("record is not UTF-8".into()),
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(
+            text.contains("control:    UNREADABLE (record is not UTF-8)"),
+            "{text}"
+        );
+        let json = to_json(&config(), &snap);
+        assert_eq!(
+            json["control_unreadable"], "record is not UTF-8",
+            "{json:#}"
+        );
+        assert_eq!(json["paused"], false, "{json:#}");
+    }
+
+    #[test]
+    fn escape_sequences_and_newlines_from_the_store_are_shown_escaped() {
+        let evil = "x\u{1b}[2J\nactive:     fake\r";
+        let mut m = member("n1", Role::Standby, evil);
+        m.node.since = Some(evil.into());
+        m.containment = Some(evil.into());
+        m.session_timeout = Some(evil.into());
+        let snap = ClusterSnapshot {
+            lock: Some((Err(RecordError::NotJson(evil.into())), 1)),
+            breadcrumb: Some((
+                Ok(NodeRecord {
+                    node_id: "n1".into(),
+                    ..Default::default()
+                }),
+                1,
+            )),
+            control: Control {
+                paused: true,
+                reason: Some(evil.into()),
+                failover: Some(FailoverRequest {
+                    from: evil.into(),
+                    to: Some(evil.into()),
+                    by: evil.into(),
+                    deadline: evil.into(),
+                }),
+            },
+            control_unreadable: None,
+            members: vec![
+                ("n1".into(), Ok(m)),
+                (evil.into(), Err(RecordError::NotJson(evil.into()))),
+            ],
+            history: History {
+                entries: vec![HistoryEntry {
+                    at: evil.into(),
+                    node_id: evil.into(),
+                    from: "breadcrumb".into(),
+                    to: super::super::fence::CONFIRMED_DOWN.into(),
+                    epoch: None,
+                    reason: evil.into(),
+                }],
+                unreadable_entries: 0,
+                unreadable: Some(evil.into()),
+            },
+            set_aside: vec![evil.into()],
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        assert!(!text.contains("\nactive:     fake"), "{text}");
+        assert!(text.contains("x\\u{1b}[2J\\u{a}active:"), "{text}");
+    }
 }
