@@ -19,9 +19,9 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::io;
+use std::io::{self, Read};
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -310,6 +310,99 @@ fn default_log_level() -> String {
 /// would demote itself on ordinary jitter.
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// The range a duration key may take, and why its ends are where they are. Every duration
+/// is bounded: a value near `u64::MAX` seconds passes humantime but overflows the first
+/// `Instant + duration` it meets, and a value of a few nanoseconds is a busy loop.
+pub struct DurationRange {
+    pub min: Duration,
+    pub max: Duration,
+    /// Why shorter is refused: `(the lease is half of it ...)`.
+    short: &'static str,
+    /// Why longer is refused.
+    long: &'static str,
+}
+
+/// The shortest timeout or delay: warden's timers count whole milliseconds, so anything
+/// shorter is zero to them.
+const MIN_TIMER: Duration = Duration::from_millis(1);
+const TIMER_RESOLUTION: &str = "warden's timers count whole milliseconds";
+
+const ONE_HOUR: Duration = Duration::from_secs(3600);
+
+/// `session_timeout`: below 200ms the lease cannot outlast a round trip; above an hour a
+/// dead active goes unreplaced for longer than any outage is worth riding out.
+pub const SESSION_TIMEOUT_RANGE: DurationRange = DurationRange {
+    min: MIN_SESSION_TIMEOUT,
+    max: ONE_HOUR,
+    short: "the lease is half of it and is renewed every sixth, which must outlast a round \
+            trip to ZooKeeper",
+    long: "a node that died is noticed only this long after, so its service stays down as \
+           long",
+};
+
+/// `connect_timeout` bounds every operator command against an unreachable ZooKeeper
+/// (SPEC §9: they exit 3 within it); ten minutes is already far past a human's patience.
+pub const CONNECT_TIMEOUT_RANGE: DurationRange = DurationRange {
+    min: MIN_TIMER,
+    max: Duration::from_secs(600),
+    short: TIMER_RESOLUTION,
+    long: "every operator command waits this long before it reports ZooKeeper unreachable",
+};
+
+/// `rejoin_delay` doubles after each failure up to the elector's 30s ceiling (SPEC §4.8),
+/// so a longer value would silently be cut to 30s.
+pub const REJOIN_DELAY_RANGE: DurationRange = DurationRange {
+    min: MIN_TIMER,
+    max: crate::elector::MAX_REJOIN_DELAY,
+    short: TIMER_RESOLUTION,
+    long: "the back-off after repeated failures stops there, so a longer delay would be cut \
+           short",
+};
+
+/// `stop_timeout` and `hook_timeout`: a database's shutdown checkpoint can take minutes;
+/// an hour is generous, and a failover waits for the old active's stop.
+pub const GRACEFUL_STOP_RANGE: DurationRange = DurationRange {
+    min: MIN_TIMER,
+    max: ONE_HOUR,
+    short: TIMER_RESOLUTION,
+    long: "a stop or hook that hangs holds up the failover for this long",
+};
+
+/// `health.interval`: checking more often than every 10ms is a busy loop against the
+/// service it watches; checking less often than hourly leaves a dead service unnoticed.
+pub const HEALTH_INTERVAL_RANGE: DurationRange = DurationRange {
+    min: Duration::from_millis(10),
+    max: ONE_HOUR,
+    short: "checks more often than that keep the service and the host busy answering them",
+    long: "a failed service would go unnoticed for longer",
+};
+
+/// `health.timeout`: a check that hangs for an hour is a failed check.
+pub const HEALTH_TIMEOUT_RANGE: DurationRange = DurationRange {
+    min: MIN_TIMER,
+    max: ONE_HOUR,
+    short: TIMER_RESOLUTION,
+    long: "a hung check would delay the next one for longer",
+};
+
+/// `health.start_grace` may be 0 (no grace). Crash recovery of a large database can take
+/// hours, so the ceiling is a day rather than an hour.
+pub const START_GRACE_RANGE: DurationRange = DurationRange {
+    min: Duration::ZERO,
+    max: Duration::from_secs(24 * 3600),
+    short: "",
+    long: "a service that fails while it starts would stay active and failed for longer",
+};
+
+/// Every `[[fence]] timeout`: an IPMI power-off takes up to a minute or two; a failover
+/// waits for each attempt, and an hour covers even a slow one many times over.
+pub const FENCE_TIMEOUT_RANGE: DurationRange = DurationRange {
+    min: MIN_TIMER,
+    max: ONE_HOUR,
+    short: TIMER_RESOLUTION,
+    long: "a failover waits for each fence attempt, which would hold it up for this long",
+};
+
 /// ZooKeeper's default `minSessionTimeout` (2 × the default `tickTime` of 2s). A shorter
 /// requested timeout is silently raised by the server unless the ensemble lowers it.
 const ZK_DEFAULT_MIN_SESSION: Duration = Duration::from_secs(4);
@@ -363,7 +456,13 @@ pub struct Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.path.display(), self.line, self.column)
+        write!(
+            f,
+            "{}:{}:{}",
+            shown_path(&self.path),
+            self.line,
+            self.column
+        )
     }
 }
 
@@ -375,13 +474,13 @@ impl fmt::Display for Location {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The config file could not be read.
-    #[error("cannot read {}: {}", path.display(), io_reason(.error))]
+    #[error("cannot read {}: {}", shown_path(.path), io_reason(.error))]
     Read { path: PathBuf, error: io::Error },
     /// The text is not valid TOML.
     #[error("{at}: invalid TOML: {message}")]
     Syntax { at: Location, message: String },
     /// A key that no table of the config has.
-    #[error("{at}: unknown key `{name}` {context}")]
+    #[error("{at}: unknown key `{}` {context}", one_line(.name))]
     UnknownKey {
         at: Location,
         key: String,
@@ -417,7 +516,7 @@ pub enum ConfigError {
     #[error(
         "{}`{key}`: {} can be read or written by group or others (mode {mode:04o}); \
          run `chmod 600 {}`",
-        prefix(.at), file.display(), file.display()
+        prefix(.at), shown_path(.file), shown_path(.file)
     )]
     InsecureFile {
         at: Option<Location>,
@@ -426,7 +525,7 @@ pub enum ConfigError {
         mode: u32,
     },
     /// A file the config names that cannot be used.
-    #[error("{}`{key}`: cannot read {}: {}", prefix(.at), file.display(), io_reason(.error))]
+    #[error("{}`{key}`: cannot read {}: {}", prefix(.at), shown_path(.file), io_reason(.error))]
     UnreadableFile {
         at: Option<Location>,
         key: String,
@@ -469,6 +568,41 @@ fn prefix(at: &Option<Location>) -> String {
     at.as_ref().map(|at| format!("{at}: ")).unwrap_or_default()
 }
 
+/// `s` with its control characters escaped (`\n`, `\u{1b}`), so that a value echoed in a
+/// message can neither break it over lines nor reach the terminal as an escape sequence.
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    // Control characters, and the Unicode line separators and direction overrides, which
+    // a terminal shows as a line break or uses to reorder the text around them.
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if s.chars().any(unsafe_char) {
+        s.chars()
+            .map(|c| {
+                if unsafe_char(c) {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// A path for a message, on one line.
+fn shown_path(path: &Path) -> String {
+    one_line(&path.display().to_string()).into_owned()
+}
+
+/// A value as written in TOML, quoted and escaped: `"rm 1"`, `"a\nb"`.
+fn quoted(s: &str) -> String {
+    format!("{s:?}")
+}
+
 /// `No such file or directory` rather than `No such file or directory (os error 2)`: the
 /// number tells an operator nothing.
 fn io_reason(error: &io::Error) -> String {
@@ -488,9 +622,16 @@ fn io_reason(error: &io::Error) -> String {
 /// absolute path must be an executable file. These checks live here rather than in
 /// [`parse`] so that a config can be checked on a machine that lacks its files.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    let read_error = |error| ConfigError::Read {
         path: path.to_path_buf(),
         error,
+    };
+    let bytes = read_regular_file(path, MAX_CONFIG_BYTES).map_err(read_error)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        read_error(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it is not UTF-8 text",
+        ))
     })?;
     let source = Source::new(&text, path)?;
     let config = source.build()?;
@@ -575,6 +716,59 @@ struct Source<'a> {
     path: &'a Path,
     text: &'a str,
     doc: Spanned<DeTable<'a>>,
+    /// The offset of every line's first byte, so that locating an offset is a binary
+    /// search rather than a count of the newlines before it: a config with many errors
+    /// would otherwise take quadratic time.
+    line_starts: Vec<usize>,
+}
+
+/// The errors the schema found, of which only the one to report is kept (built only when
+/// it beats the one kept so far), and a count of the unknown keys.
+#[derive(Default)]
+struct Findings {
+    best: Option<(Rank, usize, ConfigError)>,
+    unknown_keys: usize,
+}
+
+impl Findings {
+    /// Records an error of `rank` at offset `pos`; `error` runs only if this is now the
+    /// first error to report (the lowest rank, then the earliest in the file).
+    fn push(&mut self, rank: Rank, pos: usize, error: impl FnOnce() -> ConfigError) {
+        if rank == Rank::Unknown {
+            self.unknown_keys += 1;
+        }
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|(r, p, _)| (rank, pos) < (*r, *p))
+        {
+            self.best = Some((rank, pos, error()));
+        }
+    }
+
+    /// The error to report. Of many unknown keys (a file that is not a warden config) it
+    /// names the first and counts the rest, so the operator knows there is more to fix.
+    fn into_error(self) -> Option<ConfigError> {
+        let more = self.unknown_keys.saturating_sub(1);
+        self.best.map(|(_, _, error)| match error {
+            ConfigError::UnknownKey {
+                at,
+                key,
+                name,
+                context,
+            } if more > 0 => ConfigError::UnknownKey {
+                at,
+                key,
+                name,
+                context: format!(
+                    "{context} ({more} more unknown key{} follow{})",
+                    if more == 1 { "" } else { "s" },
+                    if more == 1 { "s" } else { "" }
+                ),
+            },
+            other => other,
+        })
+    }
 }
 
 /// How an error found by the schema ranks: an unknown key (most likely a typo, which
@@ -589,18 +783,23 @@ enum Rank {
 impl<'a> Source<'a> {
     fn new(text: &'a str, path: &'a Path) -> Result<Source<'a>, ConfigError> {
         match DeTable::parse(text) {
-            Ok(doc) => Ok(Source { path, text, doc }),
+            Ok(doc) => Ok(Source {
+                path,
+                text,
+                doc,
+                line_starts: line_starts(text),
+            }),
             Err(e) => {
                 let span = e.span().unwrap_or(0..0);
-                let mut message = e.message().trim().to_string();
+                let mut message = one_line(e.message().trim()).into_owned();
                 // toml says only "duplicate key"; name it, as every other error does.
                 if message == "duplicate key" {
                     if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
-                        message = format!("duplicate key `{key}`");
+                        message = format!("duplicate key `{}`", one_line(key));
                     }
                 }
                 Err(ConfigError::Syntax {
-                    at: location(path, text, span.start),
+                    at: locate(path, text, &line_starts(text), span.start),
                     message,
                 })
             }
@@ -608,7 +807,7 @@ impl<'a> Source<'a> {
     }
 
     fn location(&self, offset: usize) -> Location {
-        location(self.path, self.text, offset)
+        locate(self.path, self.text, &self.line_starts, offset)
     }
 
     /// Where the value at `path` is, or, when it is absent, the deepest table on the way
@@ -637,17 +836,19 @@ impl<'a> Source<'a> {
         self.location(span.start)
     }
 
+    /// A refused value. The reason may echo the value, so control characters in it are
+    /// escaped: an error is one line (SPEC §7).
     fn invalid(&self, path: &KeyPath, reason: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             at: self.at(path),
             key: path.to_string(),
-            reason: reason.into(),
+            reason: one_line(&reason.into()).into_owned(),
         }
     }
 
     /// Steps 2 to 4 of the module docs.
     fn build(&self) -> Result<Config, ConfigError> {
-        let mut found = Vec::new();
+        let mut found = Findings::default();
         self.check_table(
             ROOT,
             self.doc.get_ref(),
@@ -655,7 +856,7 @@ impl<'a> Source<'a> {
             &KeyPath::default(),
             &mut found,
         );
-        if let Some((_, _, err)) = found.into_iter().min_by_key(|(rank, pos, _)| (*rank, *pos)) {
+        if let Some(err) = found.into_error() {
             return Err(err);
         }
         let config: Config = toml::from_str(self.text).map_err(|e| self.serde_error(&e))?;
@@ -670,7 +871,7 @@ impl<'a> Source<'a> {
         ConfigError::Invalid {
             at: self.location(span.start),
             key: self.key_at(span.start).to_string(),
-            reason: format!("is not valid: {}", e.message().trim()),
+            reason: format!("is not valid: {}", one_line(e.message().trim())),
         }
     }
 
@@ -712,19 +913,28 @@ impl<'a> Source<'a> {
     }
 }
 
-fn location(path: &Path, text: &str, offset: usize) -> Location {
+/// The offset of every line's first byte.
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+/// The line and column (in characters) of a byte offset, found in `line_starts` by binary
+/// search: locating many errors must not cost a scan of the text each.
+fn locate(path: &Path, text: &str, line_starts: &[usize], offset: usize) -> Location {
     let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let column = before
-        .get(line_start..)
+    // line_starts[0] is 0, so at least one start is <= offset.
+    let line = line_starts.partition_point(|&start| start <= offset);
+    let line_start = line_starts[..line].last().copied().unwrap_or(0);
+    let column = text
+        .get(line_start..offset)
         .map(|s| s.chars().count())
         .unwrap_or(0)
         + 1;
     Location {
         path: path.to_path_buf(),
-        line,
+        line: line.max(1),
         column,
     }
 }
@@ -960,8 +1170,6 @@ fn nearest<'c>(word: &str, candidates: impl IntoIterator<Item = &'c str>) -> Opt
         .map(|(_, c)| c)
 }
 
-type Found = (Rank, usize, ConfigError);
-
 impl Source<'_> {
     fn check_table(
         &self,
@@ -969,45 +1177,43 @@ impl Source<'_> {
         table: &DeTable<'_>,
         span: std::ops::Range<usize>,
         path: &KeyPath,
-        found: &mut Vec<Found>,
+        found: &mut Findings,
     ) {
         for (key, value) in table.iter() {
             let name: &str = key.get_ref();
-            let child = path.key(name);
             match fields.iter().find(|f| f.name == name) {
-                Some(field) => self.check_value(field.kind, value, &child, found),
-                None => found.push((
-                    Rank::Unknown,
-                    key.span().start,
+                Some(field) => self.check_value(field.kind, value, &path.key(name), found),
+                None => found.push(Rank::Unknown, key.span().start, || {
                     ConfigError::UnknownKey {
                         at: self.location(key.span().start),
-                        key: child.to_string(),
+                        key: path.key(name).to_string(),
                         name: name.to_string(),
-                        context: format!(
+                        context: one_line(&format!(
                             "{}{}",
                             self.table_label(path, table),
                             unknown_key_hint(name, fields)
-                        ),
-                    },
-                )),
+                        ))
+                        .into_owned(),
+                    }
+                }),
             }
         }
         for field in fields.iter().filter(|f| f.required) {
             if table.get(field.name).is_none() {
-                let what = match (field.kind, path.is_root()) {
-                    (Kind::Table(_), _) => format!("table [{}]", path.key(field.name)),
-                    (_, true) => format!("key `{}`", field.name),
-                    (_, false) => format!("key `{}` {}", field.name, self.table_label(path, table)),
-                };
-                found.push((
-                    Rank::Missing,
-                    span.start,
+                found.push(Rank::Missing, span.start, || {
+                    let what = match (field.kind, path.is_root()) {
+                        (Kind::Table(_), _) => format!("table [{}]", path.key(field.name)),
+                        (_, true) => format!("key `{}`", field.name),
+                        (_, false) => {
+                            format!("key `{}` {}", field.name, self.table_label(path, table))
+                        }
+                    };
                     ConfigError::MissingKey {
                         at: self.location(span.start),
                         key: path.key(field.name).to_string(),
                         what,
-                    },
-                ));
+                    }
+                });
             }
         }
     }
@@ -1019,7 +1225,7 @@ impl Source<'_> {
         }
         if matches!(path.0.last(), Some(Seg::Index(_))) {
             return match table.get("kind").and_then(|k| k.get_ref().as_str()) {
-                Some(kind) => format!("in {path} (kind = \"{kind}\")"),
+                Some(kind) => format!("in {path} (kind = {})", quoted(kind)),
                 None => format!("in {path}"),
             };
         }
@@ -1031,44 +1237,51 @@ impl Source<'_> {
         kind: Kind,
         value: &Spanned<DeValue<'_>>,
         path: &KeyPath,
-        found: &mut Vec<Found>,
+        found: &mut Findings,
     ) {
         let start = value.span().start;
         let v = value.get_ref();
-        let wrong_type = |found: &mut Vec<Found>| {
-            found.push((
-                Rank::Value,
-                start,
-                ConfigError::WrongType {
-                    at: self.location(start),
-                    key: path.to_string(),
-                    expected: kind.describe(),
-                    found: type_name(v),
-                },
-            ))
+        let wrong_type = |found: &mut Findings| {
+            found.push(Rank::Value, start, || ConfigError::WrongType {
+                at: self.location(start),
+                key: path.to_string(),
+                expected: kind.describe(),
+                found: type_name(v),
+            })
         };
-        let invalid = |found: &mut Vec<Found>, reason: String| {
-            found.push((
-                Rank::Value,
-                start,
-                ConfigError::Invalid {
-                    at: self.location(start),
-                    key: path.to_string(),
-                    reason,
-                },
-            ))
+        // The reason is built only for the error that is reported.
+        let invalid = |found: &mut Findings, reason: &dyn Fn() -> String| {
+            found.push(Rank::Value, start, || ConfigError::Invalid {
+                at: self.location(start),
+                key: path.to_string(),
+                reason: one_line(&reason()).into_owned(),
+            })
         };
         match kind {
-            Kind::Str => {
-                if !v.is_str() {
-                    wrong_type(found);
-                }
-            }
+            Kind::Str => match v.as_str() {
+                // No file name, program, host or argument can hold a NUL, and a C library
+                // call would silently cut the value short at it.
+                Some(s) if s.contains('\0') => invalid(found, &|| {
+                    format!(
+                        "= {} contains a NUL character (\\u0000), which no name, path or \
+                         argument can hold: remove it",
+                        quoted(s)
+                    )
+                }),
+                Some(_) => {}
+                None => wrong_type(found),
+            },
             Kind::Int { min, max } => match v.as_integer() {
                 Some(i) => {
                     let n = i64::from_str_radix(i.as_str(), i.radix()).ok();
                     if !n.is_some_and(|n| (min..=max).contains(&n)) {
-                        invalid(found, format!("= {} is out of range: it must be {}", i.as_str(), int_range(min, max)));
+                        invalid(found, &|| {
+                            format!(
+                                "= {} is out of range: it must be {}",
+                                i.as_str(),
+                                int_range(min, max)
+                            )
+                        });
                     }
                 }
                 None => wrong_type(found),
@@ -1076,36 +1289,51 @@ impl Source<'_> {
             Kind::Duration => match v {
                 DeValue::String(s) => {
                     if let Err(reason) = parse_duration(s) {
-                        invalid(found, reason);
+                        invalid(found, &|| reason.clone());
                     }
                 }
-                DeValue::Integer(_) | DeValue::Float(_) => invalid(
-                    found,
+                DeValue::Integer(_) | DeValue::Float(_) => invalid(found, &|| {
+                    let written = one_line(&self.text[value.span()]);
                     format!(
-                        "= {} has no unit: write a string with a unit, such as \"{}s\" or \"250ms\"",
-                        &self.text[value.span()],
-                        &self.text[value.span()]
-                    ),
-                ),
+                        "= {written} has no unit: write a string with a unit, such as \"{written}s\" \
+                         or \"250ms\""
+                    )
+                }),
                 _ => wrong_type(found),
             },
             Kind::Signal => match v.as_str() {
-                Some(s) => {
-                    if let Err(reason) = SignalName::from_str(s) {
-                        invalid(found, format!("is not valid: {reason}"));
+                Some(s) => match SignalName::from_str(s) {
+                    Err(reason) => {
+                        invalid(found, &|| format!("is not valid: {}", one_line(&reason)))
                     }
-                }
+                    Ok(signal) => {
+                        if let Some(why) = cannot_end_a_process(signal.0) {
+                            invalid(found, &|| {
+                                format!(
+                                    "= {} cannot end a process: {} {why}; use a signal that \
+                                     ends it, such as \"SIGTERM\" or \"SIGKILL\"",
+                                    quoted(s),
+                                    signal.0.as_str()
+                                )
+                            });
+                        }
+                    }
+                },
                 None => wrong_type(found),
             },
             Kind::Choice(choices) => match v.as_str() {
                 Some(s) if choices.contains(&s) => {}
-                Some(s) => {
+                Some(s) => invalid(found, &|| {
                     let hint = match nearest(s, choices.iter().copied()) {
                         Some(near) => format!("; did you mean \"{near}\"?"),
                         None => String::new(),
                     };
-                    invalid(found, format!("= \"{s}\" is not one of {}{hint}", quoted_list(choices)));
-                }
+                    format!(
+                        "= {} is not one of {}{hint}",
+                        quoted(s),
+                        quoted_list(choices)
+                    )
+                }),
                 None => wrong_type(found),
             },
             Kind::StrList => match v.as_array() {
@@ -1127,13 +1355,13 @@ impl Source<'_> {
             Kind::SocketAddr => match v.as_str() {
                 Some(s) => {
                     if s.parse::<SocketAddr>().is_err() {
-                        invalid(
-                            found,
+                        invalid(found, &|| {
                             format!(
-                                "= \"{s}\" is not an IP address and port such as \"127.0.0.1:7232\" \
-                                 (names are not resolved here)"
-                            ),
-                        );
+                                "= {} is not an IP address and port such as \"127.0.0.1:7232\" \
+                                 (names are not resolved here)",
+                                quoted(s)
+                            )
+                        });
                     }
                 }
                 None => wrong_type(found),
@@ -1153,18 +1381,14 @@ impl Source<'_> {
         }
     }
 
-    fn check_fence(&self, item: &Spanned<DeValue<'_>>, path: &KeyPath, found: &mut Vec<Found>) {
+    fn check_fence(&self, item: &Spanned<DeValue<'_>>, path: &KeyPath, found: &mut Findings) {
         let Some(table) = item.get_ref().as_table() else {
-            found.push((
-                Rank::Value,
-                item.span().start,
-                ConfigError::WrongType {
-                    at: self.location(item.span().start),
-                    key: path.to_string(),
-                    expected: "a table".into(),
-                    found: type_name(item.get_ref()),
-                },
-            ));
+            found.push(Rank::Value, item.span().start, || ConfigError::WrongType {
+                at: self.location(item.span().start),
+                key: path.to_string(),
+                expected: "a table".into(),
+                found: type_name(item.get_ref()),
+            });
             return;
         };
         let schema = table
@@ -1179,17 +1403,30 @@ impl Source<'_> {
                 Some(kind) => {
                     self.check_value(Kind::Choice(FENCE_KINDS), kind, &path.key("kind"), found)
                 }
-                None => found.push((
-                    Rank::Missing,
-                    item.span().start,
+                None => found.push(Rank::Missing, item.span().start, || {
                     ConfigError::MissingKey {
                         at: self.location(item.span().start),
                         key: path.key("kind").to_string(),
                         what: format!("key `kind` in {path}: one of {}", quoted_list(FENCE_KINDS)),
-                    },
-                )),
+                    }
+                }),
             },
         }
+    }
+}
+
+/// Why a signal cannot stop a service or fence a process: by default it suspends, resumes
+/// or is ignored, so a process that does not handle it keeps running. (SIGKILL after
+/// `stop_timeout` would still end a service, but only after a pointless wait.)
+fn cannot_end_a_process(signal: nix::sys::signal::Signal) -> Option<&'static str> {
+    use nix::sys::signal::Signal::*;
+    match signal {
+        SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU => Some("only suspends a process"),
+        SIGCONT => Some("only resumes a suspended process"),
+        // SIGURG and SIGWINCH are ignored by default too, but some services stop on them
+        // (Apache httpd's graceful stop is SIGWINCH), and SIGKILL follows anyway: allowed.
+        SIGCHLD => Some("is ignored by a process that does not handle it"),
+        _ => None,
     }
 }
 
@@ -1245,6 +1482,11 @@ impl Source<'_> {
     fn validate(&self, c: &Config) -> Result<(), ConfigError> {
         self.validate_cluster(c)?;
         self.validate_zookeeper(c)?;
+        self.check_duration(
+            c.election.rejoin_delay,
+            &KeyPath::of(&["election", "rejoin_delay"]),
+            &REJOIN_DELAY_RANGE,
+        )?;
         self.validate_service(c)?;
         self.validate_health(c)?;
         self.validate_fences(c)?;
@@ -1265,12 +1507,37 @@ impl Source<'_> {
         }
     }
 
-    fn check_positive(&self, d: Duration, path: &KeyPath) -> Result<(), ConfigError> {
-        if d.is_zero() {
-            Err(self.invalid(path, "must be longer than 0"))
+    /// `d` within `range`; the message names the bound and why it is there.
+    fn check_duration(
+        &self,
+        d: Duration,
+        path: &KeyPath,
+        range: &DurationRange,
+    ) -> Result<(), ConfigError> {
+        let reason = if d.is_zero() && !range.min.is_zero() {
+            format!(
+                "must be longer than 0: at least {} ({})",
+                fmt_duration(range.min),
+                range.short
+            )
+        } else if d < range.min {
+            format!(
+                "= {} is too short: it must be at least {} ({})",
+                fmt_duration(d),
+                fmt_duration(range.min),
+                range.short
+            )
+        } else if d > range.max {
+            format!(
+                "= {} is too long: it must be at most {} ({})",
+                fmt_duration(d),
+                fmt_duration(range.max),
+                range.long
+            )
         } else {
-            Ok(())
-        }
+            return Ok(());
+        };
+        Err(self.invalid(path, reason))
     }
 
     fn check_command(&self, cmd: &[String], path: &KeyPath) -> Result<(), ConfigError> {
@@ -1295,10 +1562,10 @@ impl Source<'_> {
             "node id",
         )?;
         if let Some(host) = &c.cluster.host {
-            if host.is_empty() || host.chars().any(|ch| ch.is_whitespace() || ch == '/') {
+            if let Err(reason) = check_host(host) {
                 return Err(self.invalid(
                     &KeyPath::of(&["cluster", "host"]),
-                    format!("= \"{host}\" is not a host name or address"),
+                    format!("= {} is not a host name or address: {reason}", quoted(host)),
                 ));
             }
         }
@@ -1314,18 +1581,16 @@ impl Source<'_> {
         if let Err(reason) = check_znode_path(&zk.root) {
             return Err(self.invalid(&p("root"), format!("= \"{}\" {reason}", zk.root)));
         }
-        if zk.session_timeout < MIN_SESSION_TIMEOUT {
-            return Err(self.invalid(
-                &p("session_timeout"),
-                format!(
-                    "= {} is too short: it must be at least {} (the lease is half of it and is \
-                     renewed every sixth, which must outlast a round trip to ZooKeeper)",
-                    fmt_duration(zk.session_timeout),
-                    fmt_duration(MIN_SESSION_TIMEOUT)
-                ),
-            ));
-        }
-        self.check_positive(zk.connect_timeout, &p("connect_timeout"))?;
+        self.check_duration(
+            zk.session_timeout,
+            &p("session_timeout"),
+            &SESSION_TIMEOUT_RANGE,
+        )?;
+        self.check_duration(
+            zk.connect_timeout,
+            &p("connect_timeout"),
+            &CONNECT_TIMEOUT_RANGE,
+        )?;
         if zk.auth.is_some() && zk.auth_file.is_some() {
             return Err(self.invalid(
                 &p("auth_file"),
@@ -1357,8 +1622,8 @@ impl Source<'_> {
     fn validate_service(&self, c: &Config) -> Result<(), ConfigError> {
         let s = &c.service;
         let p = |k: &str| KeyPath::of(&["service", k]);
-        self.check_positive(s.stop_timeout, &p("stop_timeout"))?;
-        self.check_positive(s.hook_timeout, &p("hook_timeout"))?;
+        self.check_duration(s.stop_timeout, &p("stop_timeout"), &GRACEFUL_STOP_RANGE)?;
+        self.check_duration(s.hook_timeout, &p("hook_timeout"), &GRACEFUL_STOP_RANGE)?;
         // Keys of the other mode are ignored, not refused: the SPEC's own sample sets
         // both, and `warnings` tells the operator.
         match s.mode {
@@ -1409,8 +1674,9 @@ impl Source<'_> {
     fn validate_health(&self, c: &Config) -> Result<(), ConfigError> {
         let h = &c.health;
         let p = |k: &str| KeyPath::of(&["health", k]);
-        self.check_positive(h.interval, &p("interval"))?;
-        self.check_positive(h.timeout, &p("timeout"))?;
+        self.check_duration(h.interval, &p("interval"), &HEALTH_INTERVAL_RANGE)?;
+        self.check_duration(h.timeout, &p("timeout"), &HEALTH_TIMEOUT_RANGE)?;
+        self.check_duration(h.start_grace, &p("start_grace"), &START_GRACE_RANGE)?;
         let (needs, kind_name) = match h.kind {
             HealthKind::Tcp => ("address", "tcp"),
             HealthKind::Http => ("url", "http"),
@@ -1470,7 +1736,7 @@ impl Source<'_> {
         }
         for (i, method) in c.fence.iter().enumerate() {
             let p = KeyPath::of(&["fence"]).index(i);
-            self.check_positive(method.timeout(), &p.key("timeout"))?;
+            self.check_duration(method.timeout(), &p.key("timeout"), &FENCE_TIMEOUT_RANGE)?;
             if let Some(nodes) = method.nodes() {
                 if nodes.is_empty() {
                     return Err(self.invalid(
@@ -1586,6 +1852,62 @@ fn check_host_port(s: &str) -> Result<(), String> {
     }
 }
 
+/// `cluster.host`: what peers pass to `connect()` (with the ssh port) to fence this node,
+/// so a name or an address alone: no port, no brackets, no path, no spaces. An IPv6
+/// address is written bare (`::1`, `fe80::1%eth0`).
+fn check_host(host: &str) -> Result<(), String> {
+    const FIX: &str = "give the name or address alone, such as \"rm1.example.com\", \
+                       \"10.0.0.1\" or \"fd00::1\"";
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if let Some((addr, scope)) = host.split_once('%') {
+        if addr.parse::<std::net::Ipv6Addr>().is_ok()
+            && !scope.is_empty()
+            && scope
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        {
+            return Ok(());
+        }
+    }
+    if host.is_empty() {
+        return Err(format!("it is empty; {FIX}"));
+    }
+    if let Some(bare) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        if bare.parse::<std::net::Ipv6Addr>().is_ok() {
+            return Err(format!(
+                "write an IPv6 address without brackets, such as {}",
+                quoted(bare)
+            ));
+        }
+    }
+    if let Some((name, port)) = host.rsplit_once(':') {
+        let name = name.trim_start_matches('[').trim_end_matches(']');
+        let is_host =
+            !name.is_empty() && !name.contains(':') || name.parse::<std::net::Ipv6Addr>().is_ok();
+        if is_host && port.parse::<u16>().is_ok() {
+            return Err(format!(
+                "it has a port; give the host alone, such as {} (the service's port goes in \
+                 cluster.port, the ssh port in the ssh [[fence]]'s port)",
+                quoted(name)
+            ));
+        }
+    }
+    // A DNS name is at most 253 characters of letters, digits, '-' and '.'; '_' appears in
+    // some internal names and resolves through /etc/hosts.
+    if host.len() > 253
+        || !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    {
+        return Err(format!(
+            "a name has at most 253 letters, digits, '.', '-' and '_'; {FIX}"
+        ));
+    }
+    Ok(())
+}
+
 /// A znode path: absolute, no trailing or doubled `/`, no `.` or `..` parts.
 fn check_znode_path(s: &str) -> Result<(), String> {
     if !s.starts_with('/') {
@@ -1599,6 +1921,17 @@ fn check_znode_path(s: &str) -> Result<(), String> {
         .any(|part| part.is_empty() || part == "." || part == "..")
     {
         return Err("must not have empty, \".\" or \"..\" parts".into());
+    }
+    // ZooKeeper refuses these in a path (they "do not display well"): refused here rather
+    // than by every call at run time.
+    if s.chars().any(|c| {
+        c.is_control()
+            || ('\u{e000}'..='\u{f8ff}').contains(&c)
+            || ('\u{fff0}'..='\u{ffff}').contains(&c)
+    }) {
+        return Err(
+            "must not hold control or private-use characters: ZooKeeper refuses them".into(),
+        );
     }
     Ok(())
 }
@@ -1694,20 +2027,108 @@ enum FileProblem {
     Insecure(u32),
 }
 
-/// Opens a file that holds a secret, refusing it (as OpenSSH refuses a private key) when
-/// group or others have any access to it, and returns its content.
-fn read_private_file(file: &Path) -> Result<Vec<u8>, FileProblem> {
-    let meta = std::fs::metadata(file).map_err(FileProblem::Unreadable)?;
-    if !meta.is_file() {
-        return Err(FileProblem::Unreadable(io::Error::other(
-            "not a regular file",
-        )));
+/// The largest config file read. The reference config, every comment included, is about
+/// 10 KiB; a megabyte is a hundred times that, and bounds what a wrong `-c` (a log file, a
+/// disk image) costs before it is refused.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The largest `auth_file`: it holds one `scheme:credentials` line.
+const MAX_AUTH_FILE_BYTES: u64 = 64 << 10;
+
+/// The largest ssh `identity_file`: an OpenSSH RSA key of 16384 bits is about 13 KiB.
+const MAX_IDENTITY_FILE_BYTES: u64 = 1 << 20;
+
+/// What a file that is not a regular file is, for messages: `it is a fifo`.
+fn file_type_name(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "it is a directory"
+    } else if t.is_fifo() {
+        "it is a fifo"
+    } else if t.is_socket() {
+        "it is a socket"
+    } else if t.is_char_device() {
+        "it is a character device"
+    } else if t.is_block_device() {
+        "it is a block device"
+    } else {
+        "it is of another type"
     }
+}
+
+/// The refusal of a file that is not a regular file: `it is a fifo, not a regular file`.
+fn not_regular(t: std::fs::FileType) -> io::Error {
+    io::Error::other(format!("{}, not a regular file", file_type_name(t)))
+}
+
+/// `1 MiB`, `64 KiB`, `123 bytes`.
+fn fmt_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+/// Opens `file` for reading only if it is a regular file, without ever blocking: a fifo
+/// would block `open` until a writer comes (forever, for a config), and a device such as
+/// `/dev/zero` never ends. The type is checked before opening (opening some devices has
+/// effects of its own) and again on the opened descriptor, which is what is read, so a
+/// file swapped in between is caught too.
+fn open_regular_file(file: &Path) -> io::Result<(std::fs::File, std::fs::Metadata)> {
+    let before = std::fs::metadata(file)?;
+    if !before.is_file() {
+        return Err(not_regular(before.file_type()));
+    }
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(file)?;
+    let meta = opened.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok((opened, meta))
+}
+
+/// The content of the regular file `file`, refused when over `limit` bytes (checked on the
+/// size and again while reading, since a file can grow in between). Never blocks: a fifo,
+/// a device or a directory is refused with `it is a fifo, not a regular file`. For every
+/// file warden reads that someone else may have put in place (a pidfile, say).
+pub fn read_regular_file(file: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    let (opened, meta) = open_regular_file(file)?;
+    read_opened(opened, &meta, limit)
+}
+
+/// Reads a file opened by [`open_regular_file`], at most `limit` bytes of it.
+fn read_opened(opened: std::fs::File, meta: &std::fs::Metadata, limit: u64) -> io::Result<Vec<u8>> {
+    let too_big = |size: u64| {
+        io::Error::other(format!(
+            "it is {}, larger than the {} this file may be",
+            fmt_size(size),
+            fmt_size(limit)
+        ))
+    };
+    if meta.len() > limit {
+        return Err(too_big(meta.len()));
+    }
+    let mut content = Vec::with_capacity(meta.len() as usize);
+    opened.take(limit + 1).read_to_end(&mut content)?;
+    if content.len() as u64 > limit {
+        return Err(too_big(content.len() as u64));
+    }
+    Ok(content)
+}
+
+/// Opens a file that holds a secret, refusing it (as OpenSSH refuses a private key) when
+/// group or others have any access to it, and returns its content (at most `limit` bytes).
+fn read_private_file(file: &Path, limit: u64) -> Result<Vec<u8>, FileProblem> {
+    let (opened, meta) = open_regular_file(file).map_err(FileProblem::Unreadable)?;
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 {
         return Err(FileProblem::Insecure(mode));
     }
-    std::fs::read(file).map_err(FileProblem::Unreadable)
+    read_opened(opened, &meta, limit).map_err(FileProblem::Unreadable)
 }
 
 fn file_error(
@@ -1736,62 +2157,98 @@ fn file_error(
 fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigError> {
     if let Some(file) = &c.coordination.zookeeper.auth_file {
         let key = KeyPath::of(&["coordination", "zookeeper", "auth_file"]);
-        let content = read_private_file(file)
+        let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
             .map_err(|p| file_error(p, Some(source.at(&key)), &key, file))?;
         let text = String::from_utf8_lossy(&content);
         if let Err(reason) = check_auth(text.trim()) {
             return Err(source.invalid(
                 &key,
-                format!("names {}, whose content {reason}", file.display()),
+                format!("names {}, whose content {reason}", shown_path(file)),
             ));
         }
+    }
+    let service = KeyPath::of(&["service"]);
+    let health = KeyPath::of(&["health"]);
+    let mut programs: Vec<(KeyPath, &[String])> = Vec::new();
+    match c.service.mode {
+        ServiceMode::Spawn => {
+            programs.push((service.key("command"), &c.service.command));
+            programs.push((health.key("standby_command"), &c.health.standby_command));
+        }
+        ServiceMode::Hooks => {
+            programs.push((service.key("promote"), &c.service.promote));
+            programs.push((service.key("demote"), &c.service.demote));
+        }
+    }
+    if c.health.kind == HealthKind::Exec {
+        programs.push((health.key("command"), &c.health.command));
     }
     for (i, method) in c.fence.iter().enumerate() {
         let p = KeyPath::of(&["fence"]).index(i);
         match method {
             FenceMethod::Ssh(m) => {
                 let key = p.key("identity_file");
-                read_private_file(&m.identity_file)
+                read_private_file(&m.identity_file, MAX_IDENTITY_FILE_BYTES)
                     .map_err(|e| file_error(e, Some(source.at(&key)), &key, &m.identity_file))?;
+                // Opened, not read: the fence reads it when it runs, and it may be long.
                 let key = p.key("known_hosts");
-                std::fs::File::open(&m.known_hosts).map_err(|error| {
-                    ConfigError::UnreadableFile {
-                        at: Some(source.at(&key)),
-                        key: key.to_string(),
-                        file: m.known_hosts.clone(),
-                        error,
-                    }
+                open_regular_file(&m.known_hosts).map_err(|error| ConfigError::UnreadableFile {
+                    at: Some(source.at(&key)),
+                    key: key.to_string(),
+                    file: m.known_hosts.clone(),
+                    error,
                 })?;
             }
-            FenceMethod::Script(m) => {
-                // Only an absolute path can be checked without knowing the PATH the
-                // fencing will run with; a missing agent would otherwise surface at the
-                // worst moment, in the middle of a failover.
-                let Some(program) = m.command.first().map(Path::new) else {
-                    continue;
-                };
-                if !program.is_absolute() {
-                    continue;
-                }
-                let key = p.key("command").index(0);
-                let meta =
-                    std::fs::metadata(program).map_err(|error| ConfigError::UnreadableFile {
-                        at: Some(source.at(&key)),
-                        key: key.to_string(),
-                        file: program.to_path_buf(),
-                        error,
-                    })?;
-                if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-                    return Err(source.invalid(
-                        &key,
-                        format!("= \"{}\" is not an executable file", program.display()),
-                    ));
-                }
-            }
+            FenceMethod::Script(m) => programs.push((p.key("command"), &m.command)),
             FenceMethod::Signal(_) => {}
         }
     }
+    for (key, command) in programs {
+        check_program(command, &key.index(0), source)?;
+    }
     Ok(())
+}
+
+/// A program named by absolute path must be an executable regular file: a missing or
+/// broken one would otherwise surface at the worst moment, in the middle of a failover.
+/// A bare name is looked up in the PATH it runs with, which this check cannot know.
+/// Any execute bit will do: `check-config` may run as another user than the daemon.
+fn check_program(
+    command: &[String],
+    key: &KeyPath,
+    source: &Source<'_>,
+) -> Result<(), ConfigError> {
+    let Some(program) = command.first().map(Path::new) else {
+        return Ok(());
+    };
+    if !program.is_absolute() {
+        return Ok(());
+    }
+    // stat, never open: a fifo named here must not block the check.
+    let meta = std::fs::metadata(program).map_err(|error| ConfigError::UnreadableFile {
+        at: Some(source.at(key)),
+        key: key.to_string(),
+        file: program.to_path_buf(),
+        error,
+    })?;
+    let why = if !meta.is_file() {
+        file_type_name(meta.file_type()).to_string()
+    } else if meta.permissions().mode() & 0o111 == 0 {
+        format!(
+            "nobody may execute it (mode {:04o}); run `chmod +x {}`",
+            meta.permissions().mode() & 0o7777,
+            shown_path(program)
+        )
+    } else {
+        return Ok(());
+    };
+    Err(source.invalid(
+        key,
+        format!(
+            "= {} is not an executable file: {why}",
+            quoted(&program.display().to_string())
+        ),
+    ))
 }
 
 impl Config {
@@ -1806,7 +2263,8 @@ impl Config {
             return Ok(None);
         };
         let key = KeyPath::of(&["coordination", "zookeeper", "auth_file"]);
-        let content = read_private_file(file).map_err(|p| file_error(p, None, &key, file))?;
+        let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
+            .map_err(|p| file_error(p, None, &key, file))?;
         let text = String::from_utf8(content).map_err(|_| ConfigError::UnreadableFile {
             at: None,
             key: key.to_string(),
@@ -1821,13 +2279,19 @@ impl Config {
 // Warnings
 // ---------------------------------------------------------------------------------------
 
-/// A duration for messages, to the millisecond: `1s 666ms` rather than `1s 666ms 666us 666ns`.
+/// A duration for messages: from a second up to the millisecond (`1s 666ms` rather than
+/// `1s 666ms 666us 666ns`), below a second exactly and with its unit (`1ns`, `1ms 500us`),
+/// so that a sub-millisecond value is never shown as `0s`.
 fn fmt_duration(d: Duration) -> String {
-    let ms = Duration::from_millis(d.as_millis().min(u64::MAX as u128) as u64);
-    if ms.is_zero() {
+    if d.is_zero() {
         return "0s".to_string();
     }
-    humantime::format_duration(ms).to_string()
+    let shown = if d < Duration::from_secs(1) {
+        d
+    } else {
+        Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000)
+    };
+    humantime::format_duration(shown).to_string()
 }
 
 impl Config {
@@ -2072,6 +2536,12 @@ command = ["/bin/true"]
 
     fn msg(text: &str) -> String {
         err(text).to_string()
+    }
+
+    /// `text` for [`load`], which checks that the programs it names exist: BASE's service
+    /// program is made up.
+    fn on_disk(text: &str) -> String {
+        text.replace("/usr/bin/my-service", "/bin/true")
     }
 
     /// BASE with `from` replaced by `to`, which must occur in it.
@@ -2620,7 +3090,7 @@ command = ["/bin/true"]
             ),
         );
         let path = dir.join("warden.toml");
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, on_disk(&text)).unwrap();
         path
     }
 
@@ -2680,7 +3150,7 @@ command = ["/bin/true"]
             ),
         );
         let path = dir.path().join("warden.toml");
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, on_disk(&text)).unwrap();
         let m = load(&path).unwrap_err().to_string();
         assert!(
             m.contains(&format!("run `chmod 600 {}`", auth.display())),
@@ -2715,7 +3185,7 @@ command = ["/bin/true"]
     fn a_missing_fence_script_is_refused_by_load() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("warden.toml");
-        std::fs::write(&path, with("/bin/true", "/nonexistent/fence")).unwrap();
+        std::fs::write(&path, on_disk(&with("/bin/true", "/nonexistent/fence"))).unwrap();
         let m = load(&path).unwrap_err().to_string();
         assert!(
             m.contains(":13:12: `fence[0].command[0]`: cannot read /nonexistent/fence"),
@@ -2725,7 +3195,7 @@ command = ["/bin/true"]
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
         let text = with("/bin/true", &script.display().to_string());
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, on_disk(&text)).unwrap();
         let m = load(&path).unwrap_err().to_string();
         assert!(m.contains("is not an executable file"), "{m}");
     }
@@ -2957,5 +3427,562 @@ command = ["/bin/true"]
             names(FENCE_SCRIPT),
             sorted(serde_fields::<warden_fencing::ScriptFence>())
         );
+    }
+
+    /// BASE with `line` added to the table whose header is `table`.
+    fn in_table(table: &str, line: &str) -> String {
+        match BASE.find(&format!("{table}\n")) {
+            Some(_) => with(&format!("{table}\n"), &format!("{table}\n{line}\n")),
+            None => format!("{BASE}\n{table}\n{line}\n"),
+        }
+    }
+
+    #[test]
+    fn every_duration_has_an_upper_bound() {
+        // (table, key, dotted key, the longest accepted, the shortest refused)
+        let cases = [
+            (
+                "[coordination.zookeeper]",
+                "session_timeout",
+                "coordination.zookeeper.session_timeout",
+                "1h",
+                "1h 1ms",
+            ),
+            (
+                "[coordination.zookeeper]",
+                "connect_timeout",
+                "coordination.zookeeper.connect_timeout",
+                "10m",
+                "10m 1s",
+            ),
+            (
+                "[election]",
+                "rejoin_delay",
+                "election.rejoin_delay",
+                "30s",
+                "31s",
+            ),
+            (
+                "[service]",
+                "stop_timeout",
+                "service.stop_timeout",
+                "1h",
+                "61m",
+            ),
+            (
+                "[service]",
+                "hook_timeout",
+                "service.hook_timeout",
+                "1h",
+                "2h",
+            ),
+            ("[health]", "interval", "health.interval", "1h", "2h"),
+            ("[health]", "timeout", "health.timeout", "1h", "2h"),
+            (
+                "[health]",
+                "start_grace",
+                "health.start_grace",
+                "1day",
+                "25h",
+            ),
+            ("[[fence]]", "timeout", "fence[0].timeout", "1h", "2h"),
+        ];
+        for (table, key, dotted, longest, refused) in cases {
+            let text = |v: &str| {
+                if table == "[[fence]]" {
+                    format!("{BASE}{key} = \"{v}\"\n")
+                } else {
+                    in_table(table, &format!("{key} = \"{v}\""))
+                }
+            };
+            ok(&text(longest));
+            for v in [refused, "18446744073709551615s", "584542046090years"] {
+                let m = msg(&text(v));
+                assert!(
+                    m.contains(&format!("`{dotted}` = "))
+                        && m.contains(" is too long: it must be at most "),
+                    "{v}: {m}"
+                );
+                assert!(m.starts_with("/etc/warden/warden.toml:"), "{m}");
+            }
+        }
+        // The location is the value's, and the bound and its reason are named.
+        let m = msg(&with(
+            "[service]\n",
+            "[service]\nstop_timeout = \"18446744073709551615s\"\n",
+        ));
+        assert!(
+            m.starts_with(
+                "/etc/warden/warden.toml:9:16: `service.stop_timeout` = 584542046090years"
+            ) && m.contains("is too long: it must be at most 1h (a stop or hook that hangs"),
+            "{m}"
+        );
+        let m = msg(&with(
+            "connect = ",
+            "session_timeout = \"18446744073709551615s\"\nconnect = ",
+        ));
+        assert!(
+            m.contains(":6:19: `coordination.zookeeper.session_timeout` = ")
+                && m.contains("it must be at most 1h"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn sub_millisecond_durations_are_refused_and_shown_with_their_unit() {
+        let health = |line: &str| msg(&format!("{BASE}\n[health]\n{line}\n"));
+        assert_eq!(
+            health("interval = \"1ns\""),
+            "/etc/warden/warden.toml:16:12: `health.interval` = 1ns is too short: it must be at \
+             least 10ms (checks more often than that keep the service and the host busy \
+             answering them)"
+        );
+        assert!(health("interval = \"9ms\"").contains("= 9ms is too short"));
+        assert!(health("timeout = \"999us\"")
+            .contains("`health.timeout` = 999us is too short: it must be at least 1ms"));
+        ok(&with(
+            "[service]\n",
+            "[service]\nstop_timeout = \"1ms 500us\"\n",
+        ));
+        let m = msg(&format!("{BASE}timeout = \"1us\"\n"));
+        assert!(
+            m.contains("`fence[0].timeout` = 1us is too short: it must be at least 1ms"),
+            "{m}"
+        );
+        let m = msg(&in_table("[election]", "rejoin_delay = \"0s\""));
+        assert!(
+            m.contains("`election.rejoin_delay` must be longer than 0: at least 1ms"),
+            "{m}"
+        );
+        // A start grace of 0 means none, and is fine.
+        assert_eq!(
+            ok(&format!("{BASE}\n[health]\nstart_grace = \"0s\"\n"))
+                .health
+                .start_grace,
+            Duration::ZERO
+        );
+        ok(&format!(
+            "{BASE}\n[health]\ninterval = \"10ms\"\ntimeout = \"1ms\"\n"
+        ));
+        assert_eq!(fmt_duration(Duration::from_nanos(1)), "1ns");
+        assert_eq!(fmt_duration(Duration::from_micros(1500)), "1ms 500us");
+        assert_eq!(fmt_duration(Duration::ZERO), "0s");
+        assert_eq!(
+            fmt_duration(Duration::from_nanos(1_666_666_666)),
+            "1s 666ms"
+        );
+        assert_eq!(
+            fmt_duration(Duration::from_secs(u64::MAX)),
+            humantime::format_duration(Duration::from_secs(u64::MAX)).to_string()
+        );
+    }
+
+    #[test]
+    fn signals_that_cannot_end_a_process_are_refused() {
+        for signal in [
+            "SIGSTOP", "SIGCONT", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGCHLD", "STOP", "19", "cont",
+        ] {
+            let m = msg(&with(
+                "[service]\n",
+                &format!("[service]\nstop_signal = \"{signal}\"\n"),
+            ));
+            assert!(
+                m.starts_with(&format!(
+                    "/etc/warden/warden.toml:9:15: `service.stop_signal` = \"{signal}\" cannot end a process: "
+                )) && m.ends_with("use a signal that ends it, such as \"SIGTERM\" or \"SIGKILL\""),
+                "{m}"
+            );
+            let m = msg(&format!(
+                "{BASE}\n[[fence]]\nkind = \"signal\"\nsignal = \"{signal}\"\n"
+            ));
+            assert!(
+                m.contains(":17:10: `fence[1].signal` = ") && m.contains("cannot end a process"),
+                "{m}"
+            );
+        }
+        for signal in [
+            "SIGTERM", "SIGKILL", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "TERM", "15",
+        ] {
+            ok(&with(
+                "[service]\n",
+                &format!("[service]\nstop_signal = \"{signal}\"\n"),
+            ));
+            ok(&format!(
+                "{BASE}\n[[fence]]\nkind = \"signal\"\nsignal = \"{signal}\"\n"
+            ));
+        }
+    }
+
+    #[test]
+    fn cluster_host_is_a_name_or_an_address_alone() {
+        let host = |h: &str| {
+            with(
+                "node_id = \"rm1\"\n",
+                &format!(
+                    "node_id = \"rm1\"\nhost = {}\n",
+                    toml::Value::String(h.into())
+                ),
+            )
+        };
+        for good in [
+            "rm1",
+            "rm1.example.com",
+            "rm_1-a",
+            "10.0.0.1",
+            "::1",
+            "fd00::1",
+            "fe80::1%eth0",
+        ] {
+            assert_eq!(ok(&host(good)).cluster.host.as_deref(), Some(good));
+        }
+        for (bad, says) in [
+            (
+                "rm1:22",
+                "it has a port; give the host alone, such as \"rm1\"",
+            ),
+            (
+                "10.0.0.1:8032",
+                "it has a port; give the host alone, such as \"10.0.0.1\"",
+            ),
+            (
+                "[::1]:22",
+                "it has a port; give the host alone, such as \"::1\"",
+            ),
+            (
+                "[::1]",
+                "write an IPv6 address without brackets, such as \"::1\"",
+            ),
+            ("rm1/x", "a name has at most 253 letters"),
+            ("rm 1", "a name has at most 253 letters"),
+            ("rm1\t", "a name has at most 253 letters"),
+            ("", "it is empty"),
+        ] {
+            let m = msg(&host(bad));
+            assert!(
+                m.starts_with("/etc/warden/warden.toml:4:8: `cluster.host` = ")
+                    && m.contains("is not a host name or address: ")
+                    && m.contains(says),
+                "{bad:?}: {m}"
+            );
+            assert!(!m.contains('\n') && !m.contains('\t'), "{m}");
+        }
+        let m = msg(&host(&"a".repeat(254)));
+        assert!(m.contains("a name has at most 253"), "{m}");
+        let m = msg(&host("rm1\0"));
+        assert_eq!(
+            m,
+            "/etc/warden/warden.toml:4:8: `cluster.host` = \"rm1\\0\" contains a NUL character \
+             (\\u0000), which no name, path or argument can hold: remove it"
+        );
+    }
+
+    #[test]
+    fn a_nul_in_any_string_is_refused() {
+        for (from, to, key) in [
+            ("\"/usr/bin/my-service\"", "\"/usr/bin/my\\u0000service\"", "`service.command[0]`"),
+            ("connect = ", "auth_file = \"/etc/zk\\u0000\"\nconnect = ", "`coordination.zookeeper.auth_file`"),
+            ("[service]\n", "[service]\nmode = \"hooks\"\npromote = [\"/p\"]\ndemote = [\"/d\"]\npidfile = \"/run/a\\u0000b\"\n", "`service.pidfile`"),
+        ] {
+            let m = msg(&with(from, to));
+            assert!(m.contains(key) && m.contains("contains a NUL character"), "{m}");
+        }
+    }
+
+    #[test]
+    fn a_relative_pidfile_is_refused() {
+        let hooks = |pidfile: &str| {
+            with(
+                "command = [\"/usr/bin/my-service\"]",
+                &format!("mode = \"hooks\"\npromote = [\"/p\"]\ndemote = [\"/d\"]\npidfile = \"{pidfile}\""),
+            )
+        };
+        assert_eq!(
+            msg(&hooks("run/my.pid")),
+            "/etc/warden/warden.toml:12:11: `service.pidfile` = \"run/my.pid\" must be an absolute \
+             path, such as \"/run/my-service.pid\""
+        );
+        ok(&hooks("/run/my.pid"));
+    }
+
+    #[test]
+    fn messages_are_one_line_whatever_the_value_holds() {
+        for text in [
+            with("[service]\n", "[service]\nmode = \"sp\\nawn\"\n"),
+            with(
+                "[service]\n",
+                "[service]\nstop_signal = \"\\u001b[31mTERM\\n\"\n",
+            ),
+            with("[service]\n", "[service]\n\"bad\\nkey\" = 1\n"),
+            with("node_id = \"rm1\"", "node_id = \"rm\\n1\""),
+            with("\"zk1:2181,zk2:2181\"", "\"zk1\\n:2181,zk2:2181\""),
+            format!("{BASE}\n[log]\nlevel = \"inf\\no\"\n"),
+            format!("{BASE}\n[api]\nlisten = \"\\r\\n\"\n"),
+            with("connect = ", "root = \"/a\\n\"\nconnect = "),
+            with("[service]\n", "[service]\nstop_timeout = \"1\\nparsec\"\n"),
+            format!("{BASE}\n[health]\nkind = \"tcp\"\naddress = \"a\\n:1\"\n"),
+        ] {
+            let m = msg(&text);
+            assert!(
+                !m.contains(['\n', '\r', '\u{1b}']),
+                "not one line: {m:?}\n{text}"
+            );
+        }
+        // The path of the file, from the command line, is escaped too.
+        let e = parse("[cluster\n", Path::new("/tmp/a\nb.toml")).unwrap_err();
+        assert!(e.to_string().starts_with("/tmp/a\\nb.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn many_unknown_keys_name_the_first_and_count_the_rest() {
+        let mut text = format!("{BASE}\n[log]\n");
+        for i in 0..100_000 {
+            text.push_str(&format!("k{i} = 1\n"));
+        }
+        let m = msg(&text);
+        assert_eq!(
+            m,
+            "/etc/warden/warden.toml:16:1: unknown key `k0` in [log]; valid keys here: level, \
+             format (99999 more unknown keys follow)"
+        );
+        // On one line too (an inline table): still linear, still the first key.
+        let keys: Vec<String> = (0..100_000).map(|i| format!("k{i} = 1")).collect();
+        let m = msg(&format!("{BASE}\n[log]\nx = {{ {} }}\n", keys.join(", ")));
+        assert!(m.contains("unknown key `x` in [log]"), "{m}");
+        let m = msg(&format!(
+            "{}\n[log]\nspam = 1\n",
+            with("[service]\n", "[service]\nbogus = 2\n")
+        ));
+        assert!(
+            m.starts_with("/etc/warden/warden.toml:9:1: unknown key `bogus` in [service]")
+                && m.ends_with(" (1 more unknown key follows)"),
+            "{m}"
+        );
+    }
+
+    /// Runs `load` on a thread, so that a test of something that could block (a fifo)
+    /// fails instead of hanging.
+    fn load_within(path: &Path) -> Result<Config, ConfigError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(load(&path));
+        });
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("load did not return within 20s")
+    }
+
+    #[test]
+    fn load_reads_only_a_regular_file_of_at_most_1_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(
+            load_within(&fifo).unwrap_err().to_string(),
+            format!(
+                "cannot read {}: it is a fifo, not a regular file",
+                fifo.display()
+            )
+        );
+        assert_eq!(
+            load_within(Path::new("/dev/zero")).unwrap_err().to_string(),
+            "cannot read /dev/zero: it is a character device, not a regular file"
+        );
+        assert_eq!(
+            load_within(dir.path()).unwrap_err().to_string(),
+            format!(
+                "cannot read {}: it is a directory, not a regular file",
+                dir.path().display()
+            )
+        );
+        // Padded with comments to exactly 1 MiB it loads; one byte more is refused.
+        let path = dir.path().join("warden.toml");
+        let mut text = on_disk(BASE);
+        while text.len() < MAX_CONFIG_BYTES as usize {
+            let room = MAX_CONFIG_BYTES as usize - text.len();
+            let line = "#".repeat(room.min(100) - 1) + "\n";
+            text.push_str(&line);
+        }
+        assert_eq!(text.len() as u64, MAX_CONFIG_BYTES);
+        std::fs::write(&path, &text).unwrap();
+        load_within(&path).unwrap();
+        text.push('#');
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(
+            load_within(&path).unwrap_err().to_string(),
+            format!(
+                "cannot read {}: it is 1.0 MiB, larger than the 1 MiB this file may be",
+                path.display()
+            )
+        );
+        std::fs::write(&path, b"\xff\xfe").unwrap();
+        assert!(load_within(&path)
+            .unwrap_err()
+            .to_string()
+            .ends_with("it is not UTF-8 text"));
+    }
+
+    #[test]
+    fn files_the_config_names_must_be_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = ssh_config(dir.path(), 0o600);
+        load_within(&path).unwrap();
+        let known = dir.path().join("known_hosts");
+        std::fs::remove_file(&known).unwrap();
+        std::fs::create_dir(&known).unwrap();
+        assert_eq!(
+            load_within(&path).unwrap_err().to_string(),
+            format!(
+                "{}:15:15: `fence[0].known_hosts`: cannot read {}: it is a directory, not a \
+                 regular file",
+                path.display(),
+                known.display()
+            )
+        );
+        std::fs::remove_dir(&known).unwrap();
+        nix::unistd::mkfifo(&known, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let m = load_within(&path).unwrap_err().to_string();
+        assert!(m.ends_with("it is a fifo, not a regular file"), "{m}");
+        std::fs::remove_file(&known).unwrap();
+        std::fs::write(&known, "").unwrap();
+
+        let key = dir.path().join("id_ed25519");
+        std::fs::remove_file(&key).unwrap();
+        nix::unistd::mkfifo(&key, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let m = load_within(&path).unwrap_err().to_string();
+        assert!(
+            m.contains("`fence[0].identity_file`: cannot read")
+                && m.ends_with("it is a fifo, not a regular file"),
+            "{m}"
+        );
+
+        // An auth file: a fifo, or a file far larger than one line of credentials.
+        let auth = dir.path().join("zk.auth");
+        nix::unistd::mkfifo(&auth, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let text = with(
+            "connect = ",
+            &format!(
+                "auth_file = \"{}\"\nacl = \"creator\"\nconnect = ",
+                auth.display()
+            ),
+        );
+        std::fs::write(&path, on_disk(&text)).unwrap();
+        let m = load_within(&path).unwrap_err().to_string();
+        assert!(
+            m.contains("`coordination.zookeeper.auth_file`: cannot read")
+                && m.ends_with("it is a fifo, not a regular file"),
+            "{m}"
+        );
+        std::fs::remove_file(&auth).unwrap();
+        std::fs::write(&auth, "digest:w:".to_string() + &"x".repeat(100_000)).unwrap();
+        std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let m = load_within(&path).unwrap_err().to_string();
+        assert!(
+            m.ends_with("it is 97.7 KiB, larger than the 64 KiB this file may be")
+                || m.contains("larger than the 64 KiB"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn programs_named_by_absolute_path_must_be_executable_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("warden.toml");
+        let sub = dir.path().join("subdir");
+        std::fs::create_dir(&sub).unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o700)).unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let load_text = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            load_within(&path)
+        };
+        let service = |program: &Path| {
+            with(
+                "\"/usr/bin/my-service\"",
+                &format!("\"{}\"", program.display()),
+            )
+        };
+        let m = load_text(&service(&sub)).unwrap_err().to_string();
+        assert_eq!(
+            m,
+            format!(
+                "{}:9:12: `service.command[0]` = \"{}\" is not an executable file: it is a directory",
+                path.display(),
+                sub.display()
+            )
+        );
+        let m = load_text(&service(&fifo)).unwrap_err().to_string();
+        assert!(
+            m.ends_with("is not an executable file: it is a fifo"),
+            "{m}"
+        );
+        let m = load_text(&service(&plain)).unwrap_err().to_string();
+        assert!(
+            m.ends_with(&format!(
+                "is not an executable file: nobody may execute it (mode 0644); run `chmod +x {}`",
+                plain.display()
+            )),
+            "{m}"
+        );
+        let m = load_text(&service(&dir.path().join("missing")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains(":9:12: `service.command[0]`: cannot read ")
+                && m.ends_with("No such file or directory"),
+            "{m}"
+        );
+        // A bare name is looked up in PATH when it runs: not checked here.
+        load_text(&with("\"/usr/bin/my-service\"", "\"my-service\"")).unwrap();
+
+        // Hooks, health checks and fence scripts alike; only the ones that apply.
+        let sub_s = sub.display().to_string();
+        let hooks = on_disk(&with(
+            "command = [\"/usr/bin/my-service\"]",
+            &format!("mode = \"hooks\"\npromote = [\"/bin/true\"]\ndemote = [\"{sub_s}\", \"x\"]"),
+        ));
+        let m = load_text(&hooks).unwrap_err().to_string();
+        assert!(
+            m.contains(":11:11: `service.demote[0]` = ") && m.ends_with("it is a directory"),
+            "{m}"
+        );
+        let m = load_text(&format!(
+            "{}\n[health]\nkind = \"exec\"\ncommand = [\"{sub_s}\"]\n",
+            on_disk(BASE)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            m.contains("`health.command[0]` = ") && m.ends_with("it is a directory"),
+            "{m}"
+        );
+        let m = load_text(&format!(
+            "{}\n[health]\nstandby_command = [\"{sub_s}\"]\n",
+            on_disk(BASE)
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            m.contains("`health.standby_command[0]` = ") && m.ends_with("it is a directory"),
+            "{m}"
+        );
+        let m = load_text(&on_disk(&with(
+            "[\"/bin/true\"]",
+            &format!("[\"{sub_s}\"]"),
+        )))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            m.contains(":13:12: `fence[0].command[0]` = ") && m.ends_with("it is a directory"),
+            "{m}"
+        );
+        // The service command of spawn mode is not run in hooks mode: not checked.
+        let hooks_with_command = on_disk(&with(
+            "command = [\"/usr/bin/my-service\"]",
+            &format!("command = [\"{sub_s}\"]\nmode = \"hooks\"\npromote = [\"/bin/true\"]\ndemote = [\"/bin/true\"]"),
+        ));
+        load_text(&hooks_with_command).unwrap();
     }
 }

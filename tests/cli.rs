@@ -375,3 +375,231 @@ fn init_creates_the_cluster_and_status_works_with_every_daemon_down() {
         describe(&out)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 11: bad input gets one clear answer, never a panic or a hang.
+
+/// `-c` naming a fifo blocked forever, and `-c /dev/zero` read until memory ran out: only
+/// a regular file is read. A command that runs past its timeout is killed and fails the
+/// test; the address space is capped, so that a regression fails here instead of calling
+/// the OOM killer onto the machine.
+#[test]
+fn a_config_that_is_not_a_regular_file_exits_2_at_once() {
+    let cluster = offline_cluster();
+    let fifo = cluster.dir().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (path, what) in [
+        (fifo.as_path(), "a fifo"),
+        (Path::new("/dev/zero"), "a character device"),
+        (cluster.dir(), "a directory"),
+    ] {
+        for command in ["check-config", "run"] {
+            let args: Vec<String> = [
+                "-c",
+                "ulimit -v 2097152 && exec \"$0\" \"$@\"",
+                WARDEN,
+                "-c",
+                &path.display().to_string(),
+                command,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let out = run_bounded("/bin/sh", &args, CLI_TIMEOUT);
+            assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stderr).trim_end(),
+                format!(
+                    "warden: cannot read {}: it is {what}, not a regular file",
+                    path.display()
+                ),
+                "{}",
+                describe(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_config_over_1_mib_exits_2() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let mut text = fs::read_to_string(&node.config).unwrap();
+    text.push_str(&format!("# {}\n", "x".repeat(1 << 20)));
+    fs::write(&node.config, &text).unwrap();
+    let out = cli(&node.config, &["check-config"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("larger than the 1 MiB this file may be"),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// `stop_timeout = "18446744073709551615s"` passed `check-config`, then `run` panicked on
+/// SIGTERM; as `session_timeout` it panicked at start. Every duration is bounded at load.
+#[test]
+fn a_duration_past_its_bound_exits_2_naming_the_bound() {
+    for (from, to, key, bound) in [
+        (
+            "stop_timeout = \"500ms\"",
+            "stop_timeout = \"18446744073709551615s\"",
+            "service.stop_timeout",
+            "it must be at most 1h",
+        ),
+        (
+            "session_timeout = \"2s\"",
+            "session_timeout = \"18446744073709551615s\"",
+            "coordination.zookeeper.session_timeout",
+            "it must be at most 1h",
+        ),
+        (
+            "rejoin_delay = \"200ms\"",
+            "rejoin_delay = \"1day\"",
+            "election.rejoin_delay",
+            "it must be at most 30s",
+        ),
+        (
+            "kind = \"none\"",
+            "kind = \"none\"\ninterval = \"1ns\"",
+            "health.interval",
+            "= 1ns is too short: it must be at least 10ms",
+        ),
+        (
+            "timeout = \"3s\"",
+            "timeout = \"99999h\"",
+            "fence[1].timeout",
+            "it must be at most 1h",
+        ),
+    ] {
+        let cluster = offline_cluster();
+        let node = cluster.node("n1");
+        let marker = to.lines().last().unwrap();
+        let line = rewrite(&node, from, to, marker);
+        assert_config_error(&node.config, Some(line), &[&format!("`{key}`"), bound]);
+    }
+}
+
+#[test]
+fn a_signal_that_cannot_stop_a_process_exits_2() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        "stop_timeout = \"500ms\"",
+        "stop_timeout = \"500ms\"\nstop_signal = \"SIGSTOP\"",
+        "SIGSTOP",
+    );
+    assert_config_error(
+        &node.config,
+        Some(line),
+        &["`service.stop_signal`", "cannot end a process", "SIGTERM"],
+    );
+    let node = cluster.node("n2");
+    let line = rewrite(
+        &node,
+        "signal = \"SIGKILL\"",
+        "signal = \"SIGCONT\"",
+        "SIGCONT",
+    );
+    assert_config_error(
+        &node.config,
+        Some(line),
+        &["`fence[1].signal`", "cannot end a process"],
+    );
+}
+
+#[test]
+fn a_host_with_a_port_exits_2() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        "host = \"127.0.0.1\"",
+        "host = \"127.0.0.1:22\"",
+        "127.0.0.1:22",
+    );
+    assert_config_error(
+        &node.config,
+        Some(line),
+        &["`cluster.host`", "it has a port", "\"127.0.0.1\""],
+    );
+}
+
+/// `check-config` accepted a directory as `known_hosts` and as the service command, and a
+/// fifo as `known_hosts` blocked forever.
+#[test]
+fn a_directory_or_fifo_where_a_file_belongs_exits_2() {
+    let cluster = offline_cluster();
+    let dir = cluster.dir().join("a-directory");
+    fs::create_dir(&dir).unwrap();
+    let dir_s = dir.display().to_string();
+    let node = cluster.node("n1");
+    let line = rewrite(
+        &node,
+        &format!("command = [{}", toml_str(JOURNAL_SERVICE)),
+        &format!("command = [{}", toml_str(&dir_s)),
+        &dir_s,
+    );
+    assert_config_error(
+        &node.config,
+        Some(line),
+        &[
+            "`service.command[0]`",
+            "is not an executable file: it is a directory",
+        ],
+    );
+
+    let identity = cluster.dir().join("id_ed25519");
+    fs::write(&identity, "-----BEGIN OPENSSH PRIVATE KEY-----\n").unwrap();
+    fs::set_permissions(&identity, fs::Permissions::from_mode(0o600)).unwrap();
+    let fifo = cluster.dir().join("known_hosts.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (known_hosts, what) in [(&dir, "a directory"), (&fifo, "a fifo")] {
+        let ssh = format!(
+            "[[fence]]\nkind = \"ssh\"\nuser = \"warden\"\nidentity_file = {}\nknown_hosts = {}\n",
+            toml_str(&identity.display().to_string()),
+            toml_str(&known_hosts.display().to_string())
+        );
+        let node = cluster.node_with(
+            "n2",
+            NodeOptions {
+                fences: Some(vec![ssh]),
+                ..Default::default()
+            },
+        );
+        let reason = format!("it is {what}, not a regular file");
+        assert_config_error(&node.config, None, &["`fence[0].known_hosts`", &reason]);
+    }
+}
+
+/// 50,000 unknown keys took 15s, 80,000 took 40s: the report was quadratic.
+#[test]
+fn a_hundred_thousand_unknown_keys_exit_2_at_once() {
+    let cluster = offline_cluster();
+    let node = cluster.node("n1");
+    let mut text = fs::read_to_string(&node.config).unwrap();
+    text.push_str("\n[log]\n");
+    let first = 1 + text.lines().count();
+    for i in 0..100_000 {
+        text.push_str(&format!("k{i}=1\n"));
+    }
+    assert!(text.len() < 1 << 20, "{} bytes", text.len());
+    fs::write(&node.config, &text).unwrap();
+    let start = Instant::now();
+    let out = cli(&node.config, &["check-config"]);
+    eprintln!(
+        "100,000 unknown keys: check-config took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "warden: {}:{first}:1: unknown key `k0` in [log]; valid keys here: level, format \
+             (99999 more unknown keys follow)",
+            node.config.display()
+        )
+    );
+}
