@@ -1623,15 +1623,17 @@ impl Hooks {
 /// PostgreSQL's `postmaster.pid`, are the service's own), running now, and neither init
 /// nor warden itself nor the leader of warden's process group.
 fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => PidfileError::Missing {
-            path: path.to_path_buf(),
-        },
-        _ => PidfileError::Unreadable {
-            path: path.to_path_buf(),
-            reason: io_reason(&e),
-        },
-    })?;
+    // Never blocks on a fifo, never reads without end (SPEC §9).
+    let bytes =
+        warden_fencing::files::read_regular_file(path, 64 * 1024).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => PidfileError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => PidfileError::Unreadable {
+                path: path.to_path_buf(),
+                reason: io_reason(&e),
+            },
+        })?;
     let text = String::from_utf8_lossy(&bytes);
     if text.trim().is_empty() {
         return Err(PidfileError::Empty {

@@ -14,6 +14,7 @@
 pub mod cgroup;
 mod chain;
 mod config;
+pub mod files;
 pub mod process;
 mod script;
 mod signal;

@@ -919,9 +919,12 @@ fn survey_recorded_pid(what: &str, pid: u32, recorded: Option<u64>, me: u32, s: 
     }
 }
 
+/// A pidfile is a line or a few; anything larger is not one.
+const PIDFILE_MAX_BYTES: u64 = 64 * 1024;
+
 fn survey_pidfile(target: &Target, path: &Path, me: u32, s: &mut Survey) {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
+    let text = match crate::files::read_regular_file(path, PIDFILE_MAX_BYTES) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             s.gone.push(format!(
                 "service (pidfile {} does not exist)",
@@ -935,11 +938,14 @@ fn survey_pidfile(target: &Target, path: &Path, me: u32, s: &mut Survey) {
             return;
         }
     };
-    let Ok(pid) = text.trim().parse::<u32>() else {
+    // The pid is the first line (PostgreSQL's postmaster.pid and many daemons' pidfiles
+    // go on with more lines).
+    let first = text.lines().next().unwrap_or("").trim();
+    let Ok(pid) = first.parse::<u32>() else {
         s.problems.push(format!(
-            "the pidfile {} does not hold a pid (it holds {:?})",
+            "the pidfile {} does not hold a pid on its first line (it holds {:?})",
             path.display(),
-            text.trim()
+            first.chars().take(64).collect::<String>()
         ));
         return;
     };

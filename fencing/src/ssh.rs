@@ -249,14 +249,20 @@ struct KnownHostsFile {
 }
 
 impl KnownHostsFile {
+    /// A known_hosts file of a few hundred thousand hosts is still below this.
+    const KNOWN_HOSTS_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
     fn read(path: &Path, name: &str) -> Result<KnownHostsFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!(
-                "cannot read known_hosts {}: {e}; create it with the target host's public key \
+        // Only a regular file, and a bounded one: a fifo named here would hang the fence.
+        let text = crate::files::read_regular_file(path, Self::KNOWN_HOSTS_MAX_BYTES)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| {
+                format!(
+                    "cannot read known_hosts {}: {e}; create it with the target host's public key \
                  (a line `{name} <type> <key>`, fingerprint checked out of band)",
-                path.display()
-            )
-        })?;
+                    path.display()
+                )
+            })?;
         let mut file = KnownHostsFile {
             path: path.to_path_buf(),
             entries: Vec::new(),
