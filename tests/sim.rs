@@ -1,39 +1,76 @@
 //! Deterministic simulation of the election (issue 6, item 1; DESIGN "Layers of proof" 2).
 //!
 //! Several real [`warden::elector::Elector`]s run against a model of ZooKeeper (sessions
-//! with server-side expiry on tick boundaries, ephemeral znodes, czxid epochs, versions,
-//! one-shot watches, the multi-ops of `coord/zookeeper.rs`, per-connection FIFO with random
-//! latency, lost replies whose request may or may not have been applied), a model of
-//! `daemon.rs` around each elector (tasks per session, ticket and session-generation
-//! filtering, member registration that waits for a killed predecessor's session), managed
-//! services and fence methods, under a seeded fault schedule (freeze, kill -9, SIGTERM,
-//! service crash or unhealthy, partition from the store with or without the host, store
-//! without quorum, fence methods failing or hanging, a service stuck in the kernel) over
-//! virtual time. After every step the invariants of `sim/world.rs` are checked:
+//! with server-side expiry on tick boundaries after the session timeout the server
+//! *granted*, ephemeral znodes, czxid epochs, versions, one-shot watches, the multi-ops of
+//! `coord/zookeeper.rs`, per-connection FIFO with random latency, lost replies whose
+//! request may or may not have been applied), a model of `daemon.rs` around each elector
+//! (tasks per session, fences among them, ticket and session-generation filtering, member
+//! registration that waits for a killed predecessor of this machine and refuses one of
+//! another, the cgroup prepared at the commit and named in the breadcrumb, the service's
+//! identity recorded after the start), managed services and fence methods, under a seeded
+//! fault schedule (freeze, kill -9, SIGTERM, service crash or unhealthy, a main process
+//! that exits while its children run on, partition from the store with or without the
+//! host, store without quorum, fence methods failing or hanging, a service stuck in the
+//! kernel, a machine rebooting) over virtual time.
 //!
-//! 1. never two services up at the same instant (and never two live wardens reporting
-//!    `active`);
+//! Issue 10 brought what the simulation could not see before:
+//! - services are process trees: a main process (it holds the listening socket), children
+//!   in its process group, sometimes a helper that left the group (`setsid`, double fork).
+//!   A node has a cgroup for its service or not (seeded); warden's stop and kill reach the
+//!   cgroup, else the process group, and a stop is clean only once what it reaches is
+//!   empty. A warden's death takes the main process (parent-death signal) and, under
+//!   systemd (seeded), the whole unit; otherwise the children run on;
+//! - nodes live on machines with a boot id, a machine id and a pid namespace: separate
+//!   machines, two containers on one kernel, a cloned machine answering to another's host
+//!   name, a pod restarted on either of two machines with one host name; reboots. Each
+//!   elector gets its `HostIdentity`, every record carries it, and the fence methods act by
+//!   SPEC §5 "Which host is this?": `signal` on this boot (or "rebooted"), ssh reaching a
+//!   host *by name* and `fence-local` judging there, finding the service by the cgroup,
+//!   group and pid the breadcrumb names, or by its port when it names none;
+//! - the server may grant a shorter session timeout than configured.
+//!
+//! After every step the invariants of `sim/world.rs` are checked:
+//!
+//! 1. never two services up at the same instant, counting every process of them (children
+//!    whose main process exited, helpers outside the process group), and never two live
+//!    wardens reporting `active`;
 //! 2. a service starts only when every earlier promoted incarnation is dead (crashed,
 //!    fenced, exited) or stepped down cleanly (deleted its own breadcrumb after its service
-//!    stopped), and a promotion overwrites only the breadcrumb of such an incarnation;
-//! 3. a running warden's service is down by the end of the lease the store really granted
-//!    (send time of the last applied commit or renewal + session_timeout / 2), and a frozen
-//!    one's right after it wakes;
+//!    stopped), and a promotion overwrites only the breadcrumb of such an incarnation; a
+//!    node deletes its own breadcrumb only once no process of its service is left;
+//! 3. a running warden's service (every process of it) is down by the end of the lease the
+//!    store really granted (send time of the last applied commit or renewal + half the
+//!    *granted* session timeout), and a frozen one's right after it wakes;
 //! 4. epochs of successive promotions (service starts and breadcrumb commits) only grow,
 //!    and a commit or renewal is applied only while the writer's session holds the lock;
 //! 5. liveness: with a healthy store and working fences, some node is active within
-//!    3 x session_timeout + 30s (the longest rejoin back-off) after the faults end;
-//! 6. nobody refuses to promote for a stale epoch (the model store never goes back in time).
+//!    3 x session_timeout + 30s (the longest rejoin back-off) after the faults end. A
+//!    breadcrumb that no fence can verify (a promoted record naming no service) is SPEC
+//!    §5's case for `fence --confirm`: the model's operator confirms it once nothing of
+//!    that incarnation runs, and the sweep reports how many seeds needed that;
+//! 6. nobody refuses to promote for a stale epoch (the model store never goes back in time);
+//! 7. a node reports `active` only while the breadcrumb identifies its running service
+//!    (pid and group, and its cgroup when it has one).
 //!
 //! The model's driver does what `daemon.rs` does, and nothing more: the bugs this
 //! simulation found were fixed in the elector, not stepped around here. Their seeds are
-//! regression tests:
+//! regression tests (each found again when its fix is reverted):
 //! - 6121, 35431, 95637: a stop during a start answered "not running" and the start leaked
 //!   a service (`regression_a_stop_during_a_start_stops_what_it_started`);
 //! - 8994: a start completing after the lease end served on
 //!   (`regression_a_start_completing_after_the_lease_end_is_killed`);
 //! - 1894, 7674: a second copy started beside an unkillable service
-//!   (`regression_no_second_start_next_to_an_unkillable_service`).
+//!   (`regression_no_second_start_next_to_an_unkillable_service`);
+//! - 7, 11, 12: the breadcrumb deleted when the main process exited, its children still
+//!   running (`regression_a_main_process_exit_stops_the_rest_before_the_breadcrumb_goes`);
+//! - 2, 3, 6: a lease that followed the configured session timeout past the granted one
+//!   (`regression_the_lease_follows_the_granted_session_timeout`);
+//! - 880, 456, 721: the answer to a `RecordService` of a stopped service made its restarted
+//!   successor `active`
+//!   (`regression_a_record_of_a_stopped_service_never_makes_its_successor_active`);
+//! - 16685, 19330, 28238: a restart under the same lock in a cgroup the breadcrumb does not
+//!   name (`regression_a_restart_under_the_same_lock_runs_in_the_recorded_cgroup`).
 //!
 //! `cargo test --test sim` runs 20,000 seeds. Environment:
 //! - `WARDEN_SIM_SEED=N`: run seed N alone and print its plan and event trace;
@@ -304,6 +341,75 @@ fn regression_no_second_start_next_to_an_unkillable_service() {
     expect_no_failures(&[1894, 7674]);
 }
 
+/// Issue 10. Seed 7: the main process of n3's service exited while a helper of it ran on
+/// (in its cgroup); the elector took the service for down and deleted its breadcrumb at
+/// once, so the next active would start beside the helper without fencing it. The elector
+/// now stops what is left of the service first, and keeps the breadcrumb if that stop is
+/// not clean. (Reverted, 1,290 of 20,000 seeds fail.)
+#[test]
+fn regression_a_main_process_exit_stops_the_rest_before_the_breadcrumb_goes() {
+    expect_no_failures(&[7, 11, 12]);
+}
+
+/// Issue 10. Seeds 2, 3, 6: ZooKeeper granted a shorter session timeout than configured;
+/// with the lease computed from the configured one, the service ran past the lease the
+/// store really granted (invariant 3), when the standby may already own the lock. The
+/// lease now follows the smaller of the two. (Reverted, 2,047 of 20,000 seeds fail.)
+#[test]
+fn regression_the_lease_follows_the_granted_session_timeout() {
+    expect_no_failures(&[2, 3, 6]);
+}
+
+/// Found by this simulation (issue 10). Seed 880: a `RecordService` for the running
+/// service was in flight (its first try's outcome unknown, a retry sent) when the lease
+/// doubt stopped that service; a renewal then started a new copy, whose own record was
+/// never sent because the old one was still in flight; the old one's answer came back
+/// `Done` and made the node `active` with a breadcrumb naming the dead copy's pid and
+/// group (invariant 7). On a node without a cgroup and outside systemd, a kill -9 then
+/// leaves the new copy's children running where no fence looks: in seed 58547 (with
+/// invariant 7 off) a standby fenced "nothing of it remains" and started beside them.
+/// The fix: an in-flight record is forgotten when the service it names stops.
+#[test]
+fn regression_a_record_of_a_stopped_service_never_makes_its_successor_active() {
+    expect_no_failures(&[880, 456, 721]);
+}
+
+/// Found by this simulation (issue 10). Seed 16685, with each start in a fresh cgroup: a
+/// restart under the same lock (after a forced stop and a renewal) ran in a cgroup the
+/// breadcrumb did not name yet; warden was killed before its `RecordService`, and the
+/// fence found the recorded cgroup and pid empty while a helper of the new copy ran on.
+/// `daemon.rs` restarts in the cgroup the breadcrumb names (`Spawner::prepare_again`), as
+/// the model does by default.
+#[test]
+fn regression_a_restart_under_the_same_lock_runs_in_the_recorded_cgroup() {
+    let seeds = [16685, 19330, 28238];
+    for seed in seeds {
+        let fresh = World::shaped(seed, 3, DEFAULT_FAULTS, false, |p| {
+            p.layout.fresh_cgroup_per_start = true
+        })
+        .run();
+        assert!(
+            fresh.failure.is_some(),
+            "seed {seed} no longer shows the fresh-cgroup hole: pick new seeds"
+        );
+    }
+    expect_no_failures(&seeds);
+}
+
+/// Open: on a node with neither a cgroup nor systemd, a warden that dies while the
+/// breadcrumb does not name its running service leaves children that no fence finds.
+/// Seeds 116525, 124946, 157413: killed between the start and `RecordService`; the
+/// breadcrumb names no service, so `fence-local` falls back to the port, kills the child
+/// that listens and reports nothing left, while a child that does not listen runs on.
+/// Seed 137392: a restart under the same lock, killed before its `RecordService`; the
+/// breadcrumb names the previous copy's pid and group, both gone. Recording the service's
+/// identity before it runs (fork, record, then exec) would close both.
+#[test]
+#[ignore = "open: see the doc comment; the sweep's 20,000 seeds do not reach these"]
+fn without_cgroup_or_systemd_a_service_the_breadcrumb_does_not_name_is_still_fenced() {
+    expect_no_failures(&[116525, 124946, 137392, 157413]);
+}
+
 fn expect_no_failures(seeds: &[u64]) {
     let failed: Vec<String> = seeds
         .iter()
@@ -351,7 +457,7 @@ fn without_a_cgroup_a_helper_that_left_the_process_group_outlives_the_stop() {
     );
 }
 
-/// The fence rules before `1b9f291` knew a host by its boot id and host name: `signal`
+/// The fence rules before `f1cb605` knew a host by its boot id and host name: `signal`
 /// took another boot id on a host of the same name for a reboot (a cloned machine, a pod
 /// rescheduled under its name), an equal boot id for its own pids (a container on the same
 /// kernel, another pid namespace), and `fence-local` took any other boot id for a reboot.
@@ -366,13 +472,4 @@ fn boot_id_and_host_name_alone_let_a_live_node_pass_for_fenced() {
         found.is_some(),
         "no seed shows a clone, a moved pod or a container fenced by the wrong rule"
     );
-}
-
-#[test]
-fn scratch_fresh_cgroup() {
-    let found: Vec<_> = (0..3000u64).filter_map(|seed| {
-        let why = World::shaped(seed, 3, DEFAULT_FAULTS, false, |p| p.layout.fresh_cgroup_per_start = true).run().failure?;
-        (!why.starts_with("liveness")).then_some((seed, why))
-    }).collect();
-    eprintln!("{} seeds: {:?}", found.len(), found.iter().take(5).collect::<Vec<_>>());
 }

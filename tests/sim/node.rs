@@ -143,7 +143,8 @@ enum Kind {
     },
     Fence {
         ticket: Ticket,
-        order: FenceOrder,
+        /// Boxed: a record is large, and tasks are many.
+        order: Box<FenceOrder>,
         fault: Option<bool>,
         /// What the acting method signalled, until when it waits, and which method.
         waiting: Option<(Vec<Victim>, Time, String)>,
@@ -588,7 +589,7 @@ impl World {
                 };
                 let kind = Kind::Fence {
                     ticket,
-                    order,
+                    order: Box::new(order),
                     fault,
                     waiting: None,
                 };

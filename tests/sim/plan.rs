@@ -181,7 +181,7 @@ pub struct Layout {
 pub enum FenceRules {
     /// SPEC §5 "Which host is this?": boot id, machine id and pid namespace.
     Spec,
-    /// The rules before `1b9f291`: `signal` took an equal boot id for this boot and another
+    /// The rules before `f1cb605`: `signal` took an equal boot id for this boot and another
     /// boot id on a host of the same *name* for a reboot; `fence-local` took any other boot
     /// id for a reboot. Only for the test that shows the simulation catches them.
     ByHostName,
@@ -271,7 +271,11 @@ impl fmt::Display for Fault {
                 write!(f, "machine m{} reboots, down for {down:?}", host + 1)
             }
             FaultKind::MainExits { node } => {
-                write!(f, "main process of n{}'s service exits, its children run on", node + 1)
+                write!(
+                    f,
+                    "main process of n{}'s service exits, its children run on",
+                    node + 1
+                )
             }
         }
     }
@@ -320,7 +324,11 @@ impl fmt::Display for Plan {
                 " n{} at {}{}{};",
                 i + 1,
                 places.join(" or "),
-                if n.cgroup { ", cgroup" } else { ", process group only" },
+                if n.cgroup {
+                    ", cgroup"
+                } else {
+                    ", process group only"
+                },
                 if n.systemd { ", systemd" } else { "" }
             )?;
         }

@@ -27,7 +27,7 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// Chance that a request's connection drops while it is in flight (during the faults).
 const CONNECTION_LOSS: f64 = 0.01;
 /// Last trace lines printed for a failing seed.
-pub const TRACE_LINES: usize = 40000;
+pub const TRACE_LINES: usize = 400;
 /// How often an operator answers a cluster stuck on a breadcrumb that no fence can verify.
 const OPERATOR_VISITS: u32 = 3;
 /// `daemon.rs` OWN_LEFTOVERS_TIMEOUT: how long fencing our own service waits after SIGKILL.
@@ -1023,7 +1023,11 @@ impl World {
         self.node_place[node] = place;
         let boot = self.hosts[self.host_of_place(place)].boot;
         let incs = &mut self.incs[node];
-        debug_assert_eq!(incs.len(), inc as usize, "incarnations are numbered in order");
+        debug_assert_eq!(
+            incs.len(),
+            inc as usize,
+            "incarnations are numbered in order"
+        );
         incs.push(IncInfo { place, boot });
         let host = self.host_identity(place);
         Proc::new(&self.plan.cfg, node, inc, host)
@@ -1464,7 +1468,13 @@ impl World {
 
     /// What `terminate_incarnation` finds of the incarnation `r` at `place` (on this boot
     /// of its machine, in its pid namespace); it never signals the process running it.
-    fn survey(&self, r: &NodeRecord, place: usize, port_fallback: bool, me: Option<Inc>) -> Finding {
+    fn survey(
+        &self,
+        r: &NodeRecord,
+        place: usize,
+        port_fallback: bool,
+        me: Option<Inc>,
+    ) -> Finding {
         let mut victims = Vec::new();
         let p = &self.plan.layout.places[place];
         if let Some(who) = parse_incarnation(&r.incarnation).filter(|w| Some(*w) != me) {
@@ -1515,8 +1525,7 @@ impl World {
             return Finding::Act {
                 victims,
                 problem: Some(
-                    "the record names no service process and nothing listens on its port"
-                        .into(),
+                    "the record names no service process and nothing listens on its port".into(),
                 ),
             };
         }
@@ -1814,6 +1823,28 @@ impl World {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+        }
+        // (7) A node reports `active` only once the breadcrumb identifies its running
+        // service (§4.3d): its pid, and its cgroup when it has one. Until then a fence could
+        // not find that service.
+        for &who in &active {
+            let Some(svc) = self.procs[who.0].service else {
+                continue;
+            };
+            let identified = self.store.crumb.is_some_and(|c| {
+                c.owner == who
+                    && c.svc.is_some_and(|r| {
+                        r.pid == Some(svc) && r.cgroup == self.cgroup_of(svc).or(r.cgroup)
+                    })
+            });
+            if !identified && self.service_alive(svc) {
+                self.fail(format!(
+                    "{} reports active while the breadcrumb does not identify its service {svc} \
+                     (breadcrumb: {:?})",
+                    name(who),
+                    self.store.crumb
+                ));
+            }
         }
         // (3) A running warden's service is down by its lease end (or right after it wakes
         // up, if it was frozen across it).
