@@ -106,8 +106,8 @@ if ((${#need[@]} > 0)); then
 fi
 # Major versions pinned: their metadata formats are what Cargo.toml is written for.
 tools=()
-cargo deb --version >/dev/null 2>&1 || tools+=(cargo-deb@3)
-cargo generate-rpm --version >/dev/null 2>&1 || tools+=(cargo-generate-rpm@0.21)
+cargo deb --version >/dev/null 2>&1 || tools+=(cargo-deb@^3)
+cargo generate-rpm --version >/dev/null 2>&1 || tools+=(cargo-generate-rpm@^0.21)
 if ((${#tools[@]} > 0)); then
     echo "cargo install ${tools[*]}"
     cargo install --locked "${tools[@]}" || die "cargo install ${tools[*]}"
