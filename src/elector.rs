@@ -1174,7 +1174,9 @@ impl Elector {
             return;
         }
         self.svc = Svc::Down;
-        self.service_recorded = false;
+        // A record still in flight names the service that just stopped: its answer must
+        // not count for the next start (simulation seed 880).
+        self.forget_record();
         self.lease.killed = false;
         if !clean {
             self.own_leftovers = true;
@@ -3036,6 +3038,67 @@ mod tests {
             "the request lapsed {} after it was first seen: {a:?}",
             humantime::format_duration(MAX_SWITCHOVER)
         );
+    }
+
+    #[test]
+    fn rule_4_3d_a_late_record_of_a_stopped_service_never_makes_the_next_copy_active() {
+        // Simulation seed 880: record unknown, lease in doubt, service stopped, renewal
+        // back, a new copy started; then the first record's answer arrived.
+        let mut h = H::new();
+        let s = starting(&mut h, 5);
+        let a = h.feed(Event::ServiceStarted { ticket: s });
+        let r1 = H::ticket_of_record(&a);
+        // The lease ends without a renewal answer: forced stop.
+        let a = h.advance(T / 2);
+        let st = a
+            .iter()
+            .find_map(|a| match a {
+                Action::StopService { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .expect("a forced stop");
+        h.feed(Event::ServiceStopped {
+            ticket: st,
+            clean: true,
+            detail: String::new(),
+        });
+        // A renewal finally succeeds: a new copy starts.
+        let renew = a
+            .iter()
+            .rev()
+            .find_map(|a| match a {
+                Action::Renew { ticket } => Some(*ticket),
+                _ => None,
+            })
+            .expect("a renewal in flight");
+        let a = h.feed(Event::Renewed {
+            ticket: renew,
+            outcome: WriteOutcome::Done,
+        });
+        let s2 = a
+            .iter()
+            .find_map(|a| match a {
+                Action::StartService { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .expect("a new start");
+        let a = h.feed(Event::ServiceStarted { ticket: s2 });
+        let r2 = H::ticket_of_record(&a);
+        assert_ne!(r1, r2, "the new copy gets a record of its own");
+        h.feed(Event::ServiceRecorded {
+            ticket: r1,
+            outcome: WriteOutcome::Done,
+        });
+        assert_ne!(
+            h.e.role(),
+            Role::Active,
+            "the old copy's record made the new copy active"
+        );
+        h.feed(Event::ServiceRecorded {
+            ticket: r2,
+            outcome: WriteOutcome::Done,
+        });
+        assert_eq!(h.e.role(), Role::Active);
     }
 
     #[test]
