@@ -813,6 +813,17 @@ impl Elector {
                 return;
             }
         };
+        if self.stopping {
+            // Only here to learn whether an unknown commit went through (see
+            // `on_stop_requested`): if it did, delete our breadcrumb on the way out.
+            let ours = matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
+                if self.is_ours(record) && record.epoch == Some(epoch));
+            match unknown_commit {
+                Some(sent) if ours => self.committed(epoch, sent, now),
+                _ => self.leave(Leave::Stop),
+            }
+            return;
+        }
         self.control = self.bounded(state.control.clone(), now);
         // 3a: paused, or a switchover that names another node.
         if state.control.paused {
@@ -942,6 +953,7 @@ impl Elector {
         }
         match outcome {
             WriteOutcome::Done => self.committed(epoch, sent, now),
+            WriteOutcome::Conflict if self.stopping => self.leave(Leave::Stop),
             WriteOutcome::Conflict => {
                 self.reason = "the breadcrumb or control changed; reading again".into();
                 self.read_state(epoch, None);
@@ -1339,6 +1351,22 @@ impl Elector {
             | Phase::Releasing { .. } => {
                 // Already leaving; the release ends in an exit now.
             }
+            Phase::Holding {
+                step: Step::Committing { .. },
+                ..
+            }
+            | Phase::Holding {
+                step:
+                    Step::Reading {
+                        unknown_commit: Some(_),
+                        ..
+                    },
+                ..
+            } => {
+                // A commit whose answer is still out may have written our breadcrumb:
+                // learn its outcome first, so that a clean stop deletes it and nobody
+                // needs to fence this node (simulation seed 1744).
+            }
             Phase::Holding { .. } => self.leave(Leave::Stop),
             Phase::Joining { .. } => {
                 // The lock may be ours in a moment; dropping the session removes it.
@@ -1530,6 +1558,12 @@ impl Elector {
             next_renewal: Some(sent + self.renewal_interval()),
             ..Lease::default()
         };
+        if self.stopping {
+            // Stopped while the commit was out: nothing started; delete the breadcrumb
+            // we just wrote and release.
+            self.leave(Leave::Stop);
+            return;
+        }
         self.start_if_due(now);
     }
 
@@ -3099,6 +3133,56 @@ mod tests {
             outcome: WriteOutcome::Done,
         });
         assert_eq!(h.e.role(), Role::Active);
+    }
+
+    #[test]
+    fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 8 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let c = H::ticket_of(&a);
+        let a = h.feed(Event::StopRequested);
+        assert_eq!(a, vec![], "no release while the commit's answer is out: {a:?}");
+        // Unknown outcome: read to find out; it did go through.
+        let a = h.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Unknown,
+        });
+        let mine = record("n1", "inc-1", Some(8));
+        let a = h.read(
+            H::ticket_of(&a),
+            BreadcrumbView::Record {
+                record: mine,
+                version: 0,
+            },
+        );
+        assert!(
+            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 8, .. }]),
+            "{a:?}"
+        );
+
+        // Acknowledged: the same, without the read; never a start.
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 8 },
+        });
+        let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+        let c = H::ticket_of(&a);
+        h.feed(Event::StopRequested);
+        let a = h.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Done,
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 8, .. }]),
+            "{a:?}"
+        );
     }
 
     #[test]
