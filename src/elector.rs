@@ -3146,7 +3146,11 @@ mod tests {
         let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
         let c = H::ticket_of(&a);
         let a = h.feed(Event::StopRequested);
-        assert_eq!(a, vec![], "no release while the commit's answer is out: {a:?}");
+        assert_eq!(
+            a,
+            vec![],
+            "no release while the commit's answer is out: {a:?}"
+        );
         // Unknown outcome: read to find out; it did go through.
         let a = h.feed(Event::Committed {
             ticket: c,

@@ -48,7 +48,11 @@ fn side_journal(node: &Node) -> std::path::PathBuf {
 /// The helper's runs ended before `other` started anything.
 fn assert_helper_gone_before(helper: &Path, other: &Node) {
     let helpers = Journal::read(helper);
-    assert!(!helpers.is_empty(), "the helper never ran: {}", helper.display());
+    assert!(
+        !helpers.is_empty(),
+        "the helper never ran: {}",
+        helper.display()
+    );
     let first = Journal::read(&other.journal)
         .into_iter()
         .map(|r| r.start_ns)

@@ -42,7 +42,11 @@ fn a_far_future_switchover_request_is_withdrawn_by_failover_cancel() {
     // The refusals name the way out.
     let pause = cli(&n2.config, &["pause", "--reason", "maintenance"]);
     assert_eq!(pause.status.code(), Some(1), "{}", text(&pause));
-    assert!(text(&pause).contains("failover --cancel"), "{}", text(&pause));
+    assert!(
+        text(&pause).contains("failover --cancel"),
+        "{}",
+        text(&pause)
+    );
     let again = cli(&n2.config, &["failover", "--to", "n2"]);
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     let resume = cli(&n2.config, &["resume"]);
@@ -61,12 +65,19 @@ fn a_far_future_switchover_request_is_withdrawn_by_failover_cancel() {
         "{}",
         text(&cancel)
     );
-    wait_for_status(&n1.config, secs(20), "the cluster has an active again", |s| {
-        active_id(s).is_some()
-    });
+    wait_for_status(
+        &n1.config,
+        secs(20),
+        "the cluster has an active again",
+        |s| active_id(s).is_some(),
+    );
     let none = cli(&n2.config, &["failover", "--cancel"]);
     assert_eq!(none.status.code(), Some(0), "{}", text(&none));
-    assert!(text(&none).contains("nothing to withdraw"), "{}", text(&none));
+    assert!(
+        text(&none).contains("nothing to withdraw"),
+        "{}",
+        text(&none)
+    );
     cluster.assert_safe();
 }
 

@@ -105,7 +105,10 @@ mod tests {
         let _ = std::fs::remove_file(&fifo);
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let e = read_regular_file(&fifo, 1024).unwrap_err();
-        assert!(e.to_string().contains("it is a fifo, not a regular file"), "{e}");
+        assert!(
+            e.to_string().contains("it is a fifo, not a regular file"),
+            "{e}"
+        );
         let e = read_regular_file(Path::new("/dev/zero"), 1024).unwrap_err();
         assert!(e.to_string().contains("character device"), "{e}");
         let e = read_regular_file(&dir, 1024).unwrap_err();
