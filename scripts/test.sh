@@ -43,9 +43,16 @@ if (($# == 0)); then
     packaging/test.sh --profile dev || packaging=$?
 fi
 
+status=0
+# Fuzzing (issues 11 and 16): every cargo-fuzz target of fuzz/ for FUZZ_SECONDS (60) each,
+# from the committed corpus. Only for whole-suite runs, like packaging; before the tests,
+# so that the test runner's summary stays the last line.
+if (($# == 0)); then
+    scripts/fuzz.sh || status=$?
+fi
+
 # nextest runs every test in its own process and closes with one summary line for the
 # whole workspace; without it, cargo test (one "test result" line per test binary).
-status=0
 if cargo nextest --version >/dev/null 2>&1; then
     # nextest does not run doc tests.
     cargo test --workspace --doc

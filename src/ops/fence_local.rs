@@ -28,8 +28,9 @@
 //! ends it with exit 1 shortly after that whatever it is stuck in, because a timed-out ssh
 //! channel does not stop the remote command.
 
-use clap::Args;
+use clap::{Args, Parser};
 use nix::sys::signal::Signal;
+use std::ffi::OsString;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -115,7 +116,33 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// `fence-local`'s arguments as a command line of their own, for
+/// [`FenceLocalArgs::parse_from_args`]: the clap definition `warden fence-local` flattens.
+#[derive(Parser)]
+#[command(name = "warden fence-local", no_binary_name = true)]
+struct FenceLocalCommand {
+    #[command(flatten)]
+    args: FenceLocalArgs,
+}
+
 impl FenceLocalArgs {
+    /// Parses and validates `argv` (the arguments after `fence-local`, as the ssh method
+    /// sends them) the way `warden fence-local` does: clap's parse, then [`run`]'s own
+    /// checks. The error is what fence-local would print before exiting with
+    /// [`EXIT_BAD_ARGUMENTS`]. For tests and the `fence_local_args` fuzz target: argv
+    /// comes from the network, so this must never panic.
+    pub fn parse_from_args<I, T>(argv: I) -> Result<FenceLocalArgs, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let args = FenceLocalCommand::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .args;
+        args.validate()?;
+        Ok(args)
+    }
+
     /// The record as the fencing crate's [`Target`].
     pub fn target(&self) -> Target {
         Target {
@@ -303,5 +330,79 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
     } else {
         eprintln!("fence-local: NOT fenced on {host}: {}", report.summary());
         EXIT_NOT_FENCED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT_ID: &str = "0d4b3c6e-4a4f-4c55-9f43-2b8d1e0c1f00";
+
+    fn parse(argv: &[&str]) -> Result<FenceLocalArgs, String> {
+        FenceLocalArgs::parse_from_args(argv)
+    }
+
+    #[test]
+    fn what_the_ssh_method_sends_parses_back_to_its_target() {
+        let target = Target {
+            boot_id: Some(BOOT_ID.into()),
+            machine_id: Some("3d1219c7c4c5404aaa1f6d2a48adfda4".into()),
+            pid_ns: Some(4026531836),
+            pid: Some(4242),
+            start_time: Some(123_456),
+            service_pgid: Some(4300),
+            service_start_time: Some(123_999),
+            service_cgroup: Some("/system.slice/warden.service/service-1".into()),
+            epoch: Some(7),
+            port: Some(5432),
+            ..Target::default()
+        };
+        let argv = warden_fencing::fence_local_args(&target, Duration::from_millis(12_500));
+        let args = FenceLocalArgs::parse_from_args(&argv).expect("the ssh method's argv parses");
+        assert_eq!(args.target(), target);
+        assert_eq!(args.timeout, Duration::from_millis(12_500));
+    }
+
+    #[test]
+    fn timeout_over_the_bound_is_refused_not_a_panic() {
+        for t in [
+            "18446744073709551615s",
+            "3601s",
+            "2h",
+            "99999999999999999999999h",
+        ] {
+            let e = parse(&["--boot-id", BOOT_ID, "--timeout", t]).unwrap_err();
+            assert!(e.contains("--timeout"), "{t}: {e}");
+        }
+        let ok = parse(&["--boot-id", BOOT_ID, "--timeout", "1h"]).expect("1h is the bound");
+        assert_eq!(ok.timeout, FENCE_LOCAL_MAX_TIMEOUT);
+    }
+
+    #[test]
+    fn what_clap_cannot_check_is_refused_by_the_same_entry_point() {
+        for argv in [
+            &["--boot-id", " 0d4b3c6e-4a4f-4c55-9f43-2b8d1e0c1f00"][..],
+            &["--boot-id", "not-a-uuid"],
+            &["--boot-id", BOOT_ID, "--machine-id", "xyz"],
+            &["--boot-id", BOOT_ID, "--pid-ns", "0"],
+            &["--boot-id", BOOT_ID, "--service-cgroup", "/"],
+            &["--boot-id", BOOT_ID, "--service-cgroup", "/a/../b"],
+            &["--boot-id", BOOT_ID, "--service-start-time", "5"],
+            &["--boot-id", BOOT_ID, "--start-time", "5"],
+            &["--pid", "1"],
+        ] {
+            assert!(parse(argv).is_err(), "{argv:?} accepted");
+        }
+    }
+
+    #[test]
+    fn arguments_that_are_not_utf8_are_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let argv = [
+            OsString::from("--boot-id"),
+            OsString::from_vec(b"\xff\xfe".to_vec()),
+        ];
+        assert!(FenceLocalArgs::parse_from_args(argv).is_err());
     }
 }
