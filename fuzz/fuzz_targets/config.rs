@@ -91,6 +91,30 @@ fn accepted(cfg: &Config) {
             &config::FENCE_TIMEOUT_RANGE,
         );
     }
+    // Ids go into znode paths, `fence --confirm NODE` and fence agents' `plug=` lines.
+    let mut ids = vec![&cfg.cluster.name, &cfg.cluster.node_id];
+    // Signals that cannot end a process (issue 11: SIGSTOP and SIGCONT were accepted).
+    let mut signals = vec![cfg.service.stop_signal.0];
+    for method in &cfg.fence {
+        ids.extend(method.nodes().unwrap_or_default());
+        if let FenceMethod::Signal(m) = method {
+            signals.push(m.signal.0);
+        }
+    }
+    for id in ids {
+        assert!(config::is_valid_id(id), "id {id:?} accepted");
+    }
+    for signal in signals {
+        let name = signal.as_str();
+        let harmless = [
+            "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGCONT", "SIGCHLD",
+        ];
+        assert!(
+            !harmless.contains(&name),
+            "{name} accepted to end a process"
+        );
+    }
+
     // What the daemon derives from it at start.
     let _ = (cfg.demote_grace(), cfg.renewal_interval(), cfg.lease());
 

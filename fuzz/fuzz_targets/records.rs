@@ -138,10 +138,9 @@ fn has_float(value: &serde_json::Value) -> bool {
 /// Text shown to an operator: no control character (newlines only where `lines` allows)
 /// and no invisible bidirectional override.
 fn assert_printable(s: &str, lines: bool) {
-    let bidi = |c: char| match c {
-        '\u{200e}' | '\u{200f}' => true,
-        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
-        _ => false,
+    let bidi = |c: char| {
+        matches!(c, '\u{200e}' | '\u{200f}')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     let hidden = |c: char| (c.is_control() && !(lines && c == '\n')) || bidi(c);
     if let Some(c) = s.chars().find(|c| hidden(*c)) {
