@@ -431,40 +431,19 @@ impl Daemon {
                 };
                 // Session state: the first terminal state ends the session for us.
                 let tx = self.tx.clone();
-                let mut states = zk.state_watcher();
+                let zks = zk.clone();
                 ctx.tasks.spawn(async move {
-                    use zookeeper_client::SessionState as S;
-                    let mut state = states.peek_state();
-                    loop {
-                        match state {
-                            S::Expired | S::Closed | S::AuthFailed => {
-                                let _ = tx.send(Input::Session(gen, Event::SessionLost));
-                                return;
-                            }
-                            S::Disconnected => {
-                                warn!("disconnected from ZooKeeper; the client is reconnecting")
-                            }
-                            S::SyncConnected => info!("ZooKeeper connection (re)established"),
-                            _ => {}
-                        }
-                        state = states.changed().await;
-                    }
+                    zks.session_ended().await;
+                    let _ = tx.send(Input::Session(gen, Event::SessionLost));
                 });
                 // Control: every change goes to the elector.
                 let tx = self.tx.clone();
                 let zkc = zk.clone();
                 ctx.tasks.spawn(async move {
-                    while let Some((control, _v, w)) = zkc.watch_control().await {
-                        if tx
-                            .send(Input::Session(gen, control_event(&control)))
-                            .is_err()
-                        {
-                            return;
-                        }
-                        if w.changed().await.event_type == zookeeper_client::EventType::Session {
-                            return;
-                        }
-                    }
+                    zkc.follow_control(|control| {
+                        tx.send(Input::Session(gen, control_event(control))).is_ok()
+                    })
+                    .await;
                 });
                 self.session = Some(ctx);
                 self.metrics.set_connected(true);

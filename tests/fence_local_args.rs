@@ -12,6 +12,12 @@ use warden::ops::fence_local::{self, FenceLocalArgs};
 use warden_fencing::process;
 use warden_fencing::{fence_local_args, Target};
 
+mod common;
+use common::{wait_for, wait_until};
+
+/// How long a process under test may take to start or end.
+const WAIT: Duration = Duration::from_secs(10);
+
 #[derive(Parser, Debug)]
 #[command(name = "fence-local")]
 struct Cli {
@@ -328,23 +334,15 @@ impl Drop for Group {
     }
 }
 
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[tokio::test]
 async fn run_kills_the_service_group_and_a_stopped_warden_and_verifies() {
     let mut service = Group::spawn("sleep 1000 & sleep 1000 & wait");
-    wait_until("the service's children", || {
+    wait_until(WAIT, "the service's children", || {
         process::group_members(service.pid()).len() == 3
     });
     let mut warden = Group::spawn("exec sleep 1000");
     kill(Pid::from_raw(warden.pid() as i32), Signal::SIGSTOP).unwrap();
-    wait_until("the warden to stop", || {
+    wait_until(WAIT, "the warden to stop", || {
         process::stat(warden.pid()).is_some_and(|s| s.state == 'T')
     });
     let target = Target {
@@ -412,17 +410,6 @@ fn children_of(ppid: u32) -> Vec<u32> {
     pids
 }
 
-fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A cgroup of one test below the hierarchy's root; emptied and removed when dropped.
 struct TestCgroup(warden_fencing::cgroup::Cgroup);
 
@@ -454,10 +441,10 @@ impl Drop for TestCgroup {
 fn container() -> (Group, u32, u32) {
     require("/usr/bin/unshare", "util-linux");
     let g = Group::spawn("exec unshare --pid --fork --mount-proc /bin/sh -c 'sleep 1000 & wait'");
-    let init = wait_for("the namespace's init", || {
+    let init = wait_for(WAIT, "the namespace's init", || {
         children_of(g.pid()).first().copied()
     });
-    let sleep = wait_for("the sleep in the namespace", || {
+    let sleep = wait_for(WAIT, "the sleep in the namespace", || {
         children_of(init).first().copied()
     });
     (g, init, sleep)
@@ -511,7 +498,7 @@ async fn another_pid_namespace_gets_its_verified_cgroup_killed_but_is_still_not_
         fence_local::run(&args_for(&target, Duration::from_secs(2))).await,
         1
     );
-    wait_for("the cgroup to be empty", || {
+    wait_for(WAIT, "the cgroup to be empty", || {
         (!cgroup.0.is_populated().unwrap()).then_some(())
     });
     assert!(!process::is_running(sleep, None));
@@ -541,7 +528,7 @@ async fn another_pid_namespace_gets_its_verified_cgroup_killed_but_is_still_not_
 async fn leftovers_of_a_leaderless_group_without_a_recorded_start_time_are_not_touched() {
     let mut leader = Group::spawn("sleep 1000 & exit 0");
     assert!(leader.0.wait().unwrap().success());
-    let leftover = wait_for("the leftover alone in the group", || {
+    let leftover = wait_for(WAIT, "the leftover alone in the group", || {
         let m = process::group_members(leader.pid());
         (m.len() == 1).then(|| m[0])
     });
@@ -561,7 +548,9 @@ async fn leftovers_of_a_leaderless_group_without_a_recorded_start_time_are_not_t
         "an unidentified process was killed"
     );
     // Not fenced, so fence-local did not wait for it; the identified warden was killed.
-    wait_for("the warden to die", || (!warden.alive()).then_some(()));
+    wait_for(WAIT, "the warden to die", || {
+        (!warden.alive()).then_some(())
+    });
 }
 
 #[tokio::test]
@@ -583,5 +572,7 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
         1
     );
     // Not fenced, so fence-local did not wait for it; the identified warden was killed.
-    wait_for("the warden to die", || (!warden.alive()).then_some(()));
+    wait_for(WAIT, "the warden to die", || {
+        (!warden.alive()).then_some(())
+    });
 }

@@ -566,6 +566,39 @@ impl ZkSession {
         }
     }
 
+    /// Returns when the session has ended for good (expired, closed, authentication
+    /// failed), logging connection changes on the way. The client's state watcher blocks
+    /// forever after a terminal state, so this stops at the first one.
+    pub async fn session_ended(&self) {
+        let mut states = self.client.state_watcher();
+        let mut state = states.peek_state();
+        loop {
+            match state {
+                zk::SessionState::Expired
+                | zk::SessionState::Closed
+                | zk::SessionState::AuthFailed => return,
+                zk::SessionState::Disconnected => {
+                    tracing::warn!("disconnected from ZooKeeper; the client is reconnecting")
+                }
+                zk::SessionState::SyncConnected => {
+                    tracing::info!("ZooKeeper connection (re)established")
+                }
+                _ => {}
+            }
+            state = states.changed().await;
+        }
+    }
+
+    /// Hands `control` to `each` now and after every change, until the session ends or
+    /// `each` returns false.
+    pub async fn follow_control(&self, mut each: impl FnMut(&Control) -> bool) {
+        while let Some((control, _version, w)) = self.watch_control().await {
+            if !each(&control) || w.changed().await.event_type == zk::EventType::Session {
+                return;
+            }
+        }
+    }
+
     /// Reads `control` and waits for its next change; `None` when the session ends.
     pub async fn watch_control(&self) -> Option<(Control, Option<i32>, zk::OneshotWatcher)> {
         loop {
