@@ -27,9 +27,11 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -47,6 +49,8 @@ use warden_fencing::cgroup::{self, Cgroup};
 use warden_fencing::{process, SignalName};
 
 use crate::config::ServiceConfig;
+
+mod direct;
 
 /// How long fork + exec of the service may take, all attempts together (a start that
 /// cannot enter its cgroup is tried again without it). It takes milliseconds; only a
@@ -83,6 +87,10 @@ const SUPERVISOR_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_P
 /// Each start's cgroup is `<warden's cgroup>/warden-service-<epoch>-<random>`: a fresh
 /// name per start, so that a leftover of an earlier start is never mixed in.
 const SERVICE_CGROUP_PREFIX: &str = "warden-service-";
+
+/// Set once clone3 into a cgroup is known not to work on this kernel (or under this
+/// seccomp filter): every later start forks and moves the child instead.
+static DIRECT_UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The leaf cgroup warden moves itself into when its own cgroup may not hold processes
 /// next to the service's (a delegated unit cgroup with controllers enabled: the kernel
@@ -520,20 +528,7 @@ impl Spawner {
         info!(service = %name, pid, epoch, cgroup = identity.cgroup.as_deref().unwrap_or("-"),
             "service started");
 
-        if let Some(out) = child.stdout.take() {
-            tokio::spawn(forward_lines(
-                out,
-                Origin::Service(name.clone()),
-                Stream::Stdout,
-            ));
-        }
-        if let Some(err) = child.stderr.take() {
-            tokio::spawn(forward_lines(
-                err,
-                Origin::Service(name.clone()),
-                Stream::Stderr,
-            ));
-        }
+        child.forward_output(&name);
 
         let (tx, rx) = oneshot::channel();
         let reported = identity.clone();
@@ -578,7 +573,36 @@ impl Spawner {
         command
     }
 
-    /// One fork + exec, entering `cgroup` in the child before exec.
+    /// The start of `epoch` for clone3 into `cgroup`, or `None` where that is known not
+    /// to work (or the program is not found: the fork path says so in std's words).
+    fn direct_plan(&self, epoch: u64, cgroup: &Cgroup) -> Option<direct::Plan> {
+        if DIRECT_UNSUPPORTED.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut env: Vec<(Vec<u8>, Vec<u8>)> = service_env(&self.cluster, &self.node_id, epoch)
+            .into_iter()
+            .chain([("WARDEN_ROLE".to_string(), "active".to_string())])
+            .map(|(k, v)| (k.into_bytes(), v.into_bytes()))
+            .collect();
+        let ours: Vec<Vec<u8>> = env.iter().map(|(k, _)| k.clone()).collect();
+        env.extend(
+            std::env::vars_os()
+                .map(|(k, v)| (k.into_vec(), v.into_vec()))
+                .filter(|(k, _)| {
+                    !ours.contains(k) && !SUPERVISOR_ENV.iter().any(|s| s.as_bytes() == k)
+                }),
+        );
+        match direct::Plan::new(&self.argv, env, cgroup.dir()) {
+            Ok(plan) => plan,
+            Err(e) => {
+                debug!(error = %io_reason(&e), "cannot open the service's cgroup for clone3");
+                None
+            }
+        }
+    }
+
+    /// One start: clone3 into `cgroup` where the kernel offers it, else fork + exec,
+    /// entering `cgroup` in the child before exec.
     fn spawn_once(
         &self,
         epoch: u64,
@@ -593,6 +617,35 @@ impl Spawner {
                 reason,
             })
         };
+        let timed_out = || {
+            Failure::Start(ServiceError::SpawnTimeout {
+                program: program.clone(),
+                timeout: SPAWN_TIMEOUT,
+            })
+        };
+        // Into a cgroup, clone3 creates the child there (no migration, see `direct`);
+        // should the kernel refuse, the fork below moves the child and tells why.
+        if let Some(plan) = cgroup.and_then(|c| self.direct_plan(epoch, c)) {
+            let timeout = deadline.saturating_duration_since(Instant::now());
+            if timeout.is_zero() {
+                return Err(timed_out());
+            }
+            match starter::spawn(starter::Job::Direct(plan), handle.clone(), timeout) {
+                Ok(spawned) => return Ok(spawned),
+                Err(starter::Error::Clone { error, unsupported }) => {
+                    if unsupported {
+                        DIRECT_UNSUPPORTED.store(true, Ordering::Relaxed);
+                    }
+                    debug!(error = %io_reason(&error), unsupported,
+                        "clone3 into the service's cgroup failed; forking and moving instead");
+                }
+                Err(starter::Error::Io(e)) => return Err(spawn_error(io_reason(&e))),
+                Err(starter::Error::Timeout) => return Err(timed_out()),
+                Err(starter::Error::Unavailable(why)) => {
+                    return Err(Failure::Start(ServiceError::Starter(why)))
+                }
+            }
+        }
         let mut command = self.command(epoch);
         // The cgroup's `cgroup.procs` is opened here (a file opened by std is
         // close-on-exec, so the service never inherits it), and the child writes "0" to
@@ -624,24 +677,22 @@ impl Spawner {
                 if let Some((procs, errors)) = &entry {
                     enter_cgroup(procs.as_raw_fd(), errors.as_raw_fd())?;
                 }
+                close_inherited_on_exec();
                 set_parent_death_signal(parent)
             });
         }
         let timeout = deadline.saturating_duration_since(Instant::now());
-        let timed_out = || {
-            Failure::Start(ServiceError::SpawnTimeout {
-                program: program.clone(),
-                timeout: SPAWN_TIMEOUT,
-            })
-        };
         if timeout.is_zero() {
             return Err(timed_out());
         }
-        starter::spawn(command, handle.clone(), timeout).map_err(|e| match e {
-            starter::Error::Io(e) => match entry_errors.as_ref().and_then(read_entry_error) {
-                Some(errno) => Failure::Enter(io::Error::from_raw_os_error(errno)),
-                None => spawn_error(io_reason(&e)),
-            },
+        starter::spawn(starter::Job::Command(command), handle.clone(), timeout).map_err(|e| match e
+        {
+            starter::Error::Io(e) | starter::Error::Clone { error: e, .. } => {
+                match entry_errors.as_ref().and_then(read_entry_error) {
+                    Some(errno) => Failure::Enter(io::Error::from_raw_os_error(errno)),
+                    None => spawn_error(io_reason(&e)),
+                }
+            }
             starter::Error::Timeout => timed_out(),
             starter::Error::Unavailable(why) => Failure::Start(ServiceError::Starter(why)),
         })
@@ -1227,6 +1278,23 @@ fn signal_group(identity: &ServiceIdentity, signal: Signal) -> Result<bool, Errn
     }
 }
 
+/// In the child, before exec: marks every descriptor above stderr close-on-exec, so that
+/// the service inherits none that warden itself inherited without the flag (from a shell,
+/// a test runner, an init system). Best effort: close_range with `CLOSE_RANGE_CLOEXEC`
+/// needs Linux 5.11, and without it those descriptors stay open, as with any fork + exec.
+fn close_inherited_on_exec() {
+    // SAFETY: close_range has no pointers and is async-signal-safe; descriptors the
+    // child still needs before exec keep working, they only close at exec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+    }
+}
+
 /// In the child, before exec: SIGKILL when warden dies. If warden died before the prctl,
 /// the child was already reparented and the signal will never come, so it exits instead.
 fn set_parent_death_signal(parent: libc::pid_t) -> io::Result<()> {
@@ -1324,36 +1392,87 @@ mod starter {
 
     pub(super) enum Error {
         Io(io::Error),
+        /// clone3 into the cgroup failed (see [`direct::Error::Clone`]).
+        Clone {
+            error: io::Error,
+            unsupported: bool,
+        },
         Timeout,
         Unavailable(String),
     }
 
+    /// What the starter thread starts: a command (fork, and the child moves itself into
+    /// its cgroup if it has one), or a plan started directly in its cgroup.
+    pub(super) enum Job {
+        Command(Command),
+        Direct(direct::Plan),
+    }
+
+    /// The service's main process, as started by either way.
+    pub(super) enum ServiceChild {
+        Command(Child),
+        Direct(direct::Child),
+    }
+
+    impl ServiceChild {
+        pub(super) fn pid(&self) -> u32 {
+            match self {
+                // A child that has not been waited for keeps its /proc entry (as a
+                // zombie at worst), so the pid is always present here.
+                ServiceChild::Command(child) => child.id().unwrap_or(0),
+                ServiceChild::Direct(child) => child.pid,
+            }
+        }
+
+        pub(super) async fn wait(&mut self) -> io::Result<ExitStatus> {
+            match self {
+                ServiceChild::Command(child) => child.wait().await,
+                ServiceChild::Direct(child) => child.wait().await,
+            }
+        }
+
+        /// Forwards the service's stdout and stderr to the log, on tasks of the runtime.
+        pub(super) fn forward_output(&mut self, name: &str) {
+            let origin = || Origin::Service(name.to_string());
+            match self {
+                ServiceChild::Command(child) => {
+                    if let Some(out) = child.stdout.take() {
+                        tokio::spawn(forward_lines(out, origin(), Stream::Stdout));
+                    }
+                    if let Some(err) = child.stderr.take() {
+                        tokio::spawn(forward_lines(err, origin(), Stream::Stderr));
+                    }
+                }
+                ServiceChild::Direct(child) => {
+                    if let Some(out) = child.stdout.take() {
+                        tokio::spawn(forward_lines(out, origin(), Stream::Stdout));
+                    }
+                    if let Some(err) = child.stderr.take() {
+                        tokio::spawn(forward_lines(err, origin(), Stream::Stderr));
+                    }
+                }
+            }
+        }
+    }
+
     pub(super) struct Spawned {
-        pub child: Child,
+        pub child: ServiceChild,
         pub pid: u32,
         pub start_time: Option<u64>,
     }
 
     struct Request {
-        command: Command,
+        job: Job,
         handle: Handle,
-        reply: std_mpsc::SyncSender<io::Result<Spawned>>,
+        reply: std_mpsc::SyncSender<Result<Spawned, Error>>,
     }
 
     static REQUESTS: Mutex<Option<std_mpsc::Sender<Request>>> = Mutex::new(None);
 
-    /// Spawns `command` on the starter thread and waits up to `timeout` for the child.
-    pub(super) fn spawn(
-        command: Command,
-        handle: Handle,
-        timeout: Duration,
-    ) -> Result<Spawned, Error> {
+    /// Starts `job` on the starter thread and waits up to `timeout` for the child.
+    pub(super) fn spawn(job: Job, handle: Handle, timeout: Duration) -> Result<Spawned, Error> {
         let (reply, answer) = std_mpsc::sync_channel(1);
-        let request = Request {
-            command,
-            handle,
-            reply,
-        };
+        let request = Request { job, handle, reply };
         {
             // A poisoned lock only means another caller panicked while holding it; the
             // Option inside is still valid.
@@ -1373,8 +1492,7 @@ mod starter {
             }
         }
         match answer.recv_timeout(timeout) {
-            Ok(Ok(spawned)) => Ok(spawned),
-            Ok(Err(e)) => Err(Error::Io(e)),
+            Ok(result) => result,
             Err(std_mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout),
             Err(std_mpsc::RecvTimeoutError::Disconnected) => {
                 Err(Error::Unavailable("its thread ended".to_string()))
@@ -1395,12 +1513,24 @@ mod starter {
         Ok(tx)
     }
 
-    fn serve(mut request: Request) {
+    fn serve(request: Request) {
         let _runtime = request.handle.enter();
-        let result = request.command.spawn().map(|child| {
-            // A child that has not been waited for keeps its /proc entry (as a zombie
-            // at worst), so the pid is always present here.
-            let pid = child.id().unwrap_or(0);
+        let child = match request.job {
+            Job::Command(mut command) => command
+                .spawn()
+                .map(ServiceChild::Command)
+                .map_err(Error::Io),
+            Job::Direct(plan) => direct::spawn(&plan, std::process::id() as libc::pid_t)
+                .map(ServiceChild::Direct)
+                .map_err(|e| match e {
+                    direct::Error::Clone { error, unsupported } => {
+                        Error::Clone { error, unsupported }
+                    }
+                    direct::Error::Exec(e) | direct::Error::Io(e) => Error::Io(e),
+                }),
+        };
+        let result = child.map(|child| {
+            let pid = child.pid();
             Spawned {
                 start_time: read_start_time(pid),
                 child,
@@ -1411,7 +1541,7 @@ mod starter {
             request.reply.try_send(result)
         {
             // The caller gave up waiting: nobody will ever stop this service, so it must
-            // not run. Dropping the child lets tokio reap it.
+            // not run. Dropping the child reaps it.
             if spawned.pid > 1 {
                 let _ = killpg(Pid::from_raw(spawned.pid as i32), Signal::SIGKILL);
             }

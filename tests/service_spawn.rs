@@ -461,6 +461,66 @@ async fn each_start_runs_in_a_fresh_cgroup_of_its_own_entered_before_exec() {
     assert_eq!(svc.exited().await.exit, Exit::Signal(libc::SIGTERM));
 }
 
+/// The service starts as a plain program would from a shell: no signal blocked, SIGPIPE
+/// not ignored (Rust ignores it in warden), no descriptor of warden's inherited (not even
+/// one warden inherited without close-on-exec), and a
+/// program named without a slash found on `PATH`. Holds for both ways of starting it
+/// (clone3 into its cgroup, and fork + move).
+#[tokio::test]
+async fn the_service_starts_with_default_signals_and_only_its_standard_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("status");
+    let script = format!(r#"grep -E '^Sig(Blk|Ign):' /proc/$$/status {WRITE_0}; exec sleep 300"#);
+    let mut cfg = config(&script, &out);
+    cfg.command[0] = "sh".into();
+    for spawner in [
+        Spawner::new(&cfg, "rm", "rm1").unwrap(),
+        Spawner::new(&cfg, "rm", "rm1").unwrap().without_cgroup(),
+    ] {
+        let _ = fs::remove_file(&out);
+        let mut svc = start(&spawner, 3);
+        let seen = wait_for("the service to report its signals", || content(&out)).await;
+        let mut lines = seen.lines();
+        let blocked = lines.next().unwrap();
+        let ignored = lines.next().unwrap();
+        assert_eq!(blocked, "SigBlk:\t0000000000000000", "{seen}");
+        let mask = u64::from_str_radix(ignored.trim_start_matches("SigIgn:\t"), 16).unwrap();
+        assert_eq!(
+            mask & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "SIGPIPE ignored: {seen}"
+        );
+        // Once the shell has exec'd sleep, its descriptors are the inherited ones.
+        let pid = svc.identity().pid;
+        wait_for("the service to exec sleep", || {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (comm == "sleep\n").then_some(())
+        })
+        .await;
+        let fds: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let target = fs::read_link(e.path()).unwrap_or_default();
+                format!("{}={}", e.file_name().to_string_lossy(), target.display())
+            })
+            .filter(|f| !["0=", "1=", "2="].iter().any(|s| f.starts_with(s)))
+            .collect();
+        assert!(
+            fds.is_empty(),
+            "descriptors beyond stdio leaked into the service ({:?}): {fds:?}",
+            spawner.containment()
+        );
+        let id = svc.identity();
+        let outcome = stop(id, SignalName(Signal::SIGTERM), DEADLINE).await;
+        assert!(
+            matches!(outcome, StopOutcome::Stopped { .. }),
+            "{outcome:?}"
+        );
+        assert_eq!(svc.exited().await.exit, Exit::Signal(libc::SIGTERM));
+    }
+}
+
 #[tokio::test]
 async fn stop_ends_every_process_of_the_service_after_its_main_process_exited() {
     let dir = tempfile::tempdir().unwrap();
