@@ -9,8 +9,8 @@
 use crate::api::{self, NodeView};
 use crate::clock;
 use crate::config::{Config, ServiceMode};
-use crate::coord::zookeeper::{ZkConnector, ZkSession};
-use crate::coord::StoreError;
+use crate::coord::zookeeper::ZkConnector;
+use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
     Ticket, WriteOutcome,
@@ -29,8 +29,6 @@ use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalN
 /// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// How often a restarted warden re-checks whether its killed predecessor's session expired.
-const PREDECESSOR_POLL: Duration = Duration::from_millis(250);
 /// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -84,15 +82,16 @@ fn identity(cfg: &Config) -> Result<NodeRecord, Fatal> {
 }
 
 /// What reaches the loop.
-enum Input {
+enum Input<S> {
     /// A result or an event for the elector, valid whatever the session.
     Elector(Event),
     /// An event of session `gen`; dropped if that session is no longer current.
     Session(u64, Event),
     /// A lock watch of session `gen` for join `ticket` fired: the lock was deleted.
     LockDeleted(u64, Ticket),
-    /// A new session is open and registered.
-    Connected(Box<ZkSession>, Control),
+    /// A new session is open and registered: the session, `control` as it was first
+    /// read, the task that runs its events and the channel they arrive on.
+    Connected(Box<Opened<S>>),
     /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`.
     Started(Ticket, Result<Option<RunningService>, String>),
     /// The service with this identity exited by itself.
@@ -104,14 +103,21 @@ enum Input {
     Fatal(Fatal),
 }
 
+/// A session just opened and registered, with its event stream running.
+struct Opened<S> {
+    session: S,
+    control: Control,
+    tasks: JoinSet<()>,
+    events: mpsc::UnboundedReceiver<StoreEvent>,
+}
+
 /// The current session and everything that lives and dies with it.
-struct SessionCtx {
-    zk: ZkSession,
+struct SessionCtx<S> {
+    zk: S,
     gen: u64,
     /// Watchers and in-flight calls of this session; dropping the set aborts them, which
     /// drops their clones of the client so the session really closes.
     tasks: JoinSet<()>,
-    lock_watch: Option<AbortHandle>,
 }
 
 /// Runs the daemon until it is stopped; returns the exit code.
@@ -129,7 +135,8 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
         None => None,
     };
     let me = identity(&cfg)?;
-    let mut d = Daemon::new(cfg, me, auth)?;
+    let connector = ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth);
+    let mut d = Daemon::new(cfg, me, connector)?;
     let _api = listener.map(|l| {
         AbortOnDrop(tokio::spawn(api::serve(
             l,
@@ -149,13 +156,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-struct Daemon {
+struct Daemon<C: Connector> {
     metrics: Metrics,
     /// What the HTTP face shows; replaced after every drain.
     view: tokio::sync::watch::Sender<NodeView>,
     cfg: Config,
     me: NodeRecord,
-    connector: ZkConnector,
+    connector: C,
     elector: Elector,
     chain: FenceChain,
     own_chain: FenceChain,
@@ -163,9 +170,9 @@ struct Daemon {
     /// service the demote hook already demoted.
     warden_only_chain: FenceChain,
     control_svc: ServiceControl,
-    tx: mpsc::UnboundedSender<Input>,
-    rx: mpsc::UnboundedReceiver<Input>,
-    session: Option<SessionCtx>,
+    tx: mpsc::UnboundedSender<Input<C::Session>>,
+    rx: mpsc::UnboundedReceiver<Input<C::Session>>,
+    session: Option<SessionCtx<C::Session>>,
     next_gen: u64,
     /// The join whose lock watch counts.
     join_ticket: Ticket,
@@ -186,10 +193,9 @@ struct Daemon {
     exit_code: Option<i32>,
 }
 
-impl Daemon {
-    fn new(cfg: Config, me: NodeRecord, auth: Option<String>) -> Result<Daemon, Fatal> {
+impl<C: Connector> Daemon<C> {
+    fn new(cfg: Config, me: NodeRecord, connector: C) -> Result<Daemon<C>, Fatal> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let connector = ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth);
         let ctx = FenceContext {
             cluster: cfg.cluster.name.clone(),
             node_id: cfg.cluster.node_id.clone(),
@@ -395,7 +401,7 @@ impl Daemon {
         self.drain(now);
     }
 
-    fn on_input(&mut self, input: Input) -> Result<(), Fatal> {
+    fn on_input(&mut self, input: Input<C::Session>) -> Result<(), Fatal> {
         match input {
             Input::Elector(ev) => self.feed(ev),
             Input::Session(gen, ev) => {
@@ -414,45 +420,45 @@ impl Daemon {
                     self.feed(Event::LockDeleted);
                 }
             }
-            Input::Connected(zk, control) => {
-                let zk = *zk;
+            Input::Connected(opened) => {
+                let Opened {
+                    session: zk,
+                    control,
+                    mut tasks,
+                    mut events,
+                } = *opened;
                 self.connecting = None;
                 let gen = self.next_gen;
                 self.next_gen += 1;
-                info!(
-                    session = format_args!("{:#x}", zk.session_id()),
-                    "connected to ZooKeeper"
-                );
-                let mut ctx = SessionCtx {
+                info!(session = %zk.id(), "connected to the coordination store");
+                // The store's events go to the elector as events of this session.
+                let tx = self.tx.clone();
+                tasks.spawn(async move {
+                    while let Some(event) = events.recv().await {
+                        let input = match event {
+                            StoreEvent::Control(control) => {
+                                Input::Session(gen, control_event(&control))
+                            }
+                            StoreEvent::HolderGone { join } => Input::LockDeleted(gen, join),
+                            StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
+                        };
+                        if tx.send(input).is_err() {
+                            return;
+                        }
+                    }
+                });
+                self.session = Some(SessionCtx {
                     zk: zk.clone(),
                     gen,
-                    tasks: JoinSet::new(),
-                    lock_watch: None,
-                };
-                // Session state: the first terminal state ends the session for us.
-                let tx = self.tx.clone();
-                let zks = zk.clone();
-                ctx.tasks.spawn(async move {
-                    zks.session_ended().await;
-                    let _ = tx.send(Input::Session(gen, Event::SessionLost));
+                    tasks,
                 });
-                // Control: every change goes to the elector.
-                let tx = self.tx.clone();
-                let zkc = zk.clone();
-                ctx.tasks.spawn(async move {
-                    zkc.follow_control(|control| {
-                        tx.send(Input::Session(gen, control_event(control))).is_ok()
-                    })
-                    .await;
-                });
-                self.session = Some(ctx);
                 self.metrics.set_connected(true);
                 // READY once registered in the election, whatever the role: a node kept
                 // out by a pause or its health is up and must not be restarted by systemd.
                 notify::ready();
                 self.feed(Event::SessionStarted {
                     control: control_view(&control),
-                    granted: Some(zk.granted_session_timeout()),
+                    granted: zk.granted_session_timeout(),
                 });
                 // The member record names the session timeout in force from now on, even
                 // if no role change follows soon.
@@ -527,7 +533,7 @@ impl Daemon {
         &self,
         probe: Probe,
         grace: Duration,
-        wrap: fn(HealthChange) -> Input,
+        wrap: fn(HealthChange) -> Input<C::Session>,
     ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
         let h = &self.cfg.health;
@@ -569,7 +575,7 @@ impl Daemon {
     /// its result is reported as `lost`.
     fn in_session<F, Fut>(&mut self, lost: Event, f: F)
     where
-        F: FnOnce(ZkSession) -> Fut,
+        F: FnOnce(C::Session) -> Fut,
         Fut: std::future::Future<Output = Event> + Send + 'static,
     {
         match &mut self.session {
@@ -714,29 +720,18 @@ impl Daemon {
             Action::Join { ticket } => {
                 self.join_ticket = ticket;
                 let me = self.record(None);
-                let tx = self.tx.clone();
-                if let Some(ctx) = &mut self.session {
-                    if let Some(w) = ctx.lock_watch.take() {
-                        w.abort();
-                    }
-                    let zk = ctx.zk.clone();
-                    let gen = ctx.gen;
-                    let h = ctx.tasks.spawn(async move {
-                        let outcome = zk.join(&me).await;
-                        let _ = tx.send(Input::Session(gen, Event::Joined { ticket, outcome }));
-                        // Watch the lock whoever holds it: a standby for its release, the
-                        // holder for its loss.
-                        if zk.watch_lock().await {
-                            let _ = tx.send(Input::LockDeleted(gen, ticket));
-                        }
-                    });
-                    ctx.lock_watch = Some(h);
-                } else {
-                    let _ = self.tx.send(Input::Elector(Event::Joined {
+                // The store reports the end of the holder this join sees (ours or
+                // another's) as a `HolderGone` of this ticket.
+                self.in_session(
+                    Event::Joined {
                         ticket,
                         outcome: crate::elector::JoinOutcome::Unknown,
-                    }));
-                }
+                    },
+                    move |zk| async move {
+                        let outcome = zk.join(&me, ticket).await;
+                        Event::Joined { ticket, outcome }
+                    },
+                );
             }
             Action::ReadState { ticket } => {
                 self.in_session(
@@ -748,12 +743,12 @@ impl Daemon {
                         let result = zk
                             .read_state()
                             .await
-                            .map(|(breadcrumb, control, control_version, newest)| {
+                            .map(|state| {
                                 Box::new(ClusterState {
-                                    breadcrumb,
-                                    control: control_view(&control),
-                                    control_version,
-                                    newest_history_epoch: newest,
+                                    breadcrumb: state.breadcrumb,
+                                    control: control_view(&state.control),
+                                    control_version: state.control_version,
+                                    newest_history_epoch: state.newest_promotion,
                                 })
                             })
                             .map_err(|e| e.to_string());
@@ -1010,7 +1005,7 @@ impl Daemon {
                         let zk = ctx.zk.clone();
                         drop(ctx);
                         tokio::spawn(async move {
-                            if let Err(e) = zk.delete_own_lock().await {
+                            if let Err(e) = zk.release().await {
                                 warn!("deleting the lock failed ({e}); closing the session removes it");
                             }
                             drop(zk);
@@ -1143,7 +1138,7 @@ impl Daemon {
     }
 
     /// Opens a new session in the background, retrying with back-off; registers our
-    /// member znode (SPEC §4.9) before reporting it.
+    /// member record (SPEC §4.9) and starts the session's events before reporting it.
     fn connect(&mut self) {
         if let Some(h) = self.connecting.take() {
             h.abort();
@@ -1155,16 +1150,23 @@ impl Daemon {
             let mut backoff = CONNECT_BACKOFF_START;
             let mut waiting_logged = false;
             loop {
-                match register(&connector, &me, &mut waiting_logged).await {
-                    Ok((zk, control)) => {
-                        let _ = tx.send(Input::Connected(Box::new(zk), control));
+                match open(&connector, &me, &mut waiting_logged).await {
+                    Ok(opened) => {
+                        let _ = tx.send(Input::Connected(Box::new(opened)));
                         return;
                     }
-                    Err(Registration::Fatal(f)) => {
-                        let _ = tx.send(Input::Fatal(f));
+                    Err(RegisterError::Duplicate(message)) => {
+                        let _ = tx.send(Input::Fatal(Fatal { code: 2, message }));
                         return;
                     }
-                    Err(Registration::Retry(e)) => {
+                    Err(RegisterError::Store(e @ StoreError::Auth(_))) => {
+                        let _ = tx.send(Input::Fatal(Fatal {
+                            code: 3,
+                            message: e.to_string(),
+                        }));
+                        return;
+                    }
+                    Err(RegisterError::Store(e)) => {
                         warn!("{e}; retrying in {}", humantime::format_duration(backoff));
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
@@ -1194,81 +1196,31 @@ impl Daemon {
     }
 }
 
-enum Registration {
-    Retry(StoreError),
-    Fatal(Fatal),
-}
-
-impl From<StoreError> for Registration {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Auth(_) => Registration::Fatal(Fatal {
-                code: 3,
-                message: e.to_string(),
-            }),
-            other => Registration::Retry(other),
-        }
-    }
-}
-
-/// Connects, creates the parents, registers `members/<node_id>` and reads `control`.
-async fn register(
-    connector: &ZkConnector,
+/// Connects, registers `me` (SPEC §4.9) and starts the session's events; returns once
+/// the first `control` has arrived.
+async fn open<C: Connector>(
+    connector: &C,
     me: &MemberRecord,
     waiting_logged: &mut bool,
-) -> Result<(ZkSession, Control), Registration> {
-    let zk = connector.connect().await?;
-    zk.ensure_parents().await?;
-    loop {
-        match zk.member(&me.node.node_id).await? {
-            None => match zk.create_member(me).await {
-                Ok(()) => break,
-                Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e.into()),
-            },
-            Some((owner, _)) if owner == zk.session_id() => break,
-            Some((_, Ok(other))) if other.node.incarnation == me.node.incarnation => {
-                // Our own earlier session, closing: make room.
-                zk.delete_member(&me.node.node_id).await?;
-            }
-            Some((_, Ok(other))) if predecessor_is_gone(&me.node, &other.node) => {
-                if !*waiting_logged {
-                    warn!(
-                        old_pid = other.node.pid,
-                        "an earlier warden for node {} on this machine (pid {}, boot {}) is \
-                         gone but its session is still open; waiting for it to expire \
-                         (up to session_timeout)",
-                        me.node.node_id,
-                        other.node.pid,
-                        other.node.boot_id
-                    );
-                    *waiting_logged = true;
-                }
-                // Poll again in this same session: a new session per look would leave a
-                // trail of short-lived sessions for as long as the old one lasts.
-                tokio::time::sleep(PREDECESSOR_POLL).await;
-                continue;
-            }
-            Some((_, other)) => {
-                let who = match other {
-                    Ok(o) => format!("on host {} (pid {})", o.node.host, o.node.pid),
-                    Err(e) => format!("(its member record is unreadable: {e})"),
-                };
-                return Err(Registration::Fatal(Fatal {
-                    code: 2,
-                    message: format!(
-                        "another warden with node_id {:?} is running {who}; each node needs a \
-                         unique cluster.node_id — refusing to start",
-                        me.node.node_id
-                    ),
-                }));
-            }
-        }
+) -> Result<Opened<C::Session>, RegisterError> {
+    let session = connector.connect().await?;
+    let is_running = |pid, start_time| warden_fencing::process::is_running(pid, Some(start_time));
+    coord::register(&session, me, is_running, waiting_logged).await?;
+    let (etx, mut events) = mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    let s = session.clone();
+    tasks.spawn(async move { s.events(etx).await });
+    match events.recv().await {
+        Some(StoreEvent::Control(control)) => Ok(Opened {
+            session,
+            control,
+            tasks,
+            events,
+        }),
+        _ => Err(RegisterError::Store(StoreError::SessionLost(
+            "while reading control".into(),
+        ))),
     }
-    let (control, _version, _w) = zk.watch_control().await.ok_or_else(|| {
-        Registration::Retry(StoreError::SessionLost("while reading control".into()))
-    })?;
-    Ok((zk, control))
 }
 
 fn control_view(c: &Control) -> ControlView {
@@ -1371,22 +1323,4 @@ async fn fence_own_service(
             ),
         ),
     }
-}
-
-/// SPEC §4.9: a member record of our node id held by another session is our own killed
-/// predecessor's (wait for its session to expire) when it names this machine and either
-/// another boot (a fast reboot) or, on this boot and in this pid namespace, a warden
-/// process that no longer runs (a restart right after `kill -9`). Anything else is
-/// another live warden with our node id.
-fn predecessor_is_gone(me: &NodeRecord, other: &NodeRecord) -> bool {
-    let host = record::HostIdentity::of(me);
-    if !host.same_machine(other) {
-        return false;
-    }
-    if host.same_boot(other) {
-        return !warden_fencing::process::is_running(other.pid, Some(other.start_time));
-    }
-    // Same machine, another boot: every process of that boot is gone. (Same boot but
-    // another pid namespace is another container on this kernel: not ours to judge.)
-    other.boot_id != me.boot_id
 }

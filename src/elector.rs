@@ -16,6 +16,7 @@
 //!
 //! The role reported to operators is derived from the three after every input.
 
+pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
 use crate::record::{Epoch, HostIdentity, NodeRecord, Role};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -86,65 +87,14 @@ pub struct FailoverView {
     pub lapses_at: Instant,
 }
 
-/// The breadcrumb as read from the store.
-// Read once per takeover and moved, never stored in bulk: boxing the record would only
-// add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BreadcrumbView {
-    Absent,
-    Record {
-        record: NodeRecord,
-        version: i32,
-    },
-    /// Present but not a readable record (garbage, too large, not UTF-8).
-    Unreadable {
-        reason: String,
-        version: i32,
-    },
-}
-
-impl BreadcrumbView {
-    fn version(&self) -> Option<i32> {
-        match self {
-            BreadcrumbView::Absent => None,
-            BreadcrumbView::Record { version, .. } | BreadcrumbView::Unreadable { version, .. } => {
-                Some(*version)
-            }
-        }
-    }
-}
-
 /// What step 3a of SPEC §4 reads after winning the lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterState {
     pub breadcrumb: BreadcrumbView,
     pub control: ControlView,
-    pub control_version: i32,
+    pub control_version: Version,
     /// The epoch of the newest `history` entry, if any.
     pub newest_history_epoch: Option<Epoch>,
-}
-
-/// The outcome of trying to create the lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JoinOutcome {
-    /// The lock is ours (created now, or found owned by our session); `epoch` is its czxid.
-    Held { epoch: Epoch },
-    /// Another session holds it; a watch on it is set.
-    Exists,
-    /// Neither could be established (connection loss, timeout); try again.
-    Unknown,
-}
-
-/// The outcome of a conditional write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Acknowledged.
-    Done,
-    /// The store said no: a version or existence check failed.
-    Conflict,
-    /// Not known whether it was applied.
-    Unknown,
 }
 
 /// What the fence chain should act on.
@@ -275,8 +225,8 @@ pub enum Action {
     CommitPromotion {
         ticket: Ticket,
         epoch: Epoch,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
     },
     /// Start (or promote) the service with `WARDEN_EPOCH`, but only if the current time is
     /// still before `lease_valid_until`; else report it as a failed start.
@@ -368,15 +318,15 @@ enum Step {
     Fencing {
         ticket: Ticket,
         target: Option<String>,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
     },
     /// §4.3c.
     Committing {
         ticket: Ticket,
         sent: Instant,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
     },
     /// The breadcrumb is ours; the service follows the lease (§4.3d, §4.4).
     Serving,
@@ -1461,8 +1411,8 @@ impl Elector {
         &mut self,
         epoch: Epoch,
         order: FenceOrder,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
     ) {
         let ticket = self.ticket();
         let target = match &order {
@@ -1524,8 +1474,8 @@ impl Elector {
     fn commit(
         &mut self,
         epoch: Epoch,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
         now: Instant,
     ) {
         let ticket = self.ticket();
@@ -1974,7 +1924,7 @@ mod tests {
                 result: Ok(Box::new(ClusterState {
                     breadcrumb,
                     control: ControlView::default(),
-                    control_version: 0,
+                    control_version: Version::new(0),
                     newest_history_epoch: None,
                 })),
             })
@@ -2131,7 +2081,7 @@ mod tests {
                 ticket: c,
                 epoch: 42,
                 breadcrumb_version: None,
-                control_version: 0
+                control_version: Version::new(0)
             }]
         );
         let sent = h.now;
@@ -2187,7 +2137,7 @@ mod tests {
                     paused: true,
                     failover: None,
                 },
-                control_version: 3,
+                control_version: Version::new(3),
                 newest_history_epoch: None,
             })),
         });
@@ -2208,7 +2158,7 @@ mod tests {
             r,
             BreadcrumbView::Record {
                 record: old.clone(),
-                version: 4,
+                version: Version::new(4),
             },
         );
         let f = H::ticket_of(&a);
@@ -2230,9 +2180,9 @@ mod tests {
                 a.as_slice(),
                 [Action::CommitPromotion {
                     epoch: 20,
-                    breadcrumb_version: Some(4),
+                    breadcrumb_version: Some(v),
                     ..
-                }]
+                }] if *v == Version::new(4)
             ),
             "{a:?}"
         );
@@ -2251,7 +2201,7 @@ mod tests {
             r,
             BreadcrumbView::Record {
                 record: record("n2", "inc-9", Some(10)),
-                version: 4,
+                version: Version::new(4),
             },
         );
         let f = H::ticket_of(&a);
@@ -2296,7 +2246,7 @@ mod tests {
             r,
             BreadcrumbView::Record {
                 record: old.clone(),
-                version: 1,
+                version: Version::new(1),
             },
         );
         assert!(
@@ -2326,7 +2276,7 @@ mod tests {
             H::ticket_of(&a),
             BreadcrumbView::Record {
                 record: r,
-                version: 1,
+                version: Version::new(1),
             },
         );
         match a.as_slice() {
@@ -2369,7 +2319,7 @@ mod tests {
             r,
             BreadcrumbView::Unreadable {
                 reason: "not JSON".into(),
-                version: 2,
+                version: Version::new(2),
             },
         );
         assert!(
@@ -2414,7 +2364,7 @@ mod tests {
             r,
             BreadcrumbView::Record {
                 record: record("n1", "inc-1", Some(30)),
-                version: 0,
+                version: Version::new(0),
             },
         );
         assert!(
@@ -2438,7 +2388,7 @@ mod tests {
             result: Ok(Box::new(ClusterState {
                 breadcrumb: BreadcrumbView::Absent,
                 control: ControlView::default(),
-                control_version: 0,
+                control_version: Version::new(0),
                 newest_history_epoch: Some(9),
             })),
         });
@@ -2850,7 +2800,7 @@ mod tests {
                 H::ticket_of(&a),
                 BreadcrumbView::Record {
                     record: record("n2", "x", Some(1)),
-                    version: 0,
+                    version: Version::new(0),
                 },
             );
             let a = h.feed(Event::FenceDone {
@@ -2887,7 +2837,7 @@ mod tests {
             H::ticket_of(&a),
             BreadcrumbView::Record {
                 record: record("n2", "x", Some(1)),
-                version: 0,
+                version: Version::new(0),
             },
         );
         let a = h.feed(Event::FenceDone {
@@ -2978,7 +2928,7 @@ mod tests {
             H::ticket_of(&a),
             BreadcrumbView::Record {
                 record: mine.clone(),
-                version: 2,
+                version: Version::new(2),
             },
         );
         assert!(
@@ -3161,7 +3111,7 @@ mod tests {
             H::ticket_of(&a),
             BreadcrumbView::Record {
                 record: mine,
-                version: 0,
+                version: Version::new(0),
             },
         );
         assert!(

@@ -21,6 +21,105 @@ pub type Epoch = u64;
 /// ZooKeeper refuses znodes over 1 MiB; anything larger is not ours.
 pub const MAX_RECORD_BYTES: usize = 1024 * 1024;
 
+/// The version of a stored item as its store counts them (ZooKeeper: the znode's
+/// version; MySQL: a row version; Redis: a counter). Opaque to the elector and the
+/// operator commands: they only hand back what they read, so that a conditional write
+/// applies only to what was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Version(i64);
+
+impl Version {
+    /// For backends: wraps the store's own number.
+    pub const fn new(v: i64) -> Version {
+        Version(v)
+    }
+
+    /// For backends: the store's own number back.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Who holds a store session, as the store tells it (ZooKeeper: the session id that owns
+/// an ephemeral znode): the truth about who holds the lock, whatever its data says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId(pub i64);
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// The breadcrumb as read from the store.
+// Read once per takeover and moved, never stored in bulk: boxing the record would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BreadcrumbView {
+    Absent,
+    Record {
+        record: NodeRecord,
+        version: Version,
+    },
+    /// Present but not a readable record (garbage, too large, not UTF-8).
+    Unreadable {
+        reason: String,
+        version: Version,
+    },
+}
+
+impl BreadcrumbView {
+    /// The version read, when there is a breadcrumb.
+    pub fn version(&self) -> Option<Version> {
+        match self {
+            BreadcrumbView::Absent => None,
+            BreadcrumbView::Record { version, .. } | BreadcrumbView::Unreadable { version, .. } => {
+                Some(*version)
+            }
+        }
+    }
+}
+
+/// What a takeover reads after winning the lock (SPEC §4.3a), as the store has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakeoverState {
+    pub breadcrumb: BreadcrumbView,
+    pub control: Control,
+    pub control_version: Version,
+    /// The greatest epoch of a completed promotion in `history`, if any.
+    pub newest_promotion: Option<Epoch>,
+}
+
+/// The outcome of trying to take the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinOutcome {
+    /// The lock is ours (taken now, or found held by our session); `epoch` is the one
+    /// the store gave it, greater than every earlier lock's.
+    Held { epoch: Epoch },
+    /// Another session holds it.
+    Exists,
+    /// Neither could be established (connection loss, timeout); try again.
+    Unknown,
+}
+
+/// The outcome of a conditional write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Acknowledged.
+    Done,
+    /// The store said no: a version or existence check failed.
+    Conflict,
+    /// Not known whether it was applied.
+    Unknown,
+}
+
 /// Who a warden process is and where its service runs: the data of `lock`, `breadcrumb`
 /// and (flattened) of `members/<node_id>`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,14 +1,312 @@
-//! The coordination service: what the election needs from it, and the ZooKeeper backend.
+//! The coordination store: what the election needs from it, as one trait, and the
+//! ZooKeeper backend.
 //!
-//! The backend speaks the election's vocabulary (join, commit a promotion, renew the lease,
-//! compare-and-delete the breadcrumb) rather than ZooKeeper's, so that the MySQL and Redis
-//! backends planned in SPEC §2 can map the same operations onto their own primitives.
-//! There is one backend today, so it is a concrete type; the trait is extracted when the
-//! second one lands and shows what really varies.
+//! [`Session`] speaks the election's vocabulary (register, join, read the takeover state,
+//! commit a promotion, renew, compare-and-delete the breadcrumb, release, and one stream
+//! of [`StoreEvent`]s), never a store's: watches, session states and ephemeral owners
+//! live in `zookeeper.rs` only. The driver (`daemon.rs`), the operator commands (`ops/`)
+//! and the simulation's store model all see only the trait.
+//!
+//! Generic, not `dyn` and not an enum: `async fn` in a trait cannot be called through
+//! `dyn` on Rust 1.85 without boxing every future, and an enum over backends would put
+//! the simulation's model into the product. The daemon and the commands are generic over
+//! a [`Connector`]; `main` picks the backend once from the config, and each backend gets
+//! its own copy of the (small) driver at compile time.
 
 pub mod zookeeper;
 
-use crate::record::{self, Control, History, MemberRecord, NodeRecord, RecordError};
+use crate::record::{
+    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord,
+    RecordError, SessionId, TakeoverState, Version, WriteOutcome,
+};
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+/// How often a restarted warden looks again whether its killed predecessor's session
+/// ended (SPEC §4.9).
+const PREDECESSOR_POLL: Duration = Duration::from_millis(250);
+
+/// Opens sessions to one cluster's state in the store.
+pub trait Connector: Clone + Send + Sync + 'static {
+    type Session: Session;
+
+    /// Opens a session, bounded by the backend's connect timeout.
+    fn connect(&self) -> impl Future<Output = Result<Self::Session, StoreError>> + Send;
+}
+
+/// What the store tells the driver without being asked, in order, on one channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// `control` as it is now: once at the start, then after every change.
+    Control(Control),
+    /// The lock holder seen by join number `join` is gone (the lock was released, or its
+    /// session ended): a standby may try again, a holder has lost it.
+    HolderGone { join: u64 },
+    /// The session ended for good; the last event.
+    SessionLost,
+}
+
+/// A session with the store. Clones share the session; it ends when the last clone is
+/// dropped (or the store ends it), and with it everything it holds: the lock, the member
+/// record.
+pub trait Session: Clone + Send + Sync + 'static {
+    /// The store's id of this session (for the log and for `status`).
+    fn id(&self) -> SessionId;
+
+    /// The session timeout the store granted, when it tells one (SPEC §4: every interval
+    /// follows the smaller of the configured and the granted one).
+    fn granted_session_timeout(&self) -> Option<Duration>;
+
+    /// Runs until the session ends, sending [`StoreEvent`]s to `events`: `control` at
+    /// once and after each change, the holder's end after each [`join`](Self::join), and
+    /// [`StoreEvent::SessionLost`] last.
+    fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) -> impl Future<Output = ()> + Send;
+
+    /// Creates whatever the cluster's state needs to exist (parents, tables, keys).
+    fn ensure_cluster(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The member record of `node_id` and the session that holds it, if there is one.
+    #[allow(clippy::type_complexity)]
+    fn member(
+        &self,
+        node_id: &str,
+    ) -> impl Future<
+        Output = Result<Option<(SessionId, Result<MemberRecord, RecordError>)>, StoreError>,
+    > + Send;
+
+    /// Registers our member record, held by this session; `Rejected` when another
+    /// session holds one for the node id.
+    fn create_member(
+        &self,
+        m: &MemberRecord,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes a member record left by an earlier session of this very process.
+    fn delete_member(&self, node_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Rewrites our member record (role and health changes).
+    fn set_member(&self, m: &MemberRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// SPEC §4.2: try to take the lock with `me` as its record. From its answer on, the
+    /// events report the end of the holder seen (ours or another's) as join `join`.
+    fn join(&self, me: &NodeRecord, join: u64) -> impl Future<Output = JoinOutcome> + Send;
+
+    /// SPEC §4.3a: breadcrumb and control with their versions, and the newest promotion
+    /// in history. A missing control is created, so that the commit can check it.
+    fn read_state(&self) -> impl Future<Output = Result<TakeoverState, StoreError>> + Send;
+
+    /// SPEC §4.3c: all or nothing, only while we hold the lock and control is at
+    /// `control_version`: write the lock's record with the epoch, and the breadcrumb
+    /// (created when `breadcrumb_version` is `None`, else at that version).
+    fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) -> impl Future<Output = WriteOutcome> + Send;
+
+    /// The lease renewal: rewrites our member record only while we hold the lock. Only
+    /// its acknowledgement extends the lease.
+    fn renew(&self, member: &MemberRecord) -> impl Future<Output = WriteOutcome> + Send;
+
+    /// Rewrites our breadcrumb (SPEC §4.3d: with the service's identity) while it is still
+    /// ours for `record.epoch` and we hold the lock.
+    fn rewrite_own_breadcrumb(
+        &self,
+        record: &NodeRecord,
+    ) -> impl Future<Output = WriteOutcome> + Send;
+
+    /// Compare-and-delete of the breadcrumb (SPEC §3): only if it names `node_id` with
+    /// `incarnation` and `epoch` (`None` = any), at the version just read; with
+    /// `check_lock`, only while we hold the lock. `Ok(false)`: it names something else.
+    fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes the breadcrumb at `version` (`fence --confirm`).
+    fn delete_breadcrumb_at(
+        &self,
+        version: Version,
+        check_lock: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Releases the lock if this session holds it. The caller drops the session after
+    /// (SPEC §4.3 "Release the lock").
+    fn release(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// History, newest first; unreadable entries are counted and skipped.
+    fn read_history(&self) -> impl Future<Output = Result<History, StoreError>> + Send;
+
+    /// Adds an entry to history at its place by time, keeping the newest. When the stored
+    /// history was unreadable as a whole, it is kept aside first: the answer names where.
+    fn append_history(
+        &self,
+        entry: &HistoryEntry,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
+    /// Old histories kept beside the current one (unreadable ones set aside, and those
+    /// `init --force` moved), by name, sorted.
+    fn set_aside(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Version-checked read-modify-write of `control`: `change` returns `Ok(false)` to
+    /// leave it, `Err(reason)` to refuse.
+    fn update_control<F>(
+        &self,
+        change: F,
+    ) -> impl Future<Output = Result<Result<Control, String>, StoreError>> + Send
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send;
+
+    /// Clears `control.failover` only while it is still the request named by `from`, `to`
+    /// and `deadline`. `Ok(true)` when cleared or already gone.
+    fn clear_failover_request(
+        &self,
+        from: &str,
+        to: Option<&str>,
+        deadline: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Everything `status` and the operator commands read.
+    fn snapshot(&self) -> impl Future<Output = Result<ClusterSnapshot, StoreError>> + Send;
+
+    /// Where `what` lives in the store, in the store's words, for messages
+    /// (`/warden/rm/breadcrumb`).
+    fn name_of(&self, what: Item) -> String;
+
+    /// `init`: creates the cluster's state and repairs its permissions; what it did, one
+    /// line each.
+    fn init(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// `init --force`: deletes the breadcrumb and control at the versions read, all or
+    /// none (`Rejected` when either changed).
+    fn delete_takeover_state(
+        &self,
+        breadcrumb: Option<Version>,
+        control: Option<Version>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The epoch the store is at now: every lock taken later gets a greater one.
+    fn current_epoch(&self) -> impl Future<Output = Result<Epoch, StoreError>> + Send;
+
+    /// `init --force`: when history records a promotion with an epoch above `epoch` (a
+    /// store restored from an old backup), moves it aside, whole, so that it no longer
+    /// blocks every promotion. Returns where it went and the epoch that blocked.
+    fn move_history_aside_if_above(
+        &self,
+        epoch: Epoch,
+    ) -> impl Future<Output = Result<Option<(String, Epoch)>, StoreError>> + Send;
+}
+
+/// A part of a cluster's state, for [`Session::name_of`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// The cluster as a whole.
+    Cluster,
+    Lock,
+    Breadcrumb,
+    Control,
+    History,
+}
+
+/// Why registering a node (SPEC §4.9) did not succeed.
+#[derive(Debug)]
+pub enum RegisterError {
+    /// The store failed; try again with a new session.
+    Store(StoreError),
+    /// Another live warden runs with our node id: the message says where.
+    Duplicate(String),
+}
+
+impl From<StoreError> for RegisterError {
+    fn from(e: StoreError) -> Self {
+        RegisterError::Store(e)
+    }
+}
+
+/// SPEC §4.9: registers `me` in `session` and returns `control` as it is. A member record
+/// of our node id held by another session is our own earlier process's when
+/// [`predecessor_is_gone`] says so (`is_running` tells whether a pid with a start time
+/// still runs on this host): then this waits, in the same session, for that session to
+/// end; anything else is another warden with our node id. `waiting_logged` keeps the
+/// "waiting" line to once per start.
+pub async fn register<S: Session>(
+    session: &S,
+    me: &MemberRecord,
+    is_running: impl Fn(u32, u64) -> bool,
+    waiting_logged: &mut bool,
+) -> Result<(), RegisterError> {
+    session.ensure_cluster().await?;
+    loop {
+        match session.member(&me.node.node_id).await? {
+            None => match session.create_member(me).await {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e.into()),
+            },
+            Some((owner, _)) if owner == session.id() => return Ok(()),
+            Some((_, Ok(other))) if other.node.incarnation == me.node.incarnation => {
+                // Our own earlier session, closing: make room.
+                session.delete_member(&me.node.node_id).await?;
+            }
+            Some((_, Ok(other))) if predecessor_is_gone(&me.node, &other.node, &is_running) => {
+                if !*waiting_logged {
+                    warn!(
+                        old_pid = other.node.pid,
+                        "an earlier warden for node {} on this machine (pid {}, boot {}) is \
+                         gone but its session is still open; waiting for it to expire \
+                         (up to session_timeout)",
+                        me.node.node_id,
+                        other.node.pid,
+                        other.node.boot_id
+                    );
+                    *waiting_logged = true;
+                }
+                // Poll again in this same session: a new session per look would leave a
+                // trail of short-lived sessions for as long as the old one lasts.
+                tokio::time::sleep(PREDECESSOR_POLL).await;
+            }
+            Some((_, other)) => {
+                let who = match other {
+                    Ok(o) => format!("on host {} (pid {})", o.node.host, o.node.pid),
+                    Err(e) => format!("(its member record is unreadable: {e})"),
+                };
+                return Err(RegisterError::Duplicate(format!(
+                    "another warden with node_id {:?} is running {who}; each node needs a \
+                     unique cluster.node_id — refusing to start",
+                    me.node.node_id
+                )));
+            }
+        }
+    }
+}
+
+/// SPEC §4.9: a member record of our node id held by another session is our own killed
+/// predecessor's (wait for its session to expire) when it names this machine and either
+/// another boot (a fast reboot) or, on this boot and in this pid namespace, a warden
+/// process that no longer runs (a restart right after `kill -9`). Anything else is
+/// another live warden with our node id.
+pub fn predecessor_is_gone(
+    me: &NodeRecord,
+    other: &NodeRecord,
+    is_running: impl Fn(u32, u64) -> bool,
+) -> bool {
+    let host = record::HostIdentity::of(me);
+    if !host.same_machine(other) {
+        return false;
+    }
+    if host.same_boot(other) {
+        return !is_running(other.pid, other.start_time);
+    }
+    // Same machine, another boot: every process of that boot is gone. (Same boot but
+    // another pid namespace is another container on this kernel: not ours to judge.)
+    other.boot_id != me.boot_id
+}
 
 /// How a store call ended when it did not succeed, in the three kinds the election acts on.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -50,21 +348,22 @@ impl StoreError {
 /// Everything `status` and the operator commands read about a cluster.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSnapshot {
-    /// The lock holder's record (or why it could not be read) and the lock's czxid.
-    pub lock: Option<(Result<NodeRecord, RecordError>, i64)>,
-    /// The session that owns the (ephemeral) lock: the truth about who holds it, whatever
-    /// its data says. `None` when there is no lock or it was not read.
-    pub lock_owner: Option<i64>,
-    pub breadcrumb: Option<(Result<NodeRecord, RecordError>, i32)>,
+    /// The lock holder's record (or why it could not be read) and the epoch the store
+    /// gave the lock.
+    pub lock: Option<(Result<NodeRecord, RecordError>, Epoch)>,
+    /// The session that holds the lock: the truth about who holds it, whatever its data
+    /// says. `None` when there is no lock or it was not read.
+    pub lock_owner: Option<SessionId>,
+    pub breadcrumb: Option<(Result<NodeRecord, RecordError>, Version)>,
     /// `control` as the daemons use it: an unreadable one counts as the default.
     pub control: Control,
-    pub control_version: Option<i32>,
+    pub control_version: Option<Version>,
     /// Why `control` could not be read, when it exists and could not.
     pub control_unreadable: Option<String>,
     /// Member records; unreadable ones are listed by node id with the error.
     pub members: Vec<(String, Result<MemberRecord, RecordError>)>,
-    /// The session that owns each member znode, by node id.
-    pub member_sessions: Vec<(String, i64)>,
+    /// The session that holds each member record, by node id.
+    pub member_sessions: Vec<(String, SessionId)>,
     pub history: History,
     /// Old histories kept beside `history` (`history.unreadable-*`, `history.old-*`).
     pub set_aside: Vec<String>,

@@ -12,14 +12,17 @@
 //!
 //! Every call is bounded by the session's operation timeout.
 
-use super::{ClusterSnapshot, StoreError};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
 use crate::config::{AclMode, ZooKeeperConfig};
-use crate::elector::{BreadcrumbView, JoinOutcome, WriteOutcome};
-use crate::record::{self, Control, Epoch, History, HistoryEntry, MemberRecord, NodeRecord};
+use crate::record::{
+    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
+    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+};
 use std::future::Future;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 use zookeeper_client::{Acl, Acls, Permission};
 
@@ -149,6 +152,7 @@ impl ZkConnector {
             op_timeout: op_timeout(in_force, self.cfg.connect_timeout),
             granted,
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
+            joined: Arc::new(watch::Sender::new(None)),
         })
     }
 }
@@ -220,6 +224,12 @@ fn parent(path: &str) -> &str {
 /// ZooKeeper's "any version" in a check or a conditional write.
 const ANY_VERSION: i32 = -1;
 
+/// A znode version from a [`Version`] this backend made; `None` for one it cannot have
+/// made (which then matches no znode).
+fn znode_version(v: Version) -> Option<i32> {
+    i32::try_from(v.get()).ok().filter(|&v| v >= 0)
+}
+
 /// Sorts a client error met at znode `at` into the three kinds the election acts on. An
 /// authorization error names the znode: "not authorized" alone leaves an operator to
 /// guess which of a dozen ACLs is wrong.
@@ -270,6 +280,8 @@ pub struct ZkSession {
     /// holder's multi-ops check it, so a lock that was deleted and created anew is not
     /// mistaken for ours by its existence alone. `ANY_VERSION` while we hold none.
     lock_version: Arc<AtomicI32>,
+    /// The number of the latest join: the events watch the lock for it.
+    joined: Arc<watch::Sender<Option<u64>>>,
 }
 
 impl std::fmt::Debug for ZkSession {
@@ -279,17 +291,8 @@ impl std::fmt::Debug for ZkSession {
 }
 
 impl ZkSession {
-    pub fn session_id(&self) -> i64 {
-        self.id
-    }
-
     pub fn paths(&self) -> &Paths {
         &self.paths
-    }
-
-    /// The session timeout the server granted.
-    pub fn granted_session_timeout(&self) -> Duration {
-        self.granted
     }
 
     fn held_lock_version(&self) -> i32 {
@@ -298,11 +301,6 @@ impl ZkSession {
 
     fn hold_lock_version(&self, version: i32) {
         self.lock_version.store(version, Ordering::SeqCst);
-    }
-
-    /// Session state changes (Disconnected, Expired, Closed, ...).
-    pub fn state_watcher(&self) -> zk::StateWatcher {
-        self.client.state_watcher()
     }
 
     /// Runs one client call on znode `path` under the operation timeout.
@@ -349,7 +347,7 @@ impl ZkSession {
     /// cluster's own znodes (`<root>/<cluster>` and below) get the cluster's ACL: the
     /// znodes of `root` are shared with other clusters, which may use another ACL, so they
     /// are created with [`shared_parent_acls`] and never changed once they exist.
-    pub async fn ensure_parents(&self) -> Result<(), StoreError> {
+    async fn ensure_parents(&self) -> Result<(), StoreError> {
         let shared = shared_parent_acls(self.acl_mode);
         for path in ancestors(&self.paths.root) {
             self.create_if_missing(
@@ -394,7 +392,7 @@ impl ZkSession {
 
     /// Sets the configured ACL on the cluster's persistent znodes (`warden init`):
     /// `<root>/<cluster>` and below, never the shared `root`.
-    pub async fn repair_acls(&self) -> Result<(), StoreError> {
+    async fn repair_acls(&self) -> Result<(), StoreError> {
         let mut paths = vec![self.paths.base.clone(), self.paths.members.clone()];
         for p in [
             &self.paths.breadcrumb,
@@ -409,7 +407,7 @@ impl ZkSession {
                 paths.push(p.clone());
             }
         }
-        paths.extend(self.set_aside().await?);
+        paths.extend(self.list_set_aside().await?);
         for p in paths {
             self.bounded(
                 "setting the ACL of",
@@ -422,7 +420,7 @@ impl ZkSession {
     }
 
     /// The old histories kept beside `history` (full paths, sorted).
-    pub async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+    async fn list_set_aside(&self) -> Result<Vec<String>, StoreError> {
         let base = &self.paths.base;
         let mut names = match self
             .bounded("listing", base, self.client.list_children(base))
@@ -437,68 +435,10 @@ impl ZkSession {
         Ok(names.into_iter().map(|n| format!("{base}/{n}")).collect())
     }
 
-    /// The owner session and record of `members/<node_id>`, if it exists.
-    pub async fn member(
-        &self,
-        node_id: &str,
-    ) -> Result<Option<(i64, Result<MemberRecord, record::RecordError>)>, StoreError> {
-        let path = self.paths.member(node_id);
-        match self
-            .bounded("reading a member", &path, self.client.get_data(&path))
-            .await
-        {
-            Ok((data, stat)) => Ok(Some((stat.ephemeral_owner, record::parse(&data)))),
-            Err(StoreError::Rejected(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Creates our member znode; `Rejected` when another session holds it.
-    pub async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
-        let path = self.paths.member(&m.node.node_id);
-        let data = record::to_bytes(m);
-        let opts = self.ephemeral();
-        self.bounded(
-            "registering this node",
-            &path,
-            self.client.create(&path, &data, &opts),
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Deletes a member znode (one left by an earlier session of this very process).
-    pub async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
-        let path = self.paths.member(node_id);
-        match self
-            .bounded(
-                "deleting a stale member",
-                &path,
-                self.client.delete(&path, None),
-            )
-            .await
-        {
-            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Rewrites our member record (role and health changes).
-    pub async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
-        let path = self.paths.member(&m.node.node_id);
-        self.bounded(
-            "publishing the member record",
-            &path,
-            self.client.set_data(&path, &record::to_bytes(m), None),
-        )
-        .await
-        .map(|_| ())
-    }
-
     /// SPEC §4.2: create `lock`; on NodeExists the lock is ours iff its owner is this
     /// session (a create whose reply was lost). Watching is the caller's: see
     /// [`ZkSession::watch_lock`].
-    pub async fn join(&self, me: &NodeRecord) -> JoinOutcome {
+    async fn try_lock(&self, me: &NodeRecord) -> JoinOutcome {
         let data = record::to_bytes(me);
         let opts = self.ephemeral();
         match self
@@ -541,7 +481,7 @@ impl ZkSession {
 
     /// Waits until the lock is deleted (returns `true`) or the session ends (`false`).
     /// Data changes re-arm the watch.
-    pub async fn watch_lock(&self) -> bool {
+    async fn watch_lock(&self) -> bool {
         loop {
             let (stat, watcher) = match self.client.check_and_watch_stat(&self.paths.lock).await {
                 Ok(x) => x,
@@ -569,7 +509,7 @@ impl ZkSession {
     /// Returns when the session has ended for good (expired, closed, authentication
     /// failed), logging connection changes on the way. The client's state watcher blocks
     /// forever after a terminal state, so this stops at the first one.
-    pub async fn session_ended(&self) {
+    async fn session_ended(&self) {
         let mut states = self.client.state_watcher();
         let mut state = states.peek_state();
         loop {
@@ -591,7 +531,7 @@ impl ZkSession {
 
     /// Hands `control` to `each` now and after every change, until the session ends or
     /// `each` returns false.
-    pub async fn follow_control(&self, mut each: impl FnMut(&Control) -> bool) {
+    async fn follow_control(&self, mut each: impl FnMut(&Control) -> bool) {
         while let Some((control, _version, w)) = self.watch_control().await {
             if !each(&control) || w.changed().await.event_type == zk::EventType::Session {
                 return;
@@ -600,7 +540,7 @@ impl ZkSession {
     }
 
     /// Reads `control` and waits for its next change; `None` when the session ends.
-    pub async fn watch_control(&self) -> Option<(Control, Option<i32>, zk::OneshotWatcher)> {
+    async fn watch_control(&self) -> Option<(Control, Option<i32>, zk::OneshotWatcher)> {
         loop {
             match self.client.get_and_watch_data(&self.paths.control).await {
                 Ok((data, stat, w)) => {
@@ -644,223 +584,9 @@ impl ZkSession {
         }
     }
 
-    /// SPEC §4.3a: breadcrumb and control with their versions, and the newest history epoch.
-    pub async fn read_state(
-        &self,
-    ) -> Result<(BreadcrumbView, Control, i32, Option<Epoch>), StoreError> {
-        // The three reads go out together: one round trip on the takeover path, not three.
-        let (breadcrumb, control, history, lock) = tokio::join!(
-            self.get_optional(&self.paths.breadcrumb),
-            self.get_optional(&self.paths.control),
-            self.read_history(),
-            self.bounded(
-                "reading the lock",
-                &self.paths.lock,
-                self.client.check_stat(&self.paths.lock)
-            ),
-        );
-        // After a commit whose outcome was unknown, the lock's version tells whether our
-        // write of it went through; either way the holder's checks use what is there now.
-        if let Ok(Some(stat)) = lock {
-            if stat.ephemeral_owner == self.id {
-                self.hold_lock_version(stat.version);
-            }
-        }
-        let breadcrumb = match breadcrumb? {
-            None => BreadcrumbView::Absent,
-            Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
-                Ok(record) => BreadcrumbView::Record {
-                    record,
-                    version: stat.version,
-                },
-                Err(e) => BreadcrumbView::Unreadable {
-                    reason: e.to_string(),
-                    version: stat.version,
-                },
-            },
-        };
-        // A missing control is created (empty) so the promotion can check its version.
-        let mut control = control?;
-        let (control, control_version) = loop {
-            match control {
-                Some((data, stat)) => {
-                    break (record::parse(&data).unwrap_or_default(), stat.version)
-                }
-                None => {
-                    let opts = self.persistent();
-                    let data = record::to_bytes(&Control::default());
-                    match self
-                        .bounded(
-                            "creating control",
-                            &self.paths.control,
-                            self.client.create(&self.paths.control, &data, &opts),
-                        )
-                        .await
-                    {
-                        Ok(_) | Err(StoreError::Rejected(_)) => {
-                            control = self.get_optional(&self.paths.control).await?
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        };
-        let newest = newest_promotion(&history?);
-        Ok((breadcrumb, control, control_version, newest))
-    }
-
-    /// SPEC §4.3c: in one multi-op, check `lock`, check `control` at the version read,
-    /// write the lock's data with the epoch, and write the breadcrumb.
-    pub async fn commit_promotion(
-        &self,
-        breadcrumb: &NodeRecord,
-        breadcrumb_version: Option<i32>,
-        control_version: i32,
-    ) -> WriteOutcome {
-        let data = record::to_bytes(breadcrumb);
-        let mut w = self.client.new_multi_writer();
-        let opts = self.persistent();
-        let lock_version = self.held_lock_version();
-        let built = (|| {
-            w.add_check_version(&self.paths.control, control_version)?;
-            w.add_set_data(
-                &self.paths.lock,
-                &data,
-                (lock_version != ANY_VERSION).then_some(lock_version),
-            )?;
-            match breadcrumb_version {
-                Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
-                None => w.add_create(&self.paths.breadcrumb, &data, &opts),
-            }
-        })();
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
-        let outcome = write_outcome(
-            self.bounded_multi(
-                "committing the promotion",
-                &[
-                    &self.paths.control,
-                    &self.paths.lock,
-                    &self.paths.breadcrumb,
-                ],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
-        );
-        if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
-            self.hold_lock_version(lock_version + 1);
-        }
-        outcome
-    }
-
-    /// The lease renewal: one multi-op that checks `lock` and rewrites our member record,
-    /// from this (the holding) session. Only its acknowledgement extends the lease.
-    pub async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
-        let data = record::to_bytes(member);
-        let mut w = self.client.new_multi_writer();
-        let built = w
-            .add_check_version(&self.paths.lock, self.held_lock_version())
-            .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
-        write_outcome(
-            self.bounded_multi(
-                "renewing the lease",
-                &[&self.paths.lock, &self.paths.member(&member.node.node_id)],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
-        )
-    }
-
-    /// Rewrites our breadcrumb (SPEC §4.3d: now with the service's pid, group and start
-    /// time) if it is still ours for `epoch`, with a `lock` check.
-    pub async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
-        let Ok(Some((data, stat))) = self.get_optional(&self.paths.breadcrumb).await else {
-            return WriteOutcome::Unknown;
-        };
-        match record::parse::<NodeRecord>(&data) {
-            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
-            _ => return WriteOutcome::Conflict,
-        }
-        let new = record::to_bytes(record);
-        let mut w = self.client.new_multi_writer();
-        let built = w
-            .add_check_version(&self.paths.lock, self.held_lock_version())
-            .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
-        write_outcome(
-            self.bounded_multi(
-                "recording the service",
-                &[&self.paths.lock, &self.paths.breadcrumb],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
-        )
-    }
-
-    /// Compare-and-delete of the breadcrumb (SPEC §3): delete only if it names `node_id`
-    /// with `incarnation` and `epoch` (`None` = any), at the version just read; with
-    /// `check_lock`, in a multi-op that also checks `lock` (our own, from the holding
-    /// session). Returns whether it was deleted; `Ok(false)` when it names something else.
-    pub async fn compare_and_delete_breadcrumb(
-        &self,
-        node_id: &str,
-        incarnation: Option<&str>,
-        epoch: Option<Epoch>,
-        check_lock: bool,
-    ) -> Result<bool, StoreError> {
-        let Some((data, stat)) = self.get_optional(&self.paths.breadcrumb).await? else {
-            return Ok(false);
-        };
-        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
-            return Ok(false);
-        };
-        if cur.node_id != node_id
-            || incarnation.is_some_and(|i| i != cur.incarnation)
-            || epoch.is_some_and(|e| Some(e) != cur.epoch)
-        {
-            return Ok(false);
-        }
-        self.delete_breadcrumb_at(stat.version, check_lock)
-            .await
-            .map(|_| true)
-    }
-
-    /// Deletes the breadcrumb at `version` (for `fence --confirm --unreadable` too).
-    pub async fn delete_breadcrumb_at(
-        &self,
-        version: i32,
-        check_lock: bool,
-    ) -> Result<(), StoreError> {
-        let mut w = self.client.new_multi_writer();
-        let built = (|| {
-            if check_lock {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-            }
-            w.add_delete(&self.paths.breadcrumb, Some(version))
-        })();
-        built.map_err(|e| classify(e, &self.paths.breadcrumb))?;
-        let paths: &[&str] = if check_lock {
-            &[&self.paths.lock, &self.paths.breadcrumb]
-        } else {
-            &[&self.paths.breadcrumb]
-        };
-        self.bounded_multi("deleting the breadcrumb", paths, w.commit())
-            .await
-            .map(|_| ())
-    }
-
     /// Deletes `lock` if this session owns it. The caller drops the session afterwards
     /// (SPEC §4.3 "Release the lock").
-    pub async fn delete_own_lock(&self) -> Result<(), StoreError> {
+    async fn delete_own_lock(&self) -> Result<(), StoreError> {
         let stat = self
             .bounded(
                 "reading the lock",
@@ -884,69 +610,6 @@ impl ZkSession {
             }
             _ => Ok(()),
         }
-    }
-
-    /// Reads `history`, newest first, entry by entry: unreadable entries are counted and
-    /// skipped, and an unreadable znode reads as empty with the reason.
-    pub async fn read_history(&self) -> Result<History, StoreError> {
-        Ok(match self.get_optional(&self.paths.history).await? {
-            Some((data, _)) => history_of(&data),
-            None => History::default(),
-        })
-    }
-
-    /// Adds an entry to `history` at its place by time, keeping the newest
-    /// [`HISTORY_LEN`], version-checked. Unreadable entries stay as they are. A znode that
-    /// is unreadable as a whole is copied to `history.unreadable-<time>` before it is
-    /// replaced: the answer is that copy's path, which the caller reports (it is logged
-    /// here too, and named in the new history's first entry).
-    pub async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
-        let path = &self.paths.history;
-        let mut kept = None;
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut values, version) = match self.get_optional(path).await? {
-                None => (Vec::new(), None),
-                Some((data, stat)) => match record::parse_history_values(&data) {
-                    Ok(values) => (values, Some(stat.version)),
-                    Err(why) => {
-                        let copy = self.keep_copy("unreadable", &data).await?;
-                        tracing::warn!(
-                            history = %path,
-                            copy = %copy,
-                            "the history znode is unreadable ({why}); its old contents are kept \
-                             in {copy} and a new history starts"
-                        );
-                        let note = HistoryEntry {
-                            at: entry.at.clone(),
-                            node_id: entry.node_id.clone(),
-                            from: "history".into(),
-                            to: "set aside".into(),
-                            epoch: None,
-                            reason: format!(
-                                "the history znode was unreadable ({why}); its old contents \
-                                 are in {copy}"
-                            ),
-                        };
-                        kept = Some(copy);
-                        let mut values = Vec::new();
-                        record::insert_history(&mut values, &note, HISTORY_LEN);
-                        (values, Some(stat.version))
-                    }
-                },
-            };
-            record::insert_history(&mut values, entry, HISTORY_LEN);
-            match self
-                .write(path, &record::history_bytes(&values), version)
-                .await
-            {
-                Ok(()) => return Ok(kept),
-                Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Unknown(format!(
-            "{path} kept changing; not written"
-        )))
     }
 
     /// Writes `data` at `path` at `version` (or creates it when `None`).
@@ -1001,38 +664,9 @@ impl ZkSession {
         format!("{}/{SET_ASIDE_PREFIX}{kind}-{stamp}", self.paths.base)
     }
 
-    /// `init --force`: when the newest promotion in `history` carries an epoch above
-    /// `zxid` (the ensemble's zxid now, so above every epoch a lock can still get soon: an
-    /// ensemble restored from an old snapshot), moves `history` to `history.old-<time>`
-    /// in one multi-op (copy created, original deleted at the version read), so that it
-    /// no longer blocks every promotion and nothing of it is lost. Returns the copy and
-    /// the epoch that blocked.
-    pub async fn move_history_aside_if_above(
-        &self,
-        zxid: Epoch,
-    ) -> Result<Option<(String, Epoch)>, StoreError> {
-        let path = &self.paths.history;
-        let Some((data, stat)) = self.get_optional(path).await? else {
-            return Ok(None);
-        };
-        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > zxid) else {
-            return Ok(None);
-        };
-        let copy = self.set_aside_path("old");
-        let mut w = self.client.new_multi_writer();
-        let opts = self.persistent();
-        w.add_create(&copy, &data, &opts)
-            .map_err(|e| classify(e, &copy))?;
-        w.add_delete(path, Some(stat.version))
-            .map_err(|e| classify(e, path))?;
-        self.bounded_multi("moving history aside", &[&copy, path], w.commit())
-            .await?;
-        Ok(Some((copy, newest)))
-    }
-
     /// The ensemble's current zxid, read from a write that changes nothing: the base
     /// znode's (empty) data set again. Every lock created later gets a greater czxid.
-    pub async fn current_zxid(&self) -> Result<Epoch, StoreError> {
+    async fn current_zxid(&self) -> Result<Epoch, StoreError> {
         let base = &self.paths.base;
         let stat = self
             .bounded(
@@ -1042,50 +676,6 @@ impl ZkSession {
             )
             .await?;
         Ok(stat.mzxid.max(0) as Epoch)
-    }
-
-    /// Version-checked read-modify-write of `control`. `change` returns `Ok(false)` to
-    /// leave it as it is, or `Err(reason)` to refuse.
-    pub async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
-    where
-        F: FnMut(&mut Control) -> Result<bool, String>,
-    {
-        let path = self.paths.control.clone();
-        match self.read_modify_write(&path, change).await {
-            Ok(control) => Ok(Ok(control)),
-            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
-            Err(Refusal::Store(e)) => Err(e),
-        }
-    }
-
-    /// Compare-and-delete of a switchover request: clears `control.failover` only while it
-    /// is still the request named by `from`, `to` and `deadline`, so a newer request is
-    /// never cleared by the active that served an older one. `Ok(true)` when cleared or
-    /// already gone.
-    pub async fn clear_failover_request(
-        &self,
-        from: &str,
-        to: Option<&str>,
-        deadline: &str,
-    ) -> Result<bool, StoreError> {
-        let mut other = false;
-        self.update_control(|c| {
-            other = false;
-            match &c.failover {
-                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
-                    c.failover = None;
-                    Ok(true)
-                }
-                Some(_) => {
-                    other = true;
-                    Ok(false)
-                }
-                None => Ok(false),
-            }
-        })
-        .await?
-        .map_err(StoreError::Rejected)?;
-        Ok(!other)
     }
 
     /// Reads a JSON znode (absent or unreadable = the default), lets `change` edit it, and
@@ -1116,7 +706,7 @@ impl ZkSession {
     }
 
     /// Deletes each znode at the version given, all or none (`init --force`).
-    pub async fn delete_at_versions(&self, doomed: &[(&str, i32)]) -> Result<(), StoreError> {
+    async fn delete_at_versions(&self, doomed: &[(&str, i32)]) -> Result<(), StoreError> {
         if doomed.is_empty() {
             return Ok(());
         }
@@ -1130,11 +720,118 @@ impl ZkSession {
             .await
             .map(|_| ())
     }
+}
 
-    /// Deletes a persistent znode of the cluster if present.
-    pub async fn delete_if_present(&self, path: &str) -> Result<(), StoreError> {
+impl Connector for ZkConnector {
+    type Session = ZkSession;
+
+    async fn connect(&self) -> Result<ZkSession, StoreError> {
+        ZkConnector::connect(self).await
+    }
+}
+
+impl ZkSession {
+    /// The events of [`Session::events`]: the session's end from the client's state
+    /// watcher, `control` from a data watch re-armed after each change, and the lock's
+    /// deletion from an exists-watch armed for the latest join.
+    async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        let ended = self.session_ended();
+        let control = self.follow_control(|c| events.send(StoreEvent::Control(c.clone())).is_ok());
+        tokio::pin!(ended, control);
+        let mut joined = self.joined.subscribe();
+        let mut armed = *joined.borrow_and_update();
+        let mut following = true;
+        loop {
+            let holder = async {
+                match armed {
+                    Some(join) => self.watch_lock().await.then_some(join),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut ended => break,
+                _ = &mut control, if following => following = false,
+                gone = holder => {
+                    if let Some(join) = gone {
+                        let _ = events.send(StoreEvent::HolderGone { join });
+                    }
+                    armed = None;
+                }
+                changed = joined.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    armed = *joined.borrow_and_update();
+                }
+            }
+        }
+        let _ = events.send(StoreEvent::SessionLost);
+    }
+}
+
+impl ZkSession {
+    /// [`Session::read_history`], callable without the trait in scope (tests read it so).
+    pub async fn read_history(&self) -> Result<History, StoreError> {
+        <Self as Session>::read_history(self).await
+    }
+}
+
+impl Session for ZkSession {
+    fn id(&self) -> SessionId {
+        SessionId(self.id)
+    }
+
+    fn granted_session_timeout(&self) -> Option<Duration> {
+        (!self.granted.is_zero()).then_some(self.granted)
+    }
+
+    async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        self.run_events(events).await
+    }
+
+    async fn ensure_cluster(&self) -> Result<(), StoreError> {
+        self.ensure_parents().await
+    }
+
+    async fn member(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let path = self.paths.member(node_id);
         match self
-            .bounded("deleting", path, self.client.delete(path, None))
+            .bounded("reading a member", &path, self.client.get_data(&path))
+            .await
+        {
+            Ok((data, stat)) => Ok(Some((
+                SessionId(stat.ephemeral_owner),
+                record::parse(&data),
+            ))),
+            Err(StoreError::Rejected(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let path = self.paths.member(&m.node.node_id);
+        let data = record::to_bytes(m);
+        let opts = self.ephemeral();
+        self.bounded(
+            "registering this node",
+            &path,
+            self.client.create(&path, &data, &opts),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        let path = self.paths.member(node_id);
+        match self
+            .bounded(
+                "deleting a stale member",
+                &path,
+                self.client.delete(&path, None),
+            )
             .await
         {
             Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
@@ -1142,24 +839,367 @@ impl ZkSession {
         }
     }
 
-    /// Everything `status` shows.
-    pub async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+    async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let path = self.paths.member(&m.node.node_id);
+        self.bounded(
+            "publishing the member record",
+            &path,
+            self.client.set_data(&path, &record::to_bytes(m), None),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
+        let outcome = self.try_lock(me).await;
+        // Watch the lock whoever holds it: a standby for its release, the holder for its
+        // loss.
+        self.joined.send_replace(Some(join));
+        outcome
+    }
+
+    async fn read_state(&self) -> Result<TakeoverState, StoreError> {
+        // The three reads go out together: one round trip on the takeover path, not three.
+        let (breadcrumb, control, history, lock) = tokio::join!(
+            self.get_optional(&self.paths.breadcrumb),
+            self.get_optional(&self.paths.control),
+            self.read_history(),
+            self.bounded(
+                "reading the lock",
+                &self.paths.lock,
+                self.client.check_stat(&self.paths.lock)
+            ),
+        );
+        // After a commit whose outcome was unknown, the lock's version tells whether our
+        // write of it went through; either way the holder's checks use what is there now.
+        if let Ok(Some(stat)) = lock {
+            if stat.ephemeral_owner == self.id {
+                self.hold_lock_version(stat.version);
+            }
+        }
+        let breadcrumb = match breadcrumb? {
+            None => BreadcrumbView::Absent,
+            Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
+                Ok(record) => BreadcrumbView::Record {
+                    record,
+                    version: Version::new(stat.version.into()),
+                },
+                Err(e) => BreadcrumbView::Unreadable {
+                    reason: e.to_string(),
+                    version: Version::new(stat.version.into()),
+                },
+            },
+        };
+        // A missing control is created (empty) so the promotion can check its version.
+        let mut control = control?;
+        let (control, control_version) = loop {
+            match control {
+                Some((data, stat)) => {
+                    break (record::parse(&data).unwrap_or_default(), stat.version)
+                }
+                None => {
+                    let opts = self.persistent();
+                    let data = record::to_bytes(&Control::default());
+                    match self
+                        .bounded(
+                            "creating control",
+                            &self.paths.control,
+                            self.client.create(&self.paths.control, &data, &opts),
+                        )
+                        .await
+                    {
+                        Ok(_) | Err(StoreError::Rejected(_)) => {
+                            control = self.get_optional(&self.paths.control).await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        };
+        Ok(TakeoverState {
+            breadcrumb,
+            control,
+            control_version: Version::new(control_version.into()),
+            newest_promotion: newest_promotion(&history?),
+        })
+    }
+
+    async fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) -> WriteOutcome {
+        let (Some(control_version), Ok(breadcrumb_version)) = (
+            znode_version(control_version),
+            breadcrumb_version
+                .map(|v| znode_version(v).ok_or(()))
+                .transpose(),
+        ) else {
+            return WriteOutcome::Conflict;
+        };
+        let data = record::to_bytes(breadcrumb);
+        let mut w = self.client.new_multi_writer();
+        let opts = self.persistent();
+        let lock_version = self.held_lock_version();
+        let built = (|| {
+            w.add_check_version(&self.paths.control, control_version)?;
+            w.add_set_data(
+                &self.paths.lock,
+                &data,
+                (lock_version != ANY_VERSION).then_some(lock_version),
+            )?;
+            match breadcrumb_version {
+                Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
+                None => w.add_create(&self.paths.breadcrumb, &data, &opts),
+            }
+        })();
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e, &self.paths.base)));
+        }
+        let outcome = write_outcome(
+            self.bounded_multi(
+                "committing the promotion",
+                &[
+                    &self.paths.control,
+                    &self.paths.lock,
+                    &self.paths.breadcrumb,
+                ],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
+        );
+        if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
+            self.hold_lock_version(lock_version + 1);
+        }
+        outcome
+    }
+
+    async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        let data = record::to_bytes(member);
+        let mut w = self.client.new_multi_writer();
+        let built = w
+            .add_check_version(&self.paths.lock, self.held_lock_version())
+            .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e, &self.paths.base)));
+        }
+        write_outcome(
+            self.bounded_multi(
+                "renewing the lease",
+                &[&self.paths.lock, &self.paths.member(&member.node.node_id)],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
+        )
+    }
+
+    async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
+        let Ok(Some((data, stat))) = self.get_optional(&self.paths.breadcrumb).await else {
+            return WriteOutcome::Unknown;
+        };
+        match record::parse::<NodeRecord>(&data) {
+            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
+            _ => return WriteOutcome::Conflict,
+        }
+        let new = record::to_bytes(record);
+        let mut w = self.client.new_multi_writer();
+        let built = w
+            .add_check_version(&self.paths.lock, self.held_lock_version())
+            .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
+        if let Err(e) = built {
+            return write_outcome(Err(classify(e, &self.paths.base)));
+        }
+        write_outcome(
+            self.bounded_multi(
+                "recording the service",
+                &[&self.paths.lock, &self.paths.breadcrumb],
+                w.commit(),
+            )
+            .await
+            .map(|_| ()),
+        )
+    }
+
+    async fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> Result<bool, StoreError> {
+        let Some((data, stat)) = self.get_optional(&self.paths.breadcrumb).await? else {
+            return Ok(false);
+        };
+        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
+            return Ok(false);
+        };
+        if cur.node_id != node_id
+            || incarnation.is_some_and(|i| i != cur.incarnation)
+            || epoch.is_some_and(|e| Some(e) != cur.epoch)
+        {
+            return Ok(false);
+        }
+        self.delete_breadcrumb_at(Version::new(stat.version.into()), check_lock)
+            .await
+            .map(|_| true)
+    }
+
+    async fn delete_breadcrumb_at(
+        &self,
+        version: Version,
+        check_lock: bool,
+    ) -> Result<(), StoreError> {
+        let version = znode_version(version)
+            .ok_or_else(|| StoreError::Rejected(format!("no version {version} of a znode")))?;
+        let mut w = self.client.new_multi_writer();
+        let built = (|| {
+            if check_lock {
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
+            }
+            w.add_delete(&self.paths.breadcrumb, Some(version))
+        })();
+        built.map_err(|e| classify(e, &self.paths.breadcrumb))?;
+        let paths: &[&str] = if check_lock {
+            &[&self.paths.lock, &self.paths.breadcrumb]
+        } else {
+            &[&self.paths.breadcrumb]
+        };
+        self.bounded_multi("deleting the breadcrumb", paths, w.commit())
+            .await
+            .map(|_| ())
+    }
+
+    async fn release(&self) -> Result<(), StoreError> {
+        self.delete_own_lock().await
+    }
+
+    async fn read_history(&self) -> Result<History, StoreError> {
+        Ok(match self.get_optional(&self.paths.history).await? {
+            Some((data, _)) => history_of(&data),
+            None => History::default(),
+        })
+    }
+
+    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
+        let path = &self.paths.history;
+        let mut kept = None;
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut values, version) = match self.get_optional(path).await? {
+                None => (Vec::new(), None),
+                Some((data, stat)) => match record::parse_history_values(&data) {
+                    Ok(values) => (values, Some(stat.version)),
+                    Err(why) => {
+                        let copy = self.keep_copy("unreadable", &data).await?;
+                        tracing::warn!(
+                            history = %path,
+                            copy = %copy,
+                            "the history znode is unreadable ({why}); its old contents are kept \
+                             in {copy} and a new history starts"
+                        );
+                        let note = HistoryEntry {
+                            at: entry.at.clone(),
+                            node_id: entry.node_id.clone(),
+                            from: "history".into(),
+                            to: "set aside".into(),
+                            epoch: None,
+                            reason: format!(
+                                "the history znode was unreadable ({why}); its old contents \
+                                 are in {copy}"
+                            ),
+                        };
+                        kept = Some(copy);
+                        let mut values = Vec::new();
+                        record::insert_history(&mut values, &note, HISTORY_LEN);
+                        (values, Some(stat.version))
+                    }
+                },
+            };
+            record::insert_history(&mut values, entry, HISTORY_LEN);
+            match self
+                .write(path, &record::history_bytes(&values), version)
+                .await
+            {
+                Ok(()) => return Ok(kept),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(format!(
+            "{path} kept changing; not written"
+        )))
+    }
+
+    async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+        self.list_set_aside().await
+    }
+
+    async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String>,
+    {
+        let path = self.paths.control.clone();
+        match self.read_modify_write(&path, change).await {
+            Ok(control) => Ok(Ok(control)),
+            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
+            Err(Refusal::Store(e)) => Err(e),
+        }
+    }
+
+    async fn clear_failover_request(
+        &self,
+        from: &str,
+        to: Option<&str>,
+        deadline: &str,
+    ) -> Result<bool, StoreError> {
+        let mut other = false;
+        self.update_control(|c| {
+            other = false;
+            match &c.failover {
+                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
+                    c.failover = None;
+                    Ok(true)
+                }
+                Some(_) => {
+                    other = true;
+                    Ok(false)
+                }
+                None => Ok(false),
+            }
+        })
+        .await?
+        .map_err(StoreError::Rejected)?;
+        Ok(!other)
+    }
+
+    async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let (lock, lock_owner) = match self.get_optional(&self.paths.lock).await? {
             Some((d, s)) => (
-                Some((record::parse::<NodeRecord>(&d), s.czxid)),
-                Some(s.ephemeral_owner),
+                Some((record::parse::<NodeRecord>(&d), s.czxid.max(0) as Epoch)),
+                Some(SessionId(s.ephemeral_owner)),
             ),
             None => (None, None),
         };
         let breadcrumb = self
             .get_optional(&self.paths.breadcrumb)
             .await?
-            .map(|(d, s)| (record::parse::<NodeRecord>(&d), s.version));
+            .map(|(d, s)| {
+                (
+                    record::parse::<NodeRecord>(&d),
+                    Version::new(s.version.into()),
+                )
+            });
         let (control, control_version, control_unreadable) =
             match self.get_optional(&self.paths.control).await? {
                 Some((d, s)) => match record::parse(&d) {
-                    Ok(c) => (c, Some(s.version), None),
-                    Err(e) => (Control::default(), Some(s.version), Some(e.to_string())),
+                    Ok(c) => (c, Some(Version::new(s.version.into())), None),
+                    Err(e) => (
+                        Control::default(),
+                        Some(Version::new(s.version.into())),
+                        Some(e.to_string()),
+                    ),
                 },
                 None => (Control::default(), None, None),
             };
@@ -1187,12 +1227,12 @@ impl ZkSession {
                 continue;
             }
             if let Some((d, s)) = self.get_optional(&self.paths.member(&id)).await? {
-                member_sessions.push((id.clone(), s.ephemeral_owner));
+                member_sessions.push((id.clone(), SessionId(s.ephemeral_owner)));
                 members.push((id, record::parse::<MemberRecord>(&d)));
             }
         }
         let history = self.read_history().await?;
-        let set_aside = self.set_aside().await?;
+        let set_aside = self.list_set_aside().await?;
         Ok(ClusterSnapshot {
             lock,
             lock_owner,
@@ -1205,6 +1245,71 @@ impl ZkSession {
             history,
             set_aside,
         })
+    }
+
+    fn name_of(&self, what: Item) -> String {
+        match what {
+            Item::Cluster => self.paths.base.clone(),
+            Item::Lock => self.paths.lock.clone(),
+            Item::Breadcrumb => self.paths.breadcrumb.clone(),
+            Item::Control => self.paths.control.clone(),
+            Item::History => self.paths.history.clone(),
+        }
+    }
+
+    async fn init(&self) -> Result<Vec<String>, StoreError> {
+        self.ensure_parents().await?;
+        self.repair_acls().await?;
+        Ok(vec![format!(
+            "{} exists with the configured ACL",
+            self.paths.base
+        )])
+    }
+
+    async fn delete_takeover_state(
+        &self,
+        breadcrumb: Option<Version>,
+        control: Option<Version>,
+    ) -> Result<(), StoreError> {
+        let mut doomed = Vec::new();
+        for (path, version) in [
+            (&self.paths.breadcrumb, breadcrumb),
+            (&self.paths.control, control),
+        ] {
+            if let Some(v) = version {
+                let v = znode_version(v)
+                    .ok_or_else(|| StoreError::Rejected(format!("no version {v} of {path}")))?;
+                doomed.push((path.as_str(), v));
+            }
+        }
+        self.delete_at_versions(&doomed).await
+    }
+
+    async fn current_epoch(&self) -> Result<Epoch, StoreError> {
+        self.current_zxid().await
+    }
+
+    async fn move_history_aside_if_above(
+        &self,
+        zxid: Epoch,
+    ) -> Result<Option<(String, Epoch)>, StoreError> {
+        let path = &self.paths.history;
+        let Some((data, stat)) = self.get_optional(path).await? else {
+            return Ok(None);
+        };
+        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > zxid) else {
+            return Ok(None);
+        };
+        let copy = self.set_aside_path("old");
+        let mut w = self.client.new_multi_writer();
+        let opts = self.persistent();
+        w.add_create(&copy, &data, &opts)
+            .map_err(|e| classify(e, &copy))?;
+        w.add_delete(path, Some(stat.version))
+            .map_err(|e| classify(e, path))?;
+        self.bounded_multi("moving history aside", &[&copy, path], w.commit())
+            .await?;
+        Ok(Some((copy, newest)))
     }
 }
 

@@ -9,7 +9,7 @@
 
 use super::operator::{self, OpError, EXIT_OK};
 use crate::config::Config;
-use crate::coord::zookeeper::ZkSession;
+use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::record::{self, Control, Epoch, FailoverRequest, Health, Role};
 use std::time::{Duration, SystemTime};
@@ -130,7 +130,7 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
 /// `failover --cancel`: removes whatever request `control` holds, version-checked, and
 /// returns it. The operator's way out of a request that would otherwise hold standbys out
 /// until its deadline (a target that is gone, a deadline from a skewed clock).
-pub async fn cancel(zk: &ZkSession) -> Result<Option<FailoverRequest>, OpError> {
+pub async fn cancel<S: Session>(zk: &S) -> Result<Option<FailoverRequest>, OpError> {
     let mut withdrawn = None;
     zk.update_control(|c| {
         withdrawn = c.failover.take();
@@ -145,8 +145,8 @@ pub async fn cancel(zk: &ZkSession) -> Result<Option<FailoverRequest>, OpError> 
 /// Checks the refusals of SPEC §8 and writes the request into `control`. Paused and
 /// pending are checked again inside the version-checked write, so a pause or another
 /// request that lands in between is never overwritten.
-pub async fn request(
-    zk: &ZkSession,
+pub async fn request<S: Session>(
+    zk: &S,
     cfg: &Config,
     args: &FailoverArgs,
 ) -> Result<Requested, OpError> {
@@ -204,7 +204,7 @@ pub async fn request(
 /// (the target, if the request names one), or the request lapses.
 pub async fn await_new_active(
     cfg: &Config,
-    zk: ZkSession,
+    zk: super::StoreSession,
     req: &Requested,
 ) -> Result<Switched, OpError> {
     let mut zk = zk;

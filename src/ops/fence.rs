@@ -18,7 +18,7 @@
 
 use super::operator::{self, OpError, EXIT_FAILED, EXIT_OK};
 use crate::config::Config;
-use crate::coord::zookeeper::ZkSession;
+use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::record::{printable, HistoryEntry, NodeRecord, Role};
 use warden_fencing::{FenceChain, FenceContext, FenceReport};
@@ -149,7 +149,12 @@ fn print_confirmed(c: &Confirmed) -> i32 {
 
 /// The chain this node would run against NODE's incarnation, after the same checks as
 /// [`fence_node`]; runs nothing.
-pub async fn plan(zk: &ZkSession, cfg: &Config, node: &str, force: bool) -> Result<Plan, OpError> {
+pub async fn plan<S: Session>(
+    zk: &S,
+    cfg: &Config,
+    node: &str,
+    force: bool,
+) -> Result<Plan, OpError> {
     let snap = read(zk).await?;
     let target = fence_target(&snap, node, force)?;
     let chain = chain(cfg)?;
@@ -161,8 +166,8 @@ pub async fn plan(zk: &ZkSession, cfg: &Config, node: &str, force: bool) -> Resu
 
 /// Runs the configured chain against NODE's incarnation in the breadcrumb. Refused when
 /// the breadcrumb does not name NODE, or NODE holds the lock and `force` is not given.
-pub async fn fence_node(
-    zk: &ZkSession,
+pub async fn fence_node<S: Session>(
+    zk: &S,
     cfg: &Config,
     node: &str,
     force: bool,
@@ -190,7 +195,7 @@ pub async fn fence_node(
 
 /// `--confirm NODE`: compare-and-deletes the breadcrumb if it names NODE, unless that very
 /// incarnation is alive (holds the lock or a member record).
-pub async fn confirm(zk: &ZkSession, node: &str) -> Result<Confirmed, OpError> {
+pub async fn confirm<S: Session>(zk: &S, node: &str) -> Result<Confirmed, OpError> {
     let snap = read(zk).await?;
     let target = named(&snap, node)?;
     if let Some(why) = alive(&snap, &target) {
@@ -225,7 +230,7 @@ pub async fn confirm(zk: &ZkSession, node: &str) -> Result<Confirmed, OpError> {
 
 /// `--confirm --unreadable`: deletes a breadcrumb that cannot be parsed, at the version
 /// read (a breadcrumb rewritten meanwhile is left alone).
-pub async fn confirm_unreadable(zk: &ZkSession) -> Result<Confirmed, OpError> {
+pub async fn confirm_unreadable<S: Session>(zk: &S) -> Result<Confirmed, OpError> {
     let snap = read(zk).await?;
     let (why_unreadable, version) = match &snap.breadcrumb {
         None => {
@@ -283,7 +288,7 @@ pub fn describe_confirmation(e: &HistoryEntry) -> String {
     format!("{} confirmed down at {}: {}", e.node_id, e.at, e.reason)
 }
 
-async fn read(zk: &ZkSession) -> Result<ClusterSnapshot, OpError> {
+async fn read<S: Session>(zk: &S) -> Result<ClusterSnapshot, OpError> {
     zk.snapshot()
         .await
         .map_err(OpError::store("read the cluster"))
@@ -403,7 +408,7 @@ fn describe(r: &NodeRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Health, History, MemberRecord, RecordError};
+    use crate::record::{Health, History, MemberRecord, RecordError, SessionId, Version};
     use clap::Parser;
 
     #[derive(Parser, Debug)]
@@ -443,7 +448,7 @@ mod tests {
 
     fn snapshot(breadcrumb: Option<NodeRecord>, lock: Option<NodeRecord>) -> ClusterSnapshot {
         ClusterSnapshot {
-            breadcrumb: breadcrumb.map(|b| (Ok(b), 3)),
+            breadcrumb: breadcrumb.map(|b| (Ok(b), Version::new(3))),
             lock: lock.map(|l| (Ok(l), 99)),
             ..Default::default()
         }
@@ -471,7 +476,7 @@ mod tests {
         );
         assert_eq!(fence_target(&held, "n1", true).unwrap().incarnation, "a");
         let unreadable = ClusterSnapshot {
-            breadcrumb: Some((Err(RecordError::NotUtf8), 1)),
+            breadcrumb: Some((Err(RecordError::NotUtf8), Version::new(1))),
             ..Default::default()
         };
         let why = refused(fence_target(&unreadable, "n1", true));
@@ -482,11 +487,11 @@ mod tests {
     fn garbage_in_the_lock_data_still_tells_the_holder_by_its_session() {
         let mut snap = snapshot(Some(record("n1", "a")), None);
         snap.lock = Some((Err(RecordError::NotJson("x".into())), 99));
-        snap.lock_owner = Some(7);
-        snap.member_sessions = vec![("n2".into(), 7)];
+        snap.lock_owner = Some(SessionId(7));
+        snap.member_sessions = vec![("n2".into(), SessionId(7))];
         assert_eq!(fence_target(&snap, "n1", false).unwrap().incarnation, "a");
         assert_eq!(alive(&snap, &record("n1", "a")), None);
-        snap.breadcrumb = Some((Ok(record("n2", "b")), 3));
+        snap.breadcrumb = Some((Ok(record("n2", "b")), Version::new(3)));
         assert!(matches!(
             fence_target(&snap, "n2", false),
             Err(OpError::Refused(why)) if why.contains("holds the lock")

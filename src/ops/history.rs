@@ -8,6 +8,7 @@
 
 use super::operator::{self, OpError, EXIT_OK};
 use crate::config::Config;
+use crate::coord::Session;
 use crate::record::{printable, History, HistoryEntry};
 use serde::Serialize;
 

@@ -12,7 +12,7 @@
 //! kept as `history.old-<time>` and named in the output.
 
 use crate::config::Config;
-use crate::coord::StoreError;
+use crate::coord::{Item, Session, StoreError};
 use crate::record::printable;
 
 /// What `init` did, or why it refused.
@@ -26,10 +26,7 @@ pub enum InitOutcome {
 /// every promotion aside, but only while no node holds the lock or is a member.
 pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> {
     let zk = super::session(cfg).await?;
-    let paths = zk.paths().clone();
-    zk.ensure_parents().await?;
-    zk.repair_acls().await?;
-    let mut done = vec![format!("{} exists with the configured ACL", paths.base)];
+    let mut done = zk.init().await?;
     if force {
         let snap = zk.snapshot().await?;
         let mut running: Vec<String> = snap
@@ -55,26 +52,24 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
                 cfg.cluster.name
             )));
         }
-        // Version-checked, in one multi-op: a warden that started and committed a
-        // promotion since the snapshot changed the breadcrumb, and its fresh breadcrumb must
-        // never be deleted by a check that saw the cluster empty.
-        let mut doomed = Vec::new();
-        if let Some((_, v)) = &snap.breadcrumb {
-            doomed.push((paths.breadcrumb.as_str(), *v));
-        }
-        if let Some(v) = snap.control_version {
-            doomed.push((paths.control.as_str(), v));
-        }
-        match zk.delete_at_versions(&doomed).await {
+        // Version-checked, all or none: a warden that started and committed a promotion
+        // since the snapshot changed the breadcrumb, and its fresh breadcrumb must never be
+        // deleted by a check that saw the cluster empty.
+        let breadcrumb = snap.breadcrumb.as_ref().map(|(_, v)| *v);
+        match zk
+            .delete_takeover_state(breadcrumb, snap.control_version)
+            .await
+        {
             Ok(()) => {}
             Err(StoreError::Rejected(_)) => return Ok(changed(cfg)),
             Err(e) => return Err(e),
         }
         done.push(format!(
             "deleted {} and {} (the next election fences nobody)",
-            paths.breadcrumb, paths.control
+            zk.name_of(Item::Breadcrumb),
+            zk.name_of(Item::Control)
         ));
-        let zxid = zk.current_zxid().await?;
+        let zxid = zk.current_epoch().await?;
         match zk.move_history_aside_if_above(zxid).await {
             Ok(None) => {}
             Ok(Some((copy, epoch))) => {
@@ -83,7 +78,7 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
                      ensemble's current zxid {zxid} (restored from an old snapshot?), which \
                      would block every promotion; the next active starts a new history and \
                      a lower epoch than before",
-                    paths.history
+                    zk.name_of(Item::History)
                 ));
                 let entry = super::operator::entry(
                     super::operator::identity(),

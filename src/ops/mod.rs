@@ -14,8 +14,12 @@ use crate::config::Config;
 use crate::coord::zookeeper::{ZkConnector, ZkSession};
 use crate::coord::StoreError;
 
+/// The store session of operator commands: the one place the commands name a backend;
+/// everything else works through [`crate::coord::Session`].
+pub type StoreSession = ZkSession;
+
 /// Opens a session for an operator command, bounded by `connect_timeout`.
-pub async fn session(cfg: &Config) -> Result<ZkSession, StoreError> {
+pub async fn session(cfg: &Config) -> Result<StoreSession, StoreError> {
     let auth = cfg
         .read_auth()
         .map_err(|e| StoreError::Auth(e.to_string()))?;

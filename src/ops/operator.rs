@@ -3,7 +3,7 @@
 //! `history`.
 
 use crate::config::Config;
-use crate::coord::zookeeper::ZkSession;
+use crate::coord::Session;
 use crate::coord::StoreError;
 use crate::record::{self, Epoch, HistoryEntry};
 use std::time::SystemTime;
@@ -55,7 +55,7 @@ impl OpError {
 }
 
 /// Opens the command's session to the cluster, bounded by `connect_timeout`.
-pub async fn session(cfg: &Config) -> Result<ZkSession, OpError> {
+pub async fn session(cfg: &Config) -> Result<super::StoreSession, OpError> {
     super::session(cfg)
         .await
         .map_err(OpError::store("reach the cluster"))
@@ -104,7 +104,7 @@ pub fn entry(
 /// Appends `entry` to `history`. The operation it records is already done, so a failure
 /// is a warning on stderr, not a failed command. An unreadable history znode is copied
 /// before it is replaced; where the copy went is said here.
-pub async fn record(zk: &ZkSession, entry: &HistoryEntry) {
+pub async fn record<S: Session>(zk: &S, entry: &HistoryEntry) {
     match zk.append_history(entry).await {
         Ok(None) => {}
         Ok(Some(copy)) => eprintln!(

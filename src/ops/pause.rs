@@ -8,7 +8,7 @@
 
 use super::operator::{self, OpError, EXIT_OK};
 use crate::config::Config;
-use crate::coord::zookeeper::ZkSession;
+use crate::coord::Session;
 use crate::record::{self, Control};
 use std::time::SystemTime;
 
@@ -106,7 +106,7 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
 
 /// Sets `paused` with `reason`, refusing while a switchover is pending; records it in
 /// `history` when it changed anything.
-pub async fn set_paused(zk: &ZkSession, reason: Option<&str>) -> Result<Change, OpError> {
+pub async fn set_paused<S: Session>(zk: &S, reason: Option<&str>) -> Result<Change, OpError> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     let mut was = None;
     zk.update_control(|c: &mut Control| {
@@ -152,7 +152,7 @@ pub async fn set_paused(zk: &ZkSession, reason: Option<&str>) -> Result<Change, 
 }
 
 /// Clears `paused` and its reason; records it in `history` when it changed anything.
-pub async fn clear_paused(zk: &ZkSession) -> Result<Change, OpError> {
+pub async fn clear_paused<S: Session>(zk: &S) -> Result<Change, OpError> {
     let mut ended = None;
     zk.update_control(|c: &mut Control| {
         if !c.paused {

@@ -7,7 +7,7 @@
 //! no such care (JSON escapes control characters).
 
 use crate::config::Config;
-use crate::coord::{ClusterSnapshot, StoreError};
+use crate::coord::{ClusterSnapshot, Session, StoreError};
 use crate::record::{printable, Epoch};
 use serde_json::{json, Value};
 
@@ -20,11 +20,10 @@ pub async fn snapshot(cfg: &Config) -> Result<ClusterSnapshot, StoreError> {
 /// is the epoch by definition (SPEC §3 "Epoch").
 fn active_epoch(snap: &ClusterSnapshot) -> Option<Epoch> {
     let (holder, member) = snap.active()?;
-    holder.epoch.or(member.node.epoch).or_else(|| {
-        snap.lock
-            .as_ref()
-            .map(|(_, czxid)| (*czxid).max(0) as Epoch)
-    })
+    holder
+        .epoch
+        .or(member.node.epoch)
+        .or_else(|| snap.lock.as_ref().map(|(_, epoch)| *epoch))
 }
 
 /// Why the lock's record could not be read, if it could not.
@@ -252,7 +251,7 @@ mod tests {
     use super::*;
     use crate::record::{
         Control, FailoverRequest, Health, History, HistoryEntry, MemberRecord, NodeRecord,
-        RecordError, Role,
+        RecordError, Role, SessionId, Version,
     };
 
     fn config() -> Config {
@@ -286,12 +285,12 @@ mod tests {
     fn garbage_in_the_lock_data_does_not_hide_the_active_that_holds_it() {
         let snap = ClusterSnapshot {
             lock: Some((Err(RecordError::NotJson("expected value".into())), 42)),
-            lock_owner: Some(7),
+            lock_owner: Some(SessionId(7)),
             members: vec![
                 ("n1".into(), Ok(member("n1", Role::Active, "h1"))),
                 ("n2".into(), Ok(member("n2", Role::Standby, "h2"))),
             ],
-            member_sessions: vec![("n1".into(), 7), ("n2".into(), 8)],
+            member_sessions: vec![("n1".into(), SessionId(7)), ("n2".into(), SessionId(8))],
             ..Default::default()
         };
         let text = to_text(&config(), &snap);
@@ -319,7 +318,7 @@ mod tests {
 
         // The holder's session belongs to no member: nobody is active, and status says why.
         let mut orphan = snap.clone();
-        orphan.lock_owner = Some(99);
+        orphan.lock_owner = Some(SessionId(99));
         let text = to_text(&config(), &orphan);
         assert!(
             text.contains("active:     none (the lock's record is unreadable and no member"),
@@ -360,7 +359,7 @@ mod tests {
                     node_id: "n1".into(),
                     ..Default::default()
                 }),
-                1,
+                Version::new(1),
             )),
             control: Control {
                 paused: true,

@@ -20,7 +20,7 @@ use warden::elector::{
     Action, BreadcrumbView, ClusterState, ControlView, Elector, ElectorConfig, Event, FenceOrder,
     JoinOutcome, Ticket, WriteOutcome, RETRY_DELAY,
 };
-use warden::record::{Epoch, HostIdentity, Role};
+use warden::record::{Epoch, HostIdentity, Role, Version};
 
 /// `daemon.rs`: connect back-off and the wait for a killed predecessor's session.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
@@ -610,8 +610,8 @@ impl World {
                 });
                 let req = Req::Commit {
                     epoch,
-                    crumb_version: breadcrumb_version,
-                    control_version,
+                    crumb_version: breadcrumb_version.map(|v| v.get() as i32),
+                    control_version: control_version.get() as i32,
                     sent: now,
                     svc,
                 };
@@ -974,13 +974,13 @@ impl World {
                             None => BreadcrumbView::Absent,
                             Some(c) => BreadcrumbView::Record {
                                 record: self.node_record(c.owner, Some(c.epoch), c.svc),
-                                version: c.version,
+                                version: Version::new(c.version.into()),
                             },
                         };
                         Ok(Box::new(ClusterState {
                             breadcrumb,
                             control: ControlView::default(),
-                            control_version: *control_version,
+                            control_version: Version::new((*control_version).into()),
                             newest_history_epoch: newest,
                         }))
                     }
