@@ -556,13 +556,20 @@ impl Spawner {
         })
     }
 
+    /// What the service of `epoch` gets added to warden's environment (both ways of
+    /// starting it remove [`SUPERVISOR_ENV`] too).
+    fn env(&self, epoch: u64) -> Vec<(String, String)> {
+        let mut env = service_env(&self.cluster, &self.node_id, epoch);
+        env.push(("WARDEN_ROLE".to_string(), "active".to_string()));
+        env
+    }
+
     /// The service's command, without the steps between fork and exec.
     fn command(&self, epoch: u64) -> Command {
         let mut command = Command::new(&self.argv[0]);
         command
             .args(&self.argv[1..])
-            .envs(service_env(&self.cluster, &self.node_id, epoch))
-            .env("WARDEN_ROLE", "active")
+            .envs(self.env(epoch))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -579,9 +586,9 @@ impl Spawner {
         if DIRECT_UNSUPPORTED.load(Ordering::Relaxed) {
             return None;
         }
-        let mut env: Vec<(Vec<u8>, Vec<u8>)> = service_env(&self.cluster, &self.node_id, epoch)
+        let mut env: Vec<(Vec<u8>, Vec<u8>)> = self
+            .env(epoch)
             .into_iter()
-            .chain([("WARDEN_ROLE".to_string(), "active".to_string())])
             .map(|(k, v)| (k.into_bytes(), v.into_bytes()))
             .collect();
         let ours: Vec<Vec<u8>> = env.iter().map(|(k, _)| k.clone()).collect();

@@ -400,7 +400,14 @@ fn paused_cluster_promotes_nobody_until_resumed() {
     wardens[0].kill9();
     wardens[0].wait_exit(secs(5));
     // Twice the session timeout: n1's session has long expired, and nobody moved.
-    std::thread::sleep(cluster.session_timeout * 2 + secs(1));
+    holds_for(
+        cluster.session_timeout * 2 + secs(1),
+        "no promotion while paused",
+        || match n2.runs().as_slice() {
+            [] => Ok(()),
+            runs => Err(format!("n2 promoted while paused: {runs:?}")),
+        },
+    );
     let status = status_json(&n2.config);
     assert_eq!(active_id(&status), None, "{status:#}");
     assert!(

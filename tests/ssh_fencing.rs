@@ -22,16 +22,17 @@ mod common;
 mod sshd;
 
 use common::{
-    active_id, dump_logs, mono_now_ns, ms, nanos, process_alive, process_cmdline, register_log,
-    secs, start_active_then_standbys, toml_array, toml_duration, toml_str, wait_for_status,
-    wait_until, Cluster, Node, NodeOptions, PidFileReaper, Run, Warden, ZkServer, WARDEN,
+    active_id, dump_logs, holds_for, mono_now_ns, ms, nanos, process_alive, process_cmdline,
+    register_log, secs, start_active_then_standbys, toml_array, toml_duration, toml_str,
+    wait_for_status, wait_until, Cluster, Node, NodeOptions, PidFileReaper, Run, Warden, ZkServer,
+    WARDEN,
 };
 use sshd::{keygen, Sshd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------
 // What `sshd.rs` takes from its parent module
@@ -230,23 +231,6 @@ fn elapsed_ms(line: &str) -> u64 {
         .find_map(|w| w.strip_prefix("elapsed_ms="))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no elapsed_ms in {line:?}"))
-}
-
-/// Checks `ok` every 20ms for the whole of `window` and fails the test the first time it
-/// does not hold. This wait IS the assertion: "nothing happens for so long" can only be
-/// shown by watching that long.
-fn holds_for(window: Duration, what: &str, mut ok: impl FnMut() -> Result<(), String>) {
-    let end = Instant::now() + window;
-    loop {
-        if let Err(why) = ok() {
-            dump_logs();
-            panic!("{what} stopped holding: {why}");
-        }
-        if Instant::now() >= end {
-            return;
-        }
-        std::thread::sleep(ms(20));
-    }
 }
 
 /// During a window in which the standby must not promote: it started no service, and the

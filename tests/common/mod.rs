@@ -1596,3 +1596,20 @@ pub fn assert_epochs_grow(runs: &[Run]) {
         }
     }
 }
+
+/// Checks `ok` every 20ms for the whole of `window` and fails the test the first time it
+/// does not hold. This wait IS the assertion: "nothing happens for so long" can only be
+/// shown by watching that long.
+pub fn holds_for(window: Duration, what: &str, mut ok: impl FnMut() -> Result<(), String>) {
+    let end = std::time::Instant::now() + window;
+    loop {
+        if let Err(why) = ok() {
+            dump_logs();
+            panic!("{what} stopped holding: {why}");
+        }
+        if std::time::Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
