@@ -430,6 +430,11 @@ impl Config {
         }
     }
 
+    /// The session timeout asked of the coordination store (the store may grant less).
+    pub fn session_timeout(&self) -> Duration {
+        self.coordination.zookeeper.session_timeout
+    }
+
     /// How often the active renews its lease: `session_timeout / 6` (SPEC §4).
     pub fn renewal_interval(&self) -> Duration {
         self.coordination.zookeeper.session_timeout / 6

@@ -6,21 +6,20 @@
 //! fires even while a fence or a stop is still running. No election rule lives here:
 //! where this file decides something, it is how to carry out an action, never whether.
 
-use crate::api::{self, NodeView};
-use crate::clock;
+use crate::api::NodeView;
 use crate::config::{Config, ServiceMode};
-use crate::coord::zookeeper::ZkConnector;
 use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
     Ticket, WriteOutcome,
 };
-use crate::health::{self, CheckerHandle, HealthChange, Probe};
+use crate::health::{self, CheckerHandle, HealthChange, Prober};
+use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use crate::metrics::Metrics;
 use crate::notify;
 use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
-use crate::service::{self, Hooks, RunningService, ServiceIdentity, Spawner, StopOutcome};
-use std::time::{Duration, Instant, SystemTime};
+use crate::service::{ServiceIdentity, StopOutcome};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{error, info, warn};
@@ -33,12 +32,20 @@ const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the service's role is changed (SPEC §6).
-#[derive(Clone)]
-enum ServiceControl {
+enum ServiceControl<H: Host> {
     /// warden starts the service on promotion and stops it on demotion.
-    Spawn(Spawner),
+    Spawn(H::Spawner),
     /// The service always runs; hooks change its role.
-    Hooks(Hooks),
+    Hooks(H::Hooks),
+}
+
+impl<H: Host> Clone for ServiceControl<H> {
+    fn clone(&self) -> Self {
+        match self {
+            ServiceControl::Spawn(s) => ServiceControl::Spawn(s.clone()),
+            ServiceControl::Hooks(h) => ServiceControl::Hooks(h.clone()),
+        }
+    }
 }
 
 /// A fatal start-up or run-time error, with the exit code of SPEC §7.
@@ -49,40 +56,8 @@ pub struct Fatal {
     pub message: String,
 }
 
-/// Who this warden process is.
-fn identity(cfg: &Config) -> Result<NodeRecord, Fatal> {
-    let boot_id = warden_fencing::process::boot_id().map_err(|e| Fatal {
-        code: 1,
-        message: format!(
-            "cannot read this host's boot id from /proc/sys/kernel/random/boot_id: {e}"
-        ),
-    })?;
-    let pid = std::process::id();
-    let start_time = warden_fencing::process::start_time(pid).unwrap_or(0);
-    // Without a machine id, a breadcrumb of this node can never count as "on this boot"
-    // (SPEC §5): fencing our own leftovers then needs the whole chain.
-    let machine_id = warden_fencing::process::machine_id().unwrap_or_else(|e| {
-        warn!("cannot read this host's machine id ({e}); fencing will treat every record as another machine's (write /etc/machine-id with systemd-machine-id-setup)");
-        String::new()
-    });
-    let pid_ns = warden_fencing::process::pid_ns().ok();
-    Ok(NodeRecord {
-        node_id: cfg.cluster.node_id.clone(),
-        host: cfg.host(),
-        port: cfg.cluster.port,
-        boot_id,
-        machine_id,
-        pid_ns,
-        pid,
-        start_time,
-        incarnation: format!("{:016x}", rand::random::<u64>()),
-        since: Some(record::rfc3339(SystemTime::now())),
-        ..Default::default()
-    })
-}
-
 /// What reaches the loop.
-enum Input<S> {
+enum Input<S, R> {
     /// A result or an event for the elector, valid whatever the session.
     Elector(Event),
     /// An event of session `gen`; dropped if that session is no longer current.
@@ -93,7 +68,7 @@ enum Input<S> {
     /// read, the task that runs its events and the channel they arrive on.
     Connected(Box<Opened<S>>),
     /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`.
-    Started(Ticket, Result<Option<RunningService>, String>),
+    Started(Ticket, Result<Option<R>, String>),
     /// The service with this identity exited by itself.
     Exited(ServiceIdentity, String),
     /// The standby eligibility check changed.
@@ -120,58 +95,25 @@ struct SessionCtx<S> {
     tasks: JoinSet<()>,
 }
 
-/// Runs the daemon until it is stopped; returns the exit code.
-pub async fn run(cfg: Config) -> Result<i32, Fatal> {
-    let auth = cfg.read_auth().map_err(|e| Fatal {
-        code: 2,
-        message: e.to_string(),
-    })?;
-    // Bound before anything else, so a taken port is a start-up error (exit 2).
-    let listener = match &cfg.api {
-        Some(a) => Some(api::bind(a.listen).await.map_err(|e| Fatal {
-            code: 2,
-            message: e.to_string(),
-        })?),
-        None => None,
-    };
-    let me = identity(&cfg)?;
-    let connector = ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth);
-    let mut d = Daemon::new(cfg, me, connector)?;
-    let _api = listener.map(|l| {
-        AbortOnDrop(tokio::spawn(api::serve(
-            l,
-            d.view.subscribe(),
-            d.metrics.clone(),
-        )))
-    });
-    d.run().await
-}
-
-/// Aborts the task when dropped: the HTTP face ends with the daemon.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-struct Daemon<C: Connector> {
-    metrics: Metrics,
+/// The driver of one warden process: generic over the store it is elected through and
+/// the host it runs on, so the simulation runs this very code.
+pub struct Daemon<C: Connector, H: Host> {
+    host: H,
+    pub(crate) metrics: Metrics,
     /// What the HTTP face shows; replaced after every drain.
-    view: tokio::sync::watch::Sender<NodeView>,
+    pub(crate) view: tokio::sync::watch::Sender<NodeView>,
     cfg: Config,
     me: NodeRecord,
     connector: C,
     elector: Elector,
-    chain: FenceChain,
-    own_chain: FenceChain,
+    chain: FenceChain<H::Methods>,
+    own_chain: FenceChain<H::Methods>,
     /// `signal` without the pidfile: ends an earlier warden process of this node whose
     /// service the demote hook already demoted.
-    warden_only_chain: FenceChain,
-    control_svc: ServiceControl,
-    tx: mpsc::UnboundedSender<Input<C::Session>>,
-    rx: mpsc::UnboundedReceiver<Input<C::Session>>,
+    warden_only_chain: FenceChain<H::Methods>,
+    control_svc: ServiceControl<H>,
+    tx: mpsc::UnboundedSender<DaemonInput<C, H>>,
+    rx: mpsc::UnboundedReceiver<DaemonInput<C, H>>,
     session: Option<SessionCtx<C::Session>>,
     next_gen: u64,
     /// The join whose lock watch counts.
@@ -181,7 +123,7 @@ struct Daemon<C: Connector> {
     service: Option<ServiceIdentity>,
     /// Spawn mode: the start the last commit prepared (its cgroup is in the breadcrumb),
     /// and that cgroup, where a restart within the same epoch runs again.
-    prepared: Option<service::Prepared>,
+    prepared: Option<<H::Spawner as SpawnControl>::Prepared>,
     committed_cgroup: Option<String>,
     /// The service being stopped, so the lease end can still kill it.
     stopping: Option<ServiceIdentity>,
@@ -193,8 +135,14 @@ struct Daemon<C: Connector> {
     exit_code: Option<i32>,
 }
 
-impl<C: Connector> Daemon<C> {
-    fn new(cfg: Config, me: NodeRecord, connector: C) -> Result<Daemon<C>, Fatal> {
+/// What reaches the loop of a daemon on store `C` and host `H`.
+type DaemonInput<C, H> =
+    Input<<C as Connector>::Session, <<H as Host>::Spawner as SpawnControl>::Running>;
+
+impl<C: Connector, H: Host> Daemon<C, H> {
+    /// A daemon for `cfg`, this warden process being `me`; nothing runs until
+    /// [`run`](Self::run).
+    pub fn new(cfg: Config, me: NodeRecord, connector: C, host: H) -> Result<Self, Fatal> {
         let (tx, rx) = mpsc::unbounded_channel();
         let ctx = FenceContext {
             cluster: cfg.cluster.name.clone(),
@@ -205,34 +153,28 @@ impl<C: Connector> Daemon<C> {
             pid_ns: me.pid_ns.unwrap_or(0),
             pidfile: cfg.service.pidfile.clone(),
         };
-        let chain = FenceChain::new(cfg.fence.clone(), ctx.clone());
+        let methods = host.fence_methods();
+        let chain = FenceChain::with_methods(cfg.fence.clone(), ctx.clone(), methods.clone());
         let own_signal = vec![FenceMethod::Signal(SignalFence {
             signal: SignalName(nix::sys::signal::Signal::SIGKILL),
             timeout: OWN_LEFTOVERS_TIMEOUT,
             nodes: None,
         })];
-        let warden_only_chain = FenceChain::new(
+        let warden_only_chain = FenceChain::with_methods(
             own_signal.clone(),
             FenceContext {
                 pidfile: None,
                 ..ctx.clone()
             },
+            methods.clone(),
         );
-        let own_chain = FenceChain::new(own_signal, ctx);
-        let control_svc = match cfg.service.mode {
+        let own_chain = FenceChain::with_methods(own_signal, ctx, methods);
+        let control_svc: ServiceControl<H> = match cfg.service.mode {
             ServiceMode::Spawn => ServiceControl::Spawn(
-                Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id).map_err(
-                    |e| Fatal {
-                        code: 2,
-                        message: e.to_string(),
-                    },
-                )?,
+                host.spawner(&cfg)
+                    .map_err(|message| Fatal { code: 2, message })?,
             ),
-            ServiceMode::Hooks => ServiceControl::Hooks(Hooks::new(
-                &cfg.service,
-                &cfg.cluster.name,
-                &cfg.cluster.node_id,
-            )),
+            ServiceMode::Hooks => ServiceControl::Hooks(host.hooks(&cfg)),
         };
         if let ServiceControl::Hooks(hooks) = &control_svc {
             // SPEC §6: an unreadable pidfile is said at start, not found out at the first
@@ -247,18 +189,18 @@ impl<C: Connector> Daemon<C> {
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
         // mode: the service always runs, so its own health check decides both.
         let standby_probe = match cfg.service.mode {
-            ServiceMode::Spawn => Probe::standby(&cfg.health),
-            ServiceMode::Hooks => Probe::service(&cfg.health).map_err(|e| Fatal {
+            ServiceMode::Spawn => host.standby_probe(&cfg.health),
+            ServiceMode::Hooks => host.service_probe(&cfg.health).map_err(|e| Fatal {
                 code: 2,
                 message: e.to_string(),
             })?,
         };
-        let eligible_now = matches!(standby_probe, Probe::None);
+        let eligible_now = standby_probe.is_none();
         let elector = Elector::new(
             ElectorConfig {
                 node_id: cfg.cluster.node_id.clone(),
                 incarnation: me.incarnation.clone(),
-                session_timeout: cfg.coordination.zookeeper.session_timeout,
+                session_timeout: cfg.session_timeout(),
                 rejoin_delay: cfg.election.rejoin_delay,
                 demote_grace: cfg.demote_grace(),
                 host: record::HostIdentity::of(&me),
@@ -275,7 +217,9 @@ impl<C: Connector> Daemon<C> {
             },
             false,
         ));
+        let role_since = host.now();
         let mut d = Daemon {
+            host,
             metrics: Metrics::new(),
             view,
             cfg,
@@ -297,7 +241,7 @@ impl<C: Connector> Daemon<C> {
             committed_cgroup: None,
             stopping: None,
             epoch: None,
-            role_since: clock::now(),
+            role_since,
             health: if eligible_now {
                 Health::Healthy
             } else {
@@ -313,16 +257,15 @@ impl<C: Connector> Daemon<C> {
         Ok(d)
     }
 
-    async fn run(&mut self) -> Result<i32, Fatal> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(|e| Fatal {
-            code: 1,
-            message: format!("cannot install the SIGTERM handler: {e}"),
-        })?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| Fatal {
-            code: 1,
-            message: format!("cannot install the SIGINT handler: {e}"),
-        })?;
+    /// What the HTTP face shows, as it changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<NodeView> {
+        self.view.subscribe()
+    }
+
+    /// Runs until the election lets the daemon exit; returns the exit code. Each message
+    /// on `stops` is a stop signal: the first hands over cleanly, the second exits at
+    /// once. With `stops` closed, no more can come.
+    pub async fn run(&mut self, mut stops: mpsc::UnboundedReceiver<()>) -> Result<i32, Fatal> {
         info!(
             node_id = %self.me.node_id,
             cluster = %self.cfg.cluster.name,
@@ -331,7 +274,8 @@ impl<C: Connector> Daemon<C> {
             "warden starting"
         );
         let mut stop_signals = 0;
-        self.drain(clock::now());
+        let mut stops_open = true;
+        self.drain(self.host.now());
         // SPEC §10: pinged from this loop, so a hung loop stops the pings.
         let mut watchdog = notify::watchdog_interval().map(|every| {
             let mut i = tokio::time::interval(every);
@@ -343,11 +287,18 @@ impl<C: Connector> Daemon<C> {
                 return Ok(code);
             }
             let deadline = self.elector.poll_timeout();
+            let host = self.host.clone();
             let sleep = async {
                 match deadline {
-                    Some(t) => clock::sleep_until(t).await,
+                    Some(t) => host.sleep_until(t).await,
                     None => std::future::pending().await,
                 }
+            };
+            let stop = async {
+                if !stops_open {
+                    return std::future::pending().await;
+                }
+                stops.recv().await
             };
             let ping = async {
                 match watchdog.as_mut() {
@@ -357,23 +308,31 @@ impl<C: Connector> Daemon<C> {
                     None => std::future::pending().await,
                 }
             };
+            // Biased: the branches are polled in this order, not at random, so that a
+            // simulation replays the same run from the same seed.
             tokio::select! {
+                biased;
                 _ = ping => {
                     notify::watchdog();
                     continue;
                 }
-                _ = term.recv() => stop_signals += 1,
-                _ = int.recv() => stop_signals += 1,
+                stop = stop => match stop {
+                    Some(()) => stop_signals += 1,
+                    None => {
+                        stops_open = false;
+                        continue;
+                    }
+                },
                 input = self.rx.recv() => {
                     // The daemon holds a sender itself, so the channel never closes.
                     if let Some(input) = input {
                         self.on_input(input)?;
                     }
-                    self.drain(clock::now());
+                    self.drain(self.host.now());
                     continue;
                 }
                 _ = sleep => {
-                    let now = clock::now();
+                    let now = self.host.now();
                     self.elector.handle_timeout(now);
                     self.drain(now);
                     continue;
@@ -382,26 +341,28 @@ impl<C: Connector> Daemon<C> {
             // A stop signal.
             if stop_signals >= 2 {
                 warn!("second stop signal: exiting at once");
-                if let Some(id) = &self.service {
-                    service::kill(id);
+                if let (Some(id), ServiceControl::Spawn(spawner)) =
+                    (&self.service, &self.control_svc)
+                {
+                    spawner.kill(id);
                 }
                 return Ok(1);
             }
             info!("stop requested: handing over cleanly");
             notify::stopping();
-            let now = clock::now();
+            let now = self.host.now();
             self.elector.handle(Event::StopRequested, now);
             self.drain(now);
         }
     }
 
     fn feed(&mut self, event: Event) {
-        let now = clock::now();
+        let now = self.host.now();
         self.elector.handle(event, now);
         self.drain(now);
     }
 
-    fn on_input(&mut self, input: Input<C::Session>) -> Result<(), Fatal> {
+    fn on_input(&mut self, input: DaemonInput<C, H>) -> Result<(), Fatal> {
         match input {
             Input::Elector(ev) => self.feed(ev),
             Input::Session(gen, ev) => {
@@ -433,11 +394,12 @@ impl<C: Connector> Daemon<C> {
                 info!(session = %zk.id(), "connected to the coordination store");
                 // The store's events go to the elector as events of this session.
                 let tx = self.tx.clone();
+                let host = self.host.clone();
                 tasks.spawn(async move {
                     while let Some(event) = events.recv().await {
                         let input = match event {
                             StoreEvent::Control(control) => {
-                                Input::Session(gen, control_event(&control))
+                                Input::Session(gen, control_event(&control, &host))
                             }
                             StoreEvent::HolderGone { join } => Input::LockDeleted(gen, join),
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
@@ -457,7 +419,7 @@ impl<C: Connector> Daemon<C> {
                 // out by a pause or its health is up and must not be restarted by systemd.
                 notify::ready();
                 self.feed(Event::SessionStarted {
-                    control: control_view(&control),
+                    control: control_view(&control, &self.host),
                     granted: zk.granted_session_timeout(),
                 });
                 // The member record names the session timeout in force from now on, even
@@ -469,14 +431,14 @@ impl<C: Connector> Daemon<C> {
                     info!("the promote hook succeeded");
                     self.feed(Event::ServiceStarted { ticket });
                 }
-                Ok(Some(mut running)) => {
+                Ok(Some(running)) => {
                     let id = running.identity();
                     self.service = Some(id.clone());
                     info!(pid = id.pid, pgid = id.pgid, "service started");
                     let tx = self.tx.clone();
                     tokio::spawn(async move {
-                        let report = running.exited().await;
-                        let _ = tx.send(Input::Exited(id, report.exit.to_string()));
+                        let how = running.exited().await;
+                        let _ = tx.send(Input::Exited(id, how));
                     });
                     self.start_service_check();
                     self.feed(Event::ServiceStarted { ticket });
@@ -520,9 +482,9 @@ impl<C: Connector> Daemon<C> {
     }
 
     fn start_service_check(&mut self) {
-        let probe = match Probe::service(&self.cfg.health) {
-            Ok(Probe::None) | Err(_) => return,
-            Ok(p) => p,
+        let probe = match self.host.service_probe(&self.cfg.health) {
+            Ok(p) if !p.is_none() => p,
+            _ => return,
         };
         self.service_check =
             Some(self.checker(probe, self.cfg.health.start_grace, Input::ServiceHealth));
@@ -531,9 +493,9 @@ impl<C: Connector> Daemon<C> {
     /// Starts a health checker whose changes reach the loop as `wrap(change)`.
     fn checker(
         &self,
-        probe: Probe,
+        probe: H::Probe,
         grace: Duration,
-        wrap: fn(HealthChange) -> Input<C::Session>,
+        wrap: fn(HealthChange) -> DaemonInput<C, H>,
     ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
         let h = &self.cfg.health;
@@ -616,7 +578,7 @@ impl<C: Connector> Daemon<C> {
     fn member(&self) -> MemberRecord {
         let mut node = self.record(self.elector.epoch());
         node.since = Some(record::rfc3339(
-            SystemTime::now() - clock::now().saturating_duration_since(self.role_since),
+            self.host.wall() - self.host.now().saturating_duration_since(self.role_since),
         ));
         MemberRecord {
             node,
@@ -658,7 +620,8 @@ impl<C: Connector> Daemon<C> {
         let chain = self.chain.clone();
         let own_chain = self.own_chain.clone();
         let warden_only = self.warden_only_chain.clone();
-        let hooks = match &self.control_svc {
+        let control = self.control_svc.clone();
+        let hooks = match &control {
             ServiceControl::Hooks(h) => Some(h.clone()),
             ServiceControl::Spawn(_) => None,
         };
@@ -703,7 +666,7 @@ impl<C: Connector> Daemon<C> {
                         run_chain(&own_chain, &r.fence_target(), &metrics).await
                     }
                 }
-                FenceOrder::OwnService(_) => fence_own_service(hooks, own_service).await,
+                FenceOrder::OwnService(_) => fence_own_service(control, own_service).await,
             };
             let _ = tx.send(Input::Elector(Event::FenceDone {
                 ticket,
@@ -734,6 +697,7 @@ impl<C: Connector> Daemon<C> {
                 );
             }
             Action::ReadState { ticket } => {
+                let host = self.host.clone();
                 self.in_session(
                     Event::StateRead {
                         ticket,
@@ -746,7 +710,7 @@ impl<C: Connector> Daemon<C> {
                             .map(|state| {
                                 Box::new(ClusterState {
                                     breadcrumb: state.breadcrumb,
-                                    control: control_view(&state.control),
+                                    control: control_view(&state.control, &host),
                                     control_version: state.control_version,
                                     newest_history_epoch: state.newest_promotion,
                                 })
@@ -797,7 +761,7 @@ impl<C: Connector> Daemon<C> {
                         }
                     }
                 }
-                rec.since = Some(record::rfc3339(SystemTime::now()));
+                rec.since = Some(record::rfc3339(self.host.wall()));
                 self.epoch = Some(epoch);
                 self.in_session(
                     Event::Committed {
@@ -819,35 +783,27 @@ impl<C: Connector> Daemon<C> {
             } => {
                 let control = self.control_svc.clone();
                 let tx = self.tx.clone();
+                let host = self.host.clone();
                 // The start the commit prepared, or a restart within the same epoch in the
                 // cgroup the breadcrumb already names.
-                let prepared = self.prepared.take().filter(|p| p.epoch() == epoch);
-                let again = self.committed_cgroup.clone();
+                let start = match (
+                    self.prepared.take().filter(|p| p.epoch() == epoch),
+                    self.committed_cgroup.clone(),
+                ) {
+                    (Some(p), _) => Start::Prepared(p),
+                    (None, Some(cgroup)) => Start::Again { epoch, cgroup },
+                    (None, None) => Start::Fresh(epoch),
+                };
                 tokio::spawn(async move {
                     // SPEC §4.3d: the lease is checked right before the start or hook.
-                    if clock::now() >= lease_valid_until {
+                    if host.now() >= lease_valid_until {
                         let why = "the lease ran out before the service could be promoted";
                         let _ = tx.send(Input::Started(ticket, Err(why.to_string())));
                         return;
                     }
                     match control {
                         ServiceControl::Spawn(spawner) => {
-                            let result = match tokio::task::spawn_blocking(move || {
-                                let prepared =
-                                    match (prepared, again) {
-                                        (Some(p), _) => p,
-                                        (None, Some(cgroup)) => spawner
-                                            .prepare_again(epoch, &cgroup)
-                                            .map_err(service::ServiceError::Starter)?,
-                                        (None, None) => spawner.prepare(epoch),
-                                    };
-                                spawner.start(prepared)
-                            })
-                            .await
-                            {
-                                Ok(r) => r.map(Some).map_err(|e| e.to_string()),
-                                Err(e) => Err(format!("the start task failed: {e}")),
-                            };
+                            let result = spawner.start(start).await.map(Some);
                             let _ = tx.send(Input::Started(ticket, result));
                         }
                         ServiceControl::Hooks(hooks) => {
@@ -894,34 +850,37 @@ impl<C: Connector> Daemon<C> {
             }
             Action::StopService { ticket, cause } => {
                 let tx = self.tx.clone();
-                if let ServiceControl::Hooks(hooks) = &self.control_svc {
-                    let hooks = hooks.clone();
-                    let epoch = self.epoch;
-                    info!(?cause, "running the demote hook");
-                    tokio::spawn(async move {
-                        let (clean, detail) = match hooks.demote(epoch).await {
-                            Ok(()) => (true, "the demote hook succeeded".to_string()),
-                            Err(e) => {
-                                // §6: after a forced demotion, a service whose role is
-                                // unknown must not keep serving.
-                                let killed =
-                                    cause == crate::elector::StopCause::Forced && hooks.kill();
-                                let what = if killed {
-                                    "; killed the pidfile process"
-                                } else {
-                                    ""
-                                };
-                                (false, format!("the demote hook failed: {e}{what}"))
-                            }
-                        };
-                        let _ = tx.send(Input::Elector(Event::ServiceStopped {
-                            ticket,
-                            clean,
-                            detail,
-                        }));
-                    });
-                    return;
-                }
+                let spawner = match &self.control_svc {
+                    ServiceControl::Spawn(spawner) => spawner.clone(),
+                    ServiceControl::Hooks(hooks) => {
+                        let hooks = hooks.clone();
+                        let epoch = self.epoch;
+                        info!(?cause, "running the demote hook");
+                        tokio::spawn(async move {
+                            let (clean, detail) = match hooks.demote(epoch).await {
+                                Ok(()) => (true, "the demote hook succeeded".to_string()),
+                                Err(e) => {
+                                    // §6: after a forced demotion, a service whose role is
+                                    // unknown must not keep serving.
+                                    let killed =
+                                        cause == crate::elector::StopCause::Forced && hooks.kill();
+                                    let what = if killed {
+                                        "; killed the pidfile process"
+                                    } else {
+                                        ""
+                                    };
+                                    (false, format!("the demote hook failed: {e}{what}"))
+                                }
+                            };
+                            let _ = tx.send(Input::Elector(Event::ServiceStopped {
+                                ticket,
+                                clean,
+                                detail,
+                            }));
+                        });
+                        return;
+                    }
+                };
                 self.service_check = None;
                 let signal = self.cfg.service.stop_signal;
                 let grace = self.cfg.service.stop_timeout;
@@ -936,7 +895,7 @@ impl<C: Connector> Daemon<C> {
                     Some(id) => {
                         info!(pid = id.pid, ?cause, "stopping the service");
                         tokio::spawn(async move {
-                            let (clean, detail) = match service::stop(id, signal, grace).await {
+                            let (clean, detail) = match spawner.stop(id, signal, grace).await {
                                 StopOutcome::Stopped { forced, elapsed } => (
                                     true,
                                     format!(
@@ -967,11 +926,16 @@ impl<C: Connector> Daemon<C> {
                 }
             }
             Action::KillService => {
-                if let ServiceControl::Hooks(hooks) = &self.control_svc {
-                    warn!("the lease ended before the demote hook finished: killing the service");
-                    hooks.kill();
-                    return;
-                }
+                let spawner = match &self.control_svc {
+                    ServiceControl::Spawn(spawner) => spawner,
+                    ServiceControl::Hooks(hooks) => {
+                        warn!(
+                            "the lease ended before the demote hook finished: killing the service"
+                        );
+                        hooks.kill();
+                        return;
+                    }
+                };
                 // kill_group checks the leader's start time, so a group that is already
                 // gone (or recycled) is left alone.
                 for id in [&self.stopping, &self.service].into_iter().flatten() {
@@ -979,7 +943,7 @@ impl<C: Connector> Daemon<C> {
                         pid = id.pid,
                         "the lease ended: killing the service's process group"
                     );
-                    service::kill(id);
+                    spawner.kill(id);
                 }
             }
             Action::DeleteOwnBreadcrumb { ticket, epoch } => {
@@ -1098,7 +1062,7 @@ impl<C: Connector> Daemon<C> {
 
         notify::status(&notify::summary(&m));
         let entry = HistoryEntry {
-            at: record::rfc3339(SystemTime::now()),
+            at: record::rfc3339(self.host.wall()),
             node_id: self.me.node_id.clone(),
             from: from.to_string(),
             to: to.to_string(),
@@ -1144,13 +1108,14 @@ impl<C: Connector> Daemon<C> {
             h.abort();
         }
         let connector = self.connector.clone();
+        let host = self.host.clone();
         let tx = self.tx.clone();
         let me = self.member_for_registration();
         let h = tokio::spawn(async move {
             let mut backoff = CONNECT_BACKOFF_START;
             let mut waiting_logged = false;
             loop {
-                match open(&connector, &me, &mut waiting_logged).await {
+                match open(&connector, &host, &me, &mut waiting_logged).await {
                     Ok(opened) => {
                         let _ = tx.send(Input::Connected(Box::new(opened)));
                         return;
@@ -1200,11 +1165,12 @@ impl<C: Connector> Daemon<C> {
 /// the first `control` has arrived.
 async fn open<C: Connector>(
     connector: &C,
+    host: &impl Host,
     me: &MemberRecord,
     waiting_logged: &mut bool,
 ) -> Result<Opened<C::Session>, RegisterError> {
     let session = connector.connect().await?;
-    let is_running = |pid, start_time| warden_fencing::process::is_running(pid, Some(start_time));
+    let is_running = |pid, start_time| host.is_running(pid, start_time);
     coord::register(&session, me, is_running, waiting_logged).await?;
     let (etx, mut events) = mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
@@ -1223,9 +1189,9 @@ async fn open<C: Connector>(
     }
 }
 
-fn control_view(c: &Control) -> ControlView {
-    let now = clock::now();
-    let wall = SystemTime::now();
+fn control_view(c: &Control, host: &impl Host) -> ControlView {
+    let now = host.now();
+    let wall = host.wall();
     ControlView {
         paused: c.paused,
         failover: c.failover.as_ref().map(|f| {
@@ -1245,9 +1211,9 @@ fn control_view(c: &Control) -> ControlView {
     }
 }
 
-fn control_event(c: &Control) -> Event {
+fn control_event(c: &Control, host: &impl Host) -> Event {
     Event::ControlChanged {
-        control: control_view(c),
+        control: control_view(c, host),
     }
 }
 
@@ -1256,8 +1222,8 @@ fn round_ms(d: Duration) -> Duration {
 }
 
 /// Runs a fence chain and records its attempts in the metrics.
-async fn run_chain(
-    chain: &FenceChain,
+async fn run_chain<M: warden_fencing::Methods>(
+    chain: &FenceChain<M>,
     target: &warden_fencing::Target,
     metrics: &Metrics,
 ) -> (bool, String) {
@@ -1283,37 +1249,40 @@ fn warden_of(r: &NodeRecord) -> warden_fencing::Target {
 /// Fences this very process's own service, which an earlier stop could not verify gone
 /// (SPEC §5): never warden itself. Spawn mode: kill it and wait; hooks mode: demote it by
 /// hook, else kill the pinned pidfile process.
-async fn fence_own_service(
-    hooks: Option<Hooks>,
+async fn fence_own_service<H: Host>(
+    control: ServiceControl<H>,
     service: Option<ServiceIdentity>,
 ) -> (bool, String) {
-    if let Some(h) = hooks {
-        return match h.demote(None).await {
-            Ok(()) => (
-                true,
-                "demoted this node's own service with the demote hook".into(),
-            ),
-            Err(e) => {
-                let killed = h.kill();
-                (
-                    false,
-                    format!(
-                        "the demote hook failed ({e}){}; the service's role is unknown",
-                        if killed {
-                            "; killed the pidfile process"
-                        } else {
-                            ""
-                        }
-                    ),
-                )
-            }
-        };
-    }
+    let spawner = match control {
+        ServiceControl::Spawn(spawner) => spawner,
+        ServiceControl::Hooks(h) => {
+            return match h.demote(None).await {
+                Ok(()) => (
+                    true,
+                    "demoted this node's own service with the demote hook".into(),
+                ),
+                Err(e) => {
+                    let killed = h.kill();
+                    (
+                        false,
+                        format!(
+                            "the demote hook failed ({e}){}; the service's role is unknown",
+                            if killed {
+                                "; killed the pidfile process"
+                            } else {
+                                ""
+                            }
+                        ),
+                    )
+                }
+            };
+        }
+    };
     let Some(id) = service else {
         return (true, "no service of this process is known to run".into());
     };
     let signal = SignalName(nix::sys::signal::Signal::SIGKILL);
-    match service::stop(id, signal, OWN_LEFTOVERS_TIMEOUT).await {
+    match spawner.stop(id, signal, OWN_LEFTOVERS_TIMEOUT).await {
         StopOutcome::Stopped { .. } => (true, "this node's own service is gone".into()),
         StopOutcome::StillRunning { pids } => (
             false,

@@ -395,6 +395,24 @@ impl Hysteresis {
     }
 }
 
+/// What a checker probes: a configured [`Probe`], or the simulation's model of one.
+pub trait Prober: Send + Sync + 'static {
+    /// Nothing to probe: healthy at once.
+    fn is_none(&self) -> bool;
+    /// Probes once, within about `timeout`.
+    fn check(&self, timeout: Duration) -> impl std::future::Future<Output = Check> + Send;
+}
+
+impl Prober for Probe {
+    fn is_none(&self) -> bool {
+        *self == Probe::None
+    }
+
+    fn check(&self, timeout: Duration) -> impl std::future::Future<Output = Check> + Send {
+        Probe::check(self, timeout)
+    }
+}
+
 /// The checker task; dropping the handle stops it (and kills a running `exec` probe).
 #[derive(Debug)]
 pub struct CheckerHandle {
@@ -413,8 +431,8 @@ impl Drop for CheckerHandle {
 /// the handle is dropped or the receiver is gone. With `metrics`, every probe is counted
 /// in `warden_health_checks_total`. Must be called within a tokio runtime.
 #[allow(clippy::too_many_arguments)]
-pub fn spawn_checker(
-    probe: Probe,
+pub fn spawn_checker<P: Prober>(
+    probe: P,
     interval: Duration,
     timeout: Duration,
     rise: u32,
@@ -430,8 +448,8 @@ pub fn spawn_checker(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn run_checker(
-    probe: Probe,
+async fn run_checker<P: Prober>(
+    probe: P,
     interval: Duration,
     timeout: Duration,
     rise: u32,
@@ -440,7 +458,7 @@ async fn run_checker(
     tx: mpsc::Sender<HealthChange>,
     metrics: Option<crate::metrics::Metrics>,
 ) {
-    if probe == Probe::None {
+    if probe.is_none() {
         // Nothing to probe: healthy at once rather than after `rise` intervals.
         let change = HealthChange {
             health: Health::Healthy,

@@ -11,6 +11,8 @@ pub mod coord;
 pub mod daemon;
 pub mod elector;
 pub mod health;
+pub mod host;
+pub mod launch;
 pub mod metrics;
 pub mod notify;
 pub mod ops;

@@ -133,7 +133,7 @@ fn run(cli: Cli) -> i32 {
                 Ok(rt) => rt,
                 Err(code) => return code,
             };
-            match rt.block_on(warden::daemon::run(cfg)) {
+            match rt.block_on(warden::launch::run(cfg)) {
                 Ok(code) => code,
                 Err(fatal) => {
                     tracing::error!("{}", fatal.message);

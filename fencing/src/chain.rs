@@ -2,6 +2,7 @@
 
 use crate::{process, script, signal, ssh, FenceContext, FenceMethod, Target};
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -103,7 +104,7 @@ impl FenceReport {
 
 /// What a method's own code reports: the outcome and, when it fenced, how (for the log).
 #[derive(Debug)]
-pub(crate) struct MethodResult {
+pub struct MethodResult {
     pub outcome: Outcome,
     pub how: Option<String>,
 }
@@ -129,18 +130,67 @@ impl MethodResult {
     }
 }
 
+/// What carries out one method's attempt. [`Local`] runs the real methods (ssh, a
+/// `signal` on this host, a script); the simulation supplies its own, so the chain itself
+/// (order, `nodes` lists, timeouts, abandoning an overrun) runs there unchanged.
+pub trait Methods: Clone + Send + Sync + 'static {
+    /// Runs `method` against `target` until it answers or `deadline`; dropping the future
+    /// cancels the attempt.
+    fn run(
+        &self,
+        method: &FenceMethod,
+        ctx: &FenceContext,
+        target: &Target,
+        deadline: Instant,
+    ) -> impl Future<Output = MethodResult> + Send;
+}
+
+/// The real methods, run from this process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Local;
+
+impl Methods for Local {
+    async fn run(
+        &self,
+        method: &FenceMethod,
+        ctx: &FenceContext,
+        target: &Target,
+        deadline: Instant,
+    ) -> MethodResult {
+        match method {
+            FenceMethod::Ssh(m) => ssh::fence(m, ctx, target, deadline).await,
+            FenceMethod::Signal(m) => signal::fence(m, ctx, target, deadline).await,
+            FenceMethod::Script(m) => {
+                script::fence(m, ctx, target, &method.label(), deadline).await
+            }
+        }
+    }
+}
+
 /// The configured `[[fence]]` methods, in order, and what they know about this node.
 #[derive(Clone, Debug)]
-pub struct FenceChain {
+pub struct FenceChain<M: Methods = Local> {
     methods: Vec<FenceMethod>,
     ctx: FenceContext,
+    runner: M,
 }
 
 impl FenceChain {
     /// A chain of `methods` (the `[[fence]]` tables, in config order) run from the node
     /// described by `ctx`.
     pub fn new(methods: Vec<FenceMethod>, ctx: FenceContext) -> Self {
-        FenceChain { methods, ctx }
+        FenceChain::with_methods(methods, ctx, Local)
+    }
+}
+
+impl<M: Methods> FenceChain<M> {
+    /// A chain whose attempts `runner` carries out.
+    pub fn with_methods(methods: Vec<FenceMethod>, ctx: FenceContext, runner: M) -> Self {
+        FenceChain {
+            methods,
+            ctx,
+            runner,
+        }
     }
 
     /// The methods, in the order they are tried.
@@ -219,13 +269,7 @@ impl FenceChain {
     }
 
     async fn run(&self, method: &FenceMethod, target: &Target, deadline: Instant) -> MethodResult {
-        match method {
-            FenceMethod::Ssh(m) => ssh::fence(m, &self.ctx, target, deadline).await,
-            FenceMethod::Signal(m) => signal::fence(m, &self.ctx, target, deadline).await,
-            FenceMethod::Script(m) => {
-                script::fence(m, &self.ctx, target, &method.label(), deadline).await
-            }
-        }
+        self.runner.run(method, &self.ctx, target, deadline).await
     }
 }
 

@@ -20,7 +20,9 @@ mod script;
 mod signal;
 mod ssh;
 
-pub use chain::{Attempt, FenceChain, FenceReport, Outcome, OVERRUN_GRACE};
+pub use chain::{
+    Attempt, FenceChain, FenceReport, Local, MethodResult, Methods, Outcome, OVERRUN_GRACE,
+};
 pub use config::{FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence};
 pub use ssh::{
     fence_local_args, DEFAULT_REMOTE_COMMAND, FENCE_LOCAL_FENCED, FENCE_LOCAL_MAX_TIMEOUT,

@@ -1,0 +1,288 @@
+//! What the driver waits on besides the store: the clock, the process table, the service,
+//! the fence methods and the health probes, as one [`Host`] trait.
+//!
+//! `daemon.rs` is generic over a [`Host`] (and a [`crate::coord::Connector`]), so the
+//! simulation runs the real driver, with models of processes, machines and fence methods
+//! on virtual time, and this file holds the one real implementation, [`ThisHost`]: the
+//! boot-time clock, `/proc`, cgroups and process groups, hook commands, ssh, scripts and
+//! signals. The driver itself reads no `/proc` and no clock of its own.
+//!
+//! One trait with associated types rather than five type parameters: the parts go
+//! together (a simulated service is fenced by simulated methods on a simulated clock), and
+//! `Daemon<C, H>` stays readable.
+
+use crate::config::{Config, HealthConfig};
+use crate::health::{HealthError, Probe, Prober};
+use crate::record::{self, Epoch, NodeRecord};
+use crate::service::{self, Hooks, PinnedService, ServiceIdentity, Spawner, StopOutcome};
+use std::future::Future;
+use std::time::{Duration, Instant, SystemTime};
+use tracing::warn;
+use warden_fencing::SignalName;
+
+/// The world around one warden process.
+pub trait Host: Clone + Send + Sync + 'static {
+    type Spawner: SpawnControl;
+    type Hooks: HookControl;
+    type Methods: warden_fencing::Methods;
+    type Probe: Prober;
+
+    /// Now, on the clock leases are measured with (it must count a suspend).
+    fn now(&self) -> Instant;
+    /// The wall clock, for records and for the deadlines operators write.
+    fn wall(&self) -> SystemTime;
+    /// Sleeps until `deadline` on [`now`](Self::now)'s clock, or wakes earlier.
+    fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send;
+    /// Whether process `pid` with this start time runs on this host (SPEC §4.9).
+    fn is_running(&self, pid: u32, start_time: u64) -> bool;
+    /// Spawn mode's service.
+    fn spawner(&self, cfg: &Config) -> Result<Self::Spawner, String>;
+    /// Hooks mode's service.
+    fn hooks(&self, cfg: &Config) -> Self::Hooks;
+    /// What carries out the fence chain's attempts.
+    fn fence_methods(&self) -> Self::Methods;
+    /// The check of the service itself (`health.kind`).
+    fn service_probe(&self, cfg: &HealthConfig) -> Result<Self::Probe, HealthError>;
+    /// Spawn mode's standby eligibility (`health.standby_command`).
+    fn standby_probe(&self, cfg: &HealthConfig) -> Self::Probe;
+}
+
+/// A start the commit made ready: its epoch, and the cgroup the breadcrumb names.
+pub trait PreparedStart: Send + 'static {
+    fn epoch(&self) -> Epoch;
+    fn cgroup(&self) -> Option<&str>;
+}
+
+/// Which start [`SpawnControl::start`] carries out.
+pub enum Start<P> {
+    /// The one the commit prepared.
+    Prepared(P),
+    /// A restart within the same epoch, in the cgroup the breadcrumb already names.
+    Again { epoch: Epoch, cgroup: String },
+    /// A start nothing prepared.
+    Fresh(Epoch),
+}
+
+/// Spawn mode: warden starts the service on promotion and stops it on demotion.
+pub trait SpawnControl: Clone + Send + Sync + 'static {
+    type Prepared: PreparedStart;
+    type Running: RunningService;
+
+    /// Makes a start ready (its cgroup exists from now on).
+    fn prepare(&self, epoch: Epoch) -> Self::Prepared;
+    /// Starts the service.
+    fn start(
+        &self,
+        start: Start<Self::Prepared>,
+    ) -> impl Future<Output = Result<Self::Running, String>> + Send;
+    /// Stops every process of the service: `signal`, then SIGKILL after `grace`.
+    fn stop(
+        &self,
+        id: ServiceIdentity,
+        signal: SignalName,
+        grace: Duration,
+    ) -> impl Future<Output = StopOutcome> + Send;
+    /// SIGKILL to every process of the service now, without waiting.
+    fn kill(&self, id: &ServiceIdentity) -> bool;
+    /// How the service is held together, for `status`.
+    fn containment(&self) -> String;
+}
+
+/// A started service.
+pub trait RunningService: Send + 'static {
+    fn identity(&self) -> ServiceIdentity;
+    /// Waits until the main process exits; says how.
+    fn exited(self) -> impl Future<Output = String> + Send;
+}
+
+/// Hooks mode: the service always runs; hooks change its role.
+pub trait HookControl: Clone + Send + Sync + 'static {
+    fn promote(&self, epoch: Epoch) -> impl Future<Output = Result<(), String>> + Send;
+    fn demote(&self, epoch: Option<Epoch>) -> impl Future<Output = Result<(), String>> + Send;
+    /// The check at start; an error is logged (the promotion will refuse).
+    fn check_pidfile(&self) -> Result<(), String>;
+    /// At promotion: pins the pidfile's process (SPEC §4.3c).
+    fn pin(&self) -> Result<Option<PinnedService>, String>;
+    fn pinned(&self) -> Option<PinnedService>;
+    /// SIGKILL of the pinned process.
+    fn kill(&self) -> bool;
+}
+
+/// This machine: the boot-time clock, `/proc`, cgroups, hook commands and the real fence
+/// methods.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThisHost;
+
+impl Host for ThisHost {
+    type Spawner = Spawner;
+    type Hooks = Hooks;
+    type Methods = warden_fencing::Local;
+    type Probe = Probe;
+
+    fn now(&self) -> Instant {
+        crate::clock::now()
+    }
+
+    fn wall(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send {
+        crate::clock::sleep_until(deadline)
+    }
+
+    fn is_running(&self, pid: u32, start_time: u64) -> bool {
+        warden_fencing::process::is_running(pid, Some(start_time))
+    }
+
+    fn spawner(&self, cfg: &Config) -> Result<Spawner, String> {
+        Spawner::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id)
+            .map_err(|e| e.to_string())
+    }
+
+    fn hooks(&self, cfg: &Config) -> Hooks {
+        Hooks::new(&cfg.service, &cfg.cluster.name, &cfg.cluster.node_id)
+    }
+
+    fn fence_methods(&self) -> warden_fencing::Local {
+        warden_fencing::Local
+    }
+
+    fn service_probe(&self, cfg: &HealthConfig) -> Result<Probe, HealthError> {
+        Probe::service(cfg)
+    }
+
+    fn standby_probe(&self, cfg: &HealthConfig) -> Probe {
+        Probe::standby(cfg)
+    }
+}
+
+impl PreparedStart for service::Prepared {
+    fn epoch(&self) -> Epoch {
+        service::Prepared::epoch(self)
+    }
+
+    fn cgroup(&self) -> Option<&str> {
+        service::Prepared::cgroup(self)
+    }
+}
+
+impl SpawnControl for Spawner {
+    type Prepared = service::Prepared;
+    type Running = service::RunningService;
+
+    fn prepare(&self, epoch: Epoch) -> service::Prepared {
+        Spawner::prepare(self, epoch)
+    }
+
+    async fn start(
+        &self,
+        start: Start<service::Prepared>,
+    ) -> Result<service::RunningService, String> {
+        let spawner = self.clone();
+        // Making the cgroup and forking wait on the kernel: off the runtime's threads.
+        let started = tokio::task::spawn_blocking(move || {
+            let prepared = match start {
+                Start::Prepared(p) => p,
+                Start::Again { epoch, cgroup } => spawner
+                    .prepare_again(epoch, &cgroup)
+                    .map_err(service::ServiceError::Starter)?,
+                Start::Fresh(epoch) => spawner.prepare(epoch),
+            };
+            Spawner::start(&spawner, prepared)
+        })
+        .await;
+        match started {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("the start task failed: {e}")),
+        }
+    }
+
+    fn stop(
+        &self,
+        id: ServiceIdentity,
+        signal: SignalName,
+        grace: Duration,
+    ) -> impl Future<Output = StopOutcome> + Send {
+        service::stop(id, signal, grace)
+    }
+
+    fn kill(&self, id: &ServiceIdentity) -> bool {
+        service::kill(id)
+    }
+
+    fn containment(&self) -> String {
+        Spawner::containment(self).to_string()
+    }
+}
+
+impl RunningService for service::RunningService {
+    fn identity(&self) -> ServiceIdentity {
+        service::RunningService::identity(self)
+    }
+
+    async fn exited(mut self) -> String {
+        service::RunningService::exited(&mut self)
+            .await
+            .exit
+            .to_string()
+    }
+}
+
+impl HookControl for Hooks {
+    async fn promote(&self, epoch: Epoch) -> Result<(), String> {
+        Hooks::promote(self, epoch).await.map_err(|e| e.to_string())
+    }
+
+    async fn demote(&self, epoch: Option<Epoch>) -> Result<(), String> {
+        Hooks::demote(self, epoch).await.map_err(|e| e.to_string())
+    }
+
+    fn check_pidfile(&self) -> Result<(), String> {
+        Hooks::check_pidfile(self)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn pin(&self) -> Result<Option<PinnedService>, String> {
+        Hooks::pin(self).map_err(|e| e.to_string())
+    }
+
+    fn pinned(&self) -> Option<PinnedService> {
+        Hooks::pinned(self)
+    }
+
+    fn kill(&self) -> bool {
+        Hooks::kill(self)
+    }
+}
+
+/// Who this warden process is: this host's boot id, machine id and pid namespace, and
+/// this process's pid and start time, read from `/proc` and `/etc/machine-id`.
+pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
+    let boot_id = warden_fencing::process::boot_id().map_err(|e| {
+        format!("cannot read this host's boot id from /proc/sys/kernel/random/boot_id: {e}")
+    })?;
+    let pid = std::process::id();
+    let start_time = warden_fencing::process::start_time(pid).unwrap_or(0);
+    // Without a machine id, a breadcrumb of this node can never count as "on this boot"
+    // (SPEC §5): fencing our own leftovers then needs the whole chain.
+    let machine_id = warden_fencing::process::machine_id().unwrap_or_else(|e| {
+        warn!("cannot read this host's machine id ({e}); fencing will treat every record as another machine's (write /etc/machine-id with systemd-machine-id-setup)");
+        String::new()
+    });
+    let pid_ns = warden_fencing::process::pid_ns().ok();
+    Ok(NodeRecord {
+        node_id: cfg.cluster.node_id.clone(),
+        host: cfg.host(),
+        port: cfg.cluster.port,
+        boot_id,
+        machine_id,
+        pid_ns,
+        pid,
+        start_time,
+        incarnation: format!("{:016x}", rand::random::<u64>()),
+        since: Some(record::rfc3339(SystemTime::now())),
+        ..Default::default()
+    })
+}
