@@ -51,6 +51,12 @@ if (($# == 0)); then
     scripts/fuzz.sh || status=$?
 fi
 
+# The simulation (issue 12): 20,000 seeds of the real daemon in release (the debug build
+# of the suite below runs 2,000). Only for whole-suite runs.
+if (($# == 0)); then
+    cargo test --release --test sim -- simulated_daemons_keep_every_invariant --nocapture || status=$?
+fi
+
 # nextest runs every test in its own process and closes with one summary line for the
 # whole workspace; without it, cargo test (one "test result" line per test binary).
 if cargo nextest --version >/dev/null 2>&1; then

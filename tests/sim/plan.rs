@@ -108,11 +108,6 @@ impl SimConfig {
     pub fn op_timeout(&self) -> Duration {
         (self.in_force() / 3).min(self.connect_timeout).max(ms(100))
     }
-
-    /// The ZooKeeper client pings when idle for a third of the negotiated session timeout.
-    pub fn ping_interval(&self) -> Duration {
-        self.granted / 3
-    }
 }
 
 /// Where the nodes run (SPEC §5 "Which host is this?").
@@ -164,27 +159,6 @@ pub struct Layout {
     pub hosts: usize,
     pub places: Vec<PlacePlan>,
     pub nodes: Vec<NodePlan>,
-    /// Helpers of a service may leave its process group (`setsid`, double fork) also on
-    /// nodes without a cgroup, where nothing can find them: SPEC §6's stated limit, off in
-    /// the sweep, on for the test that shows the simulation sees it.
-    pub escapes_without_cgroup: bool,
-    /// Each start gets a cgroup of its own (as `service.rs` picks one), rather than the one
-    /// prepared for the epoch and recorded in the commit: a restart under the same lock
-    /// then runs in a cgroup the breadcrumb does not name until `RecordService`.
-    pub fresh_cgroup_per_start: bool,
-    /// How fence methods tell which host a record is from.
-    pub fence_rules: FenceRules,
-}
-
-/// How fence methods decide where a record's incarnation ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FenceRules {
-    /// SPEC §5 "Which host is this?": boot id, machine id and pid namespace.
-    Spec,
-    /// The rules before `f1cb605`: `signal` took an equal boot id for this boot and another
-    /// boot id on a host of the same *name* for a reboot; `fence-local` took any other boot
-    /// id for a reboot. Only for the test that shows the simulation catches them.
-    ByHostName,
 }
 
 /// `/etc/machine-id` of machine `i` is this plus `i`, in hex.
@@ -536,8 +510,5 @@ fn draw_layout(aux: &mut SimRng, nodes: usize) -> Layout {
         hosts,
         places,
         nodes,
-        escapes_without_cgroup: false,
-        fresh_cgroup_per_start: false,
-        fence_rules: FenceRules::Spec,
     }
 }

@@ -1,510 +1,2011 @@
-//! A model of the ZooKeeper ensemble as one linearizable server: sessions with server-side
-//! expiry on tick boundaries, ephemeral znodes, a zxid per write (the lock's czxid is the
-//! epoch), versions, one-shot watches, and the multi-ops of `coord/zookeeper.rs`.
+//! The simulated coordination store: `warden::coord::{Connector, Session}` over an
+//! in-memory model, for the simulation of the real daemon under tokio's paused clock.
 //!
-//! It knows nothing of the network: the world decides whether a request reaches it and
-//! whether its reply gets back.
+//! The store mirrors `coord/zookeeper.rs` call for call: versions that start at 0 on a
+//! create and grow by one on each write; the lock and the member records ephemeral, owned
+//! by the session that created them; one counter bumped by every write, whose value at the
+//! lock's creation is its epoch (ZooKeeper's czxid); the multi-ops with the checks the
+//! backend builds, including its own bookkeeping of the lock version it holds. A trait
+//! method that is several requests in the backend (join: create, then stat on
+//! NodeExists; the compare-and-deletes: read, then multi) is several requests here too, so
+//! whatever may change between them does.
+//!
+//! Three stores in one model (`StoreConfig::watches`, `StoreConfig::sessions`):
+//! - ZooKeeper: sessions kept alive by the client's pings, expiring on tick boundaries once
+//!   `granted` passed without contact, and never while the ensemble has no quorum;
+//! - a store without watches: the events are found by polling;
+//! - a store without sessions: the lock and member records carry a lease on the store's own
+//!   clock, which runs fast or slow and may jump forward.
+//!
+//! Every call goes the way a request goes: it waits while its process is frozen (and never
+//! returns once the process is dead), travels a request latency, is applied atomically on
+//! arrival in the order its session sent it, and its answer travels a reply latency. No
+//! answer within `op_timeout` is "outcome unknown", as the backend's `bounded` says. A
+//! request on the wire is applied even if its caller has given up, as on a real connection.
+//!
+//! What the invariants need comes out as [`Fact`]s, in the order the writes were applied:
+//! [`SimStore::take_facts`], or an observer called at each write
+//! ([`SimStore::observe`]). The harness's other knobs (partitions, quorum, kill, freeze,
+//! the operator's control and `fence --confirm`) are methods of [`SimStore`].
+//!
+//! Determinism: one `Arc<Mutex<State>>` (never locked across an `.await`), ordered maps
+//! only, tokio's clock only, every random draw from one [`SimRng`], and every `select!`
+//! biased; a seed replays exactly.
 
-use super::plan::Time;
+// Each test crate that includes this file uses a part of it.
+#![allow(dead_code)]
+
+use super::plan::{between, SimRng};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use warden::record::Epoch;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use warden::coord::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use warden::elector::RETRY_DELAY;
+use warden::record::{
+    BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord,
+    RecordError, Role, SessionId, TakeoverState, Version, WriteOutcome,
+};
 
+/// Where the cluster's state would live in ZooKeeper: the simulation's config names
+/// cluster `sim` under the default root. Only for [`Session::name_of`] and set-aside names.
+const BASE: &str = "/warden/sim";
 /// `coord/zookeeper.rs` HISTORY_LEN.
 const HISTORY_LEN: usize = 100;
-
-/// A `history` entry as far as the election reads it: its epoch, and whether the
-/// transition was to `active`.
-pub type HistoryEntry = (Option<Epoch>, bool);
-
-/// Who a znode or a session belongs to: node index and incarnation number.
-pub type Inc = (usize, u32);
-
-#[derive(Clone, Debug)]
-pub struct Session {
-    pub owner: Inc,
-    pub alive: bool,
-    pub expire_at: Time,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lock {
-    pub session: u64,
-    pub owner: Inc,
-    pub czxid: u64,
-    pub version: i32,
-}
-
-/// The breadcrumb: the record of the incarnation promoted last.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Crumb {
-    pub owner: Inc,
-    pub epoch: Epoch,
-    pub version: i32,
-    /// The service identity recorded after the start (§4.3d); the commit has none.
-    pub svc: Option<SvcRec>,
-}
-
-/// The identity of a spawned service as the breadcrumb records it: its main pid, which
-/// leads its process group (`service_pid`, `service_pgid`, `service_start_time`; pids
-/// here are service ids, never reused), and its cgroup (`service_cgroup`). The commit
-/// records the cgroup prepared for the start, when the node has cgroups; `RecordService`
-/// both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SvcRec {
-    pub pid: Option<u64>,
-    pub cgroup: Option<u64>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Member {
-    pub session: u64,
-    pub inc: u32,
-}
+/// `coord/zookeeper.rs` CAS_ATTEMPTS: read-modify-writes give up after this many races.
+const CAS_ATTEMPTS: usize = 5;
+/// TTL mode: the store's clock jumps forward at most this many times per run, each tick
+/// with this chance ("a few times per run" at the simulation's tick lengths).
+const MAX_STEPS: u32 = 3;
+const STEP_CHANCE: f64 = 0.01;
 
 #[derive(Clone, Debug)]
-pub enum Req {
-    CreateSession,
-    CloseSession,
-    Ping,
-    /// `create(lock, EPHEMERAL)` with the caller's record.
-    CreateLock,
-    /// `check_stat(lock)`, with an exists-watch for the given task when `Some`.
-    StatLock {
-        watch: Option<u64>,
-    },
-    DeleteLock {
-        version: i32,
-    },
-    GetCrumb,
-    GetControl,
-    GetHistory,
-    /// `set_data(members/<id>)`: the member record published on a transition.
-    SetMember,
-    /// multi: check control version, set lock data, set breadcrumb at version / create.
-    /// `sent`: when the elector ordered it, the start of the lease it grants.
-    Commit {
-        epoch: Epoch,
-        crumb_version: Option<i32>,
-        control_version: i32,
-        sent: Time,
-        svc: Option<SvcRec>,
-    },
-    /// multi: check lock exists, set our member record.
-    Renew {
-        sent: Time,
-    },
-    /// multi: check lock exists, set breadcrumb at version (service identity recorded).
-    RecordService {
-        version: i32,
-        svc: Option<SvcRec>,
-    },
-    /// multi: check lock exists, delete breadcrumb at version.
-    DeleteCrumb {
-        version: i32,
-    },
-    GetMember,
-    CreateMember,
-    DeleteMember,
-    /// set `history` at version (or create it), with one more entry.
-    SetHistory {
-        epoch: Option<Epoch>,
-        to_active: bool,
-        version: Option<i32>,
+pub struct StoreConfig {
+    /// ZooKeeper mode: the session timeout the server grants (sessions expire after this
+    /// long without contact). TTL mode: the lease TTL.
+    pub granted: Duration,
+    /// Expiry happens on multiples of this (ZooKeeper's tickTime), in both modes.
+    pub tick: Duration,
+    /// A call whose answer does not arrive within this returns "outcome unknown" (as the
+    /// backend's `bounded` does); a connect that gets no session within it fails with
+    /// `StoreError::Unreachable`.
+    pub op_timeout: Duration,
+    /// One-way network latency, drawn per message from this range.
+    pub latency: (Duration, Duration),
+    /// Probability that a reply is lost (the request was applied or not, 50/50): the
+    /// caller sees "outcome unknown" after `op_timeout`.
+    pub loss: f64,
+    pub watches: Watches,
+    pub sessions: Sessions,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Watches {
+    Yes,
+    /// No watches: `events()` polls control and the lock every `every`.
+    Polling {
+        every: Duration,
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fail {
-    /// NodeExists, NoNode, BadVersion: the store said no.
-    Rejected,
-    /// The session is expired or closed.
-    Expired,
-    /// No answer, connection loss: the outcome is not known.
-    Unknown,
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sessions {
+    /// ZooKeeper: while its client is connected (reachable, not frozen, not dead, store up)
+    /// a session is kept alive by pings every `granted / 3`; it expires `granted` (rounded
+    /// up to the next tick) after the last contact, which deletes its lock and member
+    /// record. While the store is down no session expires, and when it is back every
+    /// session's last contact counts as then (a new leader gives every session a full
+    /// timeout).
+    Zk,
+    /// No sessions: the lock and member records carry an expiry on the *store's* clock,
+    /// set to its now + `granted` (rounded up to a tick) at each contact, and vanish when
+    /// that clock passes it. The clock runs at (1 + drift) times real time, the drift drawn
+    /// once within ±`max_drift`, and jumps forward by up to `max_step` a few times per run
+    /// (or when [`SimStore::step_clock`] says). It keeps running while the store is down:
+    /// leases that ran out meanwhile vanish the moment it is back, before any client can
+    /// renew them.
+    Ttl { max_drift: f64, max_step: Duration },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Resp {
-    Ok,
-    Created {
-        czxid: u64,
-    },
-    Stat(Option<Lock>),
-    Crumb(Option<Crumb>),
-    Control {
-        version: i32,
-    },
-    /// The entries (newest 100) as (epoch, whether the transition was to `active`), and
-    /// the znode's version.
-    History {
-        entries: Vec<HistoryEntry>,
-        version: Option<i32>,
-    },
-    Member(Option<Member>),
-    Err(Fail),
-}
-
-/// Something the server sends on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Note {
-    /// The session is gone (expired, or a request came in on a dead session).
-    Expired,
-    /// An exists-watch on `lock` fired for `task`: deleted, or its data changed.
-    LockWatch { task: u64, deleted: bool },
-}
-
-/// What the invariants need to hear about writes as the server applies them.
+/// A write the invariants care about, as the store applied it.
+// Handed over one at a time as they happen, never kept in bulk by the store once
+// someone observes them: boxing the records would only add allocations.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Fact {
-    Committed {
-        by: Inc,
-        session: u64,
+    /// A promotion was committed by (node, inc) with `epoch`; `replaced` is the breadcrumb
+    /// it overwrote (`None`: there was none).
+    Commit {
+        node: usize,
+        inc: u32,
         epoch: Epoch,
-        lock: Option<Lock>,
-        replaced: Option<Crumb>,
-        sent: Time,
+        replaced: Option<NodeRecord>,
+        record: NodeRecord,
+        at: Instant,
     },
+    /// A renewal (or a commit) by the lock holder was applied; `sent` is when the caller
+    /// issued the call (the start of the lease it grants).
     Renewed {
-        by: Inc,
-        session: u64,
-        lock: Option<Lock>,
-        sent: Time,
+        node: usize,
+        inc: u32,
+        sent: Instant,
+        at: Instant,
     },
-    CrumbDeleted {
-        by: Inc,
-        crumb: Crumb,
+    /// The breadcrumb was rewritten with the service's identity.
+    Recorded {
+        node: usize,
+        inc: u32,
+        record: NodeRecord,
+        at: Instant,
     },
-    SessionEnded {
-        session: u64,
-        owner: Inc,
+    /// The breadcrumb was deleted; `by` `None` is the operator's `fence --confirm`.
+    BreadcrumbDeleted {
+        by: Option<(usize, u32)>,
+        record: NodeRecord,
+        at: Instant,
+    },
+    LockTaken {
+        node: usize,
+        inc: u32,
+        epoch: Epoch,
+        at: Instant,
+    },
+    /// The lock went away: released by its holder (or its session closed), or its
+    /// session or lease expired.
+    LockGone {
+        node: usize,
+        inc: u32,
         expired: bool,
+        at: Instant,
     },
 }
 
-pub struct Store {
-    /// The session timeout the server grants (it clamps what clients ask for).
-    session_timeout: Duration,
-    tick: Duration,
-    pub zxid: u64,
-    pub sessions: super::world::IdMap<Session>,
-    pub lock: Option<Lock>,
-    pub crumb: Option<Crumb>,
-    pub control_version: i32,
-    pub members: Vec<Option<Member>>,
-    /// The newest 100 entries, and the znode's version.
-    pub history: Option<(Vec<HistoryEntry>, i32)>,
-    lock_watchers: Vec<(u64, u64)>,
-    /// Notes to send, by session.
-    pub outbox: Vec<(u64, Note)>,
-    pub facts: Vec<Fact>,
-    pub down: bool,
+/// A warden process: node index and incarnation number.
+type Inc = (usize, u32);
+
+struct Lock {
+    session: i64,
+    owner: Inc,
+    record: NodeRecord,
+    czxid: u64,
+    version: i64,
 }
 
-impl Store {
-    pub fn new(nodes: usize, session_timeout: Duration, tick: Duration) -> Store {
-        Store {
-            session_timeout,
-            tick,
-            // `warden init` created the parents and `control`.
-            zxid: 100,
-            sessions: Default::default(),
-            lock: None,
-            crumb: None,
-            control_version: 0,
-            members: vec![None; nodes],
-            history: None,
-            lock_watchers: Vec::new(),
-            outbox: Vec::new(),
-            facts: Vec::new(),
-            down: false,
+/// What `check_stat(lock)` tells.
+#[derive(Clone, Copy, Debug)]
+struct LockStat {
+    session: i64,
+    version: i64,
+    czxid: u64,
+}
+
+struct Member {
+    session: i64,
+    record: MemberRecord,
+    version: i64,
+}
+
+/// Something the store sends a client without being asked: a fired watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Note {
+    ControlChanged,
+    LockDeleted { join: u64 },
+}
+
+/// A session as the store sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Server {
+    /// Asked for; the request has not arrived yet.
+    Opening,
+    Alive,
+    /// Expired or closed.
+    Ended,
+}
+
+/// One session: its client's side and the store's.
+struct Sess {
+    owner: Inc,
+    /// The client still exists: not dropped, not given up while connecting. Only an open
+    /// client pings.
+    open: bool,
+    /// The lock version the client believes it holds (the backend's `lock_version`; `None`
+    /// is its `ANY_VERSION`).
+    held: Option<i64>,
+    /// FIFO on the connection: no request arrives, and no reply or watch event gets back,
+    /// before an earlier one.
+    next_arrival: Instant,
+    next_reply: Instant,
+    /// When the client learns that the session has ended.
+    lost_at: Option<Instant>,
+    server: Server,
+    /// Connected when the state was last looked at; it changes only under
+    /// [`SimStore::with`], which looks before and after, so it held all along since.
+    connected: bool,
+    /// The last contact (a request or a ping reaching the store) and the expiry it set, on
+    /// the expiry clock ([`State::expiry_clock`]).
+    contact: Instant,
+    deadline: Duration,
+    control_watch: bool,
+    /// The join whose exists-watch on the lock is armed.
+    lock_watch: Option<u64>,
+    /// Fired watches on their way to the client, with when they get there.
+    outbox: VecDeque<(Instant, Note)>,
+}
+
+impl Sess {
+    fn new(owner: Inc, now: Instant) -> Sess {
+        Sess {
+            owner,
+            open: true,
+            held: None,
+            next_arrival: now,
+            next_reply: now,
+            lost_at: None,
+            server: Server::Opening,
+            connected: false,
+            contact: now,
+            deadline: Duration::ZERO,
+            control_watch: false,
+            lock_watch: None,
+            outbox: VecDeque::new(),
+        }
+    }
+}
+
+/// A request on its way: applied by the session's wire task at `at`.
+struct Job {
+    at: Instant,
+    run: Apply,
+}
+
+type Apply = Box<dyn FnOnce(&mut State, Instant) + Send>;
+
+/// The answer to a request, and when it gets back to the client.
+type Reply<T> = oneshot::Receiver<(T, Instant)>;
+
+/// Who a request came from, and when it is applied.
+#[derive(Clone, Copy)]
+struct Ctx {
+    sid: i64,
+    owner: Inc,
+    now: Instant,
+}
+
+enum Wait<T> {
+    Ready(T),
+    /// Look again after the next change of the state, or at this instant.
+    Until(Option<Instant>),
+}
+
+type Observer = Arc<dyn Fn(&Fact) + Send + Sync>;
+
+struct State {
+    cfg: StoreConfig,
+    t0: Instant,
+    rng: SimRng,
+    /// TTL mode: the store's clock runs at `1 + drift` and has jumped by `stepped`.
+    drift: f64,
+    stepped: Duration,
+    steps_left: u32,
+    zxid: u64,
+    next_session: i64,
+    /// Every session ever opened (a run opens a few hundred at most).
+    sessions: BTreeMap<i64, Sess>,
+    lock: Option<Lock>,
+    breadcrumb: Option<(NodeRecord, i64)>,
+    control: Option<(Control, i64)>,
+    members: BTreeMap<String, Member>,
+    /// Newest first, and the version.
+    history: Option<(Vec<HistoryEntry>, i64)>,
+    set_aside: BTreeMap<String, Vec<HistoryEntry>>,
+    up: bool,
+    cut_off: BTreeSet<usize>,
+    dead: BTreeSet<Inc>,
+    frozen: BTreeSet<Inc>,
+    facts: Vec<Fact>,
+    observer: Option<Observer>,
+    /// Bumped after every change a waiter may wait for.
+    changes: watch::Sender<u64>,
+    changed: bool,
+}
+
+impl State {
+    fn sess(&self, sid: i64) -> &Sess {
+        self.sessions.get(&sid).expect("sessions are never removed")
+    }
+
+    fn sess_mut(&mut self, sid: i64) -> &mut Sess {
+        self.sessions
+            .get_mut(&sid)
+            .expect("sessions are never removed")
+    }
+
+    fn latency(&mut self) -> Duration {
+        let (lo, hi) = self.cfg.latency;
+        between(&mut self.rng, lo, hi)
+    }
+
+    /// The clock expiries are measured on, as an offset from the start: real time for
+    /// ZooKeeper, the store's own drifting and jumping clock for TTL leases.
+    fn expiry_clock(&self, at: Instant) -> Duration {
+        let real = at.saturating_duration_since(self.t0);
+        match self.cfg.sessions {
+            Sessions::Zk => real,
+            Sessions::Ttl { .. } => real.mul_f64(1.0 + self.drift) + self.stepped,
         }
     }
 
-    /// ZooKeeper's `ExpiryQueue.roundToNextInterval`: expiry on the next tick boundary.
-    fn expiry_after(&self, now: Time) -> Time {
-        let t = (now + self.session_timeout).as_nanos() as u64;
-        let tick = self.tick.as_nanos() as u64;
-        Duration::from_nanos((t / tick + 1) * tick)
+    /// ZooKeeper's `ExpiryQueue.roundToNextInterval`: `granted` after `clock`, on the next
+    /// tick boundary.
+    fn deadline_after(&self, clock: Duration) -> Duration {
+        let tick = self.cfg.tick.as_nanos();
+        let t = (clock + self.cfg.granted).as_nanos();
+        Duration::from_nanos(((t / tick + 1) * tick) as u64)
     }
 
-    fn touch(&mut self, sid: u64, now: Time) {
-        let at = self.expiry_after(now);
-        if let Some(s) = self.sessions.get_mut(&sid) {
-            if s.alive {
-                s.expire_at = at;
+    /// The node's link to the store works.
+    fn link(&self, node: usize) -> bool {
+        !self.cut_off.contains(&node)
+    }
+
+    /// What the store sends can reach the process (frozen: it waits in the kernel).
+    fn reaches(&self, who: Inc) -> bool {
+        self.link(who.0) && !self.dead.contains(&who)
+    }
+
+    /// The client of `sid` is connected, so it pings.
+    fn connected(&self, sid: i64) -> bool {
+        let s = self.sess(sid);
+        self.up && s.open && self.reaches(s.owner) && !self.frozen.contains(&s.owner)
+    }
+
+    /// A contact of `sid` with the store at `at`.
+    fn touch(&mut self, sid: i64, at: Instant) {
+        let deadline = self.deadline_after(self.expiry_clock(at));
+        let s = self.sess_mut(sid);
+        if s.server == Server::Alive {
+            s.contact = at;
+            s.deadline = deadline;
+        }
+    }
+
+    /// Brings the store up to `now`: the pings of the connections that stayed up, the
+    /// expiries that are due, the handshake of clients that just connected, and what
+    /// clients learn by it.
+    fn refresh(&mut self, now: Instant) {
+        let ping = self.cfg.granted / 3;
+        let sids: Vec<i64> = self.sessions.keys().copied().collect();
+        for &sid in &sids {
+            let s = self.sess(sid);
+            if s.server != Server::Alive || !s.connected || ping.is_zero() {
+                continue;
+            }
+            let pings = now.saturating_duration_since(s.contact).as_nanos() / ping.as_nanos();
+            if pings > 0 {
+                let last = s.contact + Duration::from_nanos((ping.as_nanos() * pings) as u64);
+                self.touch(sid, last);
+            }
+        }
+        // A store without quorum deletes nothing.
+        if self.up {
+            let clock = self.expiry_clock(now);
+            for &sid in &sids {
+                let s = self.sess(sid);
+                if s.server == Server::Alive && s.deadline <= clock {
+                    self.end_session(sid, true, now);
+                }
+            }
+        }
+        for &sid in &sids {
+            let connected = self.connected(sid);
+            let s = self.sess_mut(sid);
+            let was = std::mem::replace(&mut s.connected, connected);
+            if !connected {
+                continue;
+            }
+            match s.server {
+                // The client (re)connects: that is a contact.
+                Server::Alive if !was => self.touch(sid, now),
+                // Connecting, it is told the session is gone.
+                Server::Ended if s.lost_at.is_none() => {
+                    let at = now + self.latency();
+                    self.sess_mut(sid).lost_at = Some(at);
+                    self.changed = true;
+                }
+                _ => {}
             }
         }
     }
 
-    /// A new leader gives every session a full timeout again (after an outage).
-    pub fn renew_all_sessions(&mut self, now: Time) {
-        let at = self.expiry_after(now);
-        for s in self.sessions.values_mut().filter(|s| s.alive) {
-            s.expire_at = at;
-        }
-    }
-
-    /// Expires every session whose time has come; called on tick boundaries.
-    pub fn tick(&mut self, now: Time) {
-        if self.down {
+    /// Ends a session (expiry, or its client's close): its lock and member records go.
+    fn end_session(&mut self, sid: i64, expired: bool, now: Instant) {
+        let s = self.sess_mut(sid);
+        if s.server != Server::Alive {
             return;
         }
-        let mut due: Vec<u64> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.alive && s.expire_at <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        due.sort_unstable();
-        for sid in due {
-            self.end_session(sid, true);
-            self.outbox.push((sid, Note::Expired));
-        }
-    }
-
-    fn next_zxid(&mut self) -> u64 {
+        s.server = Server::Ended;
+        // Whatever was on its way is not delivered: an expired session hears only that.
+        s.outbox.clear();
+        s.control_watch = false;
+        s.lock_watch = None;
         self.zxid += 1;
-        self.zxid
+        if self.lock.as_ref().is_some_and(|l| l.session == sid) {
+            self.delete_lock(expired, now);
+        }
+        self.members.retain(|_, m| m.session != sid);
+        self.changed = true;
     }
 
-    fn end_session(&mut self, sid: u64, expired: bool) {
-        let Some(s) = self.sessions.get_mut(&sid) else {
+    fn delete_lock(&mut self, expired: bool, now: Instant) {
+        let Some(lock) = self.lock.take() else {
             return;
         };
-        if !s.alive {
-            return;
-        }
-        s.alive = false;
-        let owner = s.owner;
-        self.next_zxid();
-        if self.lock.is_some_and(|l| l.session == sid) {
-            self.delete_lock();
-        }
-        for m in self.members.iter_mut() {
-            if m.is_some_and(|m| m.session == sid) {
-                *m = None;
-            }
-        }
-        self.lock_watchers.retain(|(s, _)| *s != sid);
-        self.facts.push(Fact::SessionEnded {
-            session: sid,
-            owner,
+        self.facts.push(Fact::LockGone {
+            node: lock.owner.0,
+            inc: lock.owner.1,
             expired,
+            at: now,
         });
+        let mut fired = Vec::new();
+        for (sid, s) in self.sessions.iter_mut() {
+            if s.server == Server::Alive {
+                if let Some(join) = s.lock_watch.take() {
+                    fired.push((*sid, join));
+                }
+            }
+        }
+        for (sid, join) in fired {
+            self.push_note(sid, Note::LockDeleted { join }, now);
+        }
+        self.changed = true;
     }
 
-    fn delete_lock(&mut self) {
-        self.lock = None;
-        self.fire_lock_watches(true);
-    }
-
-    fn fire_lock_watches(&mut self, deleted: bool) {
-        for (sid, task) in std::mem::take(&mut self.lock_watchers) {
-            self.outbox.push((sid, Note::LockWatch { task, deleted }));
+    fn fire_control_watches(&mut self, now: Instant) {
+        let fired: Vec<i64> = self
+            .sessions
+            .iter_mut()
+            .filter(|(_, s)| s.server == Server::Alive && s.control_watch)
+            .map(|(sid, s)| {
+                s.control_watch = false;
+                *sid
+            })
+            .collect();
+        for sid in fired {
+            self.push_note(sid, Note::ControlChanged, now);
         }
     }
 
-    fn lock_exists(&self) -> bool {
-        self.lock.is_some()
+    fn push_note(&mut self, sid: i64, note: Note, now: Instant) {
+        let at = self.reply_at(sid, now);
+        self.sess_mut(sid).outbox.push_back((at, note));
+        self.changed = true;
     }
 
-    /// A set bumps the version; a create (after a delete) starts at 0 again, as in ZooKeeper.
-    fn set_crumb(&mut self, owner: Inc, epoch: Epoch, svc: Option<SvcRec>) {
-        let version = self.crumb.map_or(0, |c| c.version + 1);
-        self.crumb = Some(Crumb {
-            owner,
-            epoch,
-            version,
-            svc,
-        });
+    /// When something the store sends `sid` at `now` gets there (if the link is up then).
+    fn reply_at(&mut self, sid: i64, now: Instant) -> Instant {
+        let lat = self.latency();
+        let s = self.sess_mut(sid);
+        s.next_reply = (now + lat).max(s.next_reply);
+        s.next_reply
     }
 
-    /// Applies one request from session `sid` of `from` at `now`.
-    pub fn apply(&mut self, now: Time, from: Inc, sid: u64, req: &Req) -> Resp {
-        if let Req::CreateSession = req {
-            let expire_at = self.expiry_after(now);
-            self.sessions.insert(
-                sid,
-                Session {
-                    owner: from,
-                    alive: true,
-                    expire_at,
-                },
-            );
-            self.next_zxid();
-            return Resp::Ok;
+    /// Puts a request of `sid` on the wire at `now`: `apply` runs when it arrives, if the
+    /// store is up and the node's link works then, and its answer comes back on the
+    /// receiver with the instant it gets there. Returns no job when the request cannot
+    /// leave (store down, link cut) or is lost on the way; a lost reply drops the sender.
+    fn request<T: Send + 'static>(
+        &mut self,
+        sid: i64,
+        now: Instant,
+        apply: impl FnOnce(&mut State, Instant) -> T + Send + 'static,
+    ) -> (Option<Job>, Reply<T>) {
+        let (tx, rx) = oneshot::channel();
+        let owner = self.sess(sid).owner;
+        if !self.up || !self.link(owner.0) {
+            return (None, rx);
         }
-        if !self.sessions.get(&sid).is_some_and(|s| s.alive) {
-            self.outbox.push((sid, Note::Expired));
-            return Resp::Err(Fail::Expired);
+        let lat = self.latency();
+        let s = self.sess_mut(sid);
+        let at = (now + lat).max(s.next_arrival);
+        s.next_arrival = at;
+        let lost = self.rng.chance(self.cfg.loss);
+        if lost && self.rng.chance(0.5) {
+            return (None, rx);
         }
+        let run = move |st: &mut State, now: Instant| {
+            if !st.up || !st.link(owner.0) {
+                return;
+            }
+            let out = apply(st, now);
+            if !lost {
+                let at = st.reply_at(sid, now);
+                let _ = tx.send((out, at));
+            }
+        };
+        (
+            Some(Job {
+                at,
+                run: Box::new(run),
+            }),
+            rx,
+        )
+    }
+
+    fn open_session(&mut self, sid: i64, now: Instant) {
+        self.zxid += 1;
+        self.sess_mut(sid).server = Server::Alive;
         self.touch(sid, now);
-        let (node, inc) = from;
-        match req {
-            Req::CreateSession => unreachable!("handled above"),
-            Req::CloseSession => {
-                self.end_session(sid, false);
-                Resp::Ok
-            }
-            Req::Ping => Resp::Ok,
-            Req::CreateLock => {
-                if self.lock.is_some() {
-                    return Resp::Err(Fail::Rejected);
-                }
-                let czxid = self.next_zxid();
-                self.lock = Some(Lock {
-                    session: sid,
-                    owner: from,
-                    czxid,
-                    version: 0,
-                });
-                Resp::Created { czxid }
-            }
-            Req::StatLock { watch } => {
-                if let (Some(task), Some(_)) = (watch, self.lock) {
-                    self.lock_watchers.push((sid, *task));
-                }
-                Resp::Stat(self.lock)
-            }
-            Req::DeleteLock { version } => match self.lock {
-                Some(l) if l.version == *version => {
-                    self.next_zxid();
-                    self.delete_lock();
-                    Resp::Ok
-                }
-                _ => Resp::Err(Fail::Rejected),
-            },
-            Req::GetCrumb => Resp::Crumb(self.crumb),
-            Req::GetControl => Resp::Control {
-                version: self.control_version,
-            },
-            Req::GetHistory => Resp::History {
-                entries: self
-                    .history
-                    .as_ref()
-                    .map(|h| h.0.clone())
-                    .unwrap_or_default(),
-                version: self.history.as_ref().map(|h| h.1),
-            },
-            Req::SetMember => {
-                if self.members[node].is_some_and(|m| m.session == sid) {
-                    self.next_zxid();
-                    Resp::Ok
-                } else {
-                    Resp::Err(Fail::Rejected)
-                }
-            }
-            Req::Commit {
-                epoch,
-                crumb_version,
-                control_version,
-                sent,
-                svc,
-            } => {
-                let crumb_ok = match (crumb_version, self.crumb) {
-                    (Some(v), Some(c)) => c.version == *v,
-                    (None, None) => true,
-                    _ => false,
-                };
-                if *control_version != self.control_version || !self.lock_exists() || !crumb_ok {
-                    return Resp::Err(Fail::Rejected);
-                }
-                let lock = self.lock;
-                let replaced = self.crumb;
-                self.next_zxid();
-                if let Some(l) = self.lock.as_mut() {
-                    l.version += 1;
-                }
-                self.fire_lock_watches(false);
-                self.set_crumb(from, *epoch, *svc);
-                self.facts.push(Fact::Committed {
-                    by: from,
-                    session: sid,
-                    epoch: *epoch,
-                    lock,
-                    replaced,
-                    sent: *sent,
-                });
-                Resp::Ok
-            }
-            Req::Renew { sent } => {
-                if !self.lock_exists() || self.members[node].is_none_or(|m| m.session != sid) {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                self.facts.push(Fact::Renewed {
-                    by: from,
-                    session: sid,
-                    lock: self.lock,
-                    sent: *sent,
-                });
-                Resp::Ok
-            }
-            Req::RecordService { version, svc } => {
-                if !self.lock_exists() || self.crumb.is_none_or(|c| c.version != *version) {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                if let Some(c) = self.crumb.as_mut() {
-                    c.version += 1;
-                    c.svc = *svc;
-                }
-                Resp::Ok
-            }
-            Req::DeleteCrumb { version } => {
-                let Some(crumb) = self.crumb.filter(|c| c.version == *version) else {
-                    return Resp::Err(Fail::Rejected);
-                };
-                if !self.lock_exists() {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                self.crumb = None;
-                self.facts.push(Fact::CrumbDeleted { by: from, crumb });
-                Resp::Ok
-            }
-            Req::GetMember => Resp::Member(self.members[node]),
-            Req::CreateMember => {
-                if self.members[node].is_some() {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                self.members[node] = Some(Member { session: sid, inc });
-                Resp::Ok
-            }
-            Req::DeleteMember => {
-                if self.members[node].is_none() {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                self.members[node] = None;
-                Resp::Ok
-            }
-            Req::SetHistory {
-                epoch,
-                to_active,
-                version,
-            } => {
-                let ok = match (version, &self.history) {
-                    (Some(v), Some((_, cur))) => v == cur,
-                    (None, None) => true,
-                    _ => false,
-                };
-                if !ok {
-                    return Resp::Err(Fail::Rejected);
-                }
-                self.next_zxid();
-                let (mut entries, version) = match self.history.take() {
-                    Some((e, v)) => (e, v + 1),
-                    None => (Vec::new(), 0),
-                };
-                entries.push((*epoch, *to_active));
-                if entries.len() > HISTORY_LEN {
-                    entries.remove(0);
-                }
-                self.history = Some((entries, version));
-                Resp::Ok
+    }
+
+    fn maybe_step(&mut self) {
+        if let Sessions::Ttl { max_step, .. } = self.cfg.sessions {
+            if self.steps_left > 0 && self.rng.chance(STEP_CHANCE) {
+                self.steps_left -= 1;
+                self.stepped += between(&mut self.rng, Duration::ZERO, max_step);
+                self.changed = true;
             }
         }
+    }
+
+    fn publish(&mut self) {
+        if std::mem::take(&mut self.changed) {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    // ----- the store's operations, as applied on arrival ------------------------------
+
+    fn lock_stat(&self) -> Option<LockStat> {
+        self.lock.as_ref().map(|l| LockStat {
+            session: l.session,
+            version: l.version,
+            czxid: l.czxid,
+        })
+    }
+
+    /// The backend's check of the lock in its multi-ops: `check_version(lock, held)`,
+    /// where ZooKeeper's -1 (`None`) only asks that it exists.
+    fn lock_at(&self, held: Option<i64>) -> bool {
+        self.lock
+            .as_ref()
+            .is_some_and(|l| held.is_none_or(|v| v == l.version))
+    }
+
+    fn control_value(&self) -> Control {
+        self.control
+            .as_ref()
+            .map(|(c, _)| c.clone())
+            .unwrap_or_default()
+    }
+
+    fn create_lock(&mut self, c: Ctx, record: NodeRecord) -> Result<LockStat, StoreError> {
+        if self.lock.is_some() {
+            return Err(rejected("lock", "NodeExists"));
+        }
+        self.zxid += 1;
+        self.lock = Some(Lock {
+            session: c.sid,
+            owner: c.owner,
+            record,
+            czxid: self.zxid,
+            version: 0,
+        });
+        self.facts.push(Fact::LockTaken {
+            node: c.owner.0,
+            inc: c.owner.1,
+            epoch: self.zxid,
+            at: c.now,
+        });
+        Ok(self.lock_stat().expect("just created"))
+    }
+
+    fn delete_lock_at(&mut self, version: i64, now: Instant) -> Result<(), StoreError> {
+        match &self.lock {
+            Some(l) if l.version == version => {
+                self.zxid += 1;
+                self.delete_lock(false, now);
+                Ok(())
+            }
+            Some(_) => Err(rejected("lock", "BadVersion")),
+            None => Err(rejected("lock", "NoNode")),
+        }
+    }
+
+    /// multi: check control's version, set the lock's data (at the version held), set the
+    /// breadcrumb at its version or create it.
+    fn commit(
+        &mut self,
+        c: Ctx,
+        record: NodeRecord,
+        breadcrumb_version: Option<i64>,
+        control_version: i64,
+        held: Option<i64>,
+        sent: Instant,
+    ) -> Result<(), StoreError> {
+        if self.control.as_ref().map(|(_, v)| *v) != Some(control_version) {
+            return Err(rejected("control", "BadVersion"));
+        }
+        if !self.lock_at(held) {
+            return Err(rejected("lock", "BadVersion"));
+        }
+        match (breadcrumb_version, &self.breadcrumb) {
+            (Some(v), Some((_, cur))) if v == *cur => {}
+            (None, None) => {}
+            _ => return Err(rejected("breadcrumb", "BadVersion")),
+        }
+        self.zxid += 1;
+        let lock = self.lock.as_mut().expect("checked");
+        lock.record = record.clone();
+        lock.version += 1;
+        let replaced = self.breadcrumb.take();
+        let version = replaced.as_ref().map_or(0, |(_, v)| v + 1);
+        self.breadcrumb = Some((record.clone(), version));
+        self.facts.push(Fact::Commit {
+            node: c.owner.0,
+            inc: c.owner.1,
+            epoch: record.epoch.unwrap_or_default(),
+            replaced: replaced.map(|(r, _)| r),
+            record,
+            at: c.now,
+        });
+        self.facts.push(Fact::Renewed {
+            node: c.owner.0,
+            inc: c.owner.1,
+            sent,
+            at: c.now,
+        });
+        Ok(())
+    }
+
+    /// multi: check the lock at the version held, set our member record.
+    fn renew(
+        &mut self,
+        c: Ctx,
+        member: MemberRecord,
+        held: Option<i64>,
+        sent: Instant,
+    ) -> Result<(), StoreError> {
+        if !self.lock_at(held) {
+            return Err(rejected("lock", "BadVersion"));
+        }
+        self.set_member(member)?;
+        self.facts.push(Fact::Renewed {
+            node: c.owner.0,
+            inc: c.owner.1,
+            sent,
+            at: c.now,
+        });
+        Ok(())
+    }
+
+    /// multi: check the lock at the version held, set the breadcrumb at `version`.
+    fn record_service(
+        &mut self,
+        c: Ctx,
+        record: NodeRecord,
+        version: i64,
+        held: Option<i64>,
+    ) -> Result<(), StoreError> {
+        if !self.lock_at(held) {
+            return Err(rejected("lock", "BadVersion"));
+        }
+        match &mut self.breadcrumb {
+            Some((cur, v)) if *v == version => {
+                *cur = record.clone();
+                *v += 1;
+            }
+            _ => return Err(rejected("breadcrumb", "BadVersion")),
+        }
+        self.zxid += 1;
+        self.facts.push(Fact::Recorded {
+            node: c.owner.0,
+            inc: c.owner.1,
+            record,
+            at: c.now,
+        });
+        Ok(())
+    }
+
+    /// multi: with `lock_check` (the version held), check the lock at that version;
+    /// delete the breadcrumb at `version`.
+    fn delete_breadcrumb(
+        &mut self,
+        c: Ctx,
+        version: i64,
+        lock_check: Option<Option<i64>>,
+    ) -> Result<(), StoreError> {
+        if lock_check.is_some_and(|held| !self.lock_at(held)) {
+            return Err(rejected("lock", "BadVersion"));
+        }
+        match &self.breadcrumb {
+            Some((_, v)) if *v == version => {}
+            _ => return Err(rejected("breadcrumb", "BadVersion")),
+        }
+        self.zxid += 1;
+        let (record, _) = self.breadcrumb.take().expect("checked");
+        self.facts.push(Fact::BreadcrumbDeleted {
+            by: Some(c.owner),
+            record,
+            at: c.now,
+        });
+        Ok(())
+    }
+
+    fn create_member(&mut self, c: Ctx, m: MemberRecord) -> Result<(), StoreError> {
+        if self.members.contains_key(&m.node.node_id) {
+            return Err(rejected("member", "NodeExists"));
+        }
+        self.zxid += 1;
+        self.members.insert(
+            m.node.node_id.clone(),
+            Member {
+                session: c.sid,
+                record: m,
+                version: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// `set_data(members/<id>)` at any version: whoever owns it, as ZooKeeper allows.
+    fn set_member(&mut self, m: MemberRecord) -> Result<(), StoreError> {
+        let Some(member) = self.members.get_mut(&m.node.node_id) else {
+            return Err(rejected("member", "NoNode"));
+        };
+        member.record = m;
+        member.version += 1;
+        self.zxid += 1;
+        Ok(())
+    }
+
+    fn create_control(&mut self, now: Instant) -> Result<(), StoreError> {
+        if self.control.is_some() {
+            return Err(rejected("control", "NodeExists"));
+        }
+        self.put_control(Control::default(), now);
+        Ok(())
+    }
+
+    /// Sets control at `version`, or creates it when `None`.
+    fn write_control(
+        &mut self,
+        control: Control,
+        version: Option<i64>,
+        now: Instant,
+    ) -> Result<(), StoreError> {
+        match (version, &self.control) {
+            (Some(v), Some((_, cur))) if v == *cur => {}
+            (None, None) => {}
+            _ => return Err(rejected("control", "BadVersion or NodeExists")),
+        }
+        self.put_control(control, now);
+        Ok(())
+    }
+
+    fn put_control(&mut self, control: Control, now: Instant) {
+        let version = self.control.as_ref().map_or(0, |(_, v)| v + 1);
+        self.control = Some((control, version));
+        self.zxid += 1;
+        self.fire_control_watches(now);
+    }
+
+    /// Sets history at `version`, or creates it when `None`.
+    fn write_history(
+        &mut self,
+        entries: Vec<HistoryEntry>,
+        version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let next = match (version, &self.history) {
+            (Some(v), Some((_, cur))) if v == *cur => v + 1,
+            (None, None) => 0,
+            _ => return Err(rejected("history", "BadVersion or NodeExists")),
+        };
+        self.history = Some((entries, next));
+        self.zxid += 1;
+        Ok(())
+    }
+
+    fn delete_takeover_state(
+        &mut self,
+        c: Ctx,
+        breadcrumb: Option<i64>,
+        control: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let at = |cur: Option<i64>, want: Option<i64>| want.is_none_or(|v| cur == Some(v));
+        if !at(self.breadcrumb.as_ref().map(|(_, v)| *v), breadcrumb) {
+            return Err(rejected("breadcrumb", "BadVersion"));
+        }
+        if !at(self.control.as_ref().map(|(_, v)| *v), control) {
+            return Err(rejected("control", "BadVersion"));
+        }
+        self.zxid += 1;
+        if breadcrumb.is_some() {
+            let (record, _) = self.breadcrumb.take().expect("checked");
+            self.facts.push(Fact::BreadcrumbDeleted {
+                by: Some(c.owner),
+                record,
+                at: c.now,
+            });
+        }
+        if control.is_some() {
+            self.control = None;
+            self.fire_control_watches(c.now);
+        }
+        Ok(())
+    }
+
+    fn move_history_aside(&mut self, version: i64) -> Result<String, StoreError> {
+        match &self.history {
+            Some((_, v)) if *v == version => {}
+            _ => return Err(rejected("history", "BadVersion")),
+        }
+        self.zxid += 1;
+        let name = format!("history.old-{}", self.zxid);
+        let (entries, _) = self.history.take().expect("checked");
+        self.set_aside.insert(name.clone(), entries);
+        Ok(format!("{BASE}/{name}"))
+    }
+
+    fn snapshot(&self) -> ClusterSnapshot {
+        ClusterSnapshot {
+            lock: self.lock.as_ref().map(|l| (Ok(l.record.clone()), l.czxid)),
+            lock_owner: self.lock.as_ref().map(|l| SessionId(l.session)),
+            breadcrumb: self
+                .breadcrumb
+                .as_ref()
+                .map(|(r, v)| (Ok(r.clone()), Version::new(*v))),
+            control: self.control_value(),
+            control_version: self.control.as_ref().map(|(_, v)| Version::new(*v)),
+            control_unreadable: None,
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| (id.clone(), Ok(m.record.clone())))
+                .collect(),
+            member_sessions: self
+                .members
+                .iter()
+                .map(|(id, m)| (id.clone(), SessionId(m.session)))
+                .collect(),
+            history: history_of(self.history.as_ref().map(|(e, _)| e.clone())),
+            set_aside: self
+                .set_aside
+                .keys()
+                .map(|n| format!("{BASE}/{n}"))
+                .collect(),
+        }
+    }
+}
+
+fn rejected(what: &str, why: &str) -> StoreError {
+    StoreError::Rejected(format!("{why} at {BASE}/{what}"))
+}
+
+fn history_of(entries: Option<Vec<HistoryEntry>>) -> History {
+    History {
+        entries: entries.unwrap_or_default(),
+        ..History::default()
+    }
+}
+
+/// `coord/zookeeper.rs` `newest_promotion`: only completed promotions count.
+fn newest_promotion(history: &History) -> Option<Epoch> {
+    history
+        .entries
+        .iter()
+        .filter(|h| h.to == Role::Active.as_str())
+        .filter_map(|h| h.epoch)
+        .max()
+}
+
+/// `record::insert_history` on entries: at its place by time, the newest kept.
+fn insert_history(entries: &mut Vec<HistoryEntry>, entry: &HistoryEntry) {
+    let at = entries
+        .iter()
+        .position(|e| e.at <= entry.at)
+        .unwrap_or(entries.len());
+    entries.insert(at, entry.clone());
+    entries.truncate(HISTORY_LEN);
+}
+
+fn write_outcome(r: Result<(), StoreError>) -> WriteOutcome {
+    match r {
+        Ok(()) => WriteOutcome::Done,
+        Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
+        Err(_) => WriteOutcome::Unknown,
+    }
+}
+
+/// A version as the backend would send it: ZooKeeper's are never negative.
+fn znode_version(v: Version) -> Option<i64> {
+    Some(v.get()).filter(|&v| (0..=i64::from(i32::MAX)).contains(&v))
+}
+
+/// The simulated store; cheap to clone.
+#[derive(Clone)]
+pub struct SimStore {
+    state: Arc<Mutex<State>>,
+}
+
+impl SimStore {
+    /// A store as `warden init` leaves it (an empty `control`, nothing else), with its
+    /// expiry ticker running. Must be called inside the runtime.
+    pub fn new(cfg: StoreConfig, seed: u64) -> SimStore {
+        assert!(!cfg.tick.is_zero(), "the store needs a tick");
+        let mut rng = SimRng::new(seed);
+        let drift = match cfg.sessions {
+            Sessions::Ttl { max_drift, .. } => (rng.unit() * 2.0 - 1.0) * max_drift,
+            Sessions::Zk => 0.0,
+        };
+        let t0 = Instant::now();
+        let tick = cfg.tick;
+        let state = State {
+            cfg,
+            t0,
+            rng,
+            drift,
+            stepped: Duration::ZERO,
+            steps_left: MAX_STEPS,
+            // Whatever `warden init` wrote before the run.
+            zxid: 100,
+            next_session: 0,
+            sessions: BTreeMap::new(),
+            lock: None,
+            breadcrumb: None,
+            control: Some((Control::default(), 0)),
+            members: BTreeMap::new(),
+            history: None,
+            set_aside: BTreeMap::new(),
+            up: true,
+            cut_off: BTreeSet::new(),
+            dead: BTreeSet::new(),
+            frozen: BTreeSet::new(),
+            facts: Vec::new(),
+            observer: None,
+            changes: watch::channel(0).0,
+            changed: false,
+        };
+        let store = SimStore {
+            state: Arc::new(Mutex::new(state)),
+        };
+        spawn_ticker(Arc::downgrade(&store.state), t0, tick);
+        store
+    }
+
+    /// The connector of one warden process: node index `node`, incarnation `inc`.
+    pub fn connector(&self, node: usize, inc: u32) -> SimConnector {
+        SimConnector {
+            store: self.clone(),
+            owner: (node, inc),
+        }
+    }
+
+    /// The node's network link to the store (a partition when false). While it is cut,
+    /// calls get no answer and no ping reaches the store; watch events wait for it.
+    pub fn set_reachable(&self, node: usize, reachable: bool) {
+        self.with(|st, _| {
+            if reachable {
+                st.cut_off.remove(&node);
+            } else {
+                st.cut_off.insert(node);
+            }
+            st.changed = true;
+        });
+    }
+
+    /// The store is up (has quorum). While it is down nothing is answered or applied.
+    pub fn set_up(&self, up: bool) {
+        self.with(|st, now| {
+            if up && !st.up && st.cfg.sessions == Sessions::Zk {
+                st.up = true;
+                let alive: Vec<i64> = st
+                    .sessions
+                    .iter()
+                    .filter(|(_, s)| s.server == Server::Alive)
+                    .map(|(sid, _)| *sid)
+                    .collect();
+                for sid in alive {
+                    st.touch(sid, now);
+                }
+            }
+            st.up = up;
+            st.changed = true;
+        });
+    }
+
+    /// Process `inc` of `node` died (kill -9, reboot): its calls never return, it pings
+    /// no more and closes nothing; its sessions expire by themselves. Requests it sent
+    /// before are still on the wire and land.
+    pub fn kill(&self, node: usize, inc: u32) {
+        self.with(|st, _| {
+            st.dead.insert((node, inc));
+            st.changed = true;
+        });
+    }
+
+    /// The process is frozen (SIGSTOP): no pings; its calls are not sent until it is
+    /// thawed, and answers wait for it.
+    pub fn set_frozen(&self, node: usize, inc: u32, frozen: bool) {
+        self.with(|st, _| {
+            if frozen {
+                st.frozen.insert((node, inc));
+            } else {
+                st.frozen.remove(&(node, inc));
+            }
+            st.changed = true;
+        });
+    }
+
+    /// The breadcrumb as it is now.
+    pub fn breadcrumb(&self) -> Option<NodeRecord> {
+        self.quiet(|st, _| st.breadcrumb.as_ref().map(|(r, _)| r.clone()))
+    }
+
+    /// The lock's holder (node, incarnation) and its epoch, as it is now.
+    pub fn lock_holder(&self) -> Option<(usize, u32, Epoch)> {
+        self.quiet(|st, _| st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid)))
+    }
+
+    /// `control` as it is now (an absent one reads as the default, as the daemons read it).
+    pub fn control(&self) -> Control {
+        self.quiet(|st, _| st.control_value())
+    }
+
+    /// The simulated operator replaces control (`warden pause`, `warden failover`): its
+    /// version grows and its watches fire.
+    pub fn set_control(&self, control: Control) {
+        self.with(|st, now| st.put_control(control, now));
+    }
+
+    /// The simulated operator's `warden fence --confirm`: the breadcrumb goes, whatever it
+    /// names.
+    pub fn confirm_fenced(&self) {
+        self.with(|st, now| {
+            if let Some((record, _)) = st.breadcrumb.take() {
+                st.zxid += 1;
+                st.facts.push(Fact::BreadcrumbDeleted {
+                    by: None,
+                    record,
+                    at: now,
+                });
+            }
+        });
+    }
+
+    /// Every fact since the last call, in the order applied (none once an observer is set:
+    /// they go to it instead).
+    pub fn take_facts(&self) -> Vec<Fact> {
+        self.quiet(|st, _| std::mem::take(&mut st.facts))
+    }
+
+    /// Hands every fact from now on to `observer` as it is applied, right after the write,
+    /// outside the store's lock (the observer may call the store). Facts a harness query
+    /// ([`breadcrumb`](Self::breadcrumb) and the like) or a dropped session happen to apply
+    /// (an expiry that was due) follow at the next call that applies anything.
+    pub fn observe(&self, observer: impl Fn(&Fact) + Send + Sync + 'static) {
+        self.with(|st, _| st.observer = Some(Arc::new(observer)));
+    }
+
+    /// TTL mode: the store's clock jumps forward by `by` (leases it passes vanish now).
+    /// No-op in ZooKeeper mode.
+    pub fn step_clock(&self, by: Duration) {
+        self.with(|st, _| {
+            if let Sessions::Ttl { .. } = st.cfg.sessions {
+                st.stepped += by;
+                st.changed = true;
+            }
+        });
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the state at the current instant, with everything due applied before
+    /// and after; wakes the waiters when something changed, then hands the new facts to
+    /// the observer (outside the lock).
+    fn with<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let (r, facts, observer) = {
+            let mut st = self.lock();
+            let now = Instant::now();
+            st.refresh(now);
+            let r = f(&mut st, now);
+            st.refresh(now);
+            st.publish();
+            match st.observer.clone() {
+                Some(o) => (r, std::mem::take(&mut st.facts), Some(o)),
+                None => (r, Vec::new(), None),
+            }
+        };
+        if let Some(o) = observer {
+            for fact in &facts {
+                o(fact);
+            }
+        }
+        r
+    }
+
+    /// [`with`](Self::with) without calling the observer: for the harness's queries (it
+    /// may hold its own lock, which the observer takes) and for `Drop`.
+    fn quiet<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
+        let mut st = self.lock();
+        let now = Instant::now();
+        st.refresh(now);
+        let r = f(&mut st, now);
+        st.refresh(now);
+        st.publish();
+        r
+    }
+
+    /// Waits until `f` says ready, looking again after every change of the state and at
+    /// the instant `f` names.
+    async fn until<T>(&self, mut f: impl FnMut(&mut State, Instant) -> Wait<T> + Send) -> T {
+        let mut changes = self.lock().changes.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let at = match self.with(|st, now| f(st, now)) {
+                Wait::Ready(t) => return t,
+                Wait::Until(at) => at,
+            };
+            let timer = async {
+                match at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = changes.changed() => {}
+                _ = timer => {}
+            }
+        }
+    }
+
+    /// Returns once `who` runs: waits while it is frozen, forever once it is dead.
+    async fn gate(&self, who: Inc) {
+        self.until(|st, _| {
+            if st.dead.contains(&who) || st.frozen.contains(&who) {
+                Wait::Until(None)
+            } else {
+                Wait::Ready(())
+            }
+        })
+        .await
+    }
+
+    /// The answer of a request, once it got back to `who`; never, if it was lost or the
+    /// link was cut when it arrived.
+    async fn delivered<T>(&self, who: Inc, reply: Reply<T>) -> T {
+        let Ok((out, at)) = reply.await else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(at).await;
+        if !self.with(|st, _| st.reaches(who)) {
+            return std::future::pending().await;
+        }
+        out
+    }
+}
+
+/// The store's expiry sweep, every tick from the start, so that expiries happen while
+/// nobody calls (every access also applies what is due first). It holds the state weakly
+/// and ends with the store; a runtime that is dropped simply drops it.
+fn spawn_ticker(state: Weak<Mutex<State>>, t0: Instant, tick: Duration) {
+    tokio::spawn(async move {
+        let mut at = t0;
+        loop {
+            at += tick;
+            tokio::time::sleep_until(at).await;
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            SimStore { state }.with(|st, _| st.maybe_step());
+        }
+    });
+}
+
+/// The wire of one session: applies its requests at their arrival, one after the other.
+/// It ends once the session's handle is gone and everything sent has landed.
+fn spawn_wire(store: SimStore) -> mpsc::UnboundedSender<Job> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            tokio::time::sleep_until(job.at).await;
+            store.with(|st, now| (job.run)(st, now));
+        }
+    });
+    tx
+}
+
+/// Opens sessions for one warden process.
+#[derive(Clone)]
+pub struct SimConnector {
+    store: SimStore,
+    owner: Inc,
+}
+
+impl Connector for SimConnector {
+    type Session = SimSession;
+
+    async fn connect(&self) -> Result<SimSession, StoreError> {
+        let store = &self.store;
+        let owner = self.owner;
+        store.gate(owner).await;
+        let sent = Instant::now();
+        let (sid, job, reply, cfg) = store.with(|st, now| {
+            st.next_session += 1;
+            let sid = st.next_session;
+            st.sessions.insert(sid, Sess::new(owner, now));
+            let (job, reply) = st.request(sid, now, move |st, now| st.open_session(sid, now));
+            (sid, job, reply, st.cfg.clone())
+        });
+        let wire = spawn_wire(store.clone());
+        if let Some(job) = job {
+            let _ = wire.send(job);
+        }
+        let mut abandon = Abandon {
+            store: store.clone(),
+            sid,
+            armed: true,
+        };
+        let answer =
+            tokio::time::timeout_at(sent + cfg.op_timeout, store.delivered(owner, reply)).await;
+        store.gate(owner).await;
+        if answer.is_err() {
+            return Err(StoreError::Unreachable {
+                connect: format!(
+                    "the simulated store (n{} incarnation {})",
+                    owner.0 + 1,
+                    owner.1
+                ),
+                timeout: format!("{:?}", cfg.op_timeout),
+                reason: "no session was established".into(),
+            });
+        }
+        abandon.armed = false;
+        Ok(SimSession {
+            h: Arc::new(Handle {
+                store: store.clone(),
+                sid,
+                owner,
+                cfg,
+                wire,
+                joined: watch::Sender::new(None),
+            }),
+        })
+    }
+}
+
+/// A connect given up (timed out, or its task aborted): the client is gone, so a session
+/// the store opened anyway is never pinged and expires.
+struct Abandon {
+    store: SimStore,
+    sid: i64,
+    armed: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if self.armed {
+            let sid = self.sid;
+            self.store.quiet(|st, _| st.sess_mut(sid).open = false);
+        }
+    }
+}
+
+/// A session; clones share it. When the last clone is dropped, the client closes it.
+#[derive(Clone)]
+pub struct SimSession {
+    h: Arc<Handle>,
+}
+
+struct Handle {
+    store: SimStore,
+    sid: i64,
+    owner: Inc,
+    cfg: StoreConfig,
+    wire: mpsc::UnboundedSender<Job>,
+    /// The number of the latest join: the events watch the lock for it.
+    joined: watch::Sender<Option<u64>>,
+}
+
+/// ZooKeeper's closeSession: sent after everything the session sent before, it deletes
+/// the session's lock and member record when it lands. A client that is dead, cut off or
+/// frozen sends nothing: its session expires.
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let sid = self.sid;
+        let job = self.store.quiet(|st, now| {
+            let connected = st.connected(sid);
+            st.sess_mut(sid).open = false;
+            st.changed = true;
+            if !connected {
+                return None;
+            }
+            st.request(sid, now, move |st, now| st.end_session(sid, false, now))
+                .0
+        });
+        if let Some(job) = job {
+            let _ = self.wire.send(job);
+        }
+    }
+}
+
+impl SimSession {
+    /// One request of this session, bounded by `op_timeout` (the backend's `bounded`):
+    /// `op` runs at the store on arrival, if the session is alive there.
+    async fn call<T: Send + 'static>(
+        &self,
+        what: &str,
+        op: impl FnOnce(&mut State, Ctx) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let h = &*self.h;
+        let (sid, owner) = (h.sid, h.owner);
+        h.store.gate(owner).await;
+        let sent = Instant::now();
+        let sending = h.store.with(|st, now| {
+            if st.sess(sid).lost_at.is_some_and(|t| t <= now) {
+                // The client knows: it fails at once.
+                return Err(StoreError::SessionLost(format!(
+                    "{what}: the session has ended"
+                )));
+            }
+            Ok(st.request(sid, now, move |st, now| {
+                if st.sess(sid).server != Server::Alive {
+                    return Err(StoreError::SessionLost("session expired".into()));
+                }
+                st.touch(sid, now);
+                op(st, Ctx { sid, owner, now })
+            }))
+        });
+        let (job, reply) = sending?;
+        if let Some(job) = job {
+            let _ = h.wire.send(job);
+        }
+        let timeout = h.cfg.op_timeout;
+        let answer = tokio::time::timeout_at(sent + timeout, h.store.delivered(owner, reply))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unknown(format!(
+                    "{what} got no answer within {timeout:?}"
+                )))
+            });
+        if let Err(StoreError::SessionLost(_)) = answer {
+            h.store.with(|st, now| {
+                let s = st.sess_mut(sid);
+                if s.lost_at.is_none_or(|t| t > now) {
+                    s.lost_at = Some(now);
+                    st.changed = true;
+                }
+            });
+        }
+        h.store.gate(owner).await;
+        answer
+    }
+
+    fn held(&self) -> Option<i64> {
+        let sid = self.h.sid;
+        self.h.store.with(|st, _| st.sess(sid).held)
+    }
+
+    fn hold(&self, version: Option<i64>) {
+        let sid = self.h.sid;
+        self.h.store.with(|st, _| st.sess_mut(sid).held = version);
+    }
+
+    /// Returns once the client knows the session has ended (never, if it cannot learn it).
+    async fn lost(&self) {
+        let sid = self.h.sid;
+        self.h
+            .store
+            .until(|st, now| match st.sess(sid).lost_at {
+                Some(t) if t <= now => Wait::Ready(()),
+                at => Wait::Until(at),
+            })
+            .await;
+        self.h.store.gate(self.h.owner).await;
+    }
+
+    /// Waits for a fired watch that `pick` wants (`Some(true)`; `Some(false)` drops it, a
+    /// stale one): `true` once it got here, `false` when the session is known lost first.
+    async fn note(&self, pick: impl Fn(&Note) -> Option<bool> + Send + Sync) -> bool {
+        let (sid, owner) = (self.h.sid, self.h.owner);
+        let got = self
+            .h
+            .store
+            .until(|st, now| {
+                let deliverable = st.up && st.reaches(owner);
+                let s = st.sess_mut(sid);
+                if s.lost_at.is_some_and(|t| t <= now) {
+                    return Wait::Ready(false);
+                }
+                s.outbox.retain(|(_, n)| pick(n) != Some(false));
+                let mut next = s.lost_at;
+                if let Some(i) = s.outbox.iter().position(|(_, n)| pick(n) == Some(true)) {
+                    let at = s.outbox[i].0;
+                    if at <= now && deliverable {
+                        s.outbox.remove(i);
+                        return Wait::Ready(true);
+                    }
+                    // Past due but cut off: it comes with the reconnection.
+                    if at > now {
+                        next = Some(next.map_or(at, |n| n.min(at)));
+                    }
+                }
+                Wait::Until(next)
+            })
+            .await;
+        self.h.store.gate(owner).await;
+        got
+    }
+
+    /// `ZkSession::watch_lock`: waits until the lock is deleted (`true`) or the session
+    /// ends (`false`). Polling: until a look finds it gone or created anew.
+    async fn watch_lock(&self, join: u64) -> bool {
+        match self.h.cfg.watches {
+            Watches::Yes => loop {
+                let armed = self
+                    .call("watching the lock", move |st, c| {
+                        if st.lock.is_none() {
+                            return Ok(false);
+                        }
+                        st.sess_mut(c.sid).lock_watch = Some(join);
+                        Ok(true)
+                    })
+                    .await;
+                match armed {
+                    Ok(false) => return true,
+                    Ok(true) => {
+                        return self
+                            .note(|n| match n {
+                                Note::LockDeleted { join: j } => Some(*j == join),
+                                Note::ControlChanged => None,
+                            })
+                            .await
+                    }
+                    Err(StoreError::SessionLost(_)) => return false,
+                    Err(_) => tokio::time::sleep(RETRY_DELAY).await,
+                }
+            },
+            Watches::Polling { every } => {
+                let mut seen = None;
+                loop {
+                    match self
+                        .call("reading the lock", |st, _| {
+                            Ok(st.lock_stat().map(|l| l.czxid))
+                        })
+                        .await
+                    {
+                        Ok(None) => return true,
+                        Ok(Some(czxid)) if seen.is_some_and(|s| s != czxid) => return true,
+                        Ok(Some(czxid)) => seen = Some(czxid),
+                        Err(StoreError::SessionLost(_)) => return false,
+                        Err(_) => {}
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+        }
+    }
+
+    /// `ZkSession::follow_control`: hands `control` to `each` now and after every change
+    /// (polling: every change a look finds), until the session ends or `each` says stop.
+    async fn follow_control(&self, mut each: impl FnMut(&Control) -> bool) {
+        let read = |watch: bool| {
+            self.call("reading control", move |st, c| {
+                if watch {
+                    st.sess_mut(c.sid).control_watch = true;
+                }
+                Ok(st.control_value())
+            })
+        };
+        match self.h.cfg.watches {
+            Watches::Yes => loop {
+                match read(true).await {
+                    Ok(control) => {
+                        if !each(&control)
+                            || !self
+                                .note(|n| (*n == Note::ControlChanged).then_some(true))
+                                .await
+                        {
+                            return;
+                        }
+                    }
+                    Err(StoreError::SessionLost(_)) => return,
+                    Err(_) => tokio::time::sleep(RETRY_DELAY).await,
+                }
+            },
+            Watches::Polling { every } => {
+                let mut last = None;
+                loop {
+                    match read(false).await {
+                        Ok(control) => {
+                            if last.as_ref() != Some(&control) {
+                                if !each(&control) {
+                                    return;
+                                }
+                                last = Some(control);
+                            }
+                        }
+                        Err(StoreError::SessionLost(_)) => return,
+                        Err(_) => {}
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+        }
+    }
+
+    /// `ZkSession::run_events`, step for step.
+    async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        let ended = self.lost();
+        let control = self.follow_control(|c| events.send(StoreEvent::Control(c.clone())).is_ok());
+        tokio::pin!(ended, control);
+        let mut joined = self.h.joined.subscribe();
+        let mut armed = *joined.borrow_and_update();
+        let mut following = true;
+        loop {
+            let holder = async {
+                match armed {
+                    Some(join) => self.watch_lock(join).await.then_some(join),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = &mut ended => break,
+                _ = &mut control, if following => following = false,
+                gone = holder => {
+                    if let Some(join) = gone {
+                        let _ = events.send(StoreEvent::HolderGone { join });
+                    }
+                    armed = None;
+                }
+                changed = joined.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    armed = *joined.borrow_and_update();
+                }
+            }
+        }
+        let _ = events.send(StoreEvent::SessionLost);
+    }
+
+    /// `ZkSession::try_lock`: create; on NodeExists, the lock is ours iff this session
+    /// owns it (a create whose reply was lost).
+    async fn try_lock(&self, me: &NodeRecord) -> JoinOutcome {
+        let record = me.clone();
+        match self
+            .call("creating the lock", move |st, c| st.create_lock(c, record))
+            .await
+        {
+            Ok(l) => {
+                self.hold(Some(l.version));
+                JoinOutcome::Held { epoch: l.czxid }
+            }
+            Err(StoreError::Rejected(_)) => {
+                match self
+                    .call("reading the lock", |st, _| Ok(st.lock_stat()))
+                    .await
+                {
+                    Ok(Some(l)) if l.session == self.h.sid => {
+                        self.hold(Some(l.version));
+                        JoinOutcome::Held { epoch: l.czxid }
+                    }
+                    Ok(Some(_)) => JoinOutcome::Exists,
+                    Ok(None) | Err(_) => JoinOutcome::Unknown,
+                }
+            }
+            Err(_) => JoinOutcome::Unknown,
+        }
+    }
+
+    async fn read_breadcrumb(&self) -> Result<Option<(NodeRecord, i64)>, StoreError> {
+        self.call("reading the breadcrumb", |st, _| Ok(st.breadcrumb.clone()))
+            .await
+    }
+
+    async fn read_control(&self) -> Result<Option<(Control, i64)>, StoreError> {
+        self.call("reading control", |st, _| Ok(st.control.clone()))
+            .await
+    }
+
+    async fn read_history_znode(&self) -> Result<Option<(Vec<HistoryEntry>, i64)>, StoreError> {
+        self.call("reading history", |st, _| Ok(st.history.clone()))
+            .await
+    }
+}
+
+impl Session for SimSession {
+    fn id(&self) -> SessionId {
+        SessionId(self.h.sid)
+    }
+
+    fn granted_session_timeout(&self) -> Option<Duration> {
+        Some(self.h.cfg.granted)
+    }
+
+    async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        self.run_events(events).await
+    }
+
+    async fn ensure_cluster(&self) -> Result<(), StoreError> {
+        // `warden init` made everything before the run: one look, as the backend's checks.
+        self.call("looking for the cluster's znodes", |_, _| Ok(()))
+            .await
+    }
+
+    async fn member(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<(SessionId, Result<MemberRecord, RecordError>)>, StoreError> {
+        let id = node_id.to_string();
+        self.call("reading a member", move |st, _| {
+            Ok(st
+                .members
+                .get(&id)
+                .map(|m| (SessionId(m.session), Ok(m.record.clone()))))
+        })
+        .await
+    }
+
+    async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let m = m.clone();
+        self.call("registering this node", move |st, c| st.create_member(c, m))
+            .await
+    }
+
+    async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        let id = node_id.to_string();
+        match self
+            .call("deleting a stale member", move |st, _| {
+                match st.members.remove(&id) {
+                    Some(_) => {
+                        st.zxid += 1;
+                        Ok(())
+                    }
+                    None => Err(rejected("member", "NoNode")),
+                }
+            })
+            .await
+        {
+            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let m = m.clone();
+        self.call("publishing the member record", move |st, _| {
+            st.set_member(m)
+        })
+        .await
+    }
+
+    async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
+        let outcome = self.try_lock(me).await;
+        // Watch the lock whoever holds it: a standby for its release, the holder for its
+        // loss.
+        self.h.joined.send_replace(Some(join));
+        outcome
+    }
+
+    async fn read_state(&self) -> Result<TakeoverState, StoreError> {
+        // The reads go out together, as the backend sends them.
+        let (breadcrumb, control, history, lock) = tokio::join!(
+            self.read_breadcrumb(),
+            self.read_control(),
+            self.read_history(),
+            self.call("reading the lock", |st, _| Ok(st.lock_stat())),
+        );
+        if let Ok(Some(l)) = lock {
+            if l.session == self.h.sid {
+                self.hold(Some(l.version));
+            }
+        }
+        let breadcrumb = match breadcrumb? {
+            None => BreadcrumbView::Absent,
+            Some((record, v)) => BreadcrumbView::Record {
+                record,
+                version: Version::new(v),
+            },
+        };
+        // A missing control is created (empty) so the promotion can check its version.
+        let mut control = control?;
+        let (control, control_version) = loop {
+            match control {
+                Some(c) => break c,
+                None => match self
+                    .call("creating control", |st, c| st.create_control(c.now))
+                    .await
+                {
+                    Ok(()) | Err(StoreError::Rejected(_)) => control = self.read_control().await?,
+                    Err(e) => return Err(e),
+                },
+            }
+        };
+        Ok(TakeoverState {
+            breadcrumb,
+            control,
+            control_version: Version::new(control_version),
+            newest_promotion: newest_promotion(&history?),
+        })
+    }
+
+    async fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) -> WriteOutcome {
+        let sent = Instant::now();
+        let (Some(control_version), Ok(breadcrumb_version)) = (
+            znode_version(control_version),
+            breadcrumb_version
+                .map(|v| znode_version(v).ok_or(()))
+                .transpose(),
+        ) else {
+            return WriteOutcome::Conflict;
+        };
+        let held = self.held();
+        let record = breadcrumb.clone();
+        let outcome = write_outcome(
+            self.call("committing the promotion", move |st, c| {
+                st.commit(c, record, breadcrumb_version, control_version, held, sent)
+            })
+            .await,
+        );
+        if let (WriteOutcome::Done, Some(v)) = (&outcome, held) {
+            self.hold(Some(v + 1));
+        }
+        outcome
+    }
+
+    async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        let sent = Instant::now();
+        let held = self.held();
+        let member = member.clone();
+        write_outcome(
+            self.call("renewing the lease", move |st, c| {
+                st.renew(c, member, held, sent)
+            })
+            .await,
+        )
+    }
+
+    async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
+        let Ok(Some((cur, version))) = self.read_breadcrumb().await else {
+            return WriteOutcome::Unknown;
+        };
+        if !(cur.same_incarnation(record) && cur.epoch == record.epoch) {
+            return WriteOutcome::Conflict;
+        }
+        let held = self.held();
+        let record = record.clone();
+        write_outcome(
+            self.call("recording the service", move |st, c| {
+                st.record_service(c, record, version, held)
+            })
+            .await,
+        )
+    }
+
+    async fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> Result<bool, StoreError> {
+        let Some((cur, version)) = self.read_breadcrumb().await? else {
+            return Ok(false);
+        };
+        if cur.node_id != node_id
+            || incarnation.is_some_and(|i| i != cur.incarnation)
+            || epoch.is_some_and(|e| Some(e) != cur.epoch)
+        {
+            return Ok(false);
+        }
+        self.delete_breadcrumb_at(Version::new(version), check_lock)
+            .await
+            .map(|_| true)
+    }
+
+    async fn delete_breadcrumb_at(
+        &self,
+        version: Version,
+        check_lock: bool,
+    ) -> Result<(), StoreError> {
+        let version = znode_version(version)
+            .ok_or_else(|| StoreError::Rejected(format!("no version {version} of a znode")))?;
+        let lock_check = check_lock.then(|| self.held());
+        self.call("deleting the breadcrumb", move |st, c| {
+            st.delete_breadcrumb(c, version, lock_check)
+        })
+        .await
+    }
+
+    async fn release(&self) -> Result<(), StoreError> {
+        let stat = self
+            .call("reading the lock", |st, _| Ok(st.lock_stat()))
+            .await?;
+        match stat {
+            Some(l) if l.session == self.h.sid => {
+                match self
+                    .call("deleting the lock", move |st, c| {
+                        st.delete_lock_at(l.version, c.now)
+                    })
+                    .await
+                {
+                    Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn read_history(&self) -> Result<History, StoreError> {
+        Ok(history_of(self.read_history_znode().await?.map(|(e, _)| e)))
+    }
+
+    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut entries, version) = match self.read_history_znode().await? {
+                Some((entries, v)) => (entries, Some(v)),
+                None => (Vec::new(), None),
+            };
+            insert_history(&mut entries, entry);
+            match self
+                .call("writing history", move |st, _| {
+                    st.write_history(entries, version)
+                })
+                .await
+            {
+                Ok(()) => return Ok(None),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(format!(
+            "{BASE}/history kept changing; not written"
+        )))
+    }
+
+    async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+        self.call("listing", |st, _| {
+            Ok(st.set_aside.keys().map(|n| format!("{BASE}/{n}")).collect())
+        })
+        .await
+    }
+
+    async fn update_control<F>(&self, mut change: F) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        for _ in 0..CAS_ATTEMPTS {
+            let (mut control, version) = match self.read_control().await? {
+                Some((c, v)) => (c, Some(v)),
+                None => (Control::default(), None),
+            };
+            match change(&mut control) {
+                Err(reason) => return Ok(Err(reason)),
+                Ok(false) => return Ok(Ok(control)),
+                Ok(true) => {}
+            }
+            let value = control.clone();
+            match self
+                .call("writing control", move |st, c| {
+                    st.write_control(value, version, c.now)
+                })
+                .await
+            {
+                Ok(()) => return Ok(Ok(control)),
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(format!(
+            "{BASE}/control kept changing; not written"
+        )))
+    }
+
+    async fn clear_failover_request(
+        &self,
+        from: &str,
+        to: Option<&str>,
+        deadline: &str,
+    ) -> Result<bool, StoreError> {
+        let mut other = false;
+        self.update_control(|c| {
+            other = false;
+            match &c.failover {
+                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
+                    c.failover = None;
+                    Ok(true)
+                }
+                Some(_) => {
+                    other = true;
+                    Ok(false)
+                }
+                None => Ok(false),
+            }
+        })
+        .await?
+        .map_err(StoreError::Rejected)?;
+        Ok(!other)
+    }
+
+    async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+        // One atomic read: the backend's several reads could see a change between them; the
+        // operator commands are not what the simulation tests.
+        self.call("reading the cluster", |st, _| Ok(st.snapshot()))
+            .await
+    }
+
+    fn name_of(&self, what: Item) -> String {
+        match what {
+            Item::Cluster => BASE.to_string(),
+            Item::Lock => format!("{BASE}/lock"),
+            Item::Breadcrumb => format!("{BASE}/breadcrumb"),
+            Item::Control => format!("{BASE}/control"),
+            Item::History => format!("{BASE}/history"),
+        }
+    }
+
+    async fn init(&self) -> Result<Vec<String>, StoreError> {
+        self.ensure_cluster().await?;
+        Ok(vec![format!("{BASE} exists with the configured ACL")])
+    }
+
+    async fn delete_takeover_state(
+        &self,
+        breadcrumb: Option<Version>,
+        control: Option<Version>,
+    ) -> Result<(), StoreError> {
+        let version = |v: Option<Version>| {
+            v.map(|v| {
+                znode_version(v).ok_or_else(|| StoreError::Rejected(format!("no version {v}")))
+            })
+            .transpose()
+        };
+        let (breadcrumb, control) = (version(breadcrumb)?, version(control)?);
+        if breadcrumb.is_none() && control.is_none() {
+            return Ok(());
+        }
+        self.call("deleting", move |st, c| {
+            st.delete_takeover_state(c, breadcrumb, control)
+        })
+        .await
+    }
+
+    async fn current_epoch(&self) -> Result<Epoch, StoreError> {
+        // As the backend: a write that changes nothing, for the zxid it gets.
+        self.call("reading the current zxid", |st, _| {
+            st.zxid += 1;
+            Ok(st.zxid)
+        })
+        .await
+    }
+
+    async fn move_history_aside_if_above(
+        &self,
+        epoch: Epoch,
+    ) -> Result<Option<(String, Epoch)>, StoreError> {
+        let Some((entries, version)) = self.read_history_znode().await? else {
+            return Ok(None);
+        };
+        let Some(newest) = newest_promotion(&history_of(Some(entries))).filter(|&n| n > epoch)
+        else {
+            return Ok(None);
+        };
+        let copy = self
+            .call("moving history aside", move |st, _| {
+                st.move_history_aside(version)
+            })
+            .await?;
+        Ok(Some((copy, newest)))
     }
 }

@@ -1,0 +1,475 @@
+//! The host of one simulated warden incarnation: `warden::host::Host` on the world's
+//! processes and machines and tokio's paused clock, so that the real daemon runs here.
+
+use super::plan::{between, ms};
+use super::world::{cgroup_name, name, Inc, Reach, World, KILL_WAIT, POLL};
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+use warden::config::{Config, HealthConfig, HealthKind};
+use warden::health::{Check, HealthError, Prober};
+use warden::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
+use warden::record::{Epoch, NodeRecord};
+use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
+use warden_fencing::{FenceContext, FenceMethod, MethodResult, Methods, SignalName, Target};
+
+/// The wall clock of the simulation starts here (2026-01-01T00:00:00Z).
+const WALL_ORIGIN: u64 = 1_767_225_600;
+
+#[derive(Clone)]
+pub struct SimHost {
+    pub world: World,
+    pub who: Inc,
+}
+
+impl SimHost {
+    async fn gate(&self) {
+        self.world.gate(self.who).await
+    }
+}
+
+impl Host for SimHost {
+    type Spawner = SimSpawner;
+    type Hooks = NoHooks;
+    type Methods = SimMethods;
+    type Probe = SimProbe;
+
+    fn now(&self) -> std::time::Instant {
+        Instant::now().into_std()
+    }
+
+    fn wall(&self) -> SystemTime {
+        let t0 = self.world.lock().t0;
+        SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN) + (Instant::now() - t0)
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep_until(Instant::from_std(deadline))
+    }
+
+    fn is_running(&self, pid: u32, start_time: u64) -> bool {
+        let w = self.world.lock();
+        let me = &w.wardens[&self.who];
+        let machine = w.machine_of_place(me.place);
+        w.wardens.values().any(|x| {
+            x.alive
+                && x.pid == pid
+                && x.start_time == start_time
+                && w.machine_of_place(x.place) == machine
+                && x.boot == me.boot
+        })
+    }
+
+    fn spawner(&self, _cfg: &Config) -> Result<SimSpawner, String> {
+        Ok(SimSpawner { host: self.clone() })
+    }
+
+    fn hooks(&self, _cfg: &Config) -> NoHooks {
+        NoHooks
+    }
+
+    fn fence_methods(&self) -> SimMethods {
+        SimMethods { host: self.clone() }
+    }
+
+    fn service_probe(&self, cfg: &HealthConfig) -> Result<SimProbe, HealthError> {
+        Ok(SimProbe {
+            host: (cfg.kind != HealthKind::None).then(|| self.clone()),
+        })
+    }
+
+    fn standby_probe(&self, _cfg: &HealthConfig) -> SimProbe {
+        SimProbe { host: None }
+    }
+}
+
+/// A start made ready: its epoch and the cgroup prepared for it.
+pub struct SimPrepared {
+    epoch: Epoch,
+    cgroup: Option<u64>,
+    name: Option<String>,
+}
+
+impl PreparedStart for SimPrepared {
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn cgroup(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+#[derive(Clone)]
+pub struct SimSpawner {
+    host: SimHost,
+}
+
+pub struct SimRunning {
+    identity: ServiceIdentity,
+    exited: tokio::sync::oneshot::Receiver<String>,
+}
+
+impl RunningService for SimRunning {
+    fn identity(&self) -> ServiceIdentity {
+        self.identity.clone()
+    }
+
+    async fn exited(self) -> String {
+        self.exited
+            .await
+            .unwrap_or_else(|_| "gone with its machine".to_string())
+    }
+}
+
+impl SimSpawner {
+    fn cgroups(&self) -> bool {
+        self.host.world.lock().plan.layout.nodes[self.host.who.0].cgroup
+    }
+
+    fn prepared(&self, epoch: Epoch, cgroup: Option<u64>) -> SimPrepared {
+        SimPrepared {
+            epoch,
+            cgroup,
+            name: cgroup.map(cgroup_name),
+        }
+    }
+
+    /// The service `id` names, and what stop and kill reach of it.
+    fn find(&self, id: &ServiceIdentity) -> Option<(u64, Reach)> {
+        let w = self.host.world.lock();
+        let svc = w.service_by_pid(id.pid, id.start_time)?;
+        let reach = if id.cgroup.is_some() {
+            Reach::Cgroup
+        } else {
+            Reach::Group
+        };
+        Some((svc, reach))
+    }
+
+    fn alive(&self, svc: u64, reach: Reach) -> bool {
+        let w = self.host.world.lock();
+        w.service(svc).is_some_and(|s| s.alive(reach))
+    }
+}
+
+impl SpawnControl for SimSpawner {
+    type Prepared = SimPrepared;
+    type Running = SimRunning;
+
+    fn prepare(&self, epoch: Epoch) -> SimPrepared {
+        let cgroup = self.cgroups().then(|| self.host.world.lock().id());
+        self.prepared(epoch, cgroup)
+    }
+
+    async fn start(&self, start: Start<SimPrepared>) -> Result<SimRunning, String> {
+        let delay = between(&mut self.host.world.lock().rng, ms(1), ms(20));
+        tokio::time::sleep(delay).await;
+        self.host.gate().await;
+        let prepared = match start {
+            Start::Prepared(p) => p,
+            Start::Again { epoch, cgroup } => {
+                let id = cgroup
+                    .strip_prefix("warden.sim/svc-")
+                    .and_then(|n| n.parse().ok());
+                self.prepared(epoch, id)
+            }
+            Start::Fresh(epoch) => self.prepare(epoch),
+        };
+        let mut w = self.host.world.lock();
+        let (_, pid, start_time, exited) =
+            w.spawn_service(self.host.who, prepared.epoch, prepared.cgroup);
+        Ok(SimRunning {
+            identity: ServiceIdentity {
+                pid,
+                pgid: pid,
+                start_time,
+                cgroup: prepared.name,
+            },
+            exited,
+        })
+    }
+
+    async fn stop(&self, id: ServiceIdentity, _signal: SignalName, grace: Duration) -> StopOutcome {
+        let started = Instant::now();
+        self.host.gate().await;
+        let Some((svc, reach)) = self.find(&id) else {
+            return StopOutcome::Stopped {
+                forced: false,
+                elapsed: Duration::ZERO,
+            };
+        };
+        self.host.world.signal(svc, reach, false, "stopped");
+        let give_up = Instant::now() + grace;
+        while self.alive(svc, reach) && Instant::now() < give_up {
+            tokio::time::sleep(POLL).await;
+            self.host.gate().await;
+        }
+        if !self.alive(svc, reach) {
+            return StopOutcome::Stopped {
+                forced: false,
+                elapsed: started.elapsed(),
+            };
+        }
+        self.host
+            .world
+            .signal(svc, reach, true, "killed after stop_timeout");
+        let give_up = Instant::now() + KILL_WAIT;
+        while self.alive(svc, reach) && Instant::now() < give_up {
+            tokio::time::sleep(POLL).await;
+            self.host.gate().await;
+        }
+        if self.alive(svc, reach) {
+            return StopOutcome::StillRunning { pids: vec![id.pid] };
+        }
+        StopOutcome::Stopped {
+            forced: true,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    fn kill(&self, id: &ServiceIdentity) -> bool {
+        if !self.host.world.lock().alive(self.host.who) {
+            return false;
+        }
+        match self.find(id) {
+            Some((svc, reach)) => {
+                self.host
+                    .world
+                    .signal(svc, reach, true, "killed at the lease end");
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn containment(&self) -> String {
+        if self.cgroups() {
+            "cgroup".into()
+        } else {
+            "process group only".into()
+        }
+    }
+}
+
+/// Hooks mode is not simulated: every seed runs spawn mode.
+#[derive(Clone)]
+pub struct NoHooks;
+
+impl HookControl for NoHooks {
+    async fn promote(&self, _epoch: Epoch) -> Result<(), String> {
+        Err("hooks mode is not simulated".into())
+    }
+    async fn demote(&self, _epoch: Option<Epoch>) -> Result<(), String> {
+        Err("hooks mode is not simulated".into())
+    }
+    fn check_pidfile(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn pin(&self) -> Result<Option<PinnedService>, String> {
+        Ok(None)
+    }
+    fn pinned(&self) -> Option<PinnedService> {
+        None
+    }
+    fn kill(&self) -> bool {
+        false
+    }
+}
+
+/// The service's health check: unhealthy while the world says so.
+pub struct SimProbe {
+    host: Option<SimHost>,
+}
+
+impl Prober for SimProbe {
+    fn is_none(&self) -> bool {
+        self.host.is_none()
+    }
+
+    async fn check(&self, _timeout: Duration) -> Check {
+        let Some(host) = &self.host else {
+            return Check {
+                pass: true,
+                detail: "none".into(),
+            };
+        };
+        host.gate().await;
+        let sick = host.world.lock().unhealthy[host.who.0];
+        Check {
+            pass: !sick,
+            detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),
+        }
+    }
+}
+
+/// Where a record's incarnation ran, seen from a place (SPEC §5 "Which host is this?").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Where {
+    ThisBoot,
+    Rebooted,
+    OtherPidNamespace,
+    Elsewhere,
+}
+
+fn where_is(target: &Target, boot: &str, machine: &str, pid_ns: u64) -> Where {
+    if target.machine_id.as_deref() != Some(machine) || machine.is_empty() {
+        return Where::Elsewhere;
+    }
+    if target.boot_id.as_deref() != Some(boot) {
+        return Where::Rebooted;
+    }
+    if target.pid_ns != Some(pid_ns) {
+        return Where::OtherPidNamespace;
+    }
+    Where::ThisBoot
+}
+
+/// The fence methods: `signal` acts on this host, any other method reaches the target's
+/// host by name (as ssh and `fence-local` do) and acts there by the same rules.
+#[derive(Clone)]
+pub struct SimMethods {
+    host: SimHost,
+}
+
+impl Methods for SimMethods {
+    async fn run(
+        &self,
+        method: &FenceMethod,
+        ctx: &FenceContext,
+        target: &Target,
+        deadline: Instant,
+    ) -> MethodResult {
+        self.host.gate().await;
+        let world = &self.host.world;
+        let fault = {
+            let mut w = world.lock();
+            w.fences += 1;
+            w.fence_fault
+        };
+        match fault {
+            Some(true) => return std::future::pending().await,
+            Some(false) => return MethodResult::failed("sim: the method fails"),
+            None => {}
+        }
+        // Where the method acts: this place (`signal`), or the place the target's host
+        // name reaches now.
+        let (boot, machine, pid_ns, machine_ix) = match method {
+            FenceMethod::Signal(_) => {
+                let w = world.lock();
+                let place = w.wardens[&self.host.who].place;
+                (
+                    ctx.boot_id.clone(),
+                    ctx.machine_id.clone(),
+                    ctx.pid_ns,
+                    w.machine_of_place(place),
+                )
+            }
+            _ => {
+                let mut w = world.lock();
+                let Some(host) = &target.host else {
+                    return MethodResult::failed("the record names no host");
+                };
+                let places: Vec<usize> = w
+                    .plan
+                    .layout
+                    .places
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| &p.name == host)
+                    .map(|(i, _)| i)
+                    .collect();
+                if places.is_empty() {
+                    return MethodResult::failed(format!("cannot resolve {host}"));
+                }
+                // A name several machines answer to reaches one of them.
+                let place = places[w.rng.range(0..=places.len() as u64 - 1) as usize];
+                let m = w.machine_of_place(place);
+                if !w.machines[m].up || w.machines[m].isolated {
+                    return MethodResult::failed(format!("cannot connect to {host}"));
+                }
+                let (b, mid, ns, _) = w.place_identity(place);
+                (b, mid, ns, m)
+            }
+        };
+        match where_is(target, &boot, &machine, pid_ns) {
+            Where::Rebooted => return MethodResult::fenced("the host was rebooted since"),
+            Where::OtherPidNamespace => {
+                return MethodResult::not_applicable("another pid namespace on this kernel")
+            }
+            Where::Elsewhere => return MethodResult::not_applicable("another host"),
+            Where::ThisBoot => {}
+        }
+        // Kill the old warden and every process of its service this host can find.
+        let victims = {
+            let w = world.lock();
+            let warden = w
+                .wardens
+                .iter()
+                .find(|(_, x)| {
+                    Some(x.pid) == target.pid
+                        && Some(x.start_time) == target.start_time
+                        && w.machine_of_place(x.place) == machine_ix
+                })
+                .map(|(k, _)| *k);
+            let mut svcs = Vec::new();
+            for s in &w.services {
+                if s.machine != machine_ix {
+                    continue;
+                }
+                let by_cgroup = target
+                    .service_cgroup
+                    .as_ref()
+                    .is_some_and(|c| s.cgroup.map(cgroup_name).as_ref() == Some(c));
+                let by_group = target.service_pgid == Some(s.pid)
+                    && target.service_start_time == Some(s.start_time);
+                if by_cgroup {
+                    svcs.push((s.id, Reach::Cgroup));
+                } else if by_group {
+                    svcs.push((s.id, Reach::Group));
+                }
+            }
+            (warden, svcs)
+        };
+        if let Some(who) = victims.0 {
+            world.kill_warden(who, &format!("fenced by {}", name(self.host.who)));
+        }
+        for &(svc, reach) in &victims.1 {
+            world.signal(svc, reach, true, "fenced");
+        }
+        let promoted_unnamed = target.epoch.is_some()
+            && target.service_pid.is_none()
+            && target.service_cgroup.is_none();
+        loop {
+            let left = {
+                let w = world.lock();
+                let warden_left = victims.0.is_some_and(|v| w.alive(v));
+                let svc_left = victims
+                    .1
+                    .iter()
+                    .any(|&(svc, reach)| w.service(svc).is_some_and(|s| s.alive(reach)));
+                warden_left || svc_left
+            };
+            if !left {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return MethodResult::failed("the old incarnation is still running");
+            }
+            tokio::time::sleep(POLL).await;
+            self.host.gate().await;
+        }
+        if promoted_unnamed {
+            return MethodResult::failed(
+                "the record names no service, so nothing can verify it gone",
+            );
+        }
+        MethodResult::fenced("killed the old incarnation")
+    }
+}
+
+/// The record a sim node would write: for traces.
+#[allow(dead_code)]
+pub fn describe(r: &NodeRecord) -> String {
+    format!("{} epoch {:?} svc {:?}", r.node_id, r.epoch, r.service_pid)
+}
