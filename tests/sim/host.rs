@@ -423,9 +423,15 @@ impl Methods for SimMethods {
                     .is_some_and(|c| s.cgroup.map(cgroup_name).as_ref() == Some(c));
                 let by_group = target.service_pgid == Some(s.pid)
                     && target.service_start_time == Some(s.start_time);
+                // A record naming no service: the service is found by the port it
+                // listens on (its main process and its group hold the socket).
+                let node_port = w.plan.layout.nodes[s.owner.0].port;
+                let by_port = target.service_pid.is_none()
+                    && target.service_cgroup.is_none()
+                    && target.port == Some(node_port);
                 if by_cgroup {
                     svcs.push((s.id, Reach::Cgroup));
-                } else if by_group {
+                } else if by_group || by_port {
                     svcs.push((s.id, Reach::Group));
                 }
             }
@@ -439,7 +445,8 @@ impl Methods for SimMethods {
         }
         let promoted_unnamed = target.epoch.is_some()
             && target.service_pid.is_none()
-            && target.service_cgroup.is_none();
+            && target.service_cgroup.is_none()
+            && target.port.is_none();
         loop {
             let left = {
                 let w = world.lock();

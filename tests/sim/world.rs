@@ -211,7 +211,7 @@ impl World {
         World {
             inner: Arc::new(Mutex::new(W {
                 plan,
-                rng: SimRng::new(seed ^ 0x5eed_0f_70_71d),
+                rng: SimRng::new(seed ^ 0x5eed_f070_071d),
                 t0: Instant::now(),
                 machines,
                 wardens: BTreeMap::new(),
