@@ -29,6 +29,8 @@ pub type Inc = (usize, u32);
 
 /// How often stops and fences look whether what they signalled is gone.
 pub const POLL: Duration = Duration::from_millis(10);
+/// How long after the lease end the killed service may take to be gone.
+pub const LEASE_SLACK: Duration = Duration::from_millis(50);
 /// `service.rs` KILL_WAIT: how long after SIGKILL a stop still waits.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
@@ -142,6 +144,8 @@ pub struct Warden {
     pub start_time: u64,
     pub alive: bool,
     pub frozen: bool,
+    /// When it was last thawed.
+    pub thawed: Option<Instant>,
     pub role: Role,
     pub task: Option<tokio::task::AbortHandle>,
 }
@@ -186,6 +190,9 @@ pub struct W {
     pub stops: BTreeMap<Inc, tokio::sync::mpsc::UnboundedSender<()>>,
     /// How long after its warden ends a node is started again, when a fault said so.
     pub restart_after: Vec<Option<Duration>>,
+    /// The end of each incarnation's lease as the store granted it: the send time of its
+    /// last applied commit or renewal plus half the granted session timeout.
+    pub lease_end: BTreeMap<Inc, Instant>,
 }
 
 /// The shared world; cheap to clone.
@@ -231,6 +238,7 @@ impl World {
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
                 restart_after: vec![None; nodes],
+                lease_end: BTreeMap::new(),
             })),
             store,
             thaw: Arc::new(Notify::new()),
@@ -269,6 +277,9 @@ impl World {
 
     pub fn set_frozen(&self, who: Inc, frozen: bool) {
         if let Some(w) = self.lock().wardens.get_mut(&who) {
+            if w.frozen && !frozen {
+                w.thawed = Some(Instant::now());
+            }
             w.frozen = frozen && w.alive;
         }
         self.store.set_frozen(who.0, who.1, frozen);
@@ -286,6 +297,57 @@ impl World {
     pub fn on_fact(&self, fact: &Fact) {
         let mut w = self.lock();
         w.fact(fact);
+        if let Fact::Renewed {
+            node, inc, sent, ..
+        } = fact
+        {
+            // (3) The service of a running warden is down by the end of the lease the
+            // store granted (a frozen one's, once it wakes: not checked here).
+            let who = (*node, *inc);
+            let end = *sent + w.plan.cfg.lease();
+            if w.lease_end.get(&who).is_some_and(|e| *e >= end) {
+                return;
+            }
+            w.lease_end.insert(who, end);
+            drop(w);
+            let world = self.clone();
+            tokio::spawn(async move {
+                // A warden frozen over its lease end kills its service right after it
+                // wakes: checked then.
+                let mut at = end + LEASE_SLACK;
+                let mut w = loop {
+                    tokio::time::sleep_until(at).await;
+                    let w = world.lock();
+                    match w.wardens.get(&who) {
+                        Some(x) if x.alive && x.frozen => at = Instant::now() + POLL,
+                        Some(x) if x.thawed.is_some_and(|t| t + LEASE_SLACK > Instant::now()) => {
+                            at = x.thawed.unwrap() + LEASE_SLACK
+                        }
+                        _ => break w,
+                    }
+                };
+                if w.lease_end.get(&who) != Some(&end) {
+                    return;
+                }
+                let frozen = w.wardens.get(&who).is_none_or(|x| x.frozen || !x.alive);
+                let now = Instant::now();
+                let left: Vec<String> = w
+                    .services
+                    .iter()
+                    .filter(|s| s.owner == who && s.stuck_until.is_none_or(|t| t <= now))
+                    .map(|s| s.describe())
+                    .collect();
+                if !frozen && !left.is_empty() {
+                    let t0 = w.t0;
+                    w.fail(format!(
+                        "the service of {} still runs after the lease the store granted ended \
+                         at {:.3}s: {left:?}",
+                        name(who),
+                        (end - t0).as_secs_f64()
+                    ));
+                }
+            });
+        }
     }
 }
 
@@ -350,6 +412,7 @@ impl W {
                 start_time,
                 alive: true,
                 frozen: false,
+                thawed: None,
                 role: Role::Ineligible,
                 task: None,
             },
