@@ -164,13 +164,37 @@ pub trait Session: Clone + Send + Sync + 'static {
         F: FnMut(&mut Control) -> Result<bool, String> + Send;
 
     /// Clears `control.failover` only while it is still the request named by `from`, `to`
-    /// and `deadline`. `Ok(true)` when cleared or already gone.
+    /// and `deadline`. `Ok(true)` when cleared or already gone. Every backend shares this
+    /// one, on top of its [`update_control`](Self::update_control).
     fn clear_failover_request(
         &self,
         from: &str,
         to: Option<&str>,
         deadline: &str,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let mut other = false;
+            self.update_control(|c| {
+                other = false;
+                match &c.failover {
+                    Some(f)
+                        if f.from == from && f.to.as_deref() == to && f.deadline == deadline =>
+                    {
+                        c.failover = None;
+                        Ok(true)
+                    }
+                    Some(_) => {
+                        other = true;
+                        Ok(false)
+                    }
+                    None => Ok(false),
+                }
+            })
+            .await?
+            .map_err(StoreError::Rejected)?;
+            Ok(!other)
+        }
+    }
 
     /// Everything `status` and the operator commands read.
     fn snapshot(&self) -> impl Future<Output = Result<ClusterSnapshot, StoreError>> + Send;

@@ -1148,32 +1148,6 @@ impl Session for ZkSession {
         }
     }
 
-    async fn clear_failover_request(
-        &self,
-        from: &str,
-        to: Option<&str>,
-        deadline: &str,
-    ) -> Result<bool, StoreError> {
-        let mut other = false;
-        self.update_control(|c| {
-            other = false;
-            match &c.failover {
-                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
-                    c.failover = None;
-                    Ok(true)
-                }
-                Some(_) => {
-                    other = true;
-                    Ok(false)
-                }
-                None => Ok(false),
-            }
-        })
-        .await?
-        .map_err(StoreError::Rejected)?;
-        Ok(!other)
-    }
-
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let (lock, lock_owner) = match self.get_optional(&self.paths.lock).await? {
             Some((d, s)) => (

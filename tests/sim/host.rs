@@ -2,14 +2,14 @@
 //! processes and machines and tokio's paused clock, so that the real daemon runs here.
 
 use super::plan::{between, ms};
-use super::world::{cgroup_name, name, Inc, Reach, World, KILL_WAIT, POLL};
+use super::world::{cgroup_id, cgroup_name, name, Inc, Reach, World, KILL_WAIT, POLL};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use warden::config::{Config, HealthConfig, HealthKind};
 use warden::health::{Check, HealthError, Prober};
 use warden::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
-use warden::record::{Epoch, NodeRecord};
+use warden::record::Epoch;
 use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
 use warden_fencing::{FenceContext, FenceMethod, MethodResult, Methods, SignalName, Target};
 
@@ -168,12 +168,7 @@ impl SpawnControl for SimSpawner {
         self.host.gate().await;
         let prepared = match start {
             Start::Prepared(p) => p,
-            Start::Again { epoch, cgroup } => {
-                let id = cgroup
-                    .strip_prefix("warden.sim/svc-")
-                    .and_then(|n| n.parse().ok());
-                self.prepared(epoch, id)
-            }
+            Start::Again { epoch, cgroup } => self.prepared(epoch, cgroup_id(&cgroup)),
             Start::Fresh(epoch) => self.prepare(epoch),
         };
         let mut w = self.host.world.lock();
@@ -473,10 +468,4 @@ impl Methods for SimMethods {
         }
         MethodResult::fenced("killed the old incarnation")
     }
-}
-
-/// The record a sim node would write: for traces.
-#[allow(dead_code)]
-pub fn describe(r: &NodeRecord) -> String {
-    format!("{} epoch {:?} svc {:?}", r.node_id, r.epoch, r.service_pid)
 }

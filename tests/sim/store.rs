@@ -1912,32 +1912,6 @@ impl Session for SimSession {
         )))
     }
 
-    async fn clear_failover_request(
-        &self,
-        from: &str,
-        to: Option<&str>,
-        deadline: &str,
-    ) -> Result<bool, StoreError> {
-        let mut other = false;
-        self.update_control(|c| {
-            other = false;
-            match &c.failover {
-                Some(f) if f.from == from && f.to.as_deref() == to && f.deadline == deadline => {
-                    c.failover = None;
-                    Ok(true)
-                }
-                Some(_) => {
-                    other = true;
-                    Ok(false)
-                }
-                None => Ok(false),
-            }
-        })
-        .await?
-        .map_err(StoreError::Rejected)?;
-        Ok(!other)
-    }
-
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         // One atomic read: the backend's several reads could see a change between them; the
         // operator commands are not what the simulation tests.

@@ -59,8 +59,21 @@ pub fn machine_id(machine: usize) -> String {
     format!("{:032x}", super::plan::MACHINE_ID_BASE + machine as u64)
 }
 
+const CGROUP_PREFIX: &str = "warden.sim/svc-";
+
 pub fn cgroup_name(id: u64) -> String {
-    format!("warden.sim/svc-{id}")
+    format!("{CGROUP_PREFIX}{id}")
+}
+
+/// The cgroup id of a name [`cgroup_name`] made.
+pub fn cgroup_id(name: &str) -> Option<u64> {
+    name.strip_prefix(CGROUP_PREFIX)?.parse().ok()
+}
+
+/// The earlier promotion `epoch` by `who` would go back behind: a smaller epoch, or the same
+/// one of another incarnation (a restart under the same lock may repeat its own).
+fn went_back(last: Option<(Inc, Epoch)>, who: Inc, epoch: Epoch) -> Option<(Inc, Epoch)> {
+    last.filter(|&(prev, e)| epoch < e || (epoch == e && prev != who))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,10 +301,6 @@ impl World {
         }
     }
 
-    pub fn thaw_notify(&self) -> Arc<Notify> {
-        self.thaw.clone()
-    }
-
     /// Applies the store's facts to the checks. Called by the store's observer as each
     /// write is applied.
     pub fn on_fact(&self, fact: &Fact) {
@@ -456,14 +465,12 @@ impl W {
         }
         // (4) Epochs of successive starts only grow (a restart under the same lock may
         // repeat its epoch).
-        if let Some((prev, e)) = self.checks.last_start {
-            if epoch < e || (epoch == e && prev != owner) {
-                self.fail(format!(
-                    "epoch went back: {} starts with epoch {epoch} after {} started with {e}",
-                    name(owner),
-                    name(prev)
-                ));
-            }
+        if let Some((prev, e)) = went_back(self.checks.last_start, owner, epoch) {
+            self.fail(format!(
+                "epoch went back: {} starts with epoch {epoch} after {} started with {e}",
+                name(owner),
+                name(prev)
+            ));
         }
         self.checks.last_start = Some((owner, epoch));
         let id = self.id();
@@ -610,14 +617,12 @@ impl W {
             } => {
                 let who = (*node, *inc);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
-                if let Some((prev, e)) = self.checks.last_commit {
-                    if *epoch < e || (*epoch == e && prev != who) {
-                        self.fail(format!(
-                            "epoch went back: {} committed epoch {epoch} after {} committed {e}",
-                            name(who),
-                            name(prev)
-                        ));
-                    }
+                if let Some((prev, e)) = went_back(self.checks.last_commit, who, *epoch) {
+                    self.fail(format!(
+                        "epoch went back: {} committed epoch {epoch} after {} committed {e}",
+                        name(who),
+                        name(prev)
+                    ));
                 }
                 self.checks.last_commit = Some((who, *epoch));
                 // (2) No promotion over the breadcrumb of an incarnation that may still
@@ -830,20 +835,8 @@ impl<F: Future> Future for Freezable<F> {
                 self.thawed = None;
             }
             if self.world.is_frozen(self.who) {
-                let notify = self.world.thaw_notify();
-                let world = self.world.clone();
-                let who = self.who;
-                self.thawed = Some(Box::pin(async move {
-                    loop {
-                        let n = notify.notified();
-                        tokio::pin!(n);
-                        n.as_mut().enable();
-                        if !world.is_frozen(who) {
-                            return;
-                        }
-                        n.await;
-                    }
-                }));
+                let (world, who) = (self.world.clone(), self.who);
+                self.thawed = Some(Box::pin(async move { world.gate(who).await }));
                 continue;
             }
             return self.inner.as_mut().poll(cx);
