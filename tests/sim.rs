@@ -34,6 +34,8 @@
 
 #[path = "sim/host.rs"]
 mod host;
+#[path = "sim/operator.rs"]
+mod operator;
 #[path = "sim/plan.rs"]
 mod plan;
 #[path = "sim/store.rs"]
@@ -44,6 +46,7 @@ mod world;
 use host::SimHost;
 use plan::{between, ms, FaultKind, Plan, SimRng};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant as WallInstant};
 use store::{SimStore, StoreConfig};
 use tokio::time::Instant;
@@ -88,6 +91,10 @@ pub struct Outcome {
     pub starts: u32,
     pub fences: u32,
     pub confirms: u32,
+    /// Switchovers that ended with a new active, and how many of them were in a quiet
+    /// cluster.
+    pub switched: u32,
+    pub quiet: u32,
     pub recovery: Option<Duration>,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
@@ -257,8 +264,16 @@ fn services_of(world: &World, node: usize) -> Vec<u64> {
         .collect()
 }
 
+/// What the operator's commands need: the configuration they read, a number for each
+/// command's session, and whether a switchover must succeed.
+struct OpsContext {
+    cfg: warden::config::Config,
+    seq: u32,
+    quiet: bool,
+}
+
 /// Applies one fault at its time, and undoes it when it ends.
-async fn apply(world: World, kind: FaultKind, st: Duration) {
+async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
     match kind {
         FaultKind::Freeze { node, dur } => {
             let who = current(&world, node);
@@ -350,6 +365,22 @@ async fn apply(world: World, kind: FaultKind, st: Duration) {
                 world.lock().proc_died(svc, 0, "its main process exited");
             }
         }
+        FaultKind::Switchover {
+            to,
+            retarget,
+            timeout,
+            killed,
+        } => {
+            let to = match (to, serving(&world)) {
+                (Some(t), Some(active)) if retarget && t == active.0 => {
+                    Some((t + 1) % world.lock().plan.cfg.nodes)
+                }
+                _ => to,
+            };
+            operator::switchover(world, ops.cfg, ops.seq, to, timeout, killed, ops.quiet).await
+        }
+        FaultKind::Pause { dur } => operator::pause(world, ops.seq, dur).await,
+        FaultKind::Cancel => operator::cancel(world, ops.seq).await,
     }
 }
 
@@ -379,7 +410,8 @@ fn serving(world: &World) -> Option<Inc> {
 pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Outcome {
     let mut rng = SimRng::new(seed);
     let mut aux = SimRng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let plan = plan::draw(&mut rng, &mut aux, nodes, max_faults);
+    let mut ops = SimRng::new(seed ^ 0x0be7_a70f_c0de_0001);
+    let plan = plan::draw(&mut rng, &mut aux, &mut ops, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
     let plan_text = format!("{plan}\n  store: {store_cfg:?}");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -399,11 +431,18 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         for node in 0..nodes {
             start_warden(&world, (node, 0));
         }
-        for f in faults {
+        let ops_text = config_text(&world.lock().plan, 0);
+        for (i, f) in faults.iter().enumerate() {
             let world = world.clone();
+            let ops = OpsContext {
+                cfg: operator::config(&ops_text),
+                seq: i as u32,
+                quiet: operator::quiet(&faults, i, st),
+            };
+            let (at, kind) = (f.at, f.kind.clone());
             tokio::spawn(async move {
-                tokio::time::sleep_until(t0 + f.at).await;
-                apply(world, f.kind, st).await;
+                tokio::time::sleep_until(t0 + at).await;
+                apply(world, kind, st, ops).await;
             });
         }
         let bound = st * 3 + Duration::from_secs(30);
@@ -415,6 +454,15 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
             if world.lock().failure.is_some() {
                 break;
             }
+            // The operator's commands count as faults until they end (a resume may have
+            // been retried past the plan's end).
+            let faults_end = {
+                let w = world.lock();
+                if w.ops_busy > 0 {
+                    continue;
+                }
+                faults_end.max(w.ops_end)
+            };
             if now < faults_end {
                 continue;
             }
@@ -471,12 +519,31 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
                 break;
             }
         }
+        // SPEC 8: the new active clears the request it was promoted over, once its
+        // service is up (the run ends well after that, with no fault left).
+        let left = world.store.control().failover;
+        let serving_now = serving(&world);
         let mut w = world.lock();
+        if let (Some((who, f)), Some(left), Some(active)) = (&w.must_clear, &left, serving_now) {
+            if f == left && *who == active {
+                let why = format!(
+                    "{} was promoted over the switchover request {} -> {:?} (deadline {}) but \
+                     never cleared it",
+                    name(*who),
+                    f.from,
+                    f.to,
+                    f.deadline
+                );
+                w.fail(why);
+            }
+        }
         let out = Outcome {
             failure: w.failure.take(),
             starts: w.starts,
             fences: w.fences,
             confirms: w.confirms,
+            switched: w.switched,
+            quiet: w.quiet_switches,
             recovery,
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -524,12 +591,60 @@ fn replay(seed: u64) -> Outcome {
     out
 }
 
+/// A seed whose virtual time stands still (a task that is always ready: a daemon that
+/// spins on a deadline in the past) would hang the sweep: the watchdog ends the test
+/// with the seed's number instead.
+struct Watchdog {
+    /// Per thread: the seed it runs and since when.
+    running: Mutex<Vec<(u64, WallInstant)>>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+/// Far more than any seed takes (a few ms in release, under a second in debug).
+const SEED_WALL_LIMIT: Duration = Duration::from_secs(120);
+
+impl Watchdog {
+    fn new(threads: usize) -> Watchdog {
+        Watchdog {
+            running: Mutex::new(vec![(u64::MAX, WallInstant::now()); threads]),
+            done: Default::default(),
+        }
+    }
+
+    fn begin(&self, thread: usize, seed: u64) {
+        self.running.lock().unwrap()[thread] = (seed, WallInstant::now());
+    }
+
+    fn done(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn run(&self) {
+        while !self.done.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            for (seed, since) in self.running.lock().unwrap().iter() {
+                if *seed != u64::MAX && since.elapsed() > SEED_WALL_LIMIT {
+                    eprintln!(
+                        "seed {seed} has run for {:?} of wall time: its virtual time stands \
+                         still (a livelock in the daemon or the simulation); replay: \
+                         WARDEN_SIM_SEED={seed} cargo test --release --test sim",
+                        since.elapsed()
+                    );
+                    std::process::exit(101);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Sweep {
     seeds: u64,
     starts: u64,
     fences: u64,
     confirmed: Vec<u64>,
+    switched: u64,
+    quiet: u64,
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
@@ -543,6 +658,8 @@ impl Sweep {
         if out.confirms > 0 {
             self.confirmed.push(seed);
         }
+        self.switched += u64::from(out.switched);
+        self.quiet += u64::from(out.quiet);
         self.virtual_time += out.virtual_time;
         if let Some(r) = out.recovery {
             self.recoveries.push(r);
@@ -557,6 +674,8 @@ impl Sweep {
         self.starts += o.starts;
         self.fences += o.fences;
         self.confirmed.extend(o.confirmed);
+        self.switched += o.switched;
+        self.quiet += o.quiet;
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
@@ -586,21 +705,28 @@ fn simulated_daemons_keep_every_invariant() {
     let count: u64 = env_num("WARDEN_SIM_SEEDS", default_seeds());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let started = WallInstant::now();
+    let watch = Watchdog::new(threads as usize);
     let results: Vec<Sweep> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
+                let watch = &watch;
                 s.spawn(move || {
                     let mut sweep = Sweep::default();
                     let mut seed = first + t;
                     while seed < first + count {
+                        watch.begin(t as usize, seed);
                         sweep.add(seed, run_seed(seed, nodes(), max_faults(), false));
                         seed += threads;
                     }
+                    watch.begin(t as usize, u64::MAX);
                     sweep
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        s.spawn(|| watch.run());
+        let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        watch.done();
+        out
     });
     let mut total = Sweep::default();
     for r in results {
@@ -626,6 +752,11 @@ fn simulated_daemons_keep_every_invariant() {
         pct(0.5),
         pct(0.99),
         pct(1.0),
+    );
+    println!(
+        "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
+         one must)",
+        total.switched, total.quiet
     );
     if !total.confirmed.is_empty() {
         total.confirmed.sort();

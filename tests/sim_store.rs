@@ -696,6 +696,7 @@ async fn the_writes_that_matter_are_facts_in_order() {
             replaced: None,
             record,
             at,
+            ..
         } => {
             assert_eq!((*e, record), (epoch, &rec));
             assert!(*at > committed_at);

@@ -9,8 +9,8 @@
 
 use super::operator::{self, OpError, EXIT_OK};
 use crate::config::Config;
-use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
+use crate::coord::{Connector, Session};
 use crate::record::{self, Control, Epoch, FailoverRequest, Health, Role};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -150,11 +150,23 @@ pub async fn request<S: Session>(
     cfg: &Config,
     args: &FailoverArgs,
 ) -> Result<Requested, OpError> {
+    request_at(zk, cfg, args, SystemTime::now()).await
+}
+
+/// [`request`] with the wall clock given: the deadline is `wall` + `--timeout`, and `wall`
+/// judges whether a request in `control` is still pending (the simulation's operator
+/// passes its virtual clock).
+pub async fn request_at<S: Session>(
+    zk: &S,
+    cfg: &Config,
+    args: &FailoverArgs,
+    wall: SystemTime,
+) -> Result<Requested, OpError> {
     let snap = zk
         .snapshot()
         .await
         .map_err(OpError::store("read the cluster"))?;
-    control_refusal(&snap.control, SystemTime::now()).map_err(OpError::Refused)?;
+    control_refusal(&snap.control, wall).map_err(OpError::Refused)?;
     let from = match snap.active() {
         Some((holder, _)) => holder.node_id.clone(),
         None => return Err(OpError::Refused(no_active(cfg, &snap))),
@@ -165,7 +177,6 @@ pub async fn request<S: Session>(
     }
     .map_or(Ok(()), |why| Err(OpError::Refused(why)))?;
 
-    let wall = SystemTime::now();
     let sent_at = Instant::now();
     let deadline = wall.checked_add(args.timeout).ok_or_else(|| {
         OpError::Refused("the clock is too far in the future to set a deadline".into())
@@ -178,7 +189,7 @@ pub async fn request<S: Session>(
     };
     let written = zk
         .update_control(|c| {
-            control_refusal(c, SystemTime::now())?;
+            control_refusal(c, wall)?;
             c.failover = Some(request.clone());
             Ok(true)
         })
@@ -207,6 +218,17 @@ pub async fn await_new_active(
     zk: super::StoreSession,
     req: &Requested,
 ) -> Result<Switched, OpError> {
+    let connector = super::connector(cfg).map_err(OpError::store("open a session"))?;
+    await_switch(&connector, zk, req).await
+}
+
+/// [`await_new_active`] on any backend: `connector` opens a fresh session when the
+/// command's own one is lost during the wait.
+pub async fn await_switch<C: Connector>(
+    connector: &C,
+    zk: C::Session,
+    req: &Requested,
+) -> Result<Switched, OpError> {
     let mut zk = zk;
     let mut last: Option<ClusterSnapshot> = None;
     let mut last_error: Option<StoreError> = None;
@@ -232,7 +254,7 @@ pub async fn await_new_active(
                 if matches!(e, StoreError::SessionLost(_)) {
                     // The session of this command expired (a long ZooKeeper outage): open
                     // another one, within what is left of the wait.
-                    if let Ok(Ok(fresh)) = tokio::time::timeout(left, super::session(cfg)).await {
+                    if let Ok(Ok(fresh)) = tokio::time::timeout(left, connector.connect()).await {
                         zk = fresh;
                     }
                 }

@@ -18,12 +18,19 @@ use crate::coord::StoreError;
 /// everything else works through [`crate::coord::Session`].
 pub type StoreSession = ZkSession;
 
-/// Opens a session for an operator command, bounded by `connect_timeout`.
-pub async fn session(cfg: &Config) -> Result<StoreSession, StoreError> {
+/// The connector of operator commands' sessions.
+pub fn connector(cfg: &Config) -> Result<ZkConnector, StoreError> {
     let auth = cfg
         .read_auth()
         .map_err(|e| StoreError::Auth(e.to_string()))?;
-    ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth)
-        .connect()
-        .await
+    Ok(ZkConnector::new(
+        &cfg.coordination.zookeeper,
+        &cfg.cluster.name,
+        auth,
+    ))
+}
+
+/// Opens a session for an operator command, bounded by `connect_timeout`.
+pub async fn session(cfg: &Config) -> Result<StoreSession, StoreError> {
+    connector(cfg)?.connect().await
 }

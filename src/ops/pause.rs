@@ -107,6 +107,16 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
 /// Sets `paused` with `reason`, refusing while a switchover is pending; records it in
 /// `history` when it changed anything.
 pub async fn set_paused<S: Session>(zk: &S, reason: Option<&str>) -> Result<Change, OpError> {
+    set_paused_at(zk, reason, SystemTime::now()).await
+}
+
+/// [`set_paused`] with the wall clock given: `wall` judges whether a switchover request
+/// is still pending (the simulation's operator passes its virtual clock).
+pub async fn set_paused_at<S: Session>(
+    zk: &S,
+    reason: Option<&str>,
+    wall: SystemTime,
+) -> Result<Change, OpError> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     let mut was = None;
     zk.update_control(|c: &mut Control| {
@@ -115,7 +125,7 @@ pub async fn set_paused<S: Session>(zk: &S, reason: Option<&str>) -> Result<Chan
             return Ok(false);
         }
         if let Some(f) = &c.failover {
-            if f.pending_at(SystemTime::now()) {
+            if f.pending_at(wall) {
                 return Err(format!(
                     "a switchover is pending ({} -> {}, requested by {}, lapses at {}); \
                          pause once it has finished or lapsed, or withdraw it with `warden \

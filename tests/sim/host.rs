@@ -13,9 +13,6 @@ use warden::record::Epoch;
 use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
 use warden_fencing::{FenceContext, FenceMethod, MethodResult, Methods, SignalName, Target};
 
-/// The wall clock of the simulation starts here (2026-01-01T00:00:00Z).
-const WALL_ORIGIN: u64 = 1_767_225_600;
-
 #[derive(Clone)]
 pub struct SimHost {
     pub world: World,
@@ -39,8 +36,7 @@ impl Host for SimHost {
     }
 
     fn wall(&self) -> SystemTime {
-        let t0 = self.world.lock().t0;
-        SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN) + (Instant::now() - t0)
+        self.world.lock().wall()
     }
 
     fn sleep_until(&self, deadline: std::time::Instant) -> impl Future<Output = ()> + Send {

@@ -196,11 +196,28 @@ pub enum FaultKind {
     /// The service's main process exits (a wrapper script, a master that died); its
     /// children run on.
     MainExits { node: usize },
+    /// The operator runs `warden failover [--to n<to>] --timeout <timeout>` (the real
+    /// command's functions, through a store session of its own). `killed`: the command is
+    /// killed right after it wrote the request, so nobody waits on it. A `to` that names
+    /// the active node when the command runs is moved to the next node, mostly (an
+    /// operator knows which node is active), but not always (the refusal is tried too).
+    Switchover {
+        to: Option<usize>,
+        retarget: bool,
+        timeout: Duration,
+        killed: bool,
+    },
+    /// `warden pause`, then `warden resume` after `dur` (retried until it is written).
+    Pause { dur: Duration },
+    /// `warden failover --cancel`.
+    Cancel,
 }
 
 #[derive(Clone, Debug)]
 pub struct Fault {
     pub at: Time,
+    /// When it has ended, restarts and deadlines included.
+    pub end: Time,
     pub kind: FaultKind,
 }
 
@@ -251,6 +268,23 @@ impl fmt::Display for Fault {
                     node + 1
                 )
             }
+            FaultKind::Switchover {
+                to,
+                timeout,
+                killed,
+                ..
+            } => write!(
+                f,
+                "OPERATOR failover{} --timeout {timeout:?}{}",
+                to.map_or(String::new(), |t| format!(" --to {}", n(&t))),
+                if *killed {
+                    ", the command killed once the request is written"
+                } else {
+                    ""
+                }
+            ),
+            FaultKind::Pause { dur } => write!(f, "OPERATOR pause, resume after {dur:?}"),
+            FaultKind::Cancel => write!(f, "OPERATOR failover --cancel"),
         }
     }
 }
@@ -319,8 +353,15 @@ impl fmt::Display for Plan {
 
 /// Draws a seed's plan. Everything the simulation had before hosts, process trees and
 /// granted timeouts comes from `rng` in the same order as before; the newer parts come from
-/// `aux`, so that adding them did not change what the older parts of a seed do.
-pub fn draw(rng: &mut SimRng, aux: &mut SimRng, nodes: usize, max_faults: usize) -> Plan {
+/// `aux`, and the operator's commands from `ops`, so that adding them did not change what
+/// the older parts of a seed do.
+pub fn draw(
+    rng: &mut SimRng,
+    aux: &mut SimRng,
+    ops: &mut SimRng,
+    nodes: usize,
+    max_faults: usize,
+) -> Plan {
     let session_timeout = rng.pick(&[ms(2000), ms(4000), ms(6000)]);
     let tick = session_timeout / rng.pick(&[3, 5, 10]);
     let lease = session_timeout / 2;
@@ -400,7 +441,7 @@ pub fn draw(rng: &mut SimRng, aux: &mut SimRng, nodes: usize, max_faults: usize)
             }
         };
         faults_end = faults_end.max(end);
-        faults.push(Fault { at, kind });
+        faults.push(Fault { at, end, kind });
     }
     let layout = draw_layout(aux, nodes);
     // The newer faults, on top of the older ones.
@@ -425,7 +466,48 @@ pub fn draw(rng: &mut SimRng, aux: &mut SimRng, nodes: usize, max_faults: usize)
             (FaultKind::MainExits { node }, at)
         };
         faults_end = faults_end.max(end);
-        faults.push(Fault { at, kind });
+        faults.push(Fault { at, end, kind });
+    }
+    // The operator's commands: a request counts as a fault until its deadline, a pause
+    // until its resume.
+    let commands = if max_faults == 0 {
+        0
+    } else {
+        match ops.range(0..=99) {
+            0..=54 => 0,
+            55..=89 => 1,
+            _ => 2,
+        }
+    };
+    for _ in 0..commands {
+        let at = ms(500) + between(ops, Duration::ZERO, window);
+        let (kind, end) = match ops.range(0..=99) {
+            0..=64 => {
+                let timeout = ops.pick(&[st / 2, st, st * 3, ms(30_000)]);
+                let to = ops
+                    .chance(0.6)
+                    .then(|| ops.range(0..=nodes as u64 - 1) as usize);
+                let killed = ops.chance(0.3);
+                let retarget = ops.chance(0.8);
+                (
+                    FaultKind::Switchover {
+                        to,
+                        retarget,
+                        timeout,
+                        killed,
+                    },
+                    // The request is written within an operation timeout of `at`.
+                    at + timeout + cfg.op_timeout(),
+                )
+            }
+            65..=89 => {
+                let dur = between(ops, ms(100), st * 4);
+                (FaultKind::Pause { dur }, at + dur)
+            }
+            _ => (FaultKind::Cancel, at),
+        };
+        faults_end = faults_end.max(end);
+        faults.push(Fault { at, end, kind });
     }
     faults.sort_by_key(|f| f.at);
     Plan {

@@ -123,6 +123,8 @@ pub enum Fact {
         replaced: Option<NodeRecord>,
         record: NodeRecord,
         at: Instant,
+        /// `control` as the commit found it (its version checked).
+        control: Control,
     },
     /// A renewal (or a commit) by the lock holder was applied; `sent` is when the caller
     /// issued the call (the start of the lease it grants).
@@ -648,6 +650,7 @@ impl State {
             replaced: replaced.map(|(r, _)| r),
             record,
             at: c.now,
+            control: self.control_value(),
         });
         self.facts.push(Fact::Renewed {
             node: c.owner.0,

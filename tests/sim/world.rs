@@ -19,10 +19,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
-use warden::record::{Epoch, NodeRecord, Role};
+use warden::record::{Epoch, FailoverRequest, NodeRecord, Role};
+
+/// The wall clock of the simulation starts here (2026-01-01T00:00:00Z). Every machine's
+/// clock agrees with it (no skew is simulated).
+const WALL_ORIGIN: u64 = 1_767_225_600;
 
 /// A warden incarnation: node index and restart number.
 pub type Inc = (usize, u32);
@@ -206,6 +210,16 @@ pub struct W {
     /// The end of each incarnation's lease as the store granted it: the send time of its
     /// last applied commit or renewal plus half the granted session timeout.
     pub lease_end: BTreeMap<Inc, Instant>,
+    /// Operator commands still running (a pause not yet resumed counts).
+    pub ops_busy: u32,
+    /// When the last operator command ended.
+    pub ops_end: Duration,
+    /// Switchovers that ended with a new active; those of them in a quiet cluster.
+    pub switched: u32,
+    pub quiet_switches: u32,
+    /// The last promotion committed over a switchover request in `control`: that node
+    /// clears the request once its service is up (SPEC 8).
+    pub must_clear: Option<(Inc, FailoverRequest)>,
 }
 
 /// The shared world; cheap to clone.
@@ -252,6 +266,11 @@ impl World {
                 stops: BTreeMap::new(),
                 restart_after: vec![None; nodes],
                 lease_end: BTreeMap::new(),
+                ops_busy: 0,
+                ops_end: Duration::ZERO,
+                switched: 0,
+                quiet_switches: 0,
+                must_clear: None,
             })),
             store,
             thaw: Arc::new(Notify::new()),
@@ -363,6 +382,11 @@ impl World {
 impl W {
     pub fn now(&self) -> Duration {
         Instant::now() - self.t0
+    }
+
+    /// The wall clock (every machine's, and the operator's).
+    pub fn wall(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN) + self.now()
     }
 
     pub fn log(&mut self, line: impl FnOnce() -> String) {
@@ -613,10 +637,37 @@ impl W {
                 inc,
                 epoch,
                 replaced,
+                control,
                 ..
             } => {
                 let who = (*node, *inc);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
+                // SPEC 8: nobody is promoted while the cluster is paused, nor against a
+                // switchover request that is still pending (its `from`, or a standby it
+                // does not name). The commit checked control's version, so the promoted
+                // node saw this very control.
+                if control.paused {
+                    self.fail(format!(
+                        "{} committed epoch {epoch} while the cluster was paused",
+                        name(who)
+                    ));
+                }
+                self.must_clear = control.failover.clone().map(|f| (who, f));
+                if let Some(f) = &control.failover {
+                    let me = format!("n{}", node + 1);
+                    let pending = f.pending_at(self.wall());
+                    let excluded = f.from == me || f.to.as_ref().is_some_and(|t| *t != me);
+                    if pending && excluded {
+                        self.fail(format!(
+                            "{} committed epoch {epoch} against a pending switchover request \
+                             ({} -> {:?}, deadline {})",
+                            name(who),
+                            f.from,
+                            f.to,
+                            f.deadline
+                        ));
+                    }
+                }
                 if let Some((prev, e)) = went_back(self.checks.last_commit, who, *epoch) {
                     self.fail(format!(
                         "epoch went back: {} committed epoch {epoch} after {} committed {e}",

@@ -1,0 +1,193 @@
+//! The simulated operator: runs the real operator commands' functions (`warden failover`,
+//! `failover --cancel`, `pause`, `resume`) through store sessions of its own, on the
+//! simulation's clocks, and checks what SPEC §8 promises of them.
+
+use super::plan::{ms, Fault, FaultKind};
+use super::world::World;
+use std::path::Path;
+use std::time::Duration;
+use tokio::time::Instant;
+use warden::config::Config;
+use warden::coord::Connector;
+use warden::ops::failover::{self, FailoverArgs};
+use warden::ops::operator::OpError;
+use warden::ops::pause;
+
+/// The store sees operator sessions as owned by this node index (no warden has it).
+const OPERATOR: usize = 1000;
+
+/// How long the operator waits before running `resume` again after it failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The operator's view of a command in progress: counts as busy for liveness.
+struct Busy(World);
+
+impl Busy {
+    fn new(world: &World) -> Busy {
+        world.lock().ops_busy += 1;
+        Busy(world.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut w = self.0.lock();
+        w.ops_busy -= 1;
+        w.ops_end = w.ops_end.max(w.now());
+    }
+}
+
+fn describe(e: &OpError) -> String {
+    match e {
+        OpError::Refused(why) => format!("refused: {why}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `warden failover [--to NODE] --timeout T`; `killed`: the command dies once its request
+/// is written. Checks that the command ends by the request's deadline, and that a
+/// switchover in a quiet cluster (no fault near it) succeeds.
+pub async fn switchover(
+    world: World,
+    cfg: Config,
+    seq: u32,
+    to: Option<usize>,
+    timeout: Duration,
+    killed: bool,
+    quiet: bool,
+) {
+    let _busy = Busy::new(&world);
+    let connector = world.store.connector(OPERATOR, seq);
+    let zk = match connector.connect().await {
+        Ok(zk) => zk,
+        Err(e) => {
+            world
+                .lock()
+                .log(|| format!("OPERATOR failover: no session ({e})"));
+            return;
+        }
+    };
+    let args = FailoverArgs {
+        to: to.map(|t| format!("n{}", t + 1)),
+        timeout,
+        cancel: false,
+    };
+    let wall = world.lock().wall();
+    let requested = match failover::request_at(&zk, &cfg, &args, wall).await {
+        Ok(r) => r,
+        Err(e) => {
+            world
+                .lock()
+                .log(|| format!("OPERATOR failover {:?}: {}", args.to, describe(&e)));
+            return;
+        }
+    };
+    {
+        let mut w = world.lock();
+        // The request holds standbys out until it lapses: a fault until then.
+        let lapses = requested.lapses_at - w.t0;
+        w.ops_end = w.ops_end.max(lapses);
+        w.log(|| {
+            format!(
+                "OPERATOR failover: requested {} -> {:?}, deadline {}",
+                requested.request.from, requested.request.to, requested.request.deadline
+            )
+        });
+    }
+    if killed {
+        world
+            .lock()
+            .log(|| "OPERATOR failover: the command is killed".to_string());
+        return;
+    }
+    let result = failover::await_switch(&connector, zk, &requested).await;
+    let now = Instant::now();
+    let mut w = world.lock();
+    w.log(|| match &result {
+        Ok(s) => format!("OPERATOR failover: new active {} after {:?}", s.to, s.took),
+        Err(e) => format!("OPERATOR failover: {}", describe(e)),
+    });
+    // SPEC 8: the command never waits past the request's deadline.
+    if now > requested.lapses_at {
+        let late = now - requested.lapses_at;
+        w.fail(format!(
+            "`warden failover` returned {late:?} after its request lapsed"
+        ));
+    }
+    if result.is_ok() {
+        w.switched += 1;
+        w.quiet_switches += u32::from(quiet);
+    }
+    if quiet && result.is_err() {
+        w.fail(format!(
+            "a switchover in a quiet cluster failed: {}",
+            describe(result.as_ref().err().unwrap())
+        ));
+    }
+}
+
+/// `warden failover --cancel`.
+pub async fn cancel(world: World, seq: u32) {
+    let _busy = Busy::new(&world);
+    let connector = world.store.connector(OPERATOR, seq);
+    let outcome = match connector.connect().await {
+        Ok(zk) => failover::cancel(&zk).await.map_err(|e| describe(&e)),
+        Err(e) => Err(format!("no session ({e})")),
+    };
+    world
+        .lock()
+        .log(|| format!("OPERATOR failover --cancel: {outcome:?}"));
+}
+
+/// `warden pause`, then `warden resume` after `dur`, retried until it is written (an
+/// operator does not leave a cluster paused because one command failed).
+pub async fn pause(world: World, seq: u32, dur: Duration) {
+    let _busy = Busy::new(&world);
+    let connector = world.store.connector(OPERATOR, seq);
+    let outcome = match connector.connect().await {
+        Ok(zk) => {
+            let wall = world.lock().wall();
+            pause::set_paused_at(&zk, Some("simulated maintenance"), wall)
+                .await
+                .map_err(|e| describe(&e))
+        }
+        Err(e) => Err(format!("no session ({e})")),
+    };
+    world.lock().log(|| format!("OPERATOR pause: {outcome:?}"));
+    tokio::time::sleep(dur).await;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome = match connector.connect().await {
+            Ok(zk) => pause::clear_paused(&zk).await.map_err(|e| describe(&e)),
+            Err(e) => Err(format!("no session ({e})")),
+        };
+        world
+            .lock()
+            .log(|| format!("OPERATOR resume (attempt {attempt}): {outcome:?}"));
+        if outcome.is_ok() {
+            return;
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// The operator's configuration: n1's, as on the machine the commands run on.
+pub fn config(text: &str) -> Config {
+    warden::config::parse(text, Path::new("/sim/warden.toml"))
+        .unwrap_or_else(|e| panic!("the simulation's config does not parse: {e}\n{text}"))
+}
+
+/// Whether a switchover (fault `me` of the plan) runs in a quiet cluster: no other fault
+/// comes within two session timeouts of it, and the first election is long over. It must
+/// succeed then.
+pub fn quiet(faults: &[Fault], me: usize, st: Duration) -> bool {
+    let f = &faults[me];
+    let long_enough = matches!(f.kind, FaultKind::Switchover { timeout, .. } if timeout >= st);
+    long_enough
+        && f.at > ms(500) + st * 2
+        && faults
+            .iter()
+            .enumerate()
+            .all(|(i, g)| i == me || g.end + st * 2 < f.at || g.at > f.end)
+}
