@@ -835,6 +835,24 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     },
                 );
             }
+            Action::ForgetService { ticket, epoch } => {
+                let mut rec = self.record(Some(epoch));
+                rec.service_pid = None;
+                rec.service_pgid = None;
+                rec.service_start_time = None;
+                // A start again reuses the cgroup the commit named: it still finds it.
+                rec.service_cgroup = self.committed_cgroup.clone();
+                self.in_session(
+                    Event::ServiceForgotten {
+                        ticket,
+                        outcome: WriteOutcome::Unknown,
+                    },
+                    move |zk| async move {
+                        let outcome = zk.rewrite_own_breadcrumb(&rec).await;
+                        Event::ServiceForgotten { ticket, outcome }
+                    },
+                );
+            }
             Action::Renew { ticket } => {
                 let m = self.member();
                 self.in_session(

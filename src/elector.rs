@@ -162,6 +162,12 @@ pub enum Event {
         ticket: Ticket,
         outcome: WriteOutcome,
     },
+    /// The breadcrumb rewrite that names no service process any more (before a start
+    /// again under the same lock) ended.
+    ServiceForgotten {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
     StartFailed {
         ticket: Ticket,
         reason: String,
@@ -239,6 +245,13 @@ pub enum Action {
     /// (§4.3d), as in the commit (checks `lock`). The node is not `active` until this is
     /// acknowledged: before it, fencing could not find the service.
     RecordService { ticket: Ticket, epoch: Epoch },
+    /// Rewrite our breadcrumb to name no service process (only the cgroup a start again
+    /// reuses), as in the commit (checks `lock`). Sent before the service starts again
+    /// under the same lock: the identity of the earlier start, whose processes are gone,
+    /// would let a fencer find "nothing left" while the new start runs (simulation seed
+    /// 15674: a process group killed at the lease end, the service started again, warden
+    /// killed before recording it, the new service's children left running).
+    ForgetService { ticket: Ticket, epoch: Epoch },
     /// A lease renewal: multi-op check `lock`, set our member record, from the holding
     /// session. The lease extends from the elector's `now` when this was emitted.
     Renew { ticket: Ticket },
@@ -415,9 +428,15 @@ pub struct Elector {
     /// The started service's identity is in the breadcrumb (§4.3d); until then we are not
     /// `active`.
     service_recorded: bool,
-    /// The breadcrumb rewrite in flight, or when to retry it.
+    /// The breadcrumb rewrite in flight, or when to retry it (either kind).
     recording: Option<Ticket>,
     record_retry_at: Option<Instant>,
+    /// The breadcrumb names the service of an earlier start under this lock (it was
+    /// recorded), which may no longer be the one that runs: before another start, it is
+    /// rewritten to name none.
+    names_earlier_start: bool,
+    /// The rewrite that names none, in flight.
+    forgetting: Option<Ticket>,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -450,6 +469,8 @@ impl Elector {
             service_recorded: false,
             recording: None,
             record_retry_at: None,
+            names_earlier_start: false,
+            forgetting: None,
             stopping: false,
             reason: String::new(),
             next_ticket: 1,
@@ -556,6 +577,9 @@ impl Elector {
             Event::CommitAborted { ticket, reason } => self.on_commit_aborted(ticket, reason),
             Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
             Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),
+            Event::ServiceForgotten { ticket, outcome } => {
+                self.on_service_forgotten(ticket, outcome, now)
+            }
             Event::ServiceRecorded { ticket, outcome } => {
                 self.on_service_recorded(ticket, outcome, now)
             }
@@ -608,6 +632,7 @@ impl Elector {
         if self.record_retry_at.is_some_and(|t| now >= t) {
             self.record_retry_at = None;
             self.record_service();
+            self.start_if_due(now);
         }
         if let Some(f) = &self.control.failover {
             if now >= f.lapses_at {
@@ -1019,6 +1044,37 @@ impl Elector {
         self.record_retry_at = None;
     }
 
+    fn on_service_forgotten(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        if self.forgetting != Some(ticket) {
+            return;
+        }
+        self.forgetting = None;
+        if !matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            }
+        ) {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => {
+                self.names_earlier_start = false;
+                self.start_if_due(now);
+            }
+            WriteOutcome::Unknown => {
+                // Retried while the lease holds; nothing starts until it is done.
+                self.record_retry_at = Some(now + RETRY_DELAY);
+            }
+            WriteOutcome::Conflict => {
+                self.reason =
+                    "the breadcrumb is no longer ours; the lock may have been lost".into();
+                self.lock_lost(now);
+            }
+        }
+    }
+
     fn on_service_recorded(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
         if self.recording != Some(ticket) {
             return;
@@ -1037,6 +1093,7 @@ impl Elector {
         match outcome {
             WriteOutcome::Done => {
                 self.service_recorded = true;
+                self.names_earlier_start = true;
                 self.reason = "service promoted".into();
                 let pending = self
                     .control
@@ -1503,6 +1560,9 @@ impl Elector {
             step: Step::Serving,
         };
         self.breadcrumb_written = true;
+        // The commit's record names no service process (the service is down).
+        self.names_earlier_start = false;
+        self.forgetting = None;
         self.lease = Lease {
             end: Some(sent + self.lease_len()),
             next_renewal: Some(sent + self.renewal_interval()),
@@ -1537,6 +1597,16 @@ impl Elector {
             self.lease.doubt = true;
             return;
         };
+        if self.names_earlier_start {
+            // First the breadcrumb stops naming the earlier start's processes.
+            if self.forgetting.is_none() && self.record_retry_at.is_none() {
+                let ticket = self.ticket();
+                self.forgetting = Some(ticket);
+                self.actions
+                    .push_back(Action::ForgetService { ticket, epoch });
+            }
+            return;
+        }
         let ticket = self.ticket();
         self.svc = Svc::Starting(ticket, None);
         self.actions.push_back(Action::StartService {
@@ -2593,10 +2663,106 @@ mod tests {
             ticket: r,
             outcome: WriteOutcome::Done,
         });
+        // The breadcrumb still names the stopped service's processes: it names none
+        // before anything starts again, so no fencer can find "nothing left" of a start it
+        // does not name.
+        let f = match a.as_slice() {
+            [Action::ForgetService { ticket, epoch: 3 }] => *ticket,
+            other => panic!("the breadcrumb is rewritten first: {other:?}"),
+        };
+        let a = h.feed(Event::ServiceForgotten {
+            ticket: f,
+            outcome: WriteOutcome::Done,
+        });
         assert!(
             matches!(a.as_slice(), [Action::StartService { epoch: 3, .. }]),
             "same epoch, no fence: {a:?}"
         );
+    }
+
+    /// Simulation seed 15674: the service is started again under the same lock only once
+    /// the breadcrumb names no earlier start; an unknown outcome is retried under the lease
+    /// and starts nothing, a conflict means the lock is lost.
+    #[test]
+    fn rule_4_3d_a_start_again_waits_until_the_breadcrumb_names_no_earlier_start() {
+        let mut h = H::new();
+        h.active(3);
+        // The service exits while the cluster is paused: stopped, and started again after
+        // the resume.
+        h.feed(Event::ControlChanged {
+            control: ControlView {
+                paused: true,
+                failover: None,
+            },
+        });
+        let a = h.feed(Event::ServiceExited {
+            reason: "exit 1".into(),
+        });
+        let stop = H::ticket_of(&a);
+        let a = h.feed(Event::ServiceStopped {
+            ticket: stop,
+            clean: true,
+            detail: String::new(),
+        });
+        assert_eq!(a, vec![], "paused: nothing starts again");
+        h.feed(Event::ControlChanged {
+            control: ControlView::default(),
+        });
+        // Resumed: the next renewal starts the service again, after the rewrite.
+        let mut forget = None;
+        for _ in 0..40 {
+            for a in h.advance(RETRY_DELAY) {
+                match a {
+                    Action::Renew { ticket } => {
+                        for a in h.feed(Event::Renewed {
+                            ticket,
+                            outcome: WriteOutcome::Done,
+                        }) {
+                            match a {
+                                Action::ForgetService { ticket, epoch: 3 } => {
+                                    forget = Some(ticket)
+                                }
+                                Action::StartService { .. } => {
+                                    panic!("started before the breadcrumb was rewritten")
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    Action::StartService { .. } => {
+                        panic!("started before the breadcrumb was rewritten")
+                    }
+                    _ => {}
+                }
+            }
+            if forget.is_some() {
+                break;
+            }
+        }
+        let f = forget.expect("the breadcrumb is rewritten after the resume");
+        let a = h.feed(Event::ServiceForgotten {
+            ticket: f,
+            outcome: WriteOutcome::Unknown,
+        });
+        assert_eq!(a, vec![], "nothing starts on an unknown outcome");
+        let a = h.advance(RETRY_DELAY);
+        let f = a
+            .iter()
+            .find_map(|a| match a {
+                Action::ForgetService { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("retried: {a:?}"));
+        assert!(!a.iter().any(|a| matches!(a, Action::StartService { .. })));
+        let a = h.feed(Event::ServiceForgotten {
+            ticket: f,
+            outcome: WriteOutcome::Conflict,
+        });
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::StartService { .. })),
+            "the lock may be lost: {a:?}"
+        );
+        assert_ne!(h.e.role(), Role::Active);
     }
 
     #[test]

@@ -428,6 +428,7 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         let w2 = world.clone();
         store.observe(move |fact| w2.on_fact(fact));
         let t0 = Instant::now();
+        SEED_T0.with(|t| t.set(Some(t0)));
         for node in 0..nodes {
             start_warden(&world, (node, 0));
         }
@@ -564,7 +565,36 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
     }
 }
 
+thread_local! {
+    /// The virtual start of the seed this thread runs, for the daemons' log lines.
+    static SEED_T0: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Stamps the daemons' log lines with the simulation's time, as the trace is.
+struct VirtualTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match SEED_T0.with(|t| t.get()) {
+            Some(t0) if tokio::runtime::Handle::try_current().is_ok() => {
+                write!(w, "{:>9.3}s", (Instant::now() - t0).as_secs_f64())
+            }
+            _ => write!(w, "{:>10}", "-"),
+        }
+    }
+}
+
 fn replay(seed: u64) -> Outcome {
+    // RUST_LOG=warden=debug (for example) adds the daemons' own log to a replay.
+    let _log = std::env::var("RUST_LOG").ok().map(|filter| {
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_timer(VirtualTime)
+                .with_test_writer()
+                .finish(),
+        )
+    });
     let out = run_seed(seed, nodes(), max_faults(), true);
     if let Some(why) = &out.failure {
         let mut report = format!(

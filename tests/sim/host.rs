@@ -11,6 +11,7 @@ use warden::health::{Check, HealthError, Prober};
 use warden::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use warden::record::Epoch;
 use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
+use warden_fencing::process::{whereabouts, Whereabouts};
 use warden_fencing::{FenceContext, FenceMethod, MethodResult, Methods, SignalName, Target};
 
 #[derive(Clone)]
@@ -53,6 +54,7 @@ impl Host for SimHost {
                 && x.start_time == start_time
                 && w.machine_of_place(x.place) == machine
                 && x.boot == me.boot
+                && w.plan.layout.places[x.place].pid_ns == w.plan.layout.places[me.place].pid_ns
         })
     }
 
@@ -294,28 +296,6 @@ impl Prober for SimProbe {
     }
 }
 
-/// Where a record's incarnation ran, seen from a place (SPEC §5 "Which host is this?").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Where {
-    ThisBoot,
-    Rebooted,
-    OtherPidNamespace,
-    Elsewhere,
-}
-
-fn where_is(target: &Target, boot: &str, machine: &str, pid_ns: u64) -> Where {
-    if target.machine_id.as_deref() != Some(machine) || machine.is_empty() {
-        return Where::Elsewhere;
-    }
-    if target.boot_id.as_deref() != Some(boot) {
-        return Where::Rebooted;
-    }
-    if target.pid_ns != Some(pid_ns) {
-        return Where::OtherPidNamespace;
-    }
-    Where::ThisBoot
-}
-
 /// The fence methods: `signal` acts on this host, any other method reaches the target's
 /// host by name (as ssh and `fence-local` do) and acts there by the same rules.
 #[derive(Clone)]
@@ -383,13 +363,15 @@ impl Methods for SimMethods {
                 (b, mid, ns, m)
             }
         };
-        match where_is(target, &boot, &machine, pid_ns) {
-            Where::Rebooted => return MethodResult::fenced("the host was rebooted since"),
-            Where::OtherPidNamespace => {
+        // Where the record's incarnation ran, judged by the real function the methods use
+        // (SPEC 5 "Which host is this?").
+        match whereabouts(&boot, &machine, pid_ns, target) {
+            Whereabouts::Rebooted(how) => return MethodResult::fenced(how),
+            Whereabouts::OtherPidNamespace { .. } => {
                 return MethodResult::not_applicable("another pid namespace on this kernel")
             }
-            Where::Elsewhere => return MethodResult::not_applicable("another host"),
-            Where::ThisBoot => {}
+            Whereabouts::Elsewhere(why) => return MethodResult::not_applicable(why),
+            Whereabouts::ThisBoot => {}
         }
         // Kill the old warden and every process of its service this host can find.
         let victims = {
@@ -401,11 +383,14 @@ impl Methods for SimMethods {
                     Some(x.pid) == target.pid
                         && Some(x.start_time) == target.start_time
                         && w.machine_of_place(x.place) == machine_ix
+                        && w.plan.layout.places[x.place].pid_ns == pid_ns
                 })
                 .map(|(k, _)| *k);
             let mut svcs = Vec::new();
             for s in &w.services {
-                if s.machine != machine_ix {
+                // Pids, process groups and (under a cgroup namespace) cgroup paths of
+                // another container mean nothing here.
+                if s.machine != machine_ix || s.pid_ns != pid_ns {
                     continue;
                 }
                 let by_cgroup = target

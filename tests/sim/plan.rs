@@ -121,8 +121,8 @@ pub enum Topology {
     /// n2's machine is a clone of n1's: its own machine id and boot id, n1's host name.
     /// ssh to that name reaches either machine.
     Clone,
-    /// n1 is a pod: each restart of its warden lands on either of two machines that
-    /// answer to its host name.
+    /// n1 is a pod: each restart of its warden lands on either of two places that answer
+    /// to its host name: another machine, or the same machine in a new pid namespace.
     Moving,
 }
 
@@ -564,11 +564,17 @@ fn draw_layout(aux: &mut SimRng, nodes: usize) -> Layout {
         node_places.push(vec![places.len() - 1]);
     }
     if topology == Topology::Moving {
-        // n1's second home: another machine that answers to n1's host name.
-        let h = host(&mut hosts);
+        // n1's second home: another machine that answers to n1's host name; or, for a pod
+        // rescheduled onto the node it ran on, the same machine (same boot id) in another
+        // pid namespace, while what its old container left may still run.
+        let (h, pid_ns) = if aux.chance(0.5) {
+            (host(&mut hosts), 4_026_531_836)
+        } else {
+            (places[0].host, 4_026_533_001)
+        };
         places.push(PlacePlan {
             host: h,
-            pid_ns: 4_026_531_836,
+            pid_ns,
             name: places[0].name.clone(),
         });
         node_places[0].push(places.len() - 1);

@@ -120,6 +120,8 @@ pub struct Service {
     pub epoch: Epoch,
     pub machine: usize,
     pub boot: u32,
+    /// The pid namespace it runs in: its pids mean nothing in another one.
+    pub pid_ns: u64,
     pub cgroup: Option<u64>,
     pub pid: u32,
     pub start_time: u64,
@@ -501,6 +503,7 @@ impl W {
         let place = self.wardens[&owner].place;
         let machine = self.machine_of_place(place);
         let boot = self.machines[machine].boot;
+        let pid_ns = self.plan.layout.places[place].pid_ns;
         let escapes = cgroup.is_some();
         let mut procs = vec![SvcProc {
             part: Part::Main,
@@ -536,6 +539,7 @@ impl W {
             epoch,
             machine,
             boot,
+            pid_ns,
             cgroup,
             pid,
             start_time,
