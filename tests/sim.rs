@@ -25,7 +25,16 @@
 //! 3. epochs of successive starts and commits only grow;
 //! 4. liveness: once the faults end, some node is active within
 //!    3 × session_timeout + 30 s. A breadcrumb no fence can verify is SPEC §5's case for
-//!    `fence --confirm`: the simulated operator confirms it once nothing of it runs.
+//!    `fence --confirm`: the simulated operator confirms it once nothing of it runs;
+//! 5. the operator's commands (`sim/operator.rs`, the real `ops` functions on a session of
+//!    their own): nobody is promoted while paused, nor against a pending switchover
+//!    request (its `from`, or a standby it does not name); `warden failover` returns by
+//!    its request's deadline; a switchover in a quiet cluster succeeds; the node promoted
+//!    over a request clears it. A request counts as a fault until its deadline, a pause
+//!    until its resume, so liveness also says no request holds the cluster past its end.
+//!
+//! A seed whose virtual time stands still (a daemon spinning on a deadline in the past)
+//! ends the sweep with its number after two minutes of wall time.
 //!
 //! `cargo test --release --test sim` runs 20,000 seeds (2,000 in a debug build).
 //! - `WARDEN_SIM_SEED=N`: run seed N alone and print its plan and trace;
@@ -550,12 +559,16 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
             trace: std::mem::take(&mut w.trace),
             plan: String::new(),
         };
-        // Stop every daemon before the runtime goes.
+        // Stop every daemon before the runtime goes, and break the cycles between the
+        // world and the store, so that nothing of this seed outlives it.
         for x in w.wardens.values_mut() {
             if let Some(t) = x.task.take() {
                 t.abort();
             }
         }
+        w.stops.clear();
+        drop(w);
+        world.store.unobserve();
         out
     });
     rt.shutdown_background();

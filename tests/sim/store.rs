@@ -1090,6 +1090,12 @@ impl SimStore {
         self.with(|st, _| st.observer = Some(Arc::new(observer)));
     }
 
+    /// Drops the observer: it usually holds the world that holds this store, a cycle
+    /// that would keep every seed's world alive until the sweep ends.
+    pub fn unobserve(&self) {
+        self.with(|st, _| st.observer = None);
+    }
+
     /// TTL mode: the store's clock jumps forward by `by` (leases it passes vanish now).
     /// No-op in ZooKeeper mode.
     pub fn step_clock(&self, by: Duration) {
