@@ -70,7 +70,14 @@ pub struct ClusterConfig {
 pub struct CoordinationConfig {
     #[serde(default)]
     pub backend: Backend,
+    /// Required with `backend = "zookeeper"`; when absent it holds the defaults (an empty
+    /// `connect`), and only the chosen backend's table is used.
+    #[serde(default)]
     pub zookeeper: ZooKeeperConfig,
+    #[serde(default)]
+    pub mysql: Option<MysqlConfig>,
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
 }
 
 /// The coordination service backend.
@@ -79,6 +86,54 @@ pub struct CoordinationConfig {
 pub enum Backend {
     #[default]
     Zookeeper,
+    Mysql,
+    Redis,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Zookeeper => "zookeeper",
+            Backend::Mysql => "mysql",
+            Backend::Redis => "redis",
+        }
+    }
+}
+
+/// `[coordination.mysql]` (SPEC §3a).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlConfig {
+    /// `mysql://user@host:port/database`; never a password (that goes in `password_file`).
+    pub url: String,
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_table_prefix")]
+    pub table_prefix: String,
+}
+
+/// `[coordination.redis]` (SPEC §3a).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://host:port/db` or `rediss://...`; never a password.
+    pub url: String,
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
 }
 
 /// `[coordination.zookeeper]`.
@@ -268,6 +323,29 @@ impl Default for LogConfig {
 fn default_root() -> String {
     "/warden".to_string()
 }
+fn default_poll_interval() -> Duration {
+    Duration::from_millis(250)
+}
+fn default_table_prefix() -> String {
+    "warden_".to_string()
+}
+fn default_key_prefix() -> String {
+    "warden".to_string()
+}
+
+impl Default for ZooKeeperConfig {
+    fn default() -> Self {
+        ZooKeeperConfig {
+            connect: String::new(),
+            root: default_root(),
+            session_timeout: default_session_timeout(),
+            connect_timeout: default_connect_timeout(),
+            auth: None,
+            auth_file: None,
+            acl: AclMode::default(),
+        }
+    }
+}
 fn default_session_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -347,6 +425,25 @@ pub const CONNECT_TIMEOUT_RANGE: DurationRange = DurationRange {
     max: Duration::from_secs(600),
     short: TIMER_RESOLUTION,
     long: "every operator command waits this long before it reports ZooKeeper unreachable",
+};
+
+/// MySQL's and Redis's `session_timeout`: one statement is a round trip plus a row lock,
+/// so a second is the least that leaves room for renewals (every sixth of it).
+pub const STORE_SESSION_RANGE: DurationRange = DurationRange {
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(600),
+    short: "the lease is half of it and is renewed every sixth, which must outlast a \
+            statement on a busy database",
+    long: "a node that died is noticed only this long after, so its service stays down as \
+           long",
+};
+
+/// `poll_interval`: standbys read the lock this often.
+pub const POLL_INTERVAL_RANGE: DurationRange = DurationRange {
+    min: Duration::from_millis(10),
+    max: Duration::from_secs(60),
+    short: "each standby reads the lock this often: shorter only loads the database",
+    long: "a standby notices a released lock only this late",
 };
 
 /// `rejoin_delay` doubles after each failure up to the elector's 30s ceiling (SPEC §4.8),
@@ -432,18 +529,21 @@ impl Config {
 
     /// The session timeout asked of the coordination store (the store may grant less).
     pub fn session_timeout(&self) -> Duration {
-        self.coordination.zookeeper.session_timeout
+        self.store()
+            .map_or(self.coordination.zookeeper.session_timeout, |s| {
+                s.session_timeout
+            })
     }
 
     /// How often the active renews its lease: `session_timeout / 6` (SPEC §4).
     pub fn renewal_interval(&self) -> Duration {
-        self.coordination.zookeeper.session_timeout / 6
+        self.session_timeout() / 6
     }
 
     /// How long a lease lasts after the send time of its last acknowledged renewal:
     /// `session_timeout / 2` (SPEC §4).
     pub fn lease(&self) -> Duration {
-        self.coordination.zookeeper.session_timeout / 2
+        self.session_timeout() / 2
     }
 }
 
@@ -604,6 +704,39 @@ fn shown_path(path: &Path) -> String {
 }
 
 /// A value as written in TOML, quoted and escaped: `"rm 1"`, `"a\nb"`.
+/// A MySQL or Redis URL warden can use: the backend's scheme, a host, for MySQL a
+/// database, and no password (it belongs in `password_file`, mode 0600).
+fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
+    let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+    if url.password().is_some() {
+        return Err(
+            "contains a password: put it in password_file (mode 0600) instead, and \
+                    remove it from the URL"
+                .into(),
+        );
+    }
+    let schemes: &[&str] = match backend {
+        Backend::Mysql => &["mysql"],
+        _ => &["redis", "rediss"],
+    };
+    if !schemes.contains(&url.scheme()) {
+        return Err(format!(
+            "has scheme {:?}: use {}",
+            url.scheme(),
+            quoted_list(schemes)
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("names no host: write it as in mysql://warden@db1:3306/warden".into());
+    }
+    if backend == Backend::Mysql && url.path().trim_matches('/').is_empty() {
+        return Err(
+            "names no database: add it as the path, as in mysql://warden@db1:3306/warden".into(),
+        );
+    }
+    Ok(())
+}
+
 fn quoted(s: &str) -> String {
     format!("{s:?}")
 }
@@ -815,6 +948,22 @@ impl<'a> Source<'a> {
         locate(self.path, self.text, &self.line_starts, offset)
     }
 
+    /// Whether `path` is set in the file.
+    fn has(&self, path: &KeyPath) -> bool {
+        let mut table: &DeTable<'a> = self.doc.get_ref();
+        for (i, seg) in path.0.iter().enumerate() {
+            let Seg::Key(k) = seg else { return false };
+            let Some(next) = table.get(k.as_str()) else {
+                return false;
+            };
+            match next.get_ref() {
+                DeValue::Table(t) => table = t,
+                _ => return i + 1 == path.0.len(),
+            }
+        }
+        true
+    }
+
     /// Where the value at `path` is, or, when it is absent, the deepest table on the way
     /// to it: a missing key is reported at the table that lacks it.
     fn at(&self, path: &KeyPath) -> Location {
@@ -1015,8 +1164,26 @@ const CLUSTER: &[Field] = &[
     opt("port", PORT),
 ];
 const COORDINATION: &[Field] = &[
-    opt("backend", Kind::Choice(&["zookeeper"])),
-    req("zookeeper", Kind::Table(ZOOKEEPER)),
+    opt("backend", Kind::Choice(&["zookeeper", "mysql", "redis"])),
+    opt("zookeeper", Kind::Table(ZOOKEEPER)),
+    opt("mysql", Kind::Table(MYSQL)),
+    opt("redis", Kind::Table(REDIS)),
+];
+const MYSQL: &[Field] = &[
+    req("url", Kind::Str),
+    opt("password_file", Kind::Str),
+    opt("session_timeout", Kind::Duration),
+    opt("poll_interval", Kind::Duration),
+    opt("connect_timeout", Kind::Duration),
+    opt("table_prefix", Kind::Str),
+];
+const REDIS: &[Field] = &[
+    req("url", Kind::Str),
+    opt("password_file", Kind::Str),
+    opt("session_timeout", Kind::Duration),
+    opt("poll_interval", Kind::Duration),
+    opt("connect_timeout", Kind::Duration),
+    opt("key_prefix", Kind::Str),
 ];
 const ZOOKEEPER: &[Field] = &[
     req("connect", Kind::Str),
@@ -1486,7 +1653,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 impl Source<'_> {
     fn validate(&self, c: &Config) -> Result<(), ConfigError> {
         self.validate_cluster(c)?;
-        self.validate_zookeeper(c)?;
+        match c.coordination.backend {
+            Backend::Zookeeper => self.validate_zookeeper(c)?,
+            Backend::Mysql | Backend::Redis => self.validate_store(c)?,
+        }
         self.check_duration(
             c.election.rejoin_delay,
             &KeyPath::of(&["election", "rejoin_delay"]),
@@ -1577,9 +1747,94 @@ impl Source<'_> {
         Ok(())
     }
 
+    /// `[coordination.mysql]` or `[coordination.redis]`, whichever `backend` names.
+    fn validate_store(&self, c: &Config) -> Result<(), ConfigError> {
+        let backend = c.coordination.backend;
+        let name = backend.as_str();
+        let p = |k: &str| KeyPath::of(&["coordination", name, k]);
+        let Some(s) = c.store() else {
+            return Err(self.invalid(
+                &KeyPath::of(&["coordination", "backend"]),
+                format!(
+                    "= \"{name}\" needs a [coordination.{name}] table with at least `url` \
+                     (SPEC 3a)"
+                ),
+            ));
+        };
+        if let Err(reason) = check_store_url(backend, s.url) {
+            return Err(self.invalid(&p("url"), reason));
+        }
+        self.check_duration(
+            s.session_timeout,
+            &p("session_timeout"),
+            &STORE_SESSION_RANGE,
+        )?;
+        self.check_duration(
+            s.connect_timeout,
+            &p("connect_timeout"),
+            &CONNECT_TIMEOUT_RANGE,
+        )?;
+        self.check_duration(s.poll_interval, &p("poll_interval"), &POLL_INTERVAL_RANGE)?;
+        if s.poll_interval >= s.session_timeout / 2 {
+            return Err(self.invalid(
+                &p("poll_interval"),
+                format!(
+                    "= {} must be less than half of session_timeout ({}): a standby that \
+                     polls less often than that notices a dead active after the lease the \
+                     active already gave up",
+                    fmt_duration(s.poll_interval),
+                    fmt_duration(s.session_timeout)
+                ),
+            ));
+        }
+        if let Some(file) = s.password_file {
+            if file.as_os_str().is_empty() {
+                return Err(self.invalid(&p("password_file"), "must name a file: it is empty"));
+            }
+        }
+        if let Some(prefix) = s.prefix {
+            let ok = match backend {
+                Backend::Mysql => {
+                    (1..=32).contains(&prefix.len())
+                        && prefix
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                }
+                _ => {
+                    (1..=64).contains(&prefix.len())
+                        && prefix
+                            .bytes()
+                            .all(|b| b.is_ascii_graphic() && !b"{}:".contains(&b))
+                }
+            };
+            if !ok {
+                let (key, rule) = match backend {
+                    Backend::Mysql => (
+                        "table_prefix",
+                        "use 1 to 32 letters, digits or '_' (it becomes part of table names)",
+                    ),
+                    _ => (
+                        "key_prefix",
+                        "use 1 to 64 printable characters without spaces, '{', '}' or ':' \
+                         (it becomes part of key names)",
+                    ),
+                };
+                return Err(self.invalid(&p(key), format!("= {} {rule}", quoted(prefix))));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_zookeeper(&self, c: &Config) -> Result<(), ConfigError> {
         let zk = &c.coordination.zookeeper;
         let p = |k: &str| KeyPath::of(&["coordination", "zookeeper", k]);
+        if zk.connect.is_empty() && !self.has(&KeyPath::of(&["coordination", "zookeeper"])) {
+            return Err(self.invalid(
+                &KeyPath::of(&["coordination"]),
+                "needs a [coordination.zookeeper] table with `connect` (or choose another \
+                 backend: backend = \"mysql\" or \"redis\", SPEC 3a)",
+            ));
+        }
         if let Err(reason) = check_connect(&zk.connect) {
             return Err(self.invalid(&p("connect"), reason));
         }
@@ -2081,6 +2336,15 @@ fn file_error(
 
 /// The file checks of [`load`].
 fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigError> {
+    if let Some(file) = c.store().and_then(|s| s.password_file) {
+        let key = KeyPath::of(&[
+            "coordination",
+            c.coordination.backend.as_str(),
+            "password_file",
+        ]);
+        read_private_file(file, MAX_AUTH_FILE_BYTES)
+            .map_err(|p| file_error(p, Some(source.at(&key)), &key, file))?;
+    }
     if let Some(file) = &c.coordination.zookeeper.auth_file {
         let key = KeyPath::of(&["coordination", "zookeeper", "auth_file"]);
         let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
@@ -2177,7 +2441,92 @@ fn check_program(
     ))
 }
 
+/// The keys `[coordination.mysql]` and `[coordination.redis]` share, for validation.
+pub(crate) struct StoreView<'a> {
+    pub url: &'a str,
+    pub password_file: Option<&'a PathBuf>,
+    pub session_timeout: Duration,
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+    /// `table_prefix` or `key_prefix`.
+    pub prefix: Option<&'a String>,
+}
+
 impl Config {
+    /// The chosen backend's table when it is MySQL or Redis.
+    pub(crate) fn store(&self) -> Option<StoreView<'_>> {
+        match self.coordination.backend {
+            Backend::Zookeeper => None,
+            Backend::Mysql => self.coordination.mysql.as_ref().map(|m| StoreView {
+                url: &m.url,
+                password_file: m.password_file.as_ref(),
+                session_timeout: m.session_timeout,
+                poll_interval: m.poll_interval,
+                connect_timeout: m.connect_timeout,
+                prefix: Some(&m.table_prefix),
+            }),
+            Backend::Redis => self.coordination.redis.as_ref().map(|r| StoreView {
+                url: &r.url,
+                password_file: r.password_file.as_ref(),
+                session_timeout: r.session_timeout,
+                poll_interval: r.poll_interval,
+                connect_timeout: r.connect_timeout,
+                prefix: Some(&r.key_prefix),
+            }),
+        }
+    }
+
+    /// `[coordination.mysql]`, when the backend is MySQL.
+    pub fn mysql(&self) -> Option<&MysqlConfig> {
+        match self.coordination.backend {
+            Backend::Mysql => self.coordination.mysql.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// `[coordination.redis]`, when the backend is Redis.
+    pub fn redis(&self) -> Option<&RedisConfig> {
+        match self.coordination.backend {
+            Backend::Redis => self.coordination.redis.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// How long the chosen backend waits for a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.store()
+            .map_or(self.coordination.zookeeper.connect_timeout, |s| {
+                s.connect_timeout
+            })
+    }
+
+    /// How often standbys read the lock (MySQL, Redis); `None` for ZooKeeper's watches.
+    pub fn poll_interval(&self) -> Option<Duration> {
+        self.store().map(|s| s.poll_interval)
+    }
+
+    /// The MySQL or Redis password: the trimmed content of `password_file` (checked again
+    /// here, since the file may have changed since [`load`]); `None` without one.
+    pub fn read_store_password(&self) -> Result<Option<String>, ConfigError> {
+        let Some(file) = self.store().and_then(|s| s.password_file) else {
+            return Ok(None);
+        };
+        let key = KeyPath::of(&[
+            "coordination",
+            self.coordination.backend.as_str(),
+            "password_file",
+        ]);
+        let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
+            .map_err(|p| file_error(p, None, &key, file))?;
+        let text = String::from_utf8(content).map_err(|_| ConfigError::UnreadableFile {
+            at: None,
+            key: key.to_string(),
+            file: file.clone(),
+            error: io::Error::new(io::ErrorKind::InvalidData, "it is not UTF-8 text"),
+        })?;
+        Ok(Some(text.trim_end_matches(['\n', '\r']).to_string()))
+    }
+
     /// The ZooKeeper credentials: `auth`, or the trimmed content of `auth_file` (checked
     /// again here, since the file may have changed since [`load`]); `None` without either.
     pub fn read_auth(&self) -> Result<Option<String>, ConfigError> {
@@ -2235,15 +2584,48 @@ impl Config {
         if lease.saturating_sub(grace) < renewal {
             out.push(format!(
                 "{grace_key} = {} leaves less than one renewal interval ({}) of the {} lease \
-                 (half of coordination.zookeeper.session_timeout = {}), so a single late \
+                 (half of coordination.{}.session_timeout = {}), so a single late \
                  renewal demotes the active; raise session_timeout or lower {grace_key}",
                 fmt_duration(grace),
                 fmt_duration(renewal),
                 fmt_duration(lease),
-                fmt_duration(zk.session_timeout),
+                self.coordination.backend.as_str(),
+                fmt_duration(self.session_timeout()),
             ));
         }
-        if zk.session_timeout < ZK_DEFAULT_MIN_SESSION {
+        let backend = self.coordination.backend;
+        for (name, set) in [
+            ("mysql", self.coordination.mysql.is_some()),
+            ("redis", self.coordination.redis.is_some()),
+        ] {
+            if set && backend.as_str() != name {
+                out.push(format!(
+                    "[coordination.{name}] is ignored: backend = \"{}\"",
+                    backend.as_str()
+                ));
+            }
+        }
+        if let Some(st) = self.store() {
+            let key = format!("coordination.{}", backend.as_str());
+            if st.poll_interval > st.session_timeout / 6 {
+                out.push(format!(
+                    "{key}.poll_interval = {} is longer than a renewal interval ({}): standbys \
+                     notice a released or expired lock later than the active renews it",
+                    fmt_duration(st.poll_interval),
+                    fmt_duration(st.session_timeout / 6)
+                ));
+            }
+            if st.session_timeout < Duration::from_secs(3) {
+                out.push(format!(
+                    "{key}.session_timeout = {} is short for a database: one slow statement \
+                     (a checkpoint, a lock wait) longer than the lease demotes the active",
+                    fmt_duration(st.session_timeout)
+                ));
+            }
+        }
+        if backend != Backend::Zookeeper {
+            // The ZooKeeper table's defaults mean nothing for another backend.
+        } else if zk.session_timeout < ZK_DEFAULT_MIN_SESSION {
             out.push(format!(
                 "coordination.zookeeper.session_timeout = {} is below ZooKeeper's default \
                  minSessionTimeout ({}); unless the ensemble's tickTime or minSessionTimeout \
@@ -2261,7 +2643,11 @@ impl Config {
                 fmt_duration(ZK_DEFAULT_MAX_SESSION)
             ));
         }
-        if zk.auth.is_none() && zk.auth_file.is_none() && zk.acl == AclMode::Open {
+        if backend == Backend::Zookeeper
+            && zk.auth.is_none()
+            && zk.auth_file.is_none()
+            && zk.acl == AclMode::Open
+        {
             out.push(
                 "coordination.zookeeper has no auth and acl = \"open\": anyone who can reach \
                  ZooKeeper can change the election (set auth_file and acl = \"creator\")"
@@ -2474,6 +2860,73 @@ command = ["/bin/true"]
     fn with(from: &str, to: &str) -> String {
         assert!(BASE.contains(from), "{from:?} is not in BASE");
         BASE.replacen(from, to, 1)
+    }
+
+    fn mysql(table: &str) -> String {
+        with(
+            "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+            &format!("[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\n{table}\n"),
+        )
+    }
+
+    #[test]
+    fn a_mysql_backend_needs_only_its_own_table() {
+        let c = ok(&mysql("url = \"mysql://warden@db1:3306/warden\""));
+        assert_eq!(c.coordination.backend, Backend::Mysql);
+        let m = c.mysql().expect("the mysql table");
+        assert_eq!(m.table_prefix, "warden_");
+        assert_eq!(c.session_timeout(), Duration::from_secs(10));
+        assert_eq!(c.poll_interval(), Some(Duration::from_millis(250)));
+        assert_eq!(c.lease(), Duration::from_secs(5));
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let m = msg(&with(
+            "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+            "[coordination]\nbackend = \"mysql\"\n",
+        ));
+        assert!(m.contains("needs a [coordination.mysql] table"), "{m}");
+    }
+
+    #[test]
+    fn mysql_values_are_checked() {
+        let m = msg(&mysql("url = \"mysql://warden:secret@db1/warden\""));
+        assert!(
+            m.contains("contains a password: put it in password_file"),
+            "{m}"
+        );
+        assert!(!m.contains("secret"), "the password is repeated: {m}");
+        let m = msg(&mysql("url = \"redis://db1/warden\""));
+        assert!(
+            m.contains("`coordination.mysql.url`") && m.contains("scheme"),
+            "{m}"
+        );
+        let m = msg(&mysql("url = \"mysql://warden@db1:3306\""));
+        assert!(m.contains("names no database"), "{m}");
+        let m = msg(&mysql(
+            "url = \"mysql://warden@db1/warden\"\nsession_timeout = \"2s\"\npoll_interval = \"1s\"",
+        ));
+        assert!(m.contains("less than half of session_timeout"), "{m}");
+        let m = msg(&mysql(
+            "url = \"mysql://warden@db1/warden\"\ntable_prefix = \"w-\"",
+        ));
+        assert!(
+            m.contains("table_prefix") && m.contains("letters, digits or '_'"),
+            "{m}"
+        );
+        let m = msg(&mysql(
+            "url = \"mysql://warden@db1/warden\"\npoll_intervall = \"1s\"",
+        ));
+        assert!(
+            m.contains("poll_interval"),
+            "the nearest key is suggested: {m}"
+        );
+        let c = ok(&mysql(
+            "url = \"mysql://warden@db1/warden\"\nsession_timeout = \"2s\"\npoll_interval = \"900ms\"",
+        ));
+        let w = c.warnings().join("\n");
+        assert!(
+            w.contains("poll_interval") && w.contains("session_timeout = 2s"),
+            "{w}"
+        );
     }
 
     #[test]
@@ -3336,6 +3789,8 @@ command = ["/bin/true"]
             sorted(serde_fields::<CoordinationConfig>())
         );
         assert_eq!(names(ZOOKEEPER), sorted(serde_fields::<ZooKeeperConfig>()));
+        assert_eq!(names(MYSQL), sorted(serde_fields::<MysqlConfig>()));
+        assert_eq!(names(REDIS), sorted(serde_fields::<RedisConfig>()));
         assert_eq!(names(ELECTION), sorted(serde_fields::<ElectionConfig>()));
         assert_eq!(names(SERVICE), sorted(serde_fields::<ServiceConfig>()));
         assert_eq!(names(HEALTH), health);

@@ -1129,6 +1129,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let host = self.host.clone();
         let tx = self.tx.clone();
         let me = self.member_for_registration();
+        // A store that was never initialized stops `warden run` at its start (exit 2); one
+        // that lost its tables while we ran is waited out: `status` says it lost data, and
+        // `warden init --force` brings the cluster back (SPEC §3a).
+        let first_start = self.next_gen == 1;
         let h = tokio::spawn(async move {
             let mut backoff = CONNECT_BACKOFF_START;
             let mut waiting_logged = false;
@@ -1139,6 +1143,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         return;
                     }
                     Err(RegisterError::Duplicate(message)) => {
+                        let _ = tx.send(Input::Fatal(Fatal { code: 2, message }));
+                        return;
+                    }
+                    Err(RegisterError::Store(StoreError::NotInitialized(message)))
+                        if first_start =>
+                    {
                         let _ = tx.send(Input::Fatal(Fatal { code: 2, message }));
                         return;
                     }

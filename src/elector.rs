@@ -2719,9 +2719,7 @@ mod tests {
                             outcome: WriteOutcome::Done,
                         }) {
                             match a {
-                                Action::ForgetService { ticket, epoch: 3 } => {
-                                    forget = Some(ticket)
-                                }
+                                Action::ForgetService { ticket, epoch: 3 } => forget = Some(ticket),
                                 Action::StartService { .. } => {
                                     panic!("started before the breadcrumb was rewritten")
                                 }

@@ -4,7 +4,7 @@
 
 use crate::api;
 use crate::config::Config;
-use crate::coord::zookeeper::ZkConnector;
+use crate::coord::any::AnyConnector;
 use crate::daemon::{Daemon, Fatal};
 use crate::host::{self, ThisHost};
 use tokio::sync::mpsc;
@@ -13,10 +13,10 @@ use tokio::sync::mpsc;
 /// exit code.
 pub async fn run(cfg: Config) -> Result<i32, Fatal> {
     use tokio::signal::unix::{signal, SignalKind};
-    let auth = cfg.read_auth().map_err(|e| Fatal {
-        code: 2,
-        message: e.to_string(),
-    })?;
+    // The backend the config names, with its credentials read: an unreadable or too open
+    // credentials file is a configuration error (exit 2).
+    let connector =
+        AnyConnector::from_config(&cfg).map_err(|message| Fatal { code: 2, message })?;
     // Bound before anything else, so a taken port is a start-up error (exit 2).
     let listener = match &cfg.api {
         Some(a) => Some(api::bind(a.listen).await.map_err(|e| Fatal {
@@ -26,7 +26,6 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
         None => None,
     };
     let me = host::identity(&cfg).map_err(|message| Fatal { code: 1, message })?;
-    let connector = ZkConnector::new(&cfg.coordination.zookeeper, &cfg.cluster.name, auth);
     let mut d = Daemon::new(cfg, me, connector, ThisHost)?;
     let _api = listener.map(|l| {
         AbortOnDrop(tokio::spawn(api::serve(

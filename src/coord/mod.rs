@@ -13,6 +13,9 @@
 //! a [`Connector`]; `main` picks the backend once from the config, and each backend gets
 //! its own copy of the (small) driver at compile time.
 
+pub mod any;
+pub mod items;
+pub mod mysql;
 pub mod zookeeper;
 
 use crate::record::{
@@ -341,6 +344,10 @@ pub enum StoreError {
     /// Not known whether it happened: connection loss, timeout, no answer.
     #[error("outcome unknown: {0}")]
     Unknown(String),
+    /// The store has no cluster state to work on: never initialized (`warden init`), or
+    /// it lost it (wiped, restored). The text says which command helps.
+    #[error("{0}")]
+    NotInitialized(String),
     /// The session expired or was closed; nothing more can be done in it.
     #[error("the coordination session was lost: {0}")]
     SessionLost(String),

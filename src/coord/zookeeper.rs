@@ -26,14 +26,8 @@ use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 use zookeeper_client::{Acl, Acls, Permission};
 
-/// `history` keeps this many transitions.
-pub const HISTORY_LEN: usize = 100;
-/// Old histories are kept beside `history` under names that start with this:
-/// `history.unreadable-<time>` (a znode that was not an array) and `history.old-<time>`
-/// (moved aside by `init --force`).
-pub const SET_ASIDE_PREFIX: &str = "history.";
-/// Version-checked read-modify-write of `history`/`control` gives up after this many races.
-const CAS_ATTEMPTS: usize = 5;
+use super::items::{self, history_of, newest_promotion, Items, Refusal};
+pub use super::items::{HISTORY_LEN, SET_ASIDE_PREFIX};
 
 /// The znode paths of one cluster.
 #[derive(Clone, Debug)]
@@ -63,19 +57,6 @@ impl Paths {
 
     pub fn member(&self, node_id: &str) -> String {
         format!("{}/{}", self.members, node_id)
-    }
-}
-
-/// Why a read-modify-write did not happen.
-enum Refusal {
-    /// The change itself said no.
-    Refused(String),
-    Store(StoreError),
-}
-
-impl From<StoreError> for Refusal {
-    fn from(e: StoreError) -> Self {
-        Refusal::Store(e)
     }
 }
 
@@ -182,25 +163,6 @@ fn shared_parent_acls(mode: AclMode) -> Vec<Acl> {
 }
 
 /// `history`'s data read entry by entry; an unreadable znode reads as empty, with why.
-fn history_of(data: &[u8]) -> History {
-    record::parse_history(data).unwrap_or_else(|e| History {
-        unreadable: Some(e.to_string()),
-        ..History::default()
-    })
-}
-
-/// The greatest epoch of a completed promotion in `history`. Only completed ones count:
-/// the entry of our own step into `promoting` carries the epoch we are about to use and
-/// may already be written.
-fn newest_promotion(history: &History) -> Option<Epoch> {
-    history
-        .entries
-        .iter()
-        .filter(|h| h.to == record::Role::Active.as_str())
-        .filter_map(|h| h.epoch)
-        .max()
-}
-
 /// `/a`, `/a/b`, `/a/b/c` for `/a/b/c`; nothing for `/`.
 fn ancestors(path: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -628,40 +590,10 @@ impl ZkSession {
         }
     }
 
-    /// Creates `history.<kind>-<time>` beside `history` holding `data`, with the
-    /// cluster's ACL; another name if that one is taken. Returns its path.
-    async fn keep_copy(&self, kind: &str, data: &[u8]) -> Result<String, StoreError> {
-        let opts = self.persistent();
-        let stem = self.set_aside_path(kind);
-        for n in 1..=CAS_ATTEMPTS {
-            let copy = if n == 1 {
-                stem.clone()
-            } else {
-                format!("{stem}.{n}")
-            };
-            match self
-                .bounded(
-                    "keeping a copy of history in",
-                    &copy,
-                    self.client.create(&copy, data, &opts),
-                )
-                .await
-            {
-                Ok(_) => return Ok(copy),
-                Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Rejected(format!(
-            "{stem} and the next names are taken; history was not rewritten"
-        )))
-    }
-
     /// `<base>/history.<kind>-<UTC time>`, the time without colons so that the name is
     /// easy to type in `zkCli.sh`.
     fn set_aside_path(&self, kind: &str) -> String {
-        let stamp = record::rfc3339(std::time::SystemTime::now()).replace(':', "");
-        format!("{}/{SET_ASIDE_PREFIX}{kind}-{stamp}", self.paths.base)
+        format!("{}/{}", self.paths.base, items::set_aside_name(kind))
     }
 
     /// The ensemble's current zxid, read from a write that changes nothing: the base
@@ -678,33 +610,6 @@ impl ZkSession {
         Ok(stat.mzxid.max(0) as Epoch)
     }
 
-    /// Reads a JSON znode (absent or unreadable = the default), lets `change` edit it, and
-    /// writes it back at the version read (or creates it), retrying when another writer
-    /// got there first. `change` returns `Ok(false)` to leave it, `Err` to refuse.
-    async fn read_modify_write<T, F>(&self, path: &str, mut change: F) -> Result<T, Refusal>
-    where
-        T: Default + serde::Serialize + record::Record,
-        F: FnMut(&mut T) -> Result<bool, String>,
-    {
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut value, version) = match self.get_optional(path).await? {
-                Some((data, stat)) => {
-                    (record::parse(&data).unwrap_or_default(), Some(stat.version))
-                }
-                None => (T::default(), None),
-            };
-            if !change(&mut value).map_err(Refusal::Refused)? {
-                return Ok(value);
-            }
-            match self.write(path, &record::to_bytes(&value), version).await {
-                Ok(()) => return Ok(value),
-                Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(StoreError::Unknown(format!("{path} kept changing; not written")).into())
-    }
-
     /// Deletes each znode at the version given, all or none (`init --force`).
     async fn delete_at_versions(&self, doomed: &[(&str, i32)]) -> Result<(), StoreError> {
         if doomed.is_empty() {
@@ -719,6 +624,36 @@ impl ZkSession {
         self.bounded_multi("deleting", &paths, w.commit())
             .await
             .map(|_| ())
+    }
+}
+
+impl Items for ZkSession {
+    async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        let path = format!("{}/{name}", self.paths.base);
+        Ok(self
+            .get_optional(&path)
+            .await?
+            .map(|(data, stat)| (data, stat.version.into())))
+    }
+
+    async fn put_item(
+        &self,
+        name: &str,
+        data: &[u8],
+        version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let path = format!("{}/{name}", self.paths.base);
+        let version = match version {
+            Some(v) => Some(i32::try_from(v).map_err(|_| {
+                StoreError::Rejected(format!("no version {v} of a znode ({path})"))
+            })?),
+            None => None,
+        };
+        self.write(&path, data, version).await
+    }
+
+    fn item_path(&self, name: &str) -> String {
+        format!("{}/{name}", self.paths.base)
     }
 }
 
@@ -1084,52 +1019,7 @@ impl Session for ZkSession {
     }
 
     async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
-        let path = &self.paths.history;
-        let mut kept = None;
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut values, version) = match self.get_optional(path).await? {
-                None => (Vec::new(), None),
-                Some((data, stat)) => match record::parse_history_values(&data) {
-                    Ok(values) => (values, Some(stat.version)),
-                    Err(why) => {
-                        let copy = self.keep_copy("unreadable", &data).await?;
-                        tracing::warn!(
-                            history = %path,
-                            copy = %copy,
-                            "the history znode is unreadable ({why}); its old contents are kept \
-                             in {copy} and a new history starts"
-                        );
-                        let note = HistoryEntry {
-                            at: entry.at.clone(),
-                            node_id: entry.node_id.clone(),
-                            from: "history".into(),
-                            to: "set aside".into(),
-                            epoch: None,
-                            reason: format!(
-                                "the history znode was unreadable ({why}); its old contents \
-                                 are in {copy}"
-                            ),
-                        };
-                        kept = Some(copy);
-                        let mut values = Vec::new();
-                        record::insert_history(&mut values, &note, HISTORY_LEN);
-                        (values, Some(stat.version))
-                    }
-                },
-            };
-            record::insert_history(&mut values, entry, HISTORY_LEN);
-            match self
-                .write(path, &record::history_bytes(&values), version)
-                .await
-            {
-                Ok(()) => return Ok(kept),
-                Err(StoreError::Rejected(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Unknown(format!(
-            "{path} kept changing; not written"
-        )))
+        items::append_history(self, entry).await
     }
 
     async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
@@ -1140,8 +1030,7 @@ impl Session for ZkSession {
     where
         F: FnMut(&mut Control) -> Result<bool, String>,
     {
-        let path = self.paths.control.clone();
-        match self.read_modify_write(&path, change).await {
+        match items::read_modify_write(self, "control", change).await {
             Ok(control) => Ok(Ok(control)),
             Err(Refusal::Refused(reason)) => Ok(Err(reason)),
             Err(Refusal::Store(e)) => Err(e),

@@ -1,5 +1,5 @@
-//! Operator commands: they read and write the same znodes as the daemon, through a
-//! session of their own, so they work with every daemon down.
+//! Operator commands: they read and write the same records as the daemon, through a
+//! session of their own on the configured store, so they work with every daemon down.
 
 pub mod failover;
 pub mod fence;
@@ -11,23 +11,16 @@ pub mod pause;
 pub mod status;
 
 use crate::config::Config;
-use crate::coord::zookeeper::{ZkConnector, ZkSession};
-use crate::coord::StoreError;
+use crate::coord::any::{AnyConnector, AnySession};
+use crate::coord::{Connector, StoreError};
 
-/// The store session of operator commands: the one place the commands name a backend;
-/// everything else works through [`crate::coord::Session`].
-pub type StoreSession = ZkSession;
+/// The store session of operator commands: the backend the config names. Everything
+/// else works through [`crate::coord::Session`].
+pub type StoreSession = AnySession;
 
 /// The connector of operator commands' sessions.
-pub fn connector(cfg: &Config) -> Result<ZkConnector, StoreError> {
-    let auth = cfg
-        .read_auth()
-        .map_err(|e| StoreError::Auth(e.to_string()))?;
-    Ok(ZkConnector::new(
-        &cfg.coordination.zookeeper,
-        &cfg.cluster.name,
-        auth,
-    ))
+pub fn connector(cfg: &Config) -> Result<AnyConnector, StoreError> {
+    AnyConnector::from_config(cfg).map_err(StoreError::Auth)
 }
 
 /// Opens a session for an operator command, bounded by `connect_timeout`.

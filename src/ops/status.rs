@@ -71,7 +71,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
         .collect();
     json!({
         "cluster": cfg.cluster.name,
-        "backend": "zookeeper",
+        "backend": cfg.coordination.backend.as_str(),
         "paused": snap.control.paused,
         "pause_reason": snap.control.reason,
         "control_unreadable": snap.control_unreadable,
@@ -97,7 +97,11 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
 pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
     let p = |s: &str| printable(s).into_owned();
     let mut out = String::new();
-    out.push_str(&format!("cluster {} (zookeeper)\n", p(&cfg.cluster.name)));
+    out.push_str(&format!(
+        "cluster {} ({})\n",
+        p(&cfg.cluster.name),
+        cfg.coordination.backend.as_str()
+    ));
     if snap.control.paused {
         out.push_str(&format!(
             "*** PAUSED: nobody is promoted or demoted automatically ({}) — `warden resume` ends it ***\n",

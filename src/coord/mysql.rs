@@ -1,0 +1,1313 @@
+//! The MySQL/MariaDB backend (SPEC §3a), on `mysql_async`.
+//!
+//! Tables, all keyed by cluster: `<prefix>lock` (the holder's session, record, epoch and
+//! `renewed_at`), `<prefix>epoch` (the counter, never deleted), `<prefix>member` (one row
+//! per node: session, record, `renewed_at`) and `<prefix>kv` (breadcrumb, control,
+//! history, the init marker, set-aside histories: data and a version).
+//!
+//! There is no session service: a session is a random id. Its member row and, while it
+//! holds it, the lock row are touched every `session_timeout / 6` by a keepalive task;
+//! a row not touched for `session_timeout` on the server's clock (`NOW(6)`, in UTC) is
+//! gone, and the session that cannot touch its member row for `session_timeout` on its
+//! own clock (or finds it gone) is lost. Only the elector's renewal, acknowledged, extends
+//! the holder's lease (SPEC §4): the keepalive only keeps rivals out longer, the way
+//! ZooKeeper's pings keep an ephemeral lock alive.
+//!
+//! Affected rows are read with `CLIENT_FOUND_ROWS` off (the driver's default): an `UPDATE`
+//! that matched and changed one row says 1, so every conditional update also bumps a
+//! version or a `DATETIME(6)`. A server error is a definite answer; anything else (a
+//! broken connection, no answer within the operation timeout) is an unknown outcome,
+//! resolved by reading the rows.
+
+use super::items::{self, history_of, newest_promotion, Items, Refusal, SET_ASIDE_PREFIX};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use crate::record::{
+    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
+    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// The init marker's name in `<prefix>kv`.
+const MARKER: &str = "init";
+const BREADCRUMB: &str = "breadcrumb";
+const CONTROL: &str = "control";
+const HISTORY: &str = "history";
+
+/// What the MySQL backend needs to know (from `[coordination.mysql]` and the cluster).
+#[derive(Clone, Debug)]
+pub struct MysqlSettings {
+    /// `mysql://user@host:port/database`, without a password.
+    pub url: String,
+    pub password: Option<String>,
+    pub session_timeout: Duration,
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+    pub table_prefix: String,
+    pub cluster: String,
+}
+
+/// Opens sessions on one cluster's rows. Sessions of one connector share a small pool.
+#[derive(Clone)]
+pub struct MysqlConnector {
+    s: Arc<MysqlSettings>,
+    pool: Pool,
+}
+
+impl MysqlConnector {
+    /// Fails only on a URL the driver cannot use (config validation catches those first).
+    pub fn new(s: MysqlSettings) -> Result<MysqlConnector, StoreError> {
+        let opts = Opts::from_url(&s.url)
+            .map_err(|e| StoreError::Rejected(format!("coordination.mysql.url: {e}")))?;
+        let lock_wait = op_timeout(&s).as_secs().max(1);
+        let pool_opts = PoolOpts::default()
+            .with_constraints(PoolConstraints::new(0, 4).expect("0 <= 4"))
+            .with_inactive_connection_ttl(Duration::from_secs(60));
+        let opts = OptsBuilder::from_opts(opts)
+            .pass(s.password.clone())
+            .pool_opts(pool_opts)
+            // UTC: a DATETIME has no zone, and a daylight-saving step of the server's
+            // local time would age every row by an hour.
+            .init(vec![
+                "SET time_zone = '+00:00'".to_string(),
+                format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+            ]);
+        Ok(MysqlConnector {
+            s: Arc::new(s),
+            pool: Pool::new(opts),
+        })
+    }
+
+    fn unreachable(&self, reason: String) -> StoreError {
+        StoreError::Unreachable {
+            connect: self.s.url.clone(),
+            timeout: humantime::format_duration(self.s.connect_timeout).to_string(),
+            reason,
+        }
+    }
+}
+
+/// Each statement (or transaction) gets at most this long: a third of the session
+/// timeout, capped by `connect_timeout`, as for ZooKeeper.
+fn op_timeout(s: &MysqlSettings) -> Duration {
+    (s.session_timeout / 3)
+        .min(s.connect_timeout)
+        .max(Duration::from_millis(100))
+}
+
+impl Connector for MysqlConnector {
+    type Session = MysqlSession;
+
+    async fn connect(&self) -> Result<MysqlSession, StoreError> {
+        let probe = async {
+            let mut conn = self.pool.get_conn().await?;
+            conn.query_drop("SELECT 1").await
+        };
+        match tokio::time::timeout(self.s.connect_timeout, probe).await {
+            Err(_) => return Err(self.unreachable("no answer".into())),
+            Ok(Err(e)) => {
+                return Err(match classify(e, "connecting") {
+                    StoreError::Auth(why) => StoreError::Auth(why),
+                    other => self.unreachable(other.to_string()),
+                })
+            }
+            Ok(Ok(())) => {}
+        }
+        let t = Tables::new(&self.s.table_prefix);
+        let inner = Arc::new(Inner {
+            op_timeout: op_timeout(&self.s),
+            s: self.s.clone(),
+            pool: self.pool.clone(),
+            id: random_session_id(),
+            t,
+            member: Mutex::new(None),
+            joined: watch::Sender::new(None),
+            lost: watch::Sender::new(false),
+        });
+        tokio::spawn(keepalive(Arc::downgrade(&inner)));
+        Ok(MysqlSession { inner })
+    }
+}
+
+/// A random, positive 63-bit session id (the store's only proof of who holds what).
+fn random_session_id() -> i64 {
+    let mut b = [0u8; 8];
+    // getrandom through std's hasher seed would be weaker; /dev/urandom is always there
+    // on Linux, and a clock-and-pid mix is the fallback.
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        b = (t ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
+    }
+    (i64::from_le_bytes(b) & i64::MAX).max(1)
+}
+
+/// The table names of a prefix (validated by the config: `[A-Za-z0-9_]`).
+#[derive(Clone, Debug)]
+struct Tables {
+    lock: String,
+    epoch: String,
+    member: String,
+    kv: String,
+}
+
+impl Tables {
+    fn new(prefix: &str) -> Tables {
+        let t = |name: &str| format!("`{prefix}{name}`");
+        Tables {
+            lock: t("lock"),
+            epoch: t("epoch"),
+            member: t("member"),
+            kv: t("kv"),
+        }
+    }
+
+    fn ddl(&self) -> [String; 4] {
+        let key = "VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (cluster {key}, session BIGINT NOT NULL, \
+                 record LONGBLOB NOT NULL, epoch BIGINT UNSIGNED NOT NULL, version BIGINT NOT \
+                 NULL, renewed_at DATETIME(6) NOT NULL, PRIMARY KEY (cluster)) ENGINE=InnoDB",
+                self.lock
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (cluster {key}, epoch BIGINT UNSIGNED NOT NULL, \
+                 PRIMARY KEY (cluster)) ENGINE=InnoDB",
+                self.epoch
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (cluster {key}, node_id {key}, session BIGINT NOT \
+                 NULL, record LONGBLOB NOT NULL, renewed_at DATETIME(6) NOT NULL, PRIMARY KEY \
+                 (cluster, node_id)) ENGINE=InnoDB",
+                self.member
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (cluster {key}, name {key}, value LONGBLOB NOT \
+                 NULL, version BIGINT NOT NULL, PRIMARY KEY (cluster, name)) ENGINE=InnoDB",
+                self.kv
+            ),
+        ]
+    }
+}
+
+/// A server error is a definite answer (the statement did not apply); everything else is
+/// an unknown outcome. Lock waits and deadlocks are retried like unknown outcomes: a
+/// renewal that waited on a rival's row lock has not lost the lock.
+fn classify(e: mysql_async::Error, doing: &str) -> StoreError {
+    match e {
+        mysql_async::Error::Server(s) => match s.code {
+            // Access denied, for the user, the database, a table or a command.
+            1044 | 1045 | 1142 | 1143 | 1227 | 1698 => StoreError::Auth(format!(
+                "MySQL refused {doing}: {} (check the user's grants and \
+                 coordination.mysql.password_file)",
+                s.message
+            )),
+            // Table doesn't exist.
+            1146 => StoreError::NotInitialized(format!(
+                "{doing}: {}; the tables are missing: run `warden init` (or `warden init \
+                 --force` if this database lost them)",
+                s.message
+            )),
+            1205 | 1213 => StoreError::Unknown(format!("{doing}: {}", s.message)),
+            _ => StoreError::Rejected(format!("{doing}: MySQL error {}: {}", s.code, s.message)),
+        },
+        other => StoreError::Unknown(format!("{doing}: {other}")),
+    }
+}
+
+fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
+    match r {
+        Ok(true) => WriteOutcome::Done,
+        Ok(false) | Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
+        Err(_) => WriteOutcome::Unknown,
+    }
+}
+
+/// A session: clones share it; it ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct MysqlSession {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MysqlSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MysqlSession({:#x})", self.inner.id)
+    }
+}
+
+struct Inner {
+    s: Arc<MysqlSettings>,
+    pool: Pool,
+    id: i64,
+    t: Tables,
+    op_timeout: Duration,
+    /// The node id whose member row this session holds, once registered.
+    member: Mutex<Option<String>>,
+    /// The latest join and the holder's session it saw.
+    joined: watch::Sender<Option<(u64, i64)>>,
+    /// Set once the session is lost.
+    lost: watch::Sender<bool>,
+}
+
+/// Touches this session's member row (and the lock, while it names this session) every
+/// `session_timeout / 6`; marks the session lost when its row is gone or no touch was
+/// acknowledged for `session_timeout`. Ends with the session.
+async fn keepalive(inner: Weak<Inner>) {
+    let Some(every) = inner.upgrade().map(|i| i.s.session_timeout / 6) else {
+        return;
+    };
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(i) = inner.upgrade() else { return };
+        if *i.lost.borrow() {
+            return;
+        }
+        let node = i.member.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(node) = node else {
+            last_ack = Instant::now();
+            continue;
+        };
+        let sent = Instant::now();
+        let touched = i.touch(&node).await;
+        match touched {
+            Ok(true) => last_ack = sent,
+            Ok(false) => {
+                tracing::warn!(
+                    session = %SessionId(i.id),
+                    "the member row of this session is gone or taken: the session is lost"
+                );
+                i.lost.send_replace(true);
+                return;
+            }
+            Err(e) => {
+                if sent.duration_since(last_ack) >= i.s.session_timeout {
+                    tracing::warn!(
+                        session = %SessionId(i.id),
+                        "no keepalive acknowledged for the session timeout ({e}): the session \
+                         is lost"
+                    );
+                    i.lost.send_replace(true);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `f` on a pooled connection within the operation timeout.
+    async fn run<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(mysql_async::Conn) -> Fut,
+        Fut: Future<Output = Result<T, mysql_async::Error>>,
+    {
+        let work = async {
+            let conn = self.pool.get_conn().await?;
+            f(conn).await
+        };
+        match tokio::time::timeout(self.op_timeout, work).await {
+            Err(_) => Err(StoreError::Unknown(format!(
+                "{doing} got no answer within {}",
+                humantime::format_duration(self.op_timeout)
+            ))),
+            Ok(r) => r.map_err(|e| classify(e, doing)),
+        }
+    }
+
+    fn expiry_us(&self) -> i64 {
+        self.s.session_timeout.as_micros().min(i64::MAX as u128) as i64
+    }
+
+    /// The keepalive: `Ok(false)` when the member row no longer names this session.
+    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
+        let (t, cluster, id) = (&self.t, self.s.cluster.clone(), self.id);
+        let node = node.to_string();
+        self.run("keeping the session alive", |mut c| async move {
+            c.exec_drop(
+                format!(
+                    "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND node_id = ? AND \
+                     session = ?",
+                    t.member
+                ),
+                (&cluster, &node, id),
+            )
+            .await?;
+            let mine = c.affected_rows() == 1;
+            c.exec_drop(
+                format!(
+                    "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND session = ?",
+                    t.lock
+                ),
+                (&cluster, id),
+            )
+            .await?;
+            Ok(mine)
+        })
+        .await
+    }
+
+    /// The lock row: (session, record, epoch, expired).
+    async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch, bool)>, StoreError> {
+        let (t, cluster, exp) = (&self.t, self.s.cluster.clone(), self.expiry_us());
+        self.run("reading the lock", |mut c| async move {
+            c.exec_first::<(i64, Vec<u8>, u64, bool), _, _>(
+                format!(
+                    "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
+                     FROM {} WHERE cluster = ?",
+                    t.lock
+                ),
+                (exp, &cluster),
+            )
+            .await
+        })
+        .await
+    }
+
+    /// The live holder's session, if the lock is held.
+    async fn holder(&self) -> Result<Option<i64>, StoreError> {
+        Ok(self
+            .read_lock()
+            .await?
+            .filter(|(_, _, _, expired)| !expired)
+            .map(|(s, ..)| s))
+    }
+
+    /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch.
+    async fn try_lock(&self, me: &NodeRecord) -> Result<(Option<Epoch>, i64), StoreError> {
+        let (t, cluster, exp, id) = (&self.t, self.s.cluster.clone(), self.expiry_us(), self.id);
+        let data = record::to_bytes(me);
+        self.run("taking the lock", |mut c| async move {
+            let mut tx = c.start_transaction(TxOpts::default()).await?;
+            let row: Option<(i64, u64, bool)> = tx
+                .exec_first(
+                    format!(
+                        "SELECT session, epoch, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
+                         FROM {} WHERE cluster = ? FOR UPDATE",
+                        t.lock
+                    ),
+                    (exp, &cluster),
+                )
+                .await?;
+            match row {
+                Some((holder, epoch, _)) if holder == id => return Ok((Some(epoch), id)),
+                Some((holder, _, false)) => return Ok((None, holder)),
+                _ => {}
+            }
+            tx.exec_drop(
+                format!(
+                    "UPDATE {} SET epoch = LAST_INSERT_ID(epoch + 1) WHERE cluster = ?",
+                    t.epoch
+                ),
+                (&cluster,),
+            )
+            .await?;
+            if tx.affected_rows() != 1 {
+                return Err(mysql_async::Error::Other(
+                    "the epoch row is missing: run `warden init` (or `warden init --force` if \
+                     the database lost it)"
+                        .into(),
+                ));
+            }
+            let epoch: u64 = tx
+                .query_first("SELECT LAST_INSERT_ID()")
+                .await?
+                .unwrap_or_default();
+            tx.exec_drop(
+                format!(
+                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at) \
+                     VALUES (?, ?, ?, ?, 0, NOW(6))",
+                    t.lock
+                ),
+                (&cluster, id, &data, epoch),
+            )
+            .await?;
+            tx.commit().await?;
+            Ok((Some(epoch), id))
+        })
+        .await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        let (t, cluster, name) = (&self.t, self.s.cluster.clone(), name.to_string());
+        self.run("reading", |mut c| async move {
+            c.exec_first(
+                format!(
+                    "SELECT value, version FROM {} WHERE cluster = ? AND name = ?",
+                    t.kv
+                ),
+                (&cluster, &name),
+            )
+            .await
+        })
+        .await
+    }
+
+    fn path(&self, name: &str) -> String {
+        format!(
+            "{} row {}/{}",
+            self.t.kv.trim_matches('`'),
+            self.s.cluster,
+            name
+        )
+    }
+}
+
+impl Items for MysqlSession {
+    async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.inner.get(name).await
+    }
+
+    async fn put_item(
+        &self,
+        name: &str,
+        data: &[u8],
+        version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster, name_s, data) =
+            (&i.t, i.s.cluster.clone(), name.to_string(), data.to_vec());
+        let done = i
+            .run("writing", |mut c| async move {
+                match version {
+                    Some(v) => {
+                        c.exec_drop(
+                            format!(
+                                "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = \
+                                 ? AND name = ? AND version = ?",
+                                t.kv
+                            ),
+                            (&data, &cluster, &name_s, v),
+                        )
+                        .await?;
+                    }
+                    None => {
+                        c.exec_drop(
+                            format!(
+                                "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES \
+                                 (?, ?, ?, 0)",
+                                t.kv
+                            ),
+                            (&cluster, &name_s, &data),
+                        )
+                        .await?;
+                    }
+                }
+                Ok(c.affected_rows() == 1)
+            })
+            .await?;
+        if done {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(format!(
+                "{} changed since it was read",
+                i.path(name)
+            )))
+        }
+    }
+
+    fn item_path(&self, name: &str) -> String {
+        self.inner.path(name)
+    }
+}
+
+impl MysqlSession {
+    /// Whether the tables and the init marker exist.
+    async fn initialized(&self) -> Result<bool, StoreError> {
+        match self.inner.get(MARKER).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(StoreError::NotInitialized(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A breadcrumb-changing transaction: checks that this session holds the lock (when
+    /// `check_lock`) and that the breadcrumb is at `version` (`None`: absent), then runs
+    /// `write`'s statement. `Ok(false)`: a check failed.
+    async fn with_lock_and_breadcrumb(
+        &self,
+        doing: &str,
+        check_lock: bool,
+        version: Option<i64>,
+        statement: String,
+        params: mysql_async::Params,
+        also: Option<(String, mysql_async::Params)>,
+    ) -> Result<bool, StoreError> {
+        let i = &self.inner;
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        i.run(doing, |mut c| async move {
+            let mut tx = c.start_transaction(TxOpts::default()).await?;
+            if check_lock {
+                let holder: Option<i64> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT session FROM {} WHERE cluster = ? FOR UPDATE",
+                            t.lock
+                        ),
+                        (&cluster,),
+                    )
+                    .await?;
+                if holder != Some(id) {
+                    return Ok(false);
+                }
+            }
+            let current: Option<i64> = tx
+                .exec_first(
+                    format!(
+                        "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
+                        t.kv
+                    ),
+                    (&cluster, BREADCRUMB),
+                )
+                .await?;
+            if current != version {
+                return Ok(false);
+            }
+            if let Some((sql, p)) = also {
+                tx.exec_drop(sql, p).await?;
+            }
+            tx.exec_drop(statement, params).await?;
+            if tx.affected_rows() != 1 {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+        .await
+    }
+}
+
+impl Session for MysqlSession {
+    fn id(&self) -> SessionId {
+        SessionId(self.inner.id)
+    }
+
+    fn granted_session_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        let i = &self.inner;
+        let mut lost = i.lost.subscribe();
+        let mut joined = i.joined.subscribe();
+        let mut armed = *joined.borrow_and_update();
+        let mut control_seen: Option<Option<i64>> = None;
+        let mut first = true;
+        loop {
+            if *lost.borrow() {
+                break;
+            }
+            if !first {
+                tokio::select! {
+                    _ = lost.changed() => continue,
+                    _ = tokio::time::sleep(i.s.poll_interval) => {}
+                }
+            }
+            first = false;
+            if joined.has_changed().unwrap_or(false) {
+                armed = *joined.borrow_and_update();
+            }
+            if let Ok(c) = i.get(CONTROL).await {
+                let version = c.as_ref().map(|(_, v)| *v);
+                if control_seen != Some(version) {
+                    control_seen = Some(version);
+                    let control = c
+                        .and_then(|(d, _)| record::parse(&d).ok())
+                        .unwrap_or_default();
+                    if events.send(StoreEvent::Control(control)).is_err() {
+                        return;
+                    }
+                }
+            }
+            if let Some((join, seen)) = armed {
+                if let Ok(holder) = i.holder().await {
+                    if holder != Some(seen) {
+                        let _ = events.send(StoreEvent::HolderGone { join });
+                        armed = None;
+                    }
+                }
+            }
+        }
+        let _ = events.send(StoreEvent::SessionLost);
+    }
+
+    async fn ensure_cluster(&self) -> Result<(), StoreError> {
+        if self.initialized().await? {
+            Ok(())
+        } else {
+            Err(StoreError::NotInitialized(format!(
+                "cluster {} has no tables or init marker in MySQL (table prefix {:?}): run \
+                 `warden init` first; if it ran before, this database lost them (wiped or \
+                 restored): check that no old active still serves, then run `warden init \
+                 --force`",
+                self.inner.s.cluster, self.inner.s.table_prefix
+            )))
+        }
+    }
+
+    async fn member(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let i = &self.inner;
+        let (t, cluster, exp, node) = (
+            &i.t,
+            i.s.cluster.clone(),
+            i.expiry_us(),
+            node_id.to_string(),
+        );
+        let row: Option<(i64, Vec<u8>, bool)> = i
+            .run("reading a member", |mut c| async move {
+                c.exec_first(
+                    format!(
+                        "SELECT session, record, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
+                         FROM {} WHERE cluster = ? AND node_id = ?",
+                        t.member
+                    ),
+                    (exp, &cluster, &node),
+                )
+                .await
+            })
+            .await?;
+        Ok(row
+            .filter(|(_, _, expired)| !expired)
+            .map(|(s, d, _)| (SessionId(s), record::parse(&d))))
+    }
+
+    async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster, exp, id) = (&i.t, i.s.cluster.clone(), i.expiry_us(), i.id);
+        let node = m.node.node_id.clone();
+        let data = record::to_bytes(m);
+        let node2 = node.clone();
+        let created = i
+            .run("registering this node", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                let row: Option<(i64, bool)> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND FROM \
+                             {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
+                            t.member
+                        ),
+                        (exp, &cluster, &node2),
+                    )
+                    .await?;
+                if let Some((holder, false)) = row {
+                    if holder != id {
+                        return Ok(false);
+                    }
+                }
+                tx.exec_drop(
+                    format!(
+                        "REPLACE INTO {} (cluster, node_id, session, record, renewed_at) VALUES \
+                         (?, ?, ?, ?, NOW(6))",
+                        t.member
+                    ),
+                    (&cluster, &node2, id, &data),
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await?;
+        if !created {
+            return Err(StoreError::Rejected(format!(
+                "another live session holds the member row of {node}"
+            )));
+        }
+        *i.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        Ok(())
+    }
+
+    async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster, node) = (&i.t, i.s.cluster.clone(), node_id.to_string());
+        i.run("deleting a stale member", |mut c| async move {
+            c.exec_drop(
+                format!("DELETE FROM {} WHERE cluster = ? AND node_id = ?", t.member),
+                (&cluster, &node),
+            )
+            .await
+        })
+        .await
+    }
+
+    async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (node, data) = (m.node.node_id.clone(), record::to_bytes(m));
+        let done = i
+            .run("publishing the member record", |mut c| async move {
+                c.exec_drop(
+                    format!(
+                        "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
+                         node_id = ? AND session = ?",
+                        t.member
+                    ),
+                    (&data, &cluster, &node, id),
+                )
+                .await?;
+                Ok(c.affected_rows() == 1)
+            })
+            .await?;
+        if done {
+            Ok(())
+        } else {
+            Err(StoreError::SessionLost(
+                "the member row no longer names this session".into(),
+            ))
+        }
+    }
+
+    async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
+        let i = &self.inner;
+        let outcome = match i.try_lock(me).await {
+            Ok((Some(epoch), holder)) => Some((JoinOutcome::Held { epoch }, holder)),
+            Ok((None, holder)) => Some((JoinOutcome::Exists, holder)),
+            // An unknown outcome: the lock is ours iff its row names our session.
+            Err(_) => match i.read_lock().await {
+                Ok(Some((holder, _, epoch, false))) if holder == i.id => {
+                    Some((JoinOutcome::Held { epoch }, holder))
+                }
+                Ok(Some((holder, _, _, false))) => Some((JoinOutcome::Exists, holder)),
+                _ => None,
+            },
+        };
+        match outcome {
+            Some((o, holder)) => {
+                i.joined.send_replace(Some((join, holder)));
+                o
+            }
+            None => JoinOutcome::Unknown,
+        }
+    }
+
+    async fn read_state(&self) -> Result<TakeoverState, StoreError> {
+        let i = &self.inner;
+        let (breadcrumb, history) = tokio::join!(i.get(BREADCRUMB), self.read_history());
+        let breadcrumb = match breadcrumb? {
+            None => BreadcrumbView::Absent,
+            Some((data, v)) => match record::parse::<NodeRecord>(&data) {
+                Ok(record) => BreadcrumbView::Record {
+                    record,
+                    version: Version::new(v),
+                },
+                Err(e) => BreadcrumbView::Unreadable {
+                    reason: e.to_string(),
+                    version: Version::new(v),
+                },
+            },
+        };
+        // A missing control is created (empty) so the promotion can check its version.
+        let (control, control_version) = loop {
+            match i.get(CONTROL).await? {
+                Some((data, v)) => break (record::parse(&data).unwrap_or_default(), v),
+                None => match self
+                    .put_item(CONTROL, &record::to_bytes(&Control::default()), None)
+                    .await
+                {
+                    Ok(()) | Err(StoreError::Rejected(_)) => {}
+                    Err(e) => return Err(e),
+                },
+            }
+        };
+        Ok(TakeoverState {
+            breadcrumb,
+            control,
+            control_version: Version::new(control_version),
+            newest_promotion: newest_promotion(&history?),
+        })
+    }
+
+    async fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) -> WriteOutcome {
+        let i = &self.inner;
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let data = record::to_bytes(breadcrumb);
+        let bv = breadcrumb_version.map(Version::get);
+        let cv = control_version.get();
+        outcome(
+            i.run("committing the promotion", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                let control: Option<i64> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
+                            t.kv
+                        ),
+                        (&cluster, CONTROL),
+                    )
+                    .await?;
+                if control != Some(cv) {
+                    return Ok(false);
+                }
+                let current: Option<i64> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
+                            t.kv
+                        ),
+                        (&cluster, BREADCRUMB),
+                    )
+                    .await?;
+                if current != bv {
+                    return Ok(false);
+                }
+                // The commit is a renewal too: the lease starts at its send time.
+                tx.exec_drop(
+                    format!(
+                        "UPDATE {} SET record = ?, version = version + 1, renewed_at = NOW(6) \
+                         WHERE cluster = ? AND session = ?",
+                        t.lock
+                    ),
+                    (&data, &cluster, id),
+                )
+                .await?;
+                if tx.affected_rows() != 1 {
+                    return Ok(false);
+                }
+                match bv {
+                    Some(v) => {
+                        tx.exec_drop(
+                            format!(
+                                "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = \
+                                 ? AND name = ? AND version = ?",
+                                t.kv
+                            ),
+                            (&data, &cluster, BREADCRUMB, v),
+                        )
+                        .await?
+                    }
+                    None => {
+                        tx.exec_drop(
+                            format!(
+                                "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, \
+                                 ?, 0)",
+                                t.kv
+                            ),
+                            (&cluster, BREADCRUMB, &data),
+                        )
+                        .await?
+                    }
+                }
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await,
+        )
+    }
+
+    async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        let i = &self.inner;
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (node, data) = (member.node.node_id.clone(), record::to_bytes(member));
+        outcome(
+            i.run("renewing the lease", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                tx.exec_drop(
+                    format!(
+                        "UPDATE {} SET renewed_at = NOW(6), version = version + 1 WHERE cluster \
+                         = ? AND session = ?",
+                        t.lock
+                    ),
+                    (&cluster, id),
+                )
+                .await?;
+                if tx.affected_rows() != 1 {
+                    return Ok(false);
+                }
+                tx.exec_drop(
+                    format!(
+                        "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
+                         node_id = ? AND session = ?",
+                        t.member
+                    ),
+                    (&data, &cluster, &node, id),
+                )
+                .await?;
+                if tx.affected_rows() != 1 {
+                    return Ok(false);
+                }
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await,
+        )
+    }
+
+    async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
+        let i = &self.inner;
+        let Ok(Some((data, v))) = i.get(BREADCRUMB).await else {
+            return WriteOutcome::Unknown;
+        };
+        match record::parse::<NodeRecord>(&data) {
+            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
+            _ => return WriteOutcome::Conflict,
+        }
+        let sql = format!(
+            "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = ? AND name = ?",
+            i.t.kv
+        );
+        let params = (record::to_bytes(record), i.s.cluster.clone(), BREADCRUMB).into();
+        outcome(
+            self.with_lock_and_breadcrumb(
+                "recording the service",
+                true,
+                Some(v),
+                sql,
+                params,
+                None,
+            )
+            .await,
+        )
+    }
+
+    async fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> Result<bool, StoreError> {
+        let Some((data, v)) = self.inner.get(BREADCRUMB).await? else {
+            return Ok(false);
+        };
+        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
+            return Ok(false);
+        };
+        if cur.node_id != node_id
+            || incarnation.is_some_and(|i| i != cur.incarnation)
+            || epoch.is_some_and(|e| Some(e) != cur.epoch)
+        {
+            return Ok(false);
+        }
+        self.delete_breadcrumb_at(Version::new(v), check_lock)
+            .await
+            .map(|_| true)
+    }
+
+    async fn delete_breadcrumb_at(
+        &self,
+        version: Version,
+        check_lock: bool,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let sql = format!("DELETE FROM {} WHERE cluster = ? AND name = ?", i.t.kv);
+        let params = (i.s.cluster.clone(), BREADCRUMB).into();
+        let done = self
+            .with_lock_and_breadcrumb(
+                "deleting the breadcrumb",
+                check_lock,
+                Some(version.get()),
+                sql,
+                params,
+                None,
+            )
+            .await?;
+        if done {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(format!(
+                "{} changed since it was read{}",
+                i.path(BREADCRUMB),
+                if check_lock {
+                    ", or the lock is no longer ours"
+                } else {
+                    ""
+                }
+            )))
+        }
+    }
+
+    async fn release(&self) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        i.run("releasing the lock", |mut c| async move {
+            c.exec_drop(
+                format!("DELETE FROM {} WHERE cluster = ? AND session = ?", t.lock),
+                (&cluster, id),
+            )
+            .await
+        })
+        .await
+    }
+
+    async fn read_history(&self) -> Result<History, StoreError> {
+        Ok(match self.inner.get(HISTORY).await? {
+            Some((data, _)) => history_of(&data),
+            None => History::default(),
+        })
+    }
+
+    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
+        items::append_history(self, entry).await
+    }
+
+    async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+        let i = &self.inner;
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        let pattern = format!("{SET_ASIDE_PREFIX}%");
+        let names: Vec<String> = i
+            .run("listing set-aside histories", |mut c| async move {
+                c.exec(
+                    format!(
+                        "SELECT name FROM {} WHERE cluster = ? AND name LIKE ? ORDER BY name",
+                        t.kv
+                    ),
+                    (&cluster, &pattern),
+                )
+                .await
+            })
+            .await?;
+        Ok(names.iter().map(|n| i.path(n)).collect())
+    }
+
+    async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        match items::read_modify_write(self, CONTROL, change).await {
+            Ok(control) => Ok(Ok(control)),
+            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
+            Err(Refusal::Store(e)) => Err(e),
+        }
+    }
+
+    async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+        let i = &self.inner;
+        let (lock, lock_owner) = match i.read_lock().await? {
+            Some((session, data, epoch, false)) => (
+                Some((record::parse::<NodeRecord>(&data), epoch)),
+                Some(SessionId(session)),
+            ),
+            _ => (None, None),
+        };
+        let breadcrumb = i
+            .get(BREADCRUMB)
+            .await?
+            .map(|(d, v)| (record::parse::<NodeRecord>(&d), Version::new(v)));
+        let (control, control_version, control_unreadable) = match i.get(CONTROL).await? {
+            Some((d, v)) => match record::parse(&d) {
+                Ok(c) => (c, Some(Version::new(v)), None),
+                Err(e) => (
+                    Control::default(),
+                    Some(Version::new(v)),
+                    Some(e.to_string()),
+                ),
+            },
+            None => (Control::default(), None, None),
+        };
+        let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
+        let rows: Vec<(String, i64, Vec<u8>)> = i
+            .run("listing members", |mut c| async move {
+                c.exec(
+                    format!(
+                        "SELECT node_id, session, record FROM {} WHERE cluster = ? AND \
+                         renewed_at >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
+                        t.member
+                    ),
+                    (&cluster, exp),
+                )
+                .await
+            })
+            .await?;
+        let mut members = Vec::new();
+        let mut member_sessions = Vec::new();
+        for (id, session, data) in rows {
+            if let Err(e) = record::check_node_id(&id) {
+                members.push((id, Err(e)));
+                continue;
+            }
+            member_sessions.push((id.clone(), SessionId(session)));
+            members.push((id, record::parse::<MemberRecord>(&data)));
+        }
+        let history = self.read_history().await?;
+        let set_aside = self.set_aside().await?;
+        Ok(ClusterSnapshot {
+            lock,
+            lock_owner,
+            breadcrumb,
+            control,
+            control_version,
+            control_unreadable,
+            members,
+            member_sessions,
+            history,
+            set_aside,
+        })
+    }
+
+    fn name_of(&self, what: Item) -> String {
+        let i = &self.inner;
+        match what {
+            Item::Cluster => format!(
+                "cluster {} in the {}* tables",
+                i.s.cluster, i.s.table_prefix
+            ),
+            Item::Lock => format!("{} row {}", i.t.lock.trim_matches('`'), i.s.cluster),
+            Item::Breadcrumb => i.path(BREADCRUMB),
+            Item::Control => i.path(CONTROL),
+            Item::History => i.path(HISTORY),
+        }
+    }
+
+    async fn init(&self) -> Result<Vec<String>, StoreError> {
+        let i = &self.inner;
+        let ddl = i.t.ddl();
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        i.run("creating the tables", |mut c| async move {
+            for statement in &ddl {
+                c.query_drop(statement).await?;
+            }
+            c.exec_drop(
+                format!(
+                    "INSERT IGNORE INTO {} (cluster, epoch) VALUES (?, 0)",
+                    t.epoch
+                ),
+                (&cluster,),
+            )
+            .await?;
+            c.exec_drop(
+                format!(
+                    "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
+                    t.kv
+                ),
+                (&cluster, MARKER, b"{}".to_vec()),
+            )
+            .await
+        })
+        .await?;
+        Ok(vec![format!(
+            "the {}lock, epoch, member and kv tables exist, with cluster {}'s epoch counter \
+             and init marker",
+            i.s.table_prefix, i.s.cluster
+        )])
+    }
+
+    async fn delete_takeover_state(
+        &self,
+        breadcrumb: Option<Version>,
+        control: Option<Version>,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        let doomed: Vec<(&'static str, i64)> = [(BREADCRUMB, breadcrumb), (CONTROL, control)]
+            .into_iter()
+            .filter_map(|(n, v)| v.map(|v| (n, v.get())))
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let done = i
+            .run("deleting the takeover state", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                for (name, v) in &doomed {
+                    tx.exec_drop(
+                        format!(
+                            "DELETE FROM {} WHERE cluster = ? AND name = ? AND version = ?",
+                            t.kv
+                        ),
+                        (&cluster, *name, *v),
+                    )
+                    .await?;
+                    if tx.affected_rows() != 1 {
+                        return Ok(false);
+                    }
+                }
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await?;
+        if done {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(
+                "the breadcrumb or control changed since they were read".into(),
+            ))
+        }
+    }
+
+    async fn current_epoch(&self) -> Result<Epoch, StoreError> {
+        let i = &self.inner;
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        let epoch: Option<u64> = i
+            .run("reading the epoch counter", |mut c| async move {
+                c.exec_first(
+                    format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
+                    (&cluster,),
+                )
+                .await
+            })
+            .await?;
+        epoch.ok_or_else(|| {
+            StoreError::Rejected(format!(
+                "cluster {} has no epoch counter: run `warden init`",
+                i.s.cluster
+            ))
+        })
+    }
+
+    async fn move_history_aside_if_above(
+        &self,
+        epoch: Epoch,
+    ) -> Result<Option<(String, Epoch)>, StoreError> {
+        let i = &self.inner;
+        let Some((data, v)) = i.get(HISTORY).await? else {
+            return Ok(None);
+        };
+        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > epoch) else {
+            return Ok(None);
+        };
+        let copy = items::set_aside_name("old");
+        let (t, cluster, copy2) = (&i.t, i.s.cluster.clone(), copy.clone());
+        let done = i
+            .run("moving history aside", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                tx.exec_drop(
+                    format!(
+                        "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
+                        t.kv
+                    ),
+                    (&cluster, &copy2, &data),
+                )
+                .await?;
+                tx.exec_drop(
+                    format!(
+                        "DELETE FROM {} WHERE cluster = ? AND name = ? AND version = ?",
+                        t.kv
+                    ),
+                    (&cluster, HISTORY, v),
+                )
+                .await?;
+                if tx.affected_rows() != 1 {
+                    return Ok(false);
+                }
+                tx.commit().await?;
+                Ok(true)
+            })
+            .await?;
+        if !done {
+            return Err(StoreError::Rejected(format!(
+                "{} changed while it was moved aside",
+                i.path(HISTORY)
+            )));
+        }
+        Ok(Some((i.path(&copy), newest)))
+    }
+}
