@@ -17,6 +17,8 @@
 
 #![allow(dead_code)]
 
+pub mod mariadb;
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -773,6 +775,9 @@ pub struct Cluster {
     pub connect_timeout: Duration,
     pub rejoin_delay: Duration,
     pub stop_timeout: Duration,
+    /// The `[coordination]` tables when the store is not ZooKeeper (see
+    /// [`Cluster::with_mysql`]).
+    pub coordination: Option<String>,
     dir: TempDir,
     nodes: RefCell<Vec<(String, PathBuf)>>,
 }
@@ -832,9 +837,26 @@ impl Cluster {
             connect_timeout: secs(1),
             rejoin_delay: ms(200),
             stop_timeout: ms(500),
+            coordination: None,
             dir,
             nodes: RefCell::new(Vec::new()),
         }
+    }
+
+    /// A cluster on a MariaDB server, with the tests' short timeouts (session 2s, polled
+    /// every 100ms, connect 1s). Its tables exist once [`init`](Self::init) ran.
+    pub fn with_mysql(db: &mariadb::MariaDb) -> Cluster {
+        let mut c = Cluster::with_connect("127.0.0.1:1");
+        c.coordination = Some(format!(
+            "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\nurl = {}\n\
+             password_file = {}\nsession_timeout = {}\npoll_interval = \"100ms\"\n\
+             connect_timeout = {}\n",
+            toml_str(&db.url()),
+            toml_str(&db.password_file().display().to_string()),
+            toml_duration(c.session_timeout),
+            toml_duration(c.connect_timeout),
+        ));
+        c
     }
 
     /// The temp dir of this cluster.
@@ -873,14 +895,7 @@ impl Cluster {
              node_id = {id_s}\n\
              host = \"127.0.0.1\"\n\
              \n\
-             [coordination]\n\
-             backend = \"zookeeper\"\n\
-             \n\
-             [coordination.zookeeper]\n\
-             connect = {connect}\n\
-             session_timeout = {session}\n\
-             connect_timeout = {conn_timeout}\n\
-             \n\
+             {coordination}\n\
              [election]\n\
              rejoin_delay = {rejoin}\n\
              \n\
@@ -897,9 +912,13 @@ impl Cluster {
             name = self.name,
             name_s = toml_str(&self.name),
             id_s = toml_str(id),
-            connect = toml_str(&self.connect),
-            session = toml_duration(self.session_timeout),
-            conn_timeout = toml_duration(self.connect_timeout),
+            coordination = self.coordination.clone().unwrap_or_else(|| format!(
+                "[coordination]\nbackend = \"zookeeper\"\n\n[coordination.zookeeper]\n\
+                 connect = {}\nsession_timeout = {}\nconnect_timeout = {}\n",
+                toml_str(&self.connect),
+                toml_duration(self.session_timeout),
+                toml_duration(self.connect_timeout),
+            )),
             rejoin = toml_duration(self.rejoin_delay),
             command = toml_array(&command),
             stop = toml_duration(self.stop_timeout),

@@ -1,0 +1,308 @@
+//! A MariaDB server of Debian's `mariadb-server` package, owned by a test: its own datadir
+//! in a temp dir, a free loopback port, a `warden` database and user with a random
+//! password in a mode-0600 file. Stopped by pid when dropped.
+//!
+//! `mariadb-install-db` takes seconds, so it runs once per test process into a template
+//! datadir, which each server copies.
+
+use super::{dump_logs, free_port, register_log, wait_continued, wait_stopped};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+const INSTALL: &str = "sudo apt-get install -y mariadb-server (scripts/test.sh installs it)";
+
+/// Fails the test, with the command that installs MariaDB, when it is missing.
+pub fn check_mariadb_installed() {
+    for bin in [
+        "/usr/sbin/mariadbd",
+        "/usr/bin/mariadb-install-db",
+        "/usr/bin/mariadb",
+    ] {
+        assert!(
+            Path::new(bin).exists(),
+            "MariaDB is not installed ({bin} is missing): {INSTALL}"
+        );
+    }
+}
+
+/// The template datadir of this test process.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
+    &TEMPLATE
+        .get_or_init(|| {
+            check_mariadb_installed();
+            let dir = tempfile::Builder::new()
+                .prefix("warden-mariadb-template-")
+                .tempdir()
+                .expect("a temp dir");
+            let data = dir.path().join("data");
+            let out = Command::new("mariadb-install-db")
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", data.display()))
+                .args(as_root())
+                .arg("--auth-root-authentication-method=socket")
+                .arg("--skip-test-db")
+                .output()
+                .expect("run mariadb-install-db");
+            assert!(
+                out.status.success(),
+                "mariadb-install-db failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (dir, data)
+        })
+        .1
+}
+
+/// `--user=root` when the tests run as root (mariadbd refuses root otherwise).
+fn as_root() -> Vec<String> {
+    if nix::unistd::geteuid().is_root() {
+        vec!["--user=root".to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// A running MariaDB server.
+pub struct MariaDb {
+    dir: TempDir,
+    port: u16,
+    password: String,
+    child: Option<Child>,
+}
+
+impl MariaDb {
+    /// Starts a server on a free loopback port with a `warden` database and user.
+    pub fn start() -> MariaDb {
+        let dir = tempfile::Builder::new()
+            .prefix("warden-mariadb-")
+            .tempdir()
+            .expect("a temp dir");
+        let password = format!("pw{:016x}", rand_u64());
+        let mut db = MariaDb {
+            dir,
+            port: 0,
+            password,
+            child: None,
+        };
+        register_log("mariadb", &db.log_path());
+        fs::write(db.password_file(), format!("{}\n", db.password)).expect("write the password");
+        fs::set_permissions(db.password_file(), fs::Permissions::from_mode(0o600))
+            .expect("chmod the password file");
+        db.fresh_datadir();
+        for attempt in 1..=5 {
+            db.port = free_port();
+            db.spawn();
+            match db.wait_ready() {
+                Ok(()) => {
+                    db.create_user();
+                    return db;
+                }
+                Err(e) if attempt < 5 && db.log().contains("Address already in use") => {
+                    eprintln!("mariadb: port {} was taken ({e}), retrying", db.port);
+                    db.kill();
+                }
+                Err(e) => {
+                    dump_logs();
+                    panic!("MariaDB did not start: {e}");
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("mysqld.sock")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("error.log")
+    }
+
+    fn fresh_datadir(&self) {
+        let _ = fs::remove_dir_all(self.data());
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(template())
+            .arg(self.data())
+            .status()
+            .expect("cp the template datadir");
+        assert!(ok.success(), "copying the template datadir failed");
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .args(as_root())
+            .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.path().join("mysqld.pid").display()
+            ))
+            .arg(format!("--log-error={}", self.log_path().display()))
+            .args([
+                "--skip-log-bin",
+                "--skip-name-resolve",
+                "--performance-schema=OFF",
+                "--innodb-buffer-pool-size=16M",
+                "--innodb-log-file-size=8M",
+                "--max-connections=200",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mariadbd");
+        self.child = Some(child);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.try_sql("SELECT 1").is_ok() {
+                return Ok(());
+            }
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("mariadbd exited with {status}"));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("mariadbd did not answer within 60s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn create_user(&self) {
+        let pw = &self.password;
+        self.sql(&format!(
+            "CREATE DATABASE IF NOT EXISTS warden; \
+             CREATE USER IF NOT EXISTS 'warden'@'127.0.0.1' IDENTIFIED BY '{pw}'; \
+             CREATE USER IF NOT EXISTS 'warden'@'localhost' IDENTIFIED BY '{pw}'; \
+             GRANT ALL ON warden.* TO 'warden'@'127.0.0.1'; \
+             GRANT ALL ON warden.* TO 'warden'@'localhost';"
+        ));
+    }
+
+    /// `mysql://warden@127.0.0.1:PORT/warden`, without the password.
+    pub fn url(&self) -> String {
+        format!("mysql://warden@127.0.0.1:{}/warden", self.port)
+    }
+
+    pub fn password_file(&self) -> PathBuf {
+        self.dir.path().join("mysql.pass")
+    }
+
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Runs `query` as root over the socket (in database `warden` once it exists); panics
+    /// with the client's error.
+    pub fn sql(&self, query: &str) -> String {
+        self.try_sql(query)
+            .unwrap_or_else(|e| panic!("SQL failed: {query}: {e}\n{}", self.log()))
+    }
+
+    pub fn try_sql(&self, query: &str) -> Result<String, String> {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uroot", "-N", "-B", "--connect-timeout=2", "-e", query])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// SIGSTOP of mariadbd: it keeps its sockets and answers nothing.
+    pub fn freeze(&mut self) {
+        let pid = self.pid().expect("a running server");
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP mariadbd");
+        wait_stopped(pid);
+    }
+
+    pub fn thaw(&mut self) {
+        let pid = self.pid().expect("a running server");
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT mariadbd");
+        wait_continued(pid);
+    }
+
+    /// SIGKILL by pid, and wait.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops (SIGKILL: InnoDB recovers on the next start) and starts the server again on
+    /// the same datadir and port; the data stays.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("MariaDB did not restart: {e}");
+        }
+    }
+
+    /// The database wiped: stopped, a fresh datadir, started again on the same port with
+    /// the `warden` database and user but none of the tables.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        self.fresh_datadir();
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("MariaDB did not restart empty: {e}");
+        }
+        self.create_user();
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    u64::from_le_bytes(b)
+}
