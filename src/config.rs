@@ -72,7 +72,7 @@ pub struct CoordinationConfig {
     pub backend: Backend,
     /// Required with `backend = "zookeeper"`; when absent it holds the defaults (an empty
     /// `connect`), and only the chosen backend's table is used.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ZooKeeperConfig::is_unset")]
     pub zookeeper: ZooKeeperConfig,
     #[serde(default)]
     pub mysql: Option<MysqlConfig>,
@@ -331,6 +331,13 @@ fn default_table_prefix() -> String {
 }
 fn default_key_prefix() -> String {
     "warden".to_string()
+}
+
+impl ZooKeeperConfig {
+    /// Absent from the file (another backend is used).
+    fn is_unset(&self) -> bool {
+        *self == ZooKeeperConfig::default()
+    }
 }
 
 impl Default for ZooKeeperConfig {
