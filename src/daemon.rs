@@ -129,6 +129,8 @@ pub struct Daemon<C: Connector, H: Host> {
     stopping: Option<ServiceIdentity>,
     epoch: Option<Epoch>,
     role_since: Instant,
+    /// The `epoch_seen` in the member record last published.
+    published_epoch_seen: Option<Epoch>,
     health: Health,
     eligibility: Option<CheckerHandle>,
     service_check: Option<CheckerHandle>,
@@ -242,6 +244,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             stopping: None,
             epoch: None,
             role_since,
+            published_epoch_seen: None,
             health: if eligible_now {
                 Health::Healthy
             } else {
@@ -525,6 +528,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         while let Some(action) = self.elector.poll_action() {
             self.act(action, now);
         }
+        // What this node has seen must reach the store before a wipe can forget it
+        // (SPEC §3a); registration carries it into every new session.
+        let seen = self.elector.epoch_seen();
+        if seen != self.published_epoch_seen {
+            self.published_epoch_seen = seen;
+            self.publish_member();
+        }
         let serving = match self.control_svc {
             ServiceControl::Hooks(_) => self.elector.is_serving(),
             _ => self.service.is_some(),
@@ -577,6 +587,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
 
     fn member(&self) -> MemberRecord {
         let mut node = self.record(self.elector.epoch());
+        node.epoch_seen = self.elector.epoch_seen();
         node.since = Some(record::rfc3339(
             self.host.wall() - self.host.now().saturating_duration_since(self.role_since),
         ));
@@ -713,6 +724,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                                     control: control_view(&state.control, &host),
                                     control_version: state.control_version,
                                     newest_history_epoch: state.newest_promotion,
+                                    members_epoch_seen: state.members_epoch_seen,
                                 })
                             })
                             .map_err(|e| e.to_string());
@@ -1137,7 +1149,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             let mut backoff = CONNECT_BACKOFF_START;
             let mut waiting_logged = false;
             loop {
-                match open(&connector, &host, &me, &mut waiting_logged).await {
+                match open(&connector, &host, &me, first_start, &mut waiting_logged).await {
                     Ok(opened) => {
                         let _ = tx.send(Input::Connected(Box::new(opened)));
                         return;
@@ -1160,6 +1172,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         return;
                     }
                     Err(RegisterError::Store(e)) => {
+                        // A store without its tables is waited for at a steady pace: once
+                        // `init --force` makes them, this node must register (with what it
+                        // has seen) before the init marker is written.
+                        let most = match e {
+                            StoreError::NotInitialized(_) => crate::elector::LOST_DATA_RETRY,
+                            _ => CONNECT_BACKOFF_MAX,
+                        };
+                        backoff = backoff.min(most);
                         warn!("{e}; retrying in {}", humantime::format_duration(backoff));
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
@@ -1171,8 +1191,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 
     fn member_for_registration(&self) -> MemberRecord {
+        let mut node = self.record(None);
+        node.epoch_seen = self.elector.epoch_seen();
         MemberRecord {
-            node: self.record(None),
+            node,
             role: Role::Ineligible,
             health: self.health,
             session_timeout: None,
@@ -1195,9 +1217,13 @@ async fn open<C: Connector>(
     connector: &C,
     host: &impl Host,
     me: &MemberRecord,
+    first_start: bool,
     waiting_logged: &mut bool,
 ) -> Result<Opened<C::Session>, RegisterError> {
     let session = connector.connect().await?;
+    if first_start {
+        session.check_initialized().await?;
+    }
     let is_running = |pid, start_time| host.is_running(pid, start_time);
     coord::register(&session, me, is_running, waiting_logged).await?;
     let (etx, mut events) = mpsc::unbounded_channel();

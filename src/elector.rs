@@ -35,6 +35,10 @@ pub const MAX_SWITCHOVER: Duration = Duration::from_secs(3600);
 /// on us meanwhile; long enough not to spin on a dead connection.
 pub const RETRY_DELAY: Duration = Duration::from_millis(200);
 
+/// How often a node looks again while the store has lost data (SPEC §3a): nothing
+/// promotes until `warden init --force`, and the cluster should come back soon after it.
+pub const LOST_DATA_RETRY: Duration = Duration::from_secs(1);
+
 /// Identifies one action's result. Results with a ticket the elector no longer waits for
 /// are ignored.
 pub type Ticket = u64;
@@ -95,6 +99,8 @@ pub struct ClusterState {
     pub control_version: Version,
     /// The epoch of the newest `history` entry, if any.
     pub newest_history_epoch: Option<Epoch>,
+    /// The greatest `epoch_seen` in the members' records (SPEC §3a).
+    pub members_epoch_seen: Option<Epoch>,
 }
 
 /// What the fence chain should act on.
@@ -302,6 +308,9 @@ enum Leave {
     FenceFailed,
     /// The epoch is not above the recorded one: a failure (the ensemble went back in time).
     StaleEpoch,
+    /// The epoch is not above one a member has seen: the store lost data (SPEC §3a). Not
+    /// this node's failure: look again soon, and promote once `init --force` has run.
+    LostData,
     /// Paused, a switchover names another node, or not eligible any more: no failure.
     StandAside,
     /// A planned switchover away from us: stay out until the request ends.
@@ -437,6 +446,10 @@ pub struct Elector {
     names_earlier_start: bool,
     /// The rewrite that names none, in flight.
     forgetting: Option<Ticket>,
+    /// The greatest epoch this node has seen committed: its own, the holder's, the
+    /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
+    /// a new lock's epoch must be above it.
+    epoch_seen: Option<Epoch>,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -470,6 +483,7 @@ impl Elector {
             recording: None,
             record_retry_at: None,
             names_earlier_start: false,
+            epoch_seen: None,
             forgetting: None,
             stopping: false,
             reason: String::new(),
@@ -504,6 +518,11 @@ impl Elector {
     }
 
     /// The epoch of the lock we hold, if any.
+    /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
+    pub fn epoch_seen(&self) -> Option<Epoch> {
+        self.epoch_seen
+    }
+
     pub fn epoch(&self) -> Option<Epoch> {
         match self.phase {
             Phase::Holding { epoch, .. } => Some(epoch),
@@ -730,10 +749,21 @@ impl Elector {
                     self.read_state(epoch, None);
                 }
             }
-            JoinOutcome::Exists => {
+            JoinOutcome::Exists { epoch } => {
                 self.must_rejoin = false;
                 self.phase = Phase::Standby;
+                self.epoch_seen = self.epoch_seen.max(epoch);
                 self.reason = "another node holds the lock".into();
+            }
+            JoinOutcome::LostData(why) => {
+                // No lock was taken: look again, quietly after the first time.
+                self.must_rejoin = false;
+                self.phase = Phase::Idle;
+                self.retry_at = Some(now + LOST_DATA_RETRY);
+                if self.reason != why {
+                    self.notice(true, why.clone());
+                    self.reason = why;
+                }
             }
             JoinOutcome::Unknown => {
                 // The create may have gone through: find out by joining again, even if we
@@ -822,6 +852,8 @@ impl Elector {
                         self.committed(epoch, sent, now);
                         return;
                     }
+                } else if !self.epoch_is_new(epoch, record.epoch, &state) {
+                    return;
                 }
                 if self.own_leftovers {
                     // Our own service outlived a stop: fence it, never this process.
@@ -844,14 +876,14 @@ impl Elector {
                 } else {
                     FenceOrder::Node(record.clone())
                 };
-                if !self.epoch_is_new(epoch, record.epoch, state.newest_history_epoch) {
+                if !self.epoch_is_new(epoch, record.epoch, &state) {
                     return;
                 }
                 self.start_fence(epoch, order, breadcrumb_version, control_version);
                 return;
             }
             BreadcrumbView::Unreadable { reason, .. } => {
-                if !self.epoch_is_new(epoch, None, state.newest_history_epoch) {
+                if !self.epoch_is_new(epoch, None, &state) {
                     return;
                 }
                 self.notice(
@@ -870,7 +902,7 @@ impl Elector {
                 return;
             }
             BreadcrumbView::Absent => {
-                if !self.epoch_is_new(epoch, None, state.newest_history_epoch) {
+                if !self.epoch_is_new(epoch, None, &state) {
                     return;
                 }
             }
@@ -1500,14 +1532,25 @@ impl Elector {
         self.actions.push_back(Action::Fence { ticket, order });
     }
 
-    /// The epoch must be above every earlier one (§3 "Epoch"); else refuse and say why.
+    /// The epoch must be above every earlier one (§3 "Epoch") and every one a member has
+    /// seen (§3a); else refuse and say why. What was read is remembered as seen.
     fn epoch_is_new(
         &mut self,
         epoch: Epoch,
         breadcrumb: Option<Epoch>,
-        history: Option<Epoch>,
+        state: &ClusterState,
     ) -> bool {
+        let history = state.newest_history_epoch;
+        let seen = self.epoch_seen.max(state.members_epoch_seen);
+        if let Some(seen) = seen.filter(|&s| epoch <= s) {
+            self.reason = format!(
+                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above                  epoch {seen}, which a node of this cluster has seen (the store was wiped,                  restarted without persistence, or restored from an old backup or snapshot);                  no node promotes until you have checked that no old active still serves and                  run `warden init --force`, which sets the epoch counter above every epoch seen"
+            );
+            self.leave(Leave::LostData);
+            return false;
+        }
         let newest = breadcrumb.max(history);
+        self.epoch_seen = self.epoch_seen.max(newest);
         match newest {
             Some(n) if epoch <= n => {
                 self.reason = format!(
@@ -1560,6 +1603,7 @@ impl Elector {
             step: Step::Serving,
         };
         self.breadcrumb_written = true;
+        self.epoch_seen = self.epoch_seen.max(Some(epoch));
         // The commit's record names no service process (the service is down).
         self.names_earlier_start = false;
         self.forgetting = None;
@@ -1740,6 +1784,9 @@ impl Elector {
     }
 
     fn after_release(&mut self, why: Leave, now: Instant) {
+        if why == Leave::LostData {
+            self.out_until = Some(now + LOST_DATA_RETRY);
+        }
         if why.is_failure() {
             self.failures = self.failures.saturating_add(1);
             let factor = 1u32 << (self.failures - 1).min(16);
@@ -1996,6 +2043,7 @@ mod tests {
                     control: ControlView::default(),
                     control_version: Version::new(0),
                     newest_history_epoch: None,
+                    members_epoch_seen: None,
                 })),
             })
         }
@@ -2088,7 +2136,7 @@ mod tests {
         let j = h.session();
         let a = h.feed(Event::Joined {
             ticket: j,
-            outcome: JoinOutcome::Exists,
+            outcome: JoinOutcome::Exists { epoch: None },
         });
         assert_eq!(a, vec![]);
         assert_eq!(h.e.role(), Role::Standby);
@@ -2209,6 +2257,7 @@ mod tests {
                 },
                 control_version: Version::new(3),
                 newest_history_epoch: None,
+                members_epoch_seen: None,
             })),
         });
         assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
@@ -2460,6 +2509,7 @@ mod tests {
                 control: ControlView::default(),
                 control_version: Version::new(0),
                 newest_history_epoch: Some(9),
+                members_epoch_seen: None,
             })),
         });
         assert!(
@@ -2917,7 +2967,7 @@ mod tests {
         let j = h.session();
         h.feed(Event::Joined {
             ticket: j,
-            outcome: JoinOutcome::Exists,
+            outcome: JoinOutcome::Exists { epoch: None },
         });
         assert_eq!(h.feed(Event::StopRequested), vec![Action::Exit { code: 0 }]);
     }
@@ -2989,7 +3039,7 @@ mod tests {
         let j = H::ticket_of(&a);
         h.feed(Event::Joined {
             ticket: j,
-            outcome: JoinOutcome::Exists,
+            outcome: JoinOutcome::Exists { epoch: None },
         });
         h.advance(STABLE_RESET);
         let a = h.feed(Event::LockDeleted);

@@ -13,7 +13,7 @@ use warden::ops;
 #[command(
     name = "warden",
     version,
-    about = "Active/standby HA supervisor with fencing, elected through ZooKeeper",
+    about = "Active/standby HA supervisor with fencing, elected through ZooKeeper, MySQL/MariaDB or Redis",
     long_about = None
 )]
 struct Cli {

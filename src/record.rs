@@ -95,6 +95,8 @@ pub struct TakeoverState {
     pub control_version: Version,
     /// The greatest epoch of a completed promotion in `history`, if any.
     pub newest_promotion: Option<Epoch>,
+    /// The greatest `epoch_seen` in the member records (SPEC §3a), if any.
+    pub members_epoch_seen: Option<Epoch>,
 }
 
 /// The outcome of trying to take the lock.
@@ -103,8 +105,13 @@ pub enum JoinOutcome {
     /// The lock is ours (taken now, or found held by our session); `epoch` is the one
     /// the store gave it, greater than every earlier lock's.
     Held { epoch: Epoch },
-    /// Another session holds it.
-    Exists,
+    /// Another session holds it; `epoch` is the holder's once it has committed its
+    /// promotion (the lock's record names it), for `epoch_seen`.
+    Exists { epoch: Option<Epoch> },
+    /// The store lost data (SPEC §3a): no init marker, or its epoch counter is below a
+    /// member's `epoch_seen`. Nobody takes the lock until `warden init --force`; the text
+    /// says so for the log.
+    LostData(String),
     /// Neither could be established (connection loss, timeout); try again.
     Unknown,
 }

@@ -100,7 +100,10 @@ async fn the_lock_goes_to_one_session_and_each_new_lock_has_a_greater_epoch() {
     let e1 = held(a.s.join(&node(0), 1).await);
     // Asking again finds it held by this very session (a create whose reply was lost).
     assert_eq!(a.s.join(&node(0), 2).await, JoinOutcome::Held { epoch: e1 });
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     assert_eq!(store.lock_holder(), Some((0, 0, e1)));
 
     a.s.release().await.unwrap();
@@ -236,7 +239,10 @@ async fn a_partitioned_session_expires_and_its_client_learns_it_once_reachable()
     let mut a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 7).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 7).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     store.take_facts();
 
     let cut = Instant::now();
@@ -294,7 +300,10 @@ async fn a_killed_process_never_hears_back_and_its_session_expires() {
     let a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     let killed = Instant::now();
     store.kill(0, 0);
     let pending = tokio::spawn({
@@ -325,7 +334,10 @@ async fn dropping_the_last_clone_closes_the_session_at_once() {
     let a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     store.take_facts();
     let t = Instant::now();
     a.task.abort();
@@ -360,7 +372,10 @@ async fn watches_report_control_changes_and_the_holders_end() {
     let mut a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 3).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 3).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     let paused = Control {
         paused: true,
         reason: Some("maintenance".into()),
@@ -408,7 +423,10 @@ async fn a_watch_armed_before_a_partition_fires_when_it_heals() {
     let a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     // The events arm the watch after the join: a round trip.
     tokio::time::sleep(MAX_LATENCY * 2).await;
     store.set_reachable(1, false);
@@ -435,7 +453,10 @@ async fn polling_finds_the_same_events() {
     let mut a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 4).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 4).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     let paused = Control {
         paused: true,
         ..Control::default()
@@ -461,7 +482,10 @@ async fn polling_finds_the_same_events() {
     );
     // A lock taken anew between two looks counts as gone too.
     held(b.s.join(&node(1), 5).await);
-    assert_eq!(a.s.join(&node(0), 2).await, JoinOutcome::Exists);
+    assert_eq!(
+        a.s.join(&node(0), 2).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     assert_eq!(next(&mut a_events, every).await, None);
     b.s.release().await.unwrap();
     held(b.s.join(&node(1), 6).await);
@@ -487,7 +511,10 @@ async fn a_jump_of_the_store_clock_ends_a_lease_early() {
     let mut a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     assert_eq!(
         a.s.renew(&member(0, Role::Active)).await,
         WriteOutcome::Done
@@ -561,7 +588,10 @@ async fn a_frozen_process_sends_nothing_until_thawed() {
     let mut a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     held(a.s.join(&node(0), 1).await);
-    assert_eq!(b.s.join(&node(1), 1).await, JoinOutcome::Exists);
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: None }
+    );
     store.set_frozen(0, 0, true);
     let renewal = tokio::spawn({
         let s = a.s.clone();

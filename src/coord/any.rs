@@ -114,6 +114,14 @@ impl Session for AnySession {
         each!(self, s => s.ensure_cluster().await)
     }
 
+    async fn check_initialized(&self) -> Result<(), StoreError> {
+        each!(self, s => s.check_initialized().await)
+    }
+
+    async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
+        each!(self, s => s.write_marker(floor).await)
+    }
+
     async fn member(
         &self,
         node_id: &str,

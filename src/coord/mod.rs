@@ -67,8 +67,26 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// [`StoreEvent::SessionLost`] last.
     fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) -> impl Future<Output = ()> + Send;
 
-    /// Creates whatever the cluster's state needs to exist (parents, tables, keys).
+    /// Creates whatever the cluster's state needs to exist (parents, tables, keys), or
+    /// checks that it does (`NotInitialized` when it cannot be made here).
     fn ensure_cluster(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// SPEC §3a: `NotInitialized`, with the way out, when the store has no init marker
+    /// (`warden run` refuses to start then). Stores without a marker: always fine.
+    fn check_initialized(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// SPEC §3a: writes the init marker, with the epoch counter raised to at least
+    /// `floor` (`init --force` after a loss); what it did, if anything. Stores without a
+    /// marker: nothing.
+    fn write_marker(
+        &self,
+        floor: Option<Epoch>,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send {
+        let _ = floor;
+        async { Ok(None) }
+    }
 
     /// The member record of `node_id` and the session that holds it, if there is one.
     #[allow(clippy::type_complexity)]
@@ -206,8 +224,8 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// (`/warden/rm/breadcrumb`).
     fn name_of(&self, what: Item) -> String;
 
-    /// `init`: creates the cluster's state and repairs its permissions; what it did, one
-    /// line each.
+    /// `init`: creates the cluster's state and repairs its permissions, all but the init
+    /// marker ([`write_marker`](Self::write_marker)); what it did, one line each.
     fn init(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// `init --force`: deletes the breadcrumb and control at the versions read, all or
@@ -351,15 +369,17 @@ pub enum StoreError {
     /// The session expired or was closed; nothing more can be done in it.
     #[error("the coordination session was lost: {0}")]
     SessionLost(String),
-    /// Authentication was refused or the ACL forbids the operation; the text names the
-    /// znode refused.
-    #[error(
-        "ZooKeeper refused access: {0}; check coordination.zookeeper.auth and the znodes' ACLs"
-    )]
+    /// Authentication was refused or permissions forbid the operation; the backend's
+    /// text names the store, what was refused and which setting or grant to check.
+    #[error("{0}")]
     Auth(String),
     /// No session could be opened in time.
-    #[error("cannot reach ZooKeeper at {connect} within {timeout}: {reason}; check coordination.zookeeper.connect and that the ensemble is up")]
+    #[error("cannot reach {store} at {connect} within {timeout}: {reason}; check {key} and that {store} is up")]
     Unreachable {
+        /// The store's name in words ("ZooKeeper", "MySQL").
+        store: &'static str,
+        /// The config key that says where it is.
+        key: &'static str,
         connect: String,
         timeout: String,
         reason: String,
@@ -374,6 +394,37 @@ impl StoreError {
             StoreError::Unreachable { .. } | StoreError::Auth(_) | StoreError::SessionLost(_)
         )
     }
+}
+
+/// SPEC §3a: a store without its init marker (or epoch counter), or whose epoch counter
+/// is below an epoch a member has seen (`seen`, by node `who` when known), lost data: why,
+/// in words with the way out, or `None`.
+pub fn lost_data(
+    marker_missing: bool,
+    counter: Option<Epoch>,
+    seen: Option<Epoch>,
+    who: Option<&str>,
+) -> Option<String> {
+    const WAY_OUT: &str = "no node promotes until an operator has checked that no old active \
+                           still serves and run `warden init --force`";
+    if marker_missing {
+        return Some(format!(
+            "the store has no init marker or epoch counter: if wardens of this cluster ran \
+             against it, it lost data (wiped, restarted without persistence, or replaced), and \
+             {WAY_OUT}; a new cluster needs `warden init`"
+        ));
+    }
+    let (counter, seen) = (counter?, seen?);
+    (counter < seen).then(|| {
+        let who = who.map_or("a node".to_string(), |n| {
+            format!("node {}", record::printable(n))
+        });
+        format!(
+            "the store lost data: its epoch counter {counter} is below epoch {seen}, which {who} \
+             has seen (restored from an old backup or snapshot, or failed over to a stale \
+             replica); {WAY_OUT}"
+        )
+    })
 }
 
 /// Everything `status` and the operator commands read about a cluster.
@@ -398,9 +449,32 @@ pub struct ClusterSnapshot {
     pub history: History,
     /// Old histories kept beside `history` (`history.unreadable-*`, `history.old-*`).
     pub set_aside: Vec<String>,
+    /// The store's init marker is missing (SPEC §3a; ZooKeeper has none: never).
+    pub marker_missing: bool,
+    /// The store's epoch counter (ZooKeeper: the greatest zxid read), when known.
+    pub epoch_counter: Option<Epoch>,
 }
 
 impl ClusterSnapshot {
+    /// The greatest `epoch_seen` among the member records, and whose it is.
+    pub fn max_epoch_seen(&self) -> Option<(Epoch, &str)> {
+        self.members
+            .iter()
+            .filter_map(|(id, m)| Some((m.as_ref().ok()?.node.epoch_seen?, id.as_str())))
+            .max()
+    }
+
+    /// SPEC §3a: why the store lost data, in words with the way out, or `None`.
+    pub fn lost_data(&self) -> Option<String> {
+        let seen = self.max_epoch_seen();
+        lost_data(
+            self.marker_missing,
+            self.epoch_counter,
+            seen.map(|(e, _)| e),
+            seen.map(|(_, node)| node),
+        )
+    }
+
     /// The node id whose session owns the lock, or, when sessions were not read, the one
     /// the lock's record names.
     pub fn lock_holder_id(&self) -> Option<&str> {

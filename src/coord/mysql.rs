@@ -85,6 +85,8 @@ impl MysqlConnector {
 
     fn unreachable(&self, reason: String) -> StoreError {
         StoreError::Unreachable {
+            store: "MySQL",
+            key: "coordination.mysql.url",
             connect: self.s.url.clone(),
             timeout: humantime::format_duration(self.s.connect_timeout).to_string(),
             reason,
@@ -232,6 +234,35 @@ fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
         Ok(false) | Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
         Err(_) => WriteOutcome::Unknown,
     }
+}
+
+/// What a lock-taking transaction found.
+enum Taking {
+    /// Ours, with this epoch.
+    Held(Epoch),
+    /// Another live session's; its committed epoch if its record names one.
+    Other { holder: i64, epoch: Option<Epoch> },
+    /// The store lost data: why.
+    Lost(String),
+}
+
+/// The greatest `epoch_seen` in the cluster's member rows, live or not (SPEC §3a). Parsed
+/// here rather than in SQL: a handful of rows, and no JSON functions to depend on.
+async fn max_epoch_seen<Q: Queryable>(
+    q: &mut Q,
+    t: &Tables,
+    cluster: &str,
+) -> Result<Option<Epoch>, mysql_async::Error> {
+    let records: Vec<Vec<u8>> = q
+        .exec(
+            format!("SELECT record FROM {} WHERE cluster = ?", t.member),
+            (cluster,),
+        )
+        .await?;
+    Ok(records
+        .iter()
+        .filter_map(|r| record::parse::<MemberRecord>(r).ok()?.node.epoch_seen)
+        .max())
 }
 
 /// A session: clones share it; it ends when the last clone is dropped.
@@ -384,26 +415,54 @@ impl Inner {
             .map(|(s, ..)| s))
     }
 
-    /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch.
-    async fn try_lock(&self, me: &NodeRecord) -> Result<(Option<Epoch>, i64), StoreError> {
+    /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch,
+    /// unless the store lost data (no marker, or the counter below a member's
+    /// `epoch_seen`): then nobody takes it, and the counter does not move.
+    async fn try_lock(&self, me: &NodeRecord) -> Result<Taking, StoreError> {
         let (t, cluster, exp, id) = (&self.t, self.s.cluster.clone(), self.expiry_us(), self.id);
         let data = record::to_bytes(me);
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
-            let row: Option<(i64, u64, bool)> = tx
+            let row: Option<(i64, Vec<u8>, u64, bool)> = tx
                 .exec_first(
                     format!(
-                        "SELECT session, epoch, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
-                         FROM {} WHERE cluster = ? FOR UPDATE",
+                        "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? \
+                         MICROSECOND FROM {} WHERE cluster = ? FOR UPDATE",
                         t.lock
                     ),
                     (exp, &cluster),
                 )
                 .await?;
             match row {
-                Some((holder, epoch, _)) if holder == id => return Ok((Some(epoch), id)),
-                Some((holder, _, false)) => return Ok((None, holder)),
+                Some((holder, _, epoch, _)) if holder == id => return Ok(Taking::Held(epoch)),
+                Some((holder, record, _, false)) => {
+                    let epoch = record::parse::<NodeRecord>(&record)
+                        .ok()
+                        .and_then(|r| r.epoch);
+                    return Ok(Taking::Other { holder, epoch });
+                }
                 _ => {}
+            }
+            let counter: Option<u64> = tx
+                .exec_first(
+                    format!("SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE", t.epoch),
+                    (&cluster,),
+                )
+                .await?;
+            let marker: Option<i64> = tx
+                .exec_first(
+                    format!(
+                        "SELECT version FROM {} WHERE cluster = ? AND name = ?",
+                        t.kv
+                    ),
+                    (&cluster, MARKER),
+                )
+                .await?;
+            let seen = max_epoch_seen(&mut tx, t, &cluster).await?;
+            if let Some(why) =
+                super::lost_data(marker.is_none() || counter.is_none(), counter, seen, None)
+            {
+                return Ok(Taking::Lost(why));
             }
             tx.exec_drop(
                 format!(
@@ -413,13 +472,6 @@ impl Inner {
                 (&cluster,),
             )
             .await?;
-            if tx.affected_rows() != 1 {
-                return Err(mysql_async::Error::Other(
-                    "the epoch row is missing: run `warden init` (or `warden init --force` if \
-                     the database lost it)"
-                        .into(),
-                ));
-            }
             let epoch: u64 = tx
                 .query_first("SELECT LAST_INSERT_ID()")
                 .await?
@@ -434,7 +486,7 @@ impl Inner {
             )
             .await?;
             tx.commit().await?;
-            Ok((Some(epoch), id))
+            Ok(Taking::Held(epoch))
         })
         .await
     }
@@ -643,6 +695,12 @@ impl Session for MysqlSession {
     }
 
     async fn ensure_cluster(&self) -> Result<(), StoreError> {
+        // The tables: a running warden registers (with what it has seen) even while the
+        // marker is missing, so that `init --force` can learn every epoch seen.
+        self.inner.get(MARKER).await.map(|_| ())
+    }
+
+    async fn check_initialized(&self) -> Result<(), StoreError> {
         if self.initialized().await? {
             Ok(())
         } else {
@@ -774,14 +832,23 @@ impl Session for MysqlSession {
     async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
         let i = &self.inner;
         let outcome = match i.try_lock(me).await {
-            Ok((Some(epoch), holder)) => Some((JoinOutcome::Held { epoch }, holder)),
-            Ok((None, holder)) => Some((JoinOutcome::Exists, holder)),
+            Ok(Taking::Held(epoch)) => Some((JoinOutcome::Held { epoch }, i.id)),
+            Ok(Taking::Other { holder, epoch }) => Some((JoinOutcome::Exists { epoch }, holder)),
+            Ok(Taking::Lost(why)) => return JoinOutcome::LostData(why),
+            Err(StoreError::NotInitialized(why)) => {
+                return JoinOutcome::LostData(format!("the store lost data: {why}"))
+            }
             // An unknown outcome: the lock is ours iff its row names our session.
             Err(_) => match i.read_lock().await {
                 Ok(Some((holder, _, epoch, false))) if holder == i.id => {
                     Some((JoinOutcome::Held { epoch }, holder))
                 }
-                Ok(Some((holder, _, _, false))) => Some((JoinOutcome::Exists, holder)),
+                Ok(Some((holder, record, _, false))) => {
+                    let epoch = record::parse::<NodeRecord>(&record)
+                        .ok()
+                        .and_then(|r| r.epoch);
+                    Some((JoinOutcome::Exists { epoch }, holder))
+                }
                 _ => None,
             },
         };
@@ -796,7 +863,14 @@ impl Session for MysqlSession {
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {
         let i = &self.inner;
-        let (breadcrumb, history) = tokio::join!(i.get(BREADCRUMB), self.read_history());
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        let (breadcrumb, history, seen) = tokio::join!(
+            i.get(BREADCRUMB),
+            self.read_history(),
+            i.run("reading the members' epochs", |mut c| async move {
+                max_epoch_seen(&mut c, t, &cluster).await
+            })
+        );
         let breadcrumb = match breadcrumb? {
             None => BreadcrumbView::Absent,
             Some((data, v)) => match record::parse::<NodeRecord>(&data) {
@@ -828,6 +902,7 @@ impl Session for MysqlSession {
             control,
             control_version: Version::new(control_version),
             newest_promotion: newest_promotion(&history?),
+            members_epoch_seen: seen?,
         })
     }
 
@@ -1091,7 +1166,17 @@ impl Session for MysqlSession {
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
-        let (lock, lock_owner) = match i.read_lock().await? {
+        let lock = match i.read_lock().await {
+            // No tables: nothing else to read, and `status` says what that means.
+            Err(StoreError::NotInitialized(_)) => {
+                return Ok(ClusterSnapshot {
+                    marker_missing: true,
+                    ..ClusterSnapshot::default()
+                })
+            }
+            other => other?,
+        };
+        let (lock, lock_owner) = match lock {
             Some((session, data, epoch, false)) => (
                 Some((record::parse::<NodeRecord>(&data), epoch)),
                 Some(SessionId(session)),
@@ -1139,7 +1224,16 @@ impl Session for MysqlSession {
         }
         let history = self.read_history().await?;
         let set_aside = self.set_aside().await?;
+        let epoch_counter = match self.current_epoch().await {
+            Ok(e) => Some(e),
+            Err(StoreError::Rejected(_)) => None,
+            Err(e) => return Err(e),
+        };
+        // A missing counter row is as lost as a missing marker: neither is ever deleted.
+        let marker_missing = i.get(MARKER).await?.is_none() || epoch_counter.is_none();
         Ok(ClusterSnapshot {
+            marker_missing,
+            epoch_counter,
             lock,
             lock_owner,
             breadcrumb,
@@ -1170,34 +1264,66 @@ impl Session for MysqlSession {
     async fn init(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
         let ddl = i.t.ddl();
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
         i.run("creating the tables", |mut c| async move {
             for statement in &ddl {
                 c.query_drop(statement).await?;
             }
-            c.exec_drop(
-                format!(
-                    "INSERT IGNORE INTO {} (cluster, epoch) VALUES (?, 0)",
-                    t.epoch
-                ),
-                (&cluster,),
-            )
-            .await?;
-            c.exec_drop(
-                format!(
-                    "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
-                    t.kv
-                ),
-                (&cluster, MARKER, b"{}".to_vec()),
-            )
-            .await
+            Ok(())
         })
         .await?;
         Ok(vec![format!(
-            "the {}lock, epoch, member and kv tables exist, with cluster {}'s epoch counter \
-             and init marker",
-            i.s.table_prefix, i.s.cluster
+            "the {}lock, epoch, member and kv tables exist",
+            i.s.table_prefix
         )])
+    }
+
+    async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
+        let i = &self.inner;
+        let (t, cluster) = (&i.t, i.s.cluster.clone());
+        let epoch = i
+            .run("writing the init marker", |mut c| async move {
+                let mut tx = c.start_transaction(TxOpts::default()).await?;
+                tx.exec_drop(
+                    format!(
+                        "INSERT IGNORE INTO {} (cluster, epoch) VALUES (?, 0)",
+                        t.epoch
+                    ),
+                    (&cluster,),
+                )
+                .await?;
+                if let Some(floor) = floor {
+                    tx.exec_drop(
+                        format!(
+                            "UPDATE {} SET epoch = GREATEST(epoch, ?) WHERE cluster = ?",
+                            t.epoch
+                        ),
+                        (floor, &cluster),
+                    )
+                    .await?;
+                }
+                tx.exec_drop(
+                    format!(
+                        "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES (?, ?, ?, \
+                         0)",
+                        t.kv
+                    ),
+                    (&cluster, MARKER, b"{}".to_vec()),
+                )
+                .await?;
+                let epoch: Option<u64> = tx
+                    .exec_first(
+                        format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
+                        (&cluster,),
+                    )
+                    .await?;
+                tx.commit().await?;
+                Ok(epoch.unwrap_or_default())
+            })
+            .await?;
+        Ok(Some(format!(
+            "cluster {} has its init marker; its epoch counter is at {epoch}",
+            i.s.cluster
+        )))
     }
 
     async fn delete_takeover_state(

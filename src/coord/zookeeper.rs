@@ -92,6 +92,8 @@ impl ZkConnector {
             connector = connector.with_auth(scheme, cred.as_bytes());
         }
         let unreachable = |reason: String| StoreError::Unreachable {
+            store: "ZooKeeper",
+            key: "coordination.zookeeper.connect",
             connect: self.cfg.connect.clone(),
             timeout: humantime::format_duration(self.cfg.connect_timeout).to_string(),
             reason,
@@ -104,7 +106,7 @@ impl ZkConnector {
         {
             Err(_) => return Err(unreachable("no session was established".into())),
             Ok(Err(zk::Error::AuthFailed)) => {
-                return Err(StoreError::Auth(
+                return Err(zk_auth(
                     "authentication failed (wrong credentials in coordination.zookeeper.auth?)"
                         .into(),
                 ))
@@ -195,6 +197,13 @@ fn znode_version(v: Version) -> Option<i32> {
 /// Sorts a client error met at znode `at` into the three kinds the election acts on. An
 /// authorization error names the znode: "not authorized" alone leaves an operator to
 /// guess which of a dozen ACLs is wrong.
+/// ZooKeeper refused us: `what` was refused; the advice names the setting and the ACLs.
+fn zk_auth(what: String) -> StoreError {
+    StoreError::Auth(format!(
+        "ZooKeeper refused access: {what}; check coordination.zookeeper.auth and the znodes' ACLs"
+    ))
+}
+
 fn classify(e: zk::Error, at: &str) -> StoreError {
     use zk::Error as E;
     match e {
@@ -202,7 +211,7 @@ fn classify(e: zk::Error, at: &str) -> StoreError {
             StoreError::Rejected(e.to_string())
         }
         E::SessionExpired | E::ClientClosed => StoreError::SessionLost(e.to_string()),
-        E::NoAuth | E::AuthFailed | E::InvalidAcl => StoreError::Auth(format!("{e} at {at}")),
+        E::NoAuth | E::AuthFailed | E::InvalidAcl => zk_auth(format!("{e} at {at}")),
         other => StoreError::Unknown(other.to_string()),
     }
 }
@@ -345,7 +354,7 @@ impl ZkSession {
         {
             Ok(_) | Err(StoreError::Rejected(_)) => Ok(()),
             Err(StoreError::Auth(why)) => Err(StoreError::Auth(format!(
-                "{why} (creating it needs the CREATE permission on {})",
+                "{why} (creating {path} needs the CREATE permission on {})",
                 parent(path)
             ))),
             Err(e) => Err(e),
@@ -432,13 +441,76 @@ impl ZkSession {
                             epoch: stat.czxid as Epoch,
                         }
                     }
-                    Ok(Some(_)) => JoinOutcome::Exists,
+                    Ok(Some(_)) => JoinOutcome::Exists {
+                        epoch: self.holder_epoch().await,
+                    },
                     // Gone again already, or no answer: try again.
                     Ok(None) | Err(_) => JoinOutcome::Unknown,
                 }
             }
             Err(_) => JoinOutcome::Unknown,
         }
+    }
+
+    /// The epoch the lock's record names once its holder committed, for `epoch_seen`;
+    /// `None` when unread or not yet committed (best effort: it only adds knowledge).
+    async fn holder_epoch(&self) -> Option<Epoch> {
+        let (data, _) = self
+            .bounded(
+                "reading the lock",
+                &self.paths.lock,
+                self.client.get_data(&self.paths.lock),
+            )
+            .await
+            .ok()?;
+        record::parse::<NodeRecord>(&data).ok()?.epoch
+    }
+
+    /// Every member znode's data and stat, read in one request after listing them:
+    /// `(child name, data and stat)`, `None` for one that went away in between.
+    #[allow(clippy::type_complexity)]
+    async fn member_znodes(
+        &self,
+    ) -> Result<Vec<(String, Option<(Vec<u8>, zk::Stat)>)>, StoreError> {
+        let at = &self.paths.members;
+        let mut children = match self
+            .bounded("listing members", at, self.client.list_children(at))
+            .await
+        {
+            Ok(c) => c,
+            Err(StoreError::Rejected(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        children.sort();
+        if children.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths: Vec<String> = children.iter().map(|c| self.paths.member(c)).collect();
+        let mut reader = self.client.new_multi_reader();
+        for p in &paths {
+            reader
+                .add_get_data(p)
+                .map_err(|e| StoreError::Rejected(format!("{e} at {p}")))?;
+        }
+        let results = self.bounded("reading members", at, reader.commit()).await?;
+        Ok(children
+            .into_iter()
+            .zip(results)
+            .map(|(c, r)| match r {
+                zk::MultiReadResult::Data { data, stat } => (c, Some((data, stat))),
+                _ => (c, None),
+            })
+            .collect())
+    }
+
+    /// The greatest `epoch_seen` in the member records (SPEC §3a).
+    async fn members_epoch_seen(&self) -> Result<Option<Epoch>, StoreError> {
+        Ok(self
+            .member_znodes()
+            .await?
+            .into_iter()
+            .filter_map(|(_, d)| record::parse::<MemberRecord>(&d?.0).ok()?.node.epoch_seen)
+            .max())
     }
 
     /// Waits until the lock is deleted (returns `true`) or the session ends (`false`).
@@ -795,7 +867,7 @@ impl Session for ZkSession {
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {
         // The three reads go out together: one round trip on the takeover path, not three.
-        let (breadcrumb, control, history, lock) = tokio::join!(
+        let (breadcrumb, control, history, lock, seen) = tokio::join!(
             self.get_optional(&self.paths.breadcrumb),
             self.get_optional(&self.paths.control),
             self.read_history(),
@@ -804,6 +876,7 @@ impl Session for ZkSession {
                 &self.paths.lock,
                 self.client.check_stat(&self.paths.lock)
             ),
+            self.members_epoch_seen(),
         );
         // After a commit whose outcome was unknown, the lock's version tells whether our
         // write of it went through; either way the holder's checks use what is there now.
@@ -856,6 +929,7 @@ impl Session for ZkSession {
             control,
             control_version: Version::new(control_version.into()),
             newest_promotion: newest_promotion(&history?),
+            members_epoch_seen: seen?,
         })
     }
 
@@ -1066,30 +1140,21 @@ impl Session for ZkSession {
                 },
                 None => (Control::default(), None, None),
             };
-        let children = match self
-            .bounded(
-                "listing members",
-                &self.paths.members,
-                self.client.list_children(&self.paths.members),
-            )
-            .await
-        {
-            Ok(c) => c,
-            Err(StoreError::Rejected(_)) => Vec::new(),
-            Err(e) => return Err(e),
-        };
         let mut members = Vec::new();
         let mut member_sessions = Vec::new();
-        let mut sorted = children;
-        sorted.sort();
-        for id in sorted {
+        // No epoch counter to read without a write: the greatest zxid among what was read
+        // stands in. A member's record is written after its node saw its `epoch_seen`, so
+        // on an ensemble that did not go back in time its mzxid is above it.
+        let mut zxid = lock.as_ref().map(|(_, e)| *e);
+        for (id, found) in self.member_znodes().await? {
             // A child is a valid znode name, but not necessarily a node id anyone could
             // name on a command line.
             if let Err(e) = record::check_node_id(&id) {
                 members.push((id, Err(e)));
                 continue;
             }
-            if let Some((d, s)) = self.get_optional(&self.paths.member(&id)).await? {
+            if let Some((d, s)) = found {
+                zxid = zxid.max(Some(s.mzxid.max(0) as Epoch));
                 member_sessions.push((id.clone(), SessionId(s.ephemeral_owner)));
                 members.push((id, record::parse::<MemberRecord>(&d)));
             }
@@ -1107,6 +1172,8 @@ impl Session for ZkSession {
             member_sessions,
             history,
             set_aside,
+            marker_missing: false,
+            epoch_counter: zxid,
         })
     }
 

@@ -10,6 +10,14 @@
 //! ensemble's current zxid: an ensemble restored from an old snapshot, where that entry
 //! would block every promotion (SPEC §3 "Epoch"). Nothing is deleted from history: it is
 //! kept as `history.old-<time>` and named in the output.
+//!
+//! On a store that *lost data* (SPEC §3a: no init marker, or an epoch counter below an
+//! epoch a member has seen) `--force` is the way back instead, and may run while wardens
+//! run: it refuses only while a lock is held, makes the tables, waits for the running
+//! wardens to register what they have seen, then raises the epoch counter above all of it
+//! and writes the marker, so the next active's epoch is greater than any before. Plain
+//! `init` refuses such a store: writing the marker there is the operator's word that no
+//! old active still serves.
 
 use crate::config::Config;
 use crate::coord::{Item, Session, StoreError};
@@ -26,7 +34,29 @@ pub enum InitOutcome {
 /// every promotion aside, but only while no node holds the lock or is a member.
 pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> {
     let zk = super::session(cfg).await?;
+    let before = zk.snapshot().await?;
+    // A store that never held this cluster has no members and no marker: a new cluster.
+    // ZooKeeper has no counter to raise (its zxid): there the old way stands, every warden
+    // stopped (which forgets what they saw) and the takeover state cleared below.
+    let lost = before
+        .lost_data()
+        .filter(|_| !before.members.is_empty() || !before.marker_missing)
+        .filter(|_| cfg.coordination.backend != crate::config::Backend::Zookeeper);
+    if let Some(why) = lost {
+        if !force {
+            return Ok(InitOutcome::Refused(format!(
+                "refusing `init`: {why}. Check that no old active of cluster {:?} still serves \
+                 (its warden stops it within half a session timeout of losing the store), then \
+                 run `warden init --force`",
+                cfg.cluster.name
+            )));
+        }
+        return restore(cfg, &zk, before).await;
+    }
     let mut done = zk.init().await?;
+    if let Some(line) = zk.write_marker(None).await? {
+        done.push(line);
+    }
     if force {
         let snap = zk.snapshot().await?;
         let mut running: Vec<String> = snap
@@ -107,4 +137,93 @@ fn changed(cfg: &Config) -> InitOutcome {
          while init ran (a warden is starting?); stop every warden and run it again",
         cfg.cluster.name
     ))
+}
+
+/// `init --force` on a store that lost data (SPEC §3a): refuses while a lock is held;
+/// makes the tables, waits for the running wardens to register what they have seen, then
+/// raises the epoch counter above every epoch seen and writes the marker.
+async fn restore(
+    cfg: &Config,
+    zk: &super::StoreSession,
+    before: crate::coord::ClusterSnapshot,
+) -> Result<InitOutcome, StoreError> {
+    if let Some(holder) = held_by(&before) {
+        return Ok(InitOutcome::Refused(format!(
+            "refusing `init --force`: {holder} holds the lock of cluster {:?}; wait until it \
+             has expired (a session timeout) and run it again",
+            cfg.cluster.name
+        )));
+    }
+    let mut done = zk.init().await?;
+    // Running wardens retry every second while the store has no tables, and register as
+    // soon as it does; a session timeout covers a slow one.
+    let wait = cfg
+        .session_timeout()
+        .max(crate::elector::LOST_DATA_RETRY * 3);
+    eprintln!(
+        "warden: the store lost data; waiting {} for running wardens to register the epochs \
+         they have seen",
+        humantime::format_duration(wait)
+    );
+    tokio::time::sleep(wait).await;
+    let now = zk.snapshot().await?;
+    if let Some(holder) = held_by(&now) {
+        return Ok(InitOutcome::Refused(format!(
+            "refusing `init --force`: {holder} took the lock of cluster {:?} while init \
+             waited; run `warden status` and, if the store still lost data, run it again",
+            cfg.cluster.name
+        )));
+    }
+    let newest = [
+        before.max_epoch_seen().map(|(e, _)| e),
+        now.max_epoch_seen().map(|(e, _)| e),
+        before.epoch_counter,
+        now.epoch_counter,
+        now.breadcrumb
+            .as_ref()
+            .and_then(|(b, _)| b.as_ref().ok()?.epoch),
+        crate::coord::items::newest_promotion(&now.history),
+    ]
+    .into_iter()
+    .flatten()
+    .max();
+    let floor = newest.map_or(1, |e| e + 1);
+    if let Some(line) = zk.write_marker(Some(floor)).await? {
+        done.push(format!("{line} (above every epoch a node has seen)"));
+    }
+    let registered: Vec<String> = now
+        .members
+        .iter()
+        .map(|(id, _)| printable(id).into_owned())
+        .collect();
+    done.push(format!(
+        "nodes registered while init waited: {}",
+        if registered.is_empty() {
+            "none".to_string()
+        } else {
+            registered.join(", ")
+        }
+    ));
+    let entry = super::operator::entry(
+        super::operator::identity(),
+        "store",
+        "restored",
+        None,
+        format!(
+            "`init --force` by {} after the store lost data; epoch counter raised to {floor}",
+            super::operator::identity()
+        ),
+    );
+    super::operator::record(zk, &entry).await;
+    Ok(InitOutcome::Done(done))
+}
+
+/// The node (or session) that holds a live lock, in words.
+fn held_by(snap: &crate::coord::ClusterSnapshot) -> Option<String> {
+    let (holder, _) = snap.lock.as_ref()?;
+    Some(match (snap.lock_holder_id(), holder) {
+        (Some(id), _) => format!("node {}", printable(id)),
+        (None, Ok(h)) => format!("node {}", printable(&h.node_id)),
+        (None, Err(_)) => "an unreadable lock holder".into(),
+    })
 }

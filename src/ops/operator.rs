@@ -136,6 +136,8 @@ mod tests {
         let unreachable = OpError::Store {
             doing: "read the cluster",
             source: StoreError::Unreachable {
+                store: "ZooKeeper",
+                key: "coordination.zookeeper.connect",
                 connect: "127.0.0.1:1".into(),
                 timeout: "1s".into(),
                 reason: "refused".into(),

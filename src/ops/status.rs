@@ -1,7 +1,7 @@
-//! `warden status [--json]` (SPEC §7): read from ZooKeeper alone.
+//! `warden status [--json]` (SPEC §7): read from the store alone.
 //!
 //! `status` must never contradict a node's own `/active`: the lock holder is found by the
-//! ZooKeeper session that owns the lock (see [`ClusterSnapshot::active`]), so garbage in
+//! store session that owns the lock (see [`ClusterSnapshot::active`]), so garbage in
 //! the lock's data is reported as such while the node it belongs to is still named. Every
 //! string from the store reaches the terminal through [`printable`]; the JSON form needs
 //! no such care (JSON escapes control characters).
@@ -60,6 +60,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "pid": m.node.pid,
                 "since": m.node.since,
                 "epoch": m.node.epoch,
+                "epoch_seen": m.node.epoch_seen,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
             }),
@@ -73,6 +74,8 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
         "cluster": cfg.cluster.name,
         "backend": cfg.coordination.backend.as_str(),
         "paused": snap.control.paused,
+        "lost_data": snap.lost_data().is_some(),
+        "lost_data_reason": snap.lost_data(),
         "pause_reason": snap.control.reason,
         "control_unreadable": snap.control_unreadable,
         "active": active,
@@ -102,6 +105,9 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         p(&cfg.cluster.name),
         cfg.coordination.backend.as_str()
     ));
+    if let Some(why) = snap.lost_data() {
+        out.push_str(&format!("*** STORE LOST DATA: {why} ***\n"));
+    }
     if snap.control.paused {
         out.push_str(&format!(
             "*** PAUSED: nobody is promoted or demoted automatically ({}) — `warden resume` ends it ***\n",

@@ -180,6 +180,8 @@ struct LockStat {
     session: i64,
     version: i64,
     czxid: u64,
+    /// The committed epoch its record names (the backend reads the data for it).
+    epoch: Option<u64>,
 }
 
 struct Member {
@@ -563,7 +565,16 @@ impl State {
             session: l.session,
             version: l.version,
             czxid: l.czxid,
+            epoch: l.record.epoch,
         })
+    }
+
+    /// The greatest `epoch_seen` in the member records (SPEC §3a).
+    fn members_epoch_seen(&self) -> Option<u64> {
+        self.members
+            .values()
+            .filter_map(|m| m.record.node.epoch_seen)
+            .max()
     }
 
     /// The backend's check of the lock in its multi-ops: `check_version(lock, held)`,
@@ -861,6 +872,8 @@ impl State {
             control: self.control_value(),
             control_version: self.control.as_ref().map(|(_, v)| Version::new(*v)),
             control_unreadable: None,
+            marker_missing: false,
+            epoch_counter: Some(self.zxid),
             members: self
                 .members
                 .iter()
@@ -1263,6 +1276,8 @@ impl Connector for SimConnector {
         store.gate(owner).await;
         if answer.is_err() {
             return Err(StoreError::Unreachable {
+                store: "the simulated store",
+                key: "(none)",
                 connect: format!(
                     "the simulated store (n{} incarnation {})",
                     owner.0 + 1,
@@ -1603,7 +1618,7 @@ impl SimSession {
                         self.hold(Some(l.version));
                         JoinOutcome::Held { epoch: l.czxid }
                     }
-                    Ok(Some(_)) => JoinOutcome::Exists,
+                    Ok(Some(l)) => JoinOutcome::Exists { epoch: l.epoch },
                     Ok(None) | Err(_) => JoinOutcome::Unknown,
                 }
             }
@@ -1707,8 +1722,16 @@ impl Session for SimSession {
             self.read_breadcrumb(),
             self.read_control(),
             self.read_history(),
-            self.call("reading the lock", |st, _| Ok(st.lock_stat())),
+            // The members' records go out in the same round trip, as the backend reads them.
+            self.call("reading the lock", |st, _| Ok((
+                st.lock_stat(),
+                st.members_epoch_seen()
+            ))),
         );
+        let (lock, seen) = match lock {
+            Ok((l, seen)) => (Ok(l), Ok(seen)),
+            Err(e) => (Err(e.clone()), Err(e)),
+        };
         if let Ok(Some(l)) = lock {
             if l.session == self.h.sid {
                 self.hold(Some(l.version));
@@ -1740,6 +1763,7 @@ impl Session for SimSession {
             control,
             control_version: Version::new(control_version),
             newest_promotion: newest_promotion(&history?),
+            members_epoch_seen: seen?,
         })
     }
 
