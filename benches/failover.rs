@@ -26,10 +26,19 @@ fn main() {
         .unwrap_or(secs(2));
     let scenarios = std::env::var("WARDEN_BENCH_SCENARIOS")
         .unwrap_or_else(|_| "kill9,crash,sigstop,failover,idle,scale,clusters".into());
-    let zk = ZkServer::start();
+    let mysql = std::env::var("WARDEN_BENCH_STORE").is_ok_and(|v| v == "mysql");
+    let zk = Stores {
+        zk: ZkServer::start(),
+        db: mysql.then(mariadb::MariaDb::start),
+    };
     println!(
-        "warden failover benchmark: {runs} runs per scenario, session_timeout {}, ZooKeeper tickTime 100ms, {} cores",
+        "warden failover benchmark: {runs} runs per scenario, session_timeout {}, {}, {} cores",
         humantime::format_duration(session),
+        if mysql {
+            "MariaDB (poll_interval 100ms)"
+        } else {
+            "ZooKeeper tickTime 100ms"
+        },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
@@ -85,9 +94,32 @@ fn main() {
     }
 }
 
-fn cluster(zk: &ZkServer, session: Duration) -> (Cluster, Node, Node) {
-    let mut c = Cluster::new(zk);
-    c.session_timeout = session;
+/// The store the clusters use: ZooKeeper, or MariaDB with `WARDEN_BENCH_STORE=mysql` (for
+/// kill9, crash, sigstop and failover; the ZooKeeper request counts then mean nothing).
+struct Stores {
+    zk: ZkServer,
+    db: Option<mariadb::MariaDb>,
+}
+
+impl Stores {
+    /// A cluster with this session timeout, initialized.
+    fn cluster(&self, session: Duration) -> Cluster {
+        let Some(db) = &self.db else {
+            let mut c = Cluster::new(&self.zk);
+            c.session_timeout = session;
+            return c;
+        };
+        let mut c = Cluster::with_mysql(db);
+        c.session_timeout = session;
+        c.use_mysql(db);
+        let out = cli(&c.node("init").config, &["init"]);
+        assert!(out.status.success(), "warden init: {}", describe(&out));
+        c
+    }
+}
+
+fn cluster(zk: &Stores, session: Duration) -> (Cluster, Node, Node) {
+    let c = zk.cluster(session);
     let opts = NodeOptions {
         fences: Some(vec![signal_fence()]),
         ..Default::default()
@@ -114,12 +146,7 @@ fn wait_standby(node: &Node, config: &std::path::Path) {
 
 /// Time from a fault of the active's warden (`kill -9`, or SIGSTOP: then through the
 /// session expiry and the fence of the frozen incarnation) to the standby's service start.
-fn warden_fault(
-    zk: &ZkServer,
-    session: Duration,
-    runs: usize,
-    fault: fn(&Warden),
-) -> Vec<Duration> {
+fn warden_fault(zk: &Stores, session: Duration, runs: usize, fault: fn(&Warden)) -> Vec<Duration> {
     let (_c, n1, n2) = cluster(zk, session);
     let nodes = [n1, n2];
     let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
@@ -144,7 +171,7 @@ fn warden_fault(
 }
 
 /// Time from the active's service dying (SIGKILL) to the standby's service start.
-fn crash(zk: &ZkServer, session: Duration, runs: usize) -> Vec<Duration> {
+fn crash(zk: &Stores, session: Duration, runs: usize) -> Vec<Duration> {
     let (_c, n1, n2) = cluster(zk, session);
     let nodes = [n1, n2];
     let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
@@ -198,7 +225,7 @@ fn median_f(v: &[f64]) -> f64 {
 
 /// Planned switchover: from the `failover` command's start to the new service's start,
 /// and the ZooKeeper requests it took (the CLI's own session included).
-fn planned(zk: &ZkServer, session: Duration, runs: usize) -> (Vec<Duration>, Vec<f64>) {
+fn planned(zk: &Stores, session: Duration, runs: usize) -> (Vec<Duration>, Vec<f64>) {
     let (_c, n1, n2) = cluster(zk, session);
     let nodes = [n1, n2];
     let _wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
@@ -207,7 +234,7 @@ fn planned(zk: &ZkServer, session: Duration, runs: usize) -> (Vec<Duration>, Vec
         let status = status_json(&nodes[0].config);
         let (_a, b) = roles(&nodes, &status);
         let before = nodes[b].runs().len();
-        let r0 = zk_requests(zk);
+        let r0 = zk_requests(&zk.zk);
         let t0 = mono_now_ns();
         let out = cli(
             &nodes[0].config,
@@ -219,16 +246,15 @@ fn planned(zk: &ZkServer, session: Duration, runs: usize) -> (Vec<Duration>, Vec
             (runs.len() > before).then(|| runs[before].clone())
         });
         took.push(ns(new.start_ns.saturating_sub(t0)));
-        reqs.push(zk_requests(zk).saturating_sub(r0) as f64);
+        reqs.push(zk_requests(&zk.zk).saturating_sub(r0) as f64);
         wait_standby(&nodes[1 - b], &nodes[b].config);
     }
     (took, reqs)
 }
 
 /// Service crash failover time and ZooKeeper requests with `n` nodes in one cluster.
-fn scale(zk: &ZkServer, session: Duration, n: usize, runs: usize) -> (Vec<Duration>, Vec<f64>) {
-    let mut c = Cluster::new(zk);
-    c.session_timeout = session;
+fn scale(zk: &Stores, session: Duration, n: usize, runs: usize) -> (Vec<Duration>, Vec<f64>) {
+    let c = zk.cluster(session);
     let opts = NodeOptions {
         fences: Some(vec![signal_fence()]),
         ..Default::default()
@@ -245,7 +271,7 @@ fn scale(zk: &ZkServer, session: Duration, n: usize, runs: usize) -> (Vec<Durati
         let a = nodes.iter().position(|x| x.id == active).unwrap();
         let victim = nodes[a].last_run().expect("the active's service runs");
         let counts: Vec<usize> = nodes.iter().map(|x| x.runs().len()).collect();
-        let r0 = zk_requests(zk);
+        let r0 = zk_requests(&zk.zk);
         let t0 = mono_now_ns();
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(victim.pid as i32),
@@ -258,7 +284,7 @@ fn scale(zk: &ZkServer, session: Duration, n: usize, runs: usize) -> (Vec<Durati
             })
         });
         took.push(ns(new.start_ns.saturating_sub(t0)));
-        reqs.push(zk_requests(zk).saturating_sub(r0) as f64);
+        reqs.push(zk_requests(&zk.zk).saturating_sub(r0) as f64);
         restart_fresh(&mut wardens[a], &nodes[a]);
         wait_standby(&nodes[a], &nodes[0].config);
     }
@@ -267,14 +293,14 @@ fn scale(zk: &ZkServer, session: Duration, n: usize, runs: usize) -> (Vec<Durati
 
 /// `count` clusters of two nodes on one ensemble: idle ZooKeeper load, and a crash
 /// failover in one of them.
-fn clusters(zk: &ZkServer, session: Duration, count: usize) {
+fn clusters(zk: &Stores, session: Duration, count: usize) {
     let opts = NodeOptions {
         fences: Some(vec![signal_fence()]),
         ..Default::default()
     };
     let mut all = Vec::new();
     for _ in 0..count {
-        let mut c = Cluster::new(zk);
+        let mut c = Cluster::new(&zk.zk);
         c.session_timeout = session;
         let n1 = c.node_with("n1", opts.clone());
         let n2 = c.node_with("n2", opts.clone());
@@ -284,11 +310,11 @@ fn clusters(zk: &ZkServer, session: Duration, count: usize) {
     for (_, n1, _, _) in &all {
         wait_for_active(&n1.config, secs(60));
     }
-    let r0 = zk_requests(zk);
+    let r0 = zk_requests(&zk.zk);
     let t0 = std::time::Instant::now();
     // The idle window is what is measured: nothing to poll for.
     std::thread::sleep(secs(10));
-    let rate = zk_requests(zk).saturating_sub(r0) as f64 / t0.elapsed().as_secs_f64();
+    let rate = zk_requests(&zk.zk).saturating_sub(r0) as f64 / t0.elapsed().as_secs_f64();
     println!(
         "{:<44} {:>9.0} requests/s to ZooKeeper, idle ({:.1} per warden)",
         format!("{count} clusters x 2 nodes"),
@@ -322,7 +348,7 @@ fn clusters(zk: &ZkServer, session: Duration, count: usize) {
 
 /// What a takeover costs the warden that takes over: CPU time from the crash to its
 /// service started, and its peak RSS.
-fn cost(zk: &ZkServer, session: Duration, runs: usize) {
+fn cost(zk: &Stores, session: Duration, runs: usize) {
     let (_c, n1, n2) = cluster(zk, session);
     let nodes = [n1, n2];
     let mut wardens = start_active_then_standbys(&nodes[0], &[&nodes[1]]);
@@ -360,7 +386,7 @@ fn cost(zk: &ZkServer, session: Duration, runs: usize) {
 }
 
 /// RSS and CPU of an idle active and an idle standby over 10 seconds.
-fn idle(zk: &ZkServer, session: Duration) {
+fn idle(zk: &Stores, session: Duration) {
     let (_c, n1, n2) = cluster(zk, session);
     let wardens = start_active_then_standbys(&n1, &[&n2]);
     let window = secs(10);

@@ -603,3 +603,77 @@ fn a_hundred_thousand_unknown_keys_exit_2_at_once() {
         )
     );
 }
+
+/// An offline cluster on the MySQL backend (no server: check-config does not connect).
+fn offline_mysql_cluster(table: &str) -> Cluster {
+    let mut cluster = offline_cluster();
+    cluster.coordination = Some(format!(
+        "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\n{table}\n"
+    ));
+    cluster
+}
+
+/// The 1-based line of the first line of `config` containing `marker`.
+fn line_of(config: &Path, marker: &str) -> usize {
+    fs::read_to_string(config)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains(marker))
+        .expect("the marker is in the config")
+        + 1
+}
+
+#[test]
+fn check_config_validates_the_mysql_table() {
+    // A good one passes offline, and shows no ZooKeeper table it does not use.
+    let cluster = offline_mysql_cluster("url = \"mysql://warden@127.0.0.1:1/warden\"");
+    let node = cluster.node("n1");
+    let out = cli(&node.config, &["check-config"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("[coordination.mysql]") && !stdout.contains("[coordination.zookeeper]"),
+        "{}",
+        describe(&out)
+    );
+
+    // A password in the URL: refused, located, and not repeated.
+    let cluster = offline_mysql_cluster("url = \"mysql://warden:s3cr3t@db1/warden\"");
+    let node = cluster.node("n1");
+    let line = line_of(&node.config, "url =");
+    assert_config_error(&node.config, Some(line), &["password_file"]);
+    let out = cli(&node.config, &["check-config"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("s3cr3t"),
+        "the password is repeated: {}",
+        describe(&out)
+    );
+
+    // A misspelt key: located, with the nearest key.
+    let cluster =
+        offline_mysql_cluster("url = \"mysql://warden@db1/warden\"\npol_interval = \"1s\"");
+    let node = cluster.node("n1");
+    let line = line_of(&node.config, "pol_interval");
+    assert_config_error(&node.config, Some(line), &["pol_interval", "poll_interval"]);
+
+    // A password file readable by others.
+    let cluster = offline_cluster();
+    let pass = cluster.dir().join("mysql.pass");
+    fs::write(&pass, "secret\n").unwrap();
+    fs::set_permissions(&pass, fs::Permissions::from_mode(0o644)).unwrap();
+    let cluster = {
+        let mut c = cluster;
+        c.coordination = Some(format!(
+            "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\nurl = \
+             \"mysql://warden@db1/warden\"\npassword_file = {}\n",
+            toml_str(&pass.display().to_string())
+        ));
+        c
+    };
+    let node = cluster.node("n1");
+    assert_config_error(
+        &node.config,
+        None,
+        &[&pass.display().to_string(), "chmod 600"],
+    );
+}

@@ -110,9 +110,26 @@ pub struct Outcome {
     pub plan: String,
 }
 
-/// The store of a seed: mostly ZooKeeper, sometimes a polled store or one with TTL leases.
+/// The store of a seed: mostly ZooKeeper; a fifth MySQL/Redis-like (no watches, polled
+/// every `poll_interval`, leases on the store's drifting clock: SPEC §3a); the rest any mix.
 fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
     let c = &plan.cfg;
+    if rng.chance(0.2) {
+        return StoreConfig {
+            granted: c.granted,
+            tick: c.tick,
+            op_timeout: c.op_timeout(),
+            latency: (ms(1), ms(rng.pick(&[5, 20, 60]))),
+            loss: rng.pick(&[0.0, 0.002, 0.01]),
+            watches: store::Watches::Polling {
+                every: rng.pick(&[ms(100), ms(250), ms(500)]),
+            },
+            sessions: store::Sessions::Ttl {
+                max_drift: 0.05,
+                max_step: c.in_force() / 8,
+            },
+        };
+    }
     let watches = if rng.chance(0.25) {
         store::Watches::Polling {
             every: rng.pick(&[ms(100), ms(250), ms(500)]),

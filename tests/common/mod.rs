@@ -847,6 +847,13 @@ impl Cluster {
     /// every 100ms, connect 1s). Its tables exist once [`init`](Self::init) ran.
     pub fn with_mysql(db: &mariadb::MariaDb) -> Cluster {
         let mut c = Cluster::with_connect("127.0.0.1:1");
+        c.use_mysql(db);
+        c
+    }
+
+    /// Points the nodes written from now on at `db`, with this cluster's timeouts.
+    pub fn use_mysql(&mut self, db: &mariadb::MariaDb) {
+        let c = self;
         c.coordination = Some(format!(
             "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\nurl = {}\n\
              password_file = {}\nsession_timeout = {}\npoll_interval = \"100ms\"\n\
@@ -856,7 +863,6 @@ impl Cluster {
             toml_duration(c.session_timeout),
             toml_duration(c.connect_timeout),
         ));
-        c
     }
 
     /// The temp dir of this cluster.
