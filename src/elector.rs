@@ -1542,6 +1542,7 @@ impl Elector {
     ) -> bool {
         let history = state.newest_history_epoch;
         let seen = self.epoch_seen.max(state.members_epoch_seen);
+        self.epoch_seen = seen;
         if let Some(seen) = seen.filter(|&s| epoch <= s) {
             self.reason = format!(
                 "refusing to promote: the store lost data: the lock's epoch {epoch} is not above                  epoch {seen}, which a node of this cluster has seen (the store was wiped,                  restarted without persistence, or restored from an old backup or snapshot);                  no node promotes until you have checked that no old active still serves and                  run `warden init --force`, which sets the epoch counter above every epoch seen"
@@ -2520,6 +2521,60 @@ mod tests {
             "{all:?}"
         );
         assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+    }
+
+    #[test]
+    fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
+        let mut h = H::new();
+        let j = h.session();
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 5 },
+        });
+        let all = h.feed_all(Event::StateRead {
+            ticket: H::ticket_of(&a),
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: ControlView::default(),
+                control_version: Version::new(0),
+                newest_history_epoch: None,
+                members_epoch_seen: Some(5),
+            })),
+        });
+        assert!(
+            has(&all, |a| matches!(a, Action::Transition { reason, .. }
+                if reason.contains("lost data") && reason.contains("init --force"))),
+            "{all:?}"
+        );
+        assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+        // What it read is remembered, for its own member record.
+        assert_eq!(h.e.epoch_seen(), Some(5));
+    }
+
+    #[test]
+    fn rule_3a_a_standby_learns_the_holders_committed_epoch_and_a_lost_store_is_waited_out() {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists { epoch: Some(41) },
+        });
+        assert_eq!(h.e.epoch_seen(), Some(41));
+        let mut h = H::new();
+        let j = h.session();
+        let all = h.feed_all(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::LostData("the store lost data: no marker".into()),
+        });
+        assert!(
+            has(&all, |a| matches!(a, Action::Notice { warn: true, message }
+                if message.contains("no marker"))),
+            "{all:?}"
+        );
+        assert!(
+            !has(&all, |a| matches!(a, Action::Join { .. })),
+            "joined again at once: {all:?}"
+        );
     }
 
     #[test]
