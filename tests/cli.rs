@@ -677,3 +677,37 @@ fn check_config_validates_the_mysql_table() {
         &[&pass.display().to_string(), "chmod 600"],
     );
 }
+
+#[test]
+fn check_config_validates_the_redis_table() {
+    let redis = |table: &str| {
+        let mut c = offline_cluster();
+        c.coordination = Some(format!(
+            "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\n{table}\n"
+        ));
+        c
+    };
+    let cluster = redis("url = \"rediss://db1:6380/0\"");
+    let node = cluster.node("n1");
+    let out = cli(&node.config, &["check-config"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("[coordination.redis]"),
+        "{}",
+        describe(&out)
+    );
+    let cluster = redis("url = \"redis://:s3cr3t@db1:6379/0\"");
+    let node = cluster.node("n1");
+    let line = line_of(&node.config, "url =");
+    assert_config_error(&node.config, Some(line), &["password_file"]);
+    let out = cli(&node.config, &["check-config"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("s3cr3t"),
+        "{}",
+        describe(&out)
+    );
+    let cluster = redis("url = \"redis://db1:6379/0\"\nkey_prefx = \"w\"");
+    let node = cluster.node("n1");
+    let line = line_of(&node.config, "key_prefx");
+    assert_config_error(&node.config, Some(line), &["key_prefx", "key_prefix"]);
+}

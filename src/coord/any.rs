@@ -4,6 +4,7 @@
 //! it, and never in the product).
 
 use super::mysql::{MysqlConnector, MysqlSession, MysqlSettings};
+use super::redis::{RedisConnector, RedisSession, RedisSettings};
 use super::zookeeper::{ZkConnector, ZkSession};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
 use crate::config::{Backend, Config};
@@ -20,6 +21,7 @@ use tokio::sync::mpsc;
 pub enum AnyConnector {
     Zookeeper(Box<ZkConnector>),
     Mysql(MysqlConnector),
+    Redis(RedisConnector),
 }
 
 /// A session on the configured backend.
@@ -27,6 +29,7 @@ pub enum AnyConnector {
 pub enum AnySession {
     Zookeeper(Box<ZkSession>),
     Mysql(MysqlSession),
+    Redis(RedisSession),
 }
 
 impl AnyConnector {
@@ -60,7 +63,21 @@ impl AnyConnector {
                 .map_err(|e| e.to_string())
             }
             Backend::Redis => {
-                Err("backend = \"redis\" is not built yet in this version of warden".into())
+                let r = cfg
+                    .redis()
+                    .ok_or("backend = \"redis\" needs a [coordination.redis] table")?;
+                let password = cfg.read_store_password().map_err(|e| e.to_string())?;
+                RedisConnector::new(RedisSettings {
+                    url: r.url.clone(),
+                    password,
+                    session_timeout: r.session_timeout,
+                    poll_interval: r.poll_interval,
+                    connect_timeout: r.connect_timeout,
+                    key_prefix: r.key_prefix.clone(),
+                    cluster: cfg.cluster.name.clone(),
+                })
+                .map(AnyConnector::Redis)
+                .map_err(|e| e.to_string())
             }
         }
     }
@@ -76,6 +93,7 @@ impl Connector for AnyConnector {
                 .await
                 .map(|s| AnySession::Zookeeper(Box::new(s))),
             AnyConnector::Mysql(c) => c.connect().await.map(AnySession::Mysql),
+            AnyConnector::Redis(c) => c.connect().await.map(AnySession::Redis),
         }
     }
 }
@@ -86,6 +104,7 @@ macro_rules! each {
         match $self {
             AnySession::Zookeeper($s) => $e,
             AnySession::Mysql($s) => $e,
+            AnySession::Redis($s) => $e,
         }
     };
 }
@@ -194,6 +213,7 @@ impl Session for AnySession {
         match self {
             AnySession::Zookeeper(s) => Session::read_history(s.as_ref()).await,
             AnySession::Mysql(s) => Session::read_history(s).await,
+            AnySession::Redis(s) => Session::read_history(s).await,
         }
     }
 

@@ -16,6 +16,7 @@
 pub mod any;
 pub mod items;
 pub mod mysql;
+pub mod redis;
 pub mod zookeeper;
 
 use crate::record::{
@@ -351,6 +352,24 @@ pub fn predecessor_is_gone(
     // Same machine, another boot: every process of that boot is gone. (Same boot but
     // another pid namespace is another container on this kernel: not ours to judge.)
     other.boot_id != me.boot_id
+}
+
+/// A random, positive 63-bit session id (the store's only proof of who holds what).
+pub(crate) fn random_session_id() -> i64 {
+    let mut b = [0u8; 8];
+    // getrandom through std's hasher seed would be weaker; /dev/urandom is always there
+    // on Linux, and a clock-and-pid mix is the fallback.
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        b = (t ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
+    }
+    (i64::from_le_bytes(b) & i64::MAX).max(1)
 }
 
 /// How a store call ended when it did not succeed, in the three kinds the election acts on.

@@ -125,7 +125,7 @@ impl Connector for MysqlConnector {
             op_timeout: op_timeout(&self.s),
             s: self.s.clone(),
             pool: self.pool.clone(),
-            id: random_session_id(),
+            id: super::random_session_id(),
             t,
             member: Mutex::new(None),
             joined: watch::Sender::new(None),
@@ -134,24 +134,6 @@ impl Connector for MysqlConnector {
         tokio::spawn(keepalive(Arc::downgrade(&inner)));
         Ok(MysqlSession { inner })
     }
-}
-
-/// A random, positive 63-bit session id (the store's only proof of who holds what).
-fn random_session_id() -> i64 {
-    let mut b = [0u8; 8];
-    // getrandom through std's hasher seed would be weaker; /dev/urandom is always there
-    // on Linux, and a clock-and-pid mix is the fallback.
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64;
-        b = (t ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
-    }
-    (i64::from_le_bytes(b) & i64::MAX).max(1)
 }
 
 /// The table names of a prefix (validated by the config: `[A-Za-z0-9_]`).

@@ -299,7 +299,7 @@ impl Drop for MariaDb {
     }
 }
 
-fn rand_u64() -> u64 {
+pub fn rand_u64() -> u64 {
     let mut b = [0u8; 8];
     if let Ok(mut f) = fs::File::open("/dev/urandom") {
         let _ = std::io::Read::read_exact(&mut f, &mut b);

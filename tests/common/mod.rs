@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod mariadb;
+pub mod redis;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -849,6 +850,25 @@ impl Cluster {
         let mut c = Cluster::with_connect("127.0.0.1:1");
         c.use_mysql(db);
         c
+    }
+
+    pub fn with_redis(r: &redis::RedisServer) -> Cluster {
+        let mut c = Cluster::with_connect("127.0.0.1:1");
+        c.use_redis(r);
+        c
+    }
+
+    /// Points the nodes written from now on at `r`, with this cluster's timeouts.
+    pub fn use_redis(&mut self, r: &redis::RedisServer) {
+        self.coordination = Some(format!(
+            "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = {}\n\
+             password_file = {}\nsession_timeout = {}\npoll_interval = \"100ms\"\n\
+             connect_timeout = {}\n",
+            toml_str(&r.url()),
+            toml_str(&r.password_file().display().to_string()),
+            toml_duration(self.session_timeout),
+            toml_duration(self.connect_timeout),
+        ));
     }
 
     /// Points the nodes written from now on at `db`, with this cluster's timeouts.

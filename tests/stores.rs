@@ -1,24 +1,146 @@
-//! The election on a real MariaDB server (issue 13, SPEC §3a): the same scenarios as on
-//! ZooKeeper, with "never two actives" proven from the services' own journals.
+//! The election on a real MariaDB and a real Redis (issues 13 and 14, SPEC §3a): the same
+//! scenarios as on ZooKeeper, written once for any [`TestStore`] and run on each, with
+//! "never two actives" proven from the services' own journals.
 
 mod common;
 
 use common::mariadb::MariaDb;
+use common::redis::RedisServer;
 use common::*;
 
-/// A cluster on a fresh MariaDB, initialized by `warden init`.
-fn cluster_on(db: &MariaDb) -> Cluster {
-    let cluster = Cluster::with_mysql(db);
+/// A store server the scenarios run against.
+trait TestStore: Sized {
+    /// `status --json`'s `backend`.
+    const BACKEND: &'static str;
+    fn start() -> Self;
+    /// A cluster pointed at this server (not initialized).
+    fn cluster(&self) -> Cluster;
+    /// SIGSTOP / SIGCONT of the server.
+    fn freeze(&mut self);
+    fn thaw(&mut self);
+    /// Restarted with its data.
+    fn restart(&mut self);
+    /// Wiped: restarted without its data (MySQL: a fresh datadir; Redis: without
+    /// persistence).
+    fn restart_empty(&mut self);
+    /// A restore from an old backup: the epoch counter back at 0, the lock gone.
+    fn roll_back_epoch(&self, cluster: &str);
+    /// Garbage in the breadcrumb and in control.
+    fn put_garbage(&self, cluster: &str);
+}
+
+impl TestStore for MariaDb {
+    const BACKEND: &'static str = "mysql";
+    fn start() -> Self {
+        MariaDb::start()
+    }
+    fn cluster(&self) -> Cluster {
+        Cluster::with_mysql(self)
+    }
+    fn freeze(&mut self) {
+        MariaDb::freeze(self)
+    }
+    fn thaw(&mut self) {
+        MariaDb::thaw(self)
+    }
+    fn restart(&mut self) {
+        MariaDb::restart(self)
+    }
+    fn restart_empty(&mut self) {
+        MariaDb::restart_empty(self)
+    }
+    fn roll_back_epoch(&self, cluster: &str) {
+        self.sql(&format!(
+            "UPDATE warden.warden_epoch SET epoch = 0 WHERE cluster = '{cluster}'; \
+             DELETE FROM warden.warden_lock WHERE cluster = '{cluster}'"
+        ));
+    }
+    fn put_garbage(&self, cluster: &str) {
+        self.sql(&format!(
+            "INSERT INTO warden.warden_kv (cluster, name, value, version) VALUES \
+             ('{cluster}', 'breadcrumb', 0xfffe7b206e6f74, 0), \
+             ('{cluster}', 'control', 'not json', 0)"
+        ));
+    }
+}
+
+impl TestStore for RedisServer {
+    const BACKEND: &'static str = "redis";
+    fn start() -> Self {
+        RedisServer::start()
+    }
+    fn cluster(&self) -> Cluster {
+        Cluster::with_redis(self)
+    }
+    fn freeze(&mut self) {
+        RedisServer::freeze(self)
+    }
+    fn thaw(&mut self) {
+        RedisServer::thaw(self)
+    }
+    fn restart(&mut self) {
+        RedisServer::restart(self)
+    }
+    fn restart_empty(&mut self) {
+        RedisServer::restart_empty(self)
+    }
+    fn roll_back_epoch(&self, cluster: &str) {
+        self.cli(&["SET", &format!("warden:{{{cluster}}}:epoch"), "0"]);
+        self.cli(&["DEL", &format!("warden:{{{cluster}}}:lock")]);
+    }
+    fn put_garbage(&self, cluster: &str) {
+        let key = |n: &str| format!("warden:{{{cluster}}}:{n}");
+        self.cli(&[
+            "HSET",
+            &key("breadcrumb"),
+            "data",
+            "\u{1}{ not a record",
+            "version",
+            "0",
+        ]);
+        self.cli(&["HSET", &key("control"), "data", "not json", "version", "0"]);
+    }
+}
+
+/// Every scenario, once for each store.
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {
+        mod mysql {
+            $(#[test] fn $scenario() { super::$scenario::<super::MariaDb>() })*
+        }
+        mod redis {
+            $(#[test] fn $scenario() { super::$scenario::<super::RedisServer>() })*
+        }
+    };
+}
+
+on_every_store!(
+    run_refuses_a_store_without_init_and_names_it,
+    three_nodes_elect_one_and_a_killed_active_is_fenced_and_replaced,
+    crash_and_sigterm_hand_over_without_fencing,
+    operator_commands_work,
+    a_frozen_store_takes_the_service_down_by_the_lease_end,
+    a_frozen_active_warden_is_fenced_before_the_standby_starts,
+    every_fence_failing_means_no_promotion,
+    a_store_restarted_with_its_data_elects_again,
+    a_wiped_store_blocks_every_promotion_until_init_force,
+    an_epoch_counter_that_went_back_is_lost_data,
+    two_nodes_with_one_node_id_the_second_refuses,
+    garbage_in_the_store_blocks_promotion_until_confirmed,
+);
+
+/// A cluster on a fresh store, initialized by `warden init`.
+fn cluster_on<S: TestStore>(db: &S) -> Cluster {
+    let cluster = db.cluster();
     let n = cluster.node("init");
     let out = cli(&n.config, &["init"]);
     assert!(out.status.success(), "warden init: {}", describe(&out));
     cluster
 }
 
-#[test]
-fn run_refuses_a_database_without_init_and_names_it() {
-    let db = MariaDb::start();
-    let cluster = Cluster::with_mysql(&db);
+fn run_refuses_a_store_without_init_and_names_it<S: TestStore>() {
+    let db = S::start();
+    let cluster = db.cluster();
     let n1 = cluster.node("n1");
     let mut w = n1.start();
     let status = w.wait_exit(secs(30));
@@ -36,14 +158,13 @@ fn run_refuses_a_database_without_init_and_names_it() {
 /// Three nodes elect one; `kill -9` of the active's warden: its service dies with it, a
 /// standby fences the old incarnation once its rows expire, and takes over with a greater
 /// epoch.
-#[test]
-fn three_nodes_elect_one_and_a_killed_active_is_fenced_and_replaced() {
-    let db = MariaDb::start();
+fn three_nodes_elect_one_and_a_killed_active_is_fenced_and_replaced<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
     let mut wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
     let status = status_json(&n1.config);
-    assert_eq!(status["backend"], "mysql", "{status:#}");
+    assert_eq!(status["backend"], S::BACKEND, "{status:#}");
     assert_eq!(member_ids(&status), ["n1", "n2", "n3"]);
     let old = n1.last_run().unwrap();
 
@@ -73,9 +194,8 @@ fn three_nodes_elect_one_and_a_killed_active_is_fenced_and_replaced() {
 }
 
 /// A service crash hands over without fencing; SIGTERM of the active hands over cleanly.
-#[test]
-fn crash_and_sigterm_hand_over_without_fencing() {
-    let db = MariaDb::start();
+fn crash_and_sigterm_hand_over_without_fencing<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let n1 = cluster.node_with(
         "n1",
@@ -116,9 +236,8 @@ fn crash_and_sigterm_hand_over_without_fencing() {
 }
 
 /// The operator commands work unchanged: failover --to, pause/resume, history.
-#[test]
-fn operator_commands_work_on_mysql() {
-    let db = MariaDb::start();
+fn operator_commands_work<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
@@ -149,13 +268,12 @@ fn operator_commands_work_on_mysql() {
     cluster.assert_safe();
 }
 
-/// The database frozen (SIGSTOP of mariadbd) for 0.65 x session: the active cannot renew,
-/// its service is down by the end of its lease, and once the database answers again the
-/// same node serves again: 0.65 x session plus the time since its last renewal is less
-/// than the session, so its rows had not expired on the server's clock.
-#[test]
-fn a_frozen_database_takes_the_service_down_by_the_lease_end() {
-    let mut db = MariaDb::start();
+/// The store frozen (SIGSTOP of the server) for 0.65 x session: the active cannot renew,
+/// its service is down by the end of its lease, and once the store answers again the same
+/// node serves again: 0.65 x session plus the time since its last renewal is less than
+/// the session, so its rows or keys had not expired on the server's clock.
+fn a_frozen_store_takes_the_service_down_by_the_lease_end<S: TestStore>() {
+    let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
@@ -164,7 +282,7 @@ fn a_frozen_database_takes_the_service_down_by_the_lease_end() {
     db.freeze();
     wait_until(
         secs(10),
-        "n1's service stopped while the database is frozen",
+        "n1's service stopped while the store is frozen",
         || !process_alive(before.pid),
     );
     let run = n1.runs().into_iter().find(|r| r.pid == before.pid).unwrap();
@@ -188,9 +306,8 @@ fn a_frozen_database_takes_the_service_down_by_the_lease_end() {
 
 /// SIGSTOP of the active's warden past the session, its service still running: the
 /// standby fences the old incarnation before its own service starts.
-#[test]
-fn a_frozen_active_warden_is_fenced_before_the_standby_starts() {
-    let db = MariaDb::start();
+fn a_frozen_active_warden_is_fenced_before_the_standby_starts<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let wardens = start_active_then_standbys(&n1, &[&n2]);
@@ -228,9 +345,8 @@ fn a_frozen_active_warden_is_fenced_before_the_standby_starts() {
 
 /// Every fence method fails: the standby never promotes while the old service lives, and
 /// its log says what failed and what the operator can do.
-#[test]
-fn every_fence_failing_means_no_promotion() {
-    let db = MariaDb::start();
+fn every_fence_failing_means_no_promotion<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let calls = cluster.dir().join("fail-calls");
     let fail = cluster.script(
@@ -270,11 +386,11 @@ fn every_fence_failing_means_no_promotion() {
     cluster.assert_safe();
 }
 
-/// The database restarted with its data (SIGKILL, InnoDB recovery): one node serves again,
-/// nobody sees lost data, and an epoch never goes back.
-#[test]
-fn a_database_restarted_with_its_data_elects_again() {
-    let mut db = MariaDb::start();
+/// The store restarted with its data (MariaDB: SIGKILL and InnoDB recovery; Redis: SIGTERM
+/// and its append-only file): one node serves again, nobody sees lost data, and an epoch
+/// never goes back.
+fn a_store_restarted_with_its_data_elects_again<S: TestStore>() {
+    let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
@@ -296,12 +412,12 @@ fn a_database_restarted_with_its_data_elects_again() {
     cluster.assert_safe();
 }
 
-/// The database wiped (restarted empty) while n1 is active: n1's service is down by its
-/// lease end, nobody promotes, `status` says the store lost data; plain `init` is not the
-/// way out, `init --force` is, and the next active's epoch is above the old one.
-#[test]
-fn a_wiped_database_blocks_every_promotion_until_init_force() {
-    let mut db = MariaDb::start();
+/// The store wiped (MariaDB: restarted on an empty datadir; Redis: restarted without
+/// persistence) while n1 is active: n1's service is down by its lease end, nobody
+/// promotes, `status` says the store lost data; `init --force` is the way out, and the
+/// next active's epoch is above the old one.
+fn a_wiped_store_blocks_every_promotion_until_init_force<S: TestStore>() {
+    let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
@@ -360,9 +476,8 @@ fn a_wiped_database_blocks_every_promotion_until_init_force() {
 
 /// A store whose epoch counter went back (a restore from an old backup) while wardens
 /// run: nobody promotes, plain `init` refuses, `init --force` raises the counter.
-#[test]
-fn an_epoch_counter_that_went_back_is_lost_data() {
-    let db = MariaDb::start();
+fn an_epoch_counter_that_went_back_is_lost_data<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let n1 = cluster.node("n1");
     let mut wardens = start_active_then_standbys(&n1, &[]);
@@ -373,11 +488,7 @@ fn an_epoch_counter_that_went_back_is_lost_data() {
             .is_some_and(|m| m.iter().any(|m| m["epoch_seen"] == old.epoch.unwrap()))
     });
     // The restore: the counter back at 0 and the lock gone, n1 still running.
-    db.sql(&format!(
-        "UPDATE warden.warden_epoch SET epoch = 0 WHERE cluster = '{0}'; \
-         DELETE FROM warden.warden_lock WHERE cluster = '{0}'",
-        cluster.name
-    ));
+    db.roll_back_epoch(&cluster.name);
     wait_for_status(
         &n1.config,
         secs(30),
@@ -404,9 +515,8 @@ fn an_epoch_counter_that_went_back_is_lost_data() {
 }
 
 /// Two wardens with one node_id: the second exits 2 naming it; the first is undisturbed.
-#[test]
-fn two_nodes_with_one_node_id_the_second_refuses() {
-    let db = MariaDb::start();
+fn two_nodes_with_one_node_id_the_second_refuses<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
     let n1 = cluster.node("n1");
     let mut wardens = start_active_then_standbys(&n1, &[]);
@@ -425,15 +535,10 @@ fn two_nodes_with_one_node_id_the_second_refuses() {
 
 /// Garbage in rows: an unreadable breadcrumb blocks promotion until `fence --confirm
 /// --unreadable`; unreadable control reads as the default and `status` says so.
-#[test]
-fn garbage_in_a_row_blocks_promotion_until_confirmed() {
-    let db = MariaDb::start();
+fn garbage_in_the_store_blocks_promotion_until_confirmed<S: TestStore>() {
+    let db = S::start();
     let cluster = cluster_on(&db);
-    db.sql(&format!(
-        "INSERT INTO warden.warden_kv (cluster, name, value, version) VALUES \
-         ('{0}', 'breadcrumb', 0xfffe7b206e6f74, 0), ('{0}', 'control', 'not json', 0)",
-        cluster.name
-    ));
+    db.put_garbage(&cluster.name);
     let n1 = cluster.node_with(
         "n1",
         NodeOptions {
@@ -457,5 +562,26 @@ fn garbage_in_a_row_blocks_promotion_until_confirmed() {
         active_id(s).as_deref() == Some("n1")
     });
     assert!(warden.is_running());
+    cluster.assert_safe();
+}
+
+/// Redis without persistence: `init` and `run` warn, naming the setting.
+#[test]
+fn redis_without_appendonly_is_warned_of() {
+    let r = RedisServer::start_without_persistence();
+    let cluster = r.cluster();
+    let n1 = cluster.node("n1");
+    let out = cli(&n1.config, &["init"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("appendonly yes"),
+        "{}",
+        describe(&out)
+    );
+    let w = n1.start();
+    w.wait_for_log("appendonly yes", secs(10));
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
     cluster.assert_safe();
 }

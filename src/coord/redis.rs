@@ -1,0 +1,1358 @@
+//! The Redis backend (SPEC §3a), on the `redis` crate (tokio, `ConnectionManager`,
+//! `Script`).
+//!
+//! Keys, all under `<prefix>:{<cluster>}` (the braces keep a cluster in one hash slot):
+//! `:lock` (a hash: the holder's session, record, epoch and version, with a TTL), `:epoch`
+//! (the counter, `INCR`ed by each new holder), `:init` (the marker, written by `warden
+//! init` only), `:member:<node_id>` (a hash: session and record, with a TTL), `:members`
+//! (the node ids ever registered, to list them), `:seen` (each node's `epoch_seen`, kept
+//! without a TTL so that a node that died still speaks for what it saw), and one hash per
+//! item (`:breadcrumb`, `:control`, `:history`, set-aside histories listed in `:aside`):
+//! data and a version for compare-and-set.
+//!
+//! There is no session service: a session is a random id, its member key and (while it
+//! holds it) the lock kept alive by a keepalive task every `session_timeout / 6` with
+//! `PEXPIRE session_timeout`. A key not touched for `session_timeout` expires on the
+//! server; a session that cannot touch its member key for `session_timeout` on its own
+//! clock (or finds it gone or taken) is lost. Only the elector's acknowledged renewal
+//! extends the holder's lease (SPEC §4).
+//!
+//! Every operation on the lock, and every compare-and-set, is one Lua script: atomic on
+//! the server. A reply that does not come within the operation timeout, or a broken
+//! connection, is an unknown outcome (the `ConnectionManager` reconnects, it never sends a
+//! command again); an acquire with an unknown outcome is resolved by reading the lock.
+//! A release publishes on `:events`, as does every change of `control`, so standbys act
+//! at once; they also poll every `poll_interval`, which covers a lost message.
+
+use super::items::{self, history_of, newest_promotion, Items, Refusal, SET_ASIDE_PREFIX};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use crate::record::{
+    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
+    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+};
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, IntoConnectionInfo, RedisError, Script, ServerErrorKind, Value};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+const BREADCRUMB: &str = "breadcrumb";
+const CONTROL: &str = "control";
+const HISTORY: &str = "history";
+
+/// What the Redis backend needs to know (from `[coordination.redis]` and the cluster).
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` or `rediss://...`, without a password.
+    pub url: String,
+    pub password: Option<String>,
+    pub session_timeout: Duration,
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+    pub key_prefix: String,
+    pub cluster: String,
+}
+
+/// The cluster's key names.
+#[derive(Clone, Debug)]
+struct Keys {
+    base: String,
+}
+
+impl Keys {
+    fn new(prefix: &str, cluster: &str) -> Keys {
+        Keys {
+            base: format!("{prefix}:{{{cluster}}}"),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.base)
+    }
+
+    fn lock(&self) -> String {
+        self.key("lock")
+    }
+
+    fn epoch(&self) -> String {
+        self.key("epoch")
+    }
+
+    fn init(&self) -> String {
+        self.key("init")
+    }
+
+    fn seen(&self) -> String {
+        self.key("seen")
+    }
+
+    fn members(&self) -> String {
+        self.key("members")
+    }
+
+    fn member(&self, node_id: &str) -> String {
+        self.key(&format!("member:{node_id}"))
+    }
+
+    fn aside(&self) -> String {
+        self.key("aside")
+    }
+
+    fn events(&self) -> String {
+        self.key("events")
+    }
+}
+
+/// Raises `:seen[node]` to `e` (ARGV given as `node`, `e`; an empty `e` is nothing seen).
+const SEEN_FN: &str = r#"
+local function raise_seen(key, node, e)
+  if e ~= '' then
+    local cur = tonumber(redis.call('HGET', key, node) or '0')
+    if tonumber(e) > cur then redis.call('HSET', key, node, e) end
+  end
+end
+"#;
+
+/// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local cur = redis.call('HGET', KEYS[1], 'session')
+if cur then
+  if cur == ARGV[1] then return {'held', redis.call('HGET', KEYS[1], 'epoch')} end
+  return {'other', cur, redis.call('HGET', KEYS[1], 'record') or ''}
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then return {'lost', 'marker'} end
+local e = redis.call('GET', KEYS[2])
+if not e then return {'lost', 'counter'} end
+local seen = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
+  local n = tonumber(v)
+  if n and n > seen then seen = n end
+end
+if tonumber(e) < seen then return {'lost', e, tostring(seen)} end
+local n = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'epoch', n, 'version', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'held', tostring(n)}
+"#,
+    )
+});
+
+/// KEYS: member, lock. ARGV: session, ttl ms.
+static TOUCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('HGET', KEYS[2], 'session') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 1
+"#,
+    )
+});
+
+/// KEYS: member, members, seen. ARGV: session, record, ttl ms, node id, epoch seen.
+static CREATE_MEMBER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{SEEN_FN}
+local cur = redis.call('HGET', KEYS[1], 'session')
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[4])
+raise_seen(KEYS[3], ARGV[4], ARGV[5])
+return 1
+"#
+    ))
+});
+
+/// KEYS: member, seen, lock (checked when ARGV[6] is '1'). ARGV: session, record, ttl ms,
+/// node id, epoch seen, renew.
+static SET_MEMBER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r#"{SEEN_FN}
+if ARGV[6] == '1' then
+  if redis.call('HGET', KEYS[3], 'session') ~= ARGV[1] then return 0 end
+end
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return -1 end
+if ARGV[6] == '1' then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+redis.call('HSET', KEYS[1], 'record', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+raise_seen(KEYS[2], ARGV[4], ARGV[5])
+return 1
+"#
+    ))
+});
+
+/// KEYS: lock. ARGV: session, events channel.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'session') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// KEYS: item, aside. ARGV: data, version ('' = create), set-aside name or '', channel to
+/// publish on or ''.
+static PUT_ITEM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local v = redis.call('HGET', KEYS[1], 'version')
+if ARGV[2] == '' then
+  if v then return 0 end
+  redis.call('HSET', KEYS[1], 'data', ARGV[1], 'version', 0)
+else
+  if v ~= ARGV[2] then return 0 end
+  redis.call('HSET', KEYS[1], 'data', ARGV[1], 'version', tonumber(v) + 1)
+end
+if ARGV[3] ~= '' then redis.call('SADD', KEYS[2], ARGV[3]) end
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'control') end
+return 1
+"#,
+    )
+});
+
+/// KEYS: lock, control, breadcrumb. ARGV: session, record, control version, breadcrumb
+/// version ('' = absent), ttl ms.
+static COMMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'version') ~= ARGV[3] then return 0 end
+local b = redis.call('HGET', KEYS[3], 'version')
+if ARGV[4] == '' then
+  if b then return 0 end
+elseif b ~= ARGV[4] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'record', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('HSET', KEYS[3], 'data', ARGV[2], 'version', (tonumber(b) or -1) + 1)
+return 1
+"#,
+    )
+});
+
+/// KEYS: lock, breadcrumb. ARGV: session, check lock ('1' or ''), version, data, 'set' or
+/// 'del'.
+static BREADCRUMB_AT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'version') ~= ARGV[3] then return 0 end
+if ARGV[5] == 'del' then
+  redis.call('DEL', KEYS[2])
+else
+  redis.call('HSET', KEYS[2], 'data', ARGV[4], 'version', tonumber(ARGV[3]) + 1)
+end
+return 1
+"#,
+    )
+});
+
+/// KEYS: breadcrumb, control. ARGV: their versions ('' = leave it). All or none.
+static DELETE_TAKEOVER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+for i = 1, 2 do
+  if ARGV[i] ~= '' and redis.call('HGET', KEYS[i], 'version') ~= ARGV[i] then return 0 end
+end
+for i = 1, 2 do
+  if ARGV[i] ~= '' then redis.call('DEL', KEYS[i]) end
+end
+return 1
+"#,
+    )
+});
+
+/// KEYS: history, copy, aside. ARGV: version, copy's name.
+static MOVE_ASIDE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[2], 'data', redis.call('HGET', KEYS[1], 'data'), 'version', 0)
+redis.call('DEL', KEYS[1])
+redis.call('SADD', KEYS[3], ARGV[2])
+return 1
+"#,
+    )
+});
+
+/// KEYS: epoch, init. ARGV: floor or ''. Returns the counter.
+static WRITE_MARKER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('SET', KEYS[1], 0, 'NX')
+if ARGV[1] ~= '' and tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1])) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('SET', KEYS[2], '1')
+return redis.call('GET', KEYS[1])
+"#,
+    )
+});
+
+/// Opens sessions on one cluster's keys; sessions share one multiplexed connection.
+#[derive(Clone)]
+pub struct RedisConnector {
+    s: Arc<RedisSettings>,
+    client: redis::Client,
+    /// The shared connection, once made.
+    conn: Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
+    /// Whether `appendonly` was looked at (once per process).
+    persistence_checked: Arc<AtomicBool>,
+}
+
+impl RedisConnector {
+    /// Fails only on a URL the driver cannot use (config validation catches those first).
+    pub fn new(s: RedisSettings) -> Result<RedisConnector, StoreError> {
+        let info = s
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| StoreError::Rejected(format!("coordination.redis.url: {e}")))?;
+        let info = match &s.password {
+            Some(p) => {
+                let settings = info.redis_settings().clone().set_password(p);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        };
+        let client = redis::Client::open(info)
+            .map_err(|e| StoreError::Rejected(format!("coordination.redis.url: {e}")))?;
+        Ok(RedisConnector {
+            s: Arc::new(s),
+            client,
+            conn: Arc::new(tokio::sync::Mutex::new(None)),
+            persistence_checked: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn unreachable(&self, reason: String) -> StoreError {
+        StoreError::Unreachable {
+            store: "Redis",
+            key: "coordination.redis.url",
+            connect: self.s.url.clone(),
+            timeout: humantime::format_duration(self.s.connect_timeout).to_string(),
+            reason,
+        }
+    }
+
+    /// The shared connection, made on first use.
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let op = op_timeout(&self.s);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.s.connect_timeout))
+            .set_response_timeout(Some(op))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let made = tokio::time::timeout(
+            self.s.connect_timeout,
+            self.client.get_connection_manager_with_config(config),
+        )
+        .await;
+        let c = match made {
+            Err(_) => return Err(self.unreachable("no answer".into())),
+            Ok(Err(e)) => {
+                return Err(match classify(e, "connecting") {
+                    StoreError::Auth(why) => StoreError::Auth(why),
+                    other => self.unreachable(other.to_string()),
+                })
+            }
+            Ok(Ok(c)) => c,
+        };
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// Each call gets at most this long: a third of the session timeout, capped by
+/// `connect_timeout`, as for the other backends.
+fn op_timeout(s: &RedisSettings) -> Duration {
+    (s.session_timeout / 3)
+        .min(s.connect_timeout)
+        .max(Duration::from_millis(100))
+}
+
+impl Connector for RedisConnector {
+    type Session = RedisSession;
+
+    async fn connect(&self) -> Result<RedisSession, StoreError> {
+        let conn = self.connection().await?;
+        let inner = Arc::new(Inner {
+            op_timeout: op_timeout(&self.s),
+            s: self.s.clone(),
+            client: self.client.clone(),
+            conn,
+            id: super::random_session_id(),
+            k: Keys::new(&self.s.key_prefix, &self.s.cluster),
+            member: Mutex::new(None),
+            joined: watch::Sender::new(None),
+            lost: watch::Sender::new(false),
+        });
+        // A probe within the connect timeout: the manager may have been made long ago.
+        let mut c = inner.conn.clone();
+        match tokio::time::timeout(
+            self.s.connect_timeout,
+            redis::cmd("PING").query_async::<Value>(&mut c),
+        )
+        .await
+        {
+            Err(_) => return Err(self.unreachable("no answer to PING".into())),
+            Ok(Err(e)) => {
+                return Err(match classify(e, "connecting") {
+                    StoreError::Auth(why) => StoreError::Auth(why),
+                    other => self.unreachable(other.to_string()),
+                })
+            }
+            Ok(Ok(_)) => {}
+        }
+        if !self.persistence_checked.swap(true, Ordering::Relaxed) {
+            if let Some(warning) = inner.persistence_warning().await {
+                tracing::warn!("{warning}");
+            }
+        }
+        tokio::spawn(keepalive(Arc::downgrade(&inner)));
+        Ok(RedisSession { inner })
+    }
+}
+
+/// A Redis error as the election sees it: refusals of access are `Auth`; a server that is
+/// loading, read-only or without its master, and every connection or timeout error, is an
+/// unknown outcome; other server errors (a key of the wrong type) are definite.
+fn classify(e: RedisError, doing: &str) -> StoreError {
+    match e.kind() {
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            StoreError::Auth(format!(
+                "Redis refused {doing}: {e} (check coordination.redis.password_file and the \
+                 user's ACL)"
+            ))
+        }
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown,
+        ) => StoreError::Unknown(format!("{doing}: {e}")),
+        ErrorKind::Server(_) => StoreError::Rejected(format!("{doing}: Redis error: {e}")),
+        _ => StoreError::Unknown(format!("{doing}: {e}")),
+    }
+}
+
+fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
+    match r {
+        Ok(true) => WriteOutcome::Done,
+        Ok(false) | Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
+        Err(_) => WriteOutcome::Unknown,
+    }
+}
+
+/// A reply's text (bulk, simple or integer), if it has one.
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::BulkString(b) => b.clone(),
+        other => text(other).unwrap_or_default().into_bytes(),
+    }
+}
+
+/// A session: clones share it; it ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct RedisSession {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RedisSession({:#x})", self.inner.id)
+    }
+}
+
+struct Inner {
+    s: Arc<RedisSettings>,
+    client: redis::Client,
+    conn: ConnectionManager,
+    id: i64,
+    k: Keys,
+    op_timeout: Duration,
+    /// The node id whose member key this session holds, once registered.
+    member: Mutex<Option<String>>,
+    /// The latest join and the holder's session it saw.
+    joined: watch::Sender<Option<(u64, i64)>>,
+    /// Set once the session is lost.
+    lost: watch::Sender<bool>,
+}
+
+/// Touches this session's member key (and the lock, while it names this session) every
+/// `session_timeout / 6`; marks the session lost when the key is gone or taken, or no
+/// touch was acknowledged for `session_timeout`. Ends with the session.
+async fn keepalive(inner: Weak<Inner>) {
+    let Some(every) = inner.upgrade().map(|i| i.s.session_timeout / 6) else {
+        return;
+    };
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(i) = inner.upgrade() else { return };
+        if *i.lost.borrow() {
+            return;
+        }
+        let node = i.member.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(node) = node else {
+            last_ack = Instant::now();
+            continue;
+        };
+        let sent = Instant::now();
+        let mut inv = TOUCH.prepare_invoke();
+        inv.key(i.k.member(&node))
+            .key(i.k.lock())
+            .arg(i.id)
+            .arg(i.ttl_ms());
+        match i.call("keeping the session alive", inv).await {
+            Ok(1) => last_ack = sent,
+            Ok(_) => {
+                tracing::warn!(
+                    session = %SessionId(i.id),
+                    "the member key of this session is gone or taken: the session is lost"
+                );
+                i.lost.send_replace(true);
+                return;
+            }
+            Err(e) => {
+                if sent.duration_since(last_ack) >= i.s.session_timeout {
+                    tracing::warn!(
+                        session = %SessionId(i.id),
+                        "no keepalive acknowledged for the session timeout ({e}): the session \
+                         is lost"
+                    );
+                    i.lost.send_replace(true);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn ttl_ms(&self) -> u64 {
+        self.s.session_timeout.as_millis().max(1) as u64
+    }
+
+    /// Runs `f` on the shared connection within the operation timeout.
+    async fn bounded<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        match tokio::time::timeout(self.op_timeout, f(self.conn.clone())).await {
+            Err(_) => Err(StoreError::Unknown(format!(
+                "{doing} got no answer within {}",
+                humantime::format_duration(self.op_timeout)
+            ))),
+            Ok(r) => r.map_err(|e| classify(e, doing)),
+        }
+    }
+
+    /// Runs a script invocation; its integer answer.
+    async fn call(&self, doing: &str, inv: redis::ScriptInvocation<'_>) -> Result<i64, StoreError> {
+        self.bounded(doing, |mut c| async move { inv.invoke_async(&mut c).await })
+            .await
+    }
+
+    /// The lock: (session, record, epoch), if held (an expired key is gone).
+    async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch)>, StoreError> {
+        let key = self.k.lock();
+        let h: HashMap<String, Vec<u8>> = self
+            .bounded("reading the lock", |mut c| async move {
+                redis::cmd("HGETALL").arg(&key).query_async(&mut c).await
+            })
+            .await?;
+        let field = |f: &str| h.get(f).map(|v| String::from_utf8_lossy(v).into_owned());
+        let Some(session) = field("session") else {
+            return Ok(None);
+        };
+        Ok(Some((
+            session.parse().unwrap_or_default(),
+            h.get("record").cloned().unwrap_or_default(),
+            field("epoch")
+                .and_then(|e| e.parse().ok())
+                .unwrap_or_default(),
+        )))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        let key = self.k.key(name);
+        let (data, version): (Option<Vec<u8>>, Option<String>) = self
+            .bounded("reading", |mut c| async move {
+                redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("data")
+                    .arg("version")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(match (data, version) {
+            (Some(d), Some(v)) => Some((d, v.parse().unwrap_or(-1))),
+            (Some(d), None) => Some((d, -1)),
+            _ => None,
+        })
+    }
+
+    fn path(&self, name: &str) -> String {
+        format!("key {}", self.k.key(name))
+    }
+
+    /// `appendonly` is not `yes`, or could not be read: what the operator should know.
+    async fn persistence_warning(&self) -> Option<String> {
+        let got: Result<Vec<String>, StoreError> = self
+            .bounded("reading appendonly", |mut c| async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("appendonly")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await;
+        match got {
+            Ok(v) if v.get(1).map(String::as_str) == Some("yes") => None,
+            Ok(v) => Some(format!(
+                "Redis at {} runs with appendonly {:?}: a restart loses the lock, the epoch and \
+                 the breadcrumb, and every promotion stops until `warden init --force`; set \
+                 `appendonly yes` (and `appendfsync everysec` or `always`)",
+                self.s.url,
+                v.get(1).cloned().unwrap_or_default()
+            )),
+            Err(e) => Some(format!(
+                "could not read Redis's appendonly setting at {} ({e}); a renamed or disabled \
+                 CONFIG command hides it: make sure `appendonly yes` is set",
+                self.s.url
+            )),
+        }
+    }
+
+    /// Writes or deletes the breadcrumb at `version`, checking the lock when asked.
+    async fn breadcrumb_at(
+        &self,
+        doing: &str,
+        check_lock: bool,
+        version: i64,
+        data: Option<&[u8]>,
+    ) -> Result<bool, StoreError> {
+        let mut inv = BREADCRUMB_AT.prepare_invoke();
+        inv.key(self.k.lock())
+            .key(self.k.key(BREADCRUMB))
+            .arg(self.id)
+            .arg(if check_lock { "1" } else { "" })
+            .arg(version)
+            .arg(data.unwrap_or_default())
+            .arg(if data.is_some() { "set" } else { "del" });
+        Ok(self.call(doing, inv).await? == 1)
+    }
+
+    /// Publishes a member record (renewing the lock with it when `renew`): 1 written, 0
+    /// the lock is not ours, -1 the member key is not ours.
+    async fn write_member(
+        &self,
+        doing: &str,
+        m: &MemberRecord,
+        renew: bool,
+    ) -> Result<i64, StoreError> {
+        let mut inv = SET_MEMBER.prepare_invoke();
+        inv.key(self.k.member(&m.node.node_id))
+            .key(self.k.seen())
+            .key(self.k.lock())
+            .arg(self.id)
+            .arg(record::to_bytes(m))
+            .arg(self.ttl_ms())
+            .arg(&m.node.node_id)
+            .arg(m.node.epoch_seen.map(|e| e.to_string()).unwrap_or_default())
+            .arg(if renew { "1" } else { "" });
+        self.call(doing, inv).await
+    }
+}
+
+impl Items for RedisSession {
+    async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.inner.get(name).await
+    }
+
+    async fn put_item(
+        &self,
+        name: &str,
+        data: &[u8],
+        version: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let mut inv = PUT_ITEM.prepare_invoke();
+        inv.key(i.k.key(name))
+            .key(i.k.aside())
+            .arg(data)
+            .arg(version.map(|v| v.to_string()).unwrap_or_default())
+            .arg(if name.starts_with(SET_ASIDE_PREFIX) {
+                name
+            } else {
+                ""
+            })
+            .arg(if name == CONTROL {
+                i.k.events()
+            } else {
+                String::new()
+            });
+        if i.call("writing", inv).await? == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(format!(
+                "{} changed since it was read",
+                i.path(name)
+            )))
+        }
+    }
+
+    fn item_path(&self, name: &str) -> String {
+        self.inner.path(name)
+    }
+}
+
+impl Session for RedisSession {
+    fn id(&self) -> SessionId {
+        SessionId(self.inner.id)
+    }
+
+    fn granted_session_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
+        let i = &self.inner;
+        let mut lost = i.lost.subscribe();
+        let mut joined = i.joined.subscribe();
+        let mut armed = *joined.borrow_and_update();
+        let mut control_seen: Option<Option<i64>> = None;
+        let mut first = true;
+        // The events channel: a release or a control change wakes us at once; polling
+        // every poll_interval covers a lost message or a lost subscription.
+        let mut messages: Option<redis::aio::PubSubStream> = None;
+        loop {
+            if *lost.borrow() {
+                break;
+            }
+            if messages.is_none() {
+                messages = subscribe(i).await;
+            }
+            if !first {
+                let next = async {
+                    match messages.as_mut() {
+                        Some(m) => m.next().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = lost.changed() => continue,
+                    m = next => if m.is_none() { messages = None },
+                    _ = tokio::time::sleep(i.s.poll_interval) => {}
+                }
+            }
+            first = false;
+            if joined.has_changed().unwrap_or(false) {
+                armed = *joined.borrow_and_update();
+            }
+            if let Ok(c) = i.get(CONTROL).await {
+                let version = c.as_ref().map(|(_, v)| *v);
+                if control_seen != Some(version) {
+                    control_seen = Some(version);
+                    let control = c
+                        .and_then(|(d, _)| record::parse(&d).ok())
+                        .unwrap_or_default();
+                    if events.send(StoreEvent::Control(control)).is_err() {
+                        return;
+                    }
+                }
+            }
+            if let Some((join, seen)) = armed {
+                if let Ok(lock) = i.read_lock().await {
+                    if lock.map(|(s, ..)| s) != Some(seen) {
+                        let _ = events.send(StoreEvent::HolderGone { join });
+                        armed = None;
+                    }
+                }
+            }
+        }
+        let _ = events.send(StoreEvent::SessionLost);
+    }
+
+    async fn ensure_cluster(&self) -> Result<(), StoreError> {
+        // Nothing to create: keys come with their first write.
+        Ok(())
+    }
+
+    async fn check_initialized(&self) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let key = i.k.init();
+        let exists: bool = i
+            .bounded("looking for the init marker", |mut c| async move {
+                redis::cmd("EXISTS").arg(&key).query_async(&mut c).await
+            })
+            .await?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::NotInitialized(format!(
+                "cluster {} has no init marker in Redis (key {}): run `warden init` first; if \
+                 it ran before, Redis lost it (restarted without persistence, or failed over \
+                 to a stale replica): check that no old active still serves, then run `warden \
+                 init --force`",
+                i.s.cluster,
+                i.k.init()
+            )))
+        }
+    }
+
+    async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
+        let i = &self.inner;
+        let mut inv = WRITE_MARKER.prepare_invoke();
+        inv.key(i.k.epoch())
+            .key(i.k.init())
+            .arg(floor.map(|f| f.to_string()).unwrap_or_default());
+        let epoch: Value = i
+            .bounded("writing the init marker", |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(Some(format!(
+            "cluster {} has its init marker ({}); its epoch counter is at {}",
+            i.s.cluster,
+            i.k.init(),
+            text(&epoch).unwrap_or_default()
+        )))
+    }
+
+    async fn member(
+        &self,
+        node_id: &str,
+    ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let i = &self.inner;
+        let key = i.k.member(node_id);
+        let (session, data): (Option<String>, Option<Vec<u8>>) = i
+            .bounded("reading a member", |mut c| async move {
+                redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("session")
+                    .arg("record")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(session.map(|s| {
+            (
+                SessionId(s.parse().unwrap_or_default()),
+                record::parse(&data.unwrap_or_default()),
+            )
+        }))
+    }
+
+    async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let node = m.node.node_id.clone();
+        let mut inv = CREATE_MEMBER.prepare_invoke();
+        inv.key(i.k.member(&node))
+            .key(i.k.members())
+            .key(i.k.seen())
+            .arg(i.id)
+            .arg(record::to_bytes(m))
+            .arg(i.ttl_ms())
+            .arg(&node)
+            .arg(m.node.epoch_seen.map(|e| e.to_string()).unwrap_or_default());
+        if i.call("registering this node", inv).await? != 1 {
+            return Err(StoreError::Rejected(format!(
+                "another live session holds the member key of {node}"
+            )));
+        }
+        *i.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        Ok(())
+    }
+
+    async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let key = i.k.member(node_id);
+        i.bounded("deleting a stale member", |mut c| async move {
+            redis::cmd("DEL").arg(&key).query_async::<i64>(&mut c).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        match self
+            .inner
+            .write_member("publishing the member record", m, false)
+            .await?
+        {
+            1 => Ok(()),
+            _ => Err(StoreError::SessionLost(
+                "the member key no longer names this session".into(),
+            )),
+        }
+    }
+
+    async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
+        let i = &self.inner;
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(i.k.lock())
+            .key(i.k.epoch())
+            .key(i.k.init())
+            .key(i.k.seen())
+            .arg(i.id)
+            .arg(record::to_bytes(me))
+            .arg(i.ttl_ms());
+        let answer: Result<Vec<Value>, StoreError> = i
+            .bounded("taking the lock", |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await;
+        let committed = |record: &[u8]| record::parse::<NodeRecord>(record).ok()?.epoch;
+        let outcome = match answer {
+            Ok(v) => match text(v.first().unwrap_or(&Value::Nil)).as_deref() {
+                Some("held") => {
+                    let epoch = v.get(1).and_then(text).and_then(|e| e.parse().ok());
+                    epoch.map(|epoch| (JoinOutcome::Held { epoch }, i.id))
+                }
+                Some("other") => {
+                    let holder = v.get(1).and_then(text).and_then(|s| s.parse().ok());
+                    let epoch = v.get(2).map(bytes).and_then(|r| committed(&r));
+                    holder.map(|h| (JoinOutcome::Exists { epoch }, h))
+                }
+                Some("lost") => {
+                    let what = v.get(1).and_then(text).unwrap_or_default();
+                    let seen = v.get(2).and_then(text).and_then(|s| s.parse().ok());
+                    let counter = what.parse().ok();
+                    let why = super::lost_data(seen.is_none(), counter, seen, None)
+                        .unwrap_or_else(|| format!("the store lost data ({what})"));
+                    return JoinOutcome::LostData(why);
+                }
+                _ => None,
+            },
+            // An unknown outcome: the lock is ours iff it names our session.
+            Err(_) => match i.read_lock().await {
+                Ok(Some((holder, _, epoch))) if holder == i.id => {
+                    Some((JoinOutcome::Held { epoch }, holder))
+                }
+                Ok(Some((holder, record, _))) => Some((
+                    JoinOutcome::Exists {
+                        epoch: committed(&record),
+                    },
+                    holder,
+                )),
+                _ => None,
+            },
+        };
+        match outcome {
+            Some((o, holder)) => {
+                i.joined.send_replace(Some((join, holder)));
+                o
+            }
+            None => JoinOutcome::Unknown,
+        }
+    }
+
+    async fn read_state(&self) -> Result<TakeoverState, StoreError> {
+        let i = &self.inner;
+        let seen_key = i.k.seen();
+        let (breadcrumb, history, seen) = tokio::join!(
+            i.get(BREADCRUMB),
+            self.read_history(),
+            i.bounded("reading the members' epochs", |mut c| async move {
+                redis::cmd("HVALS")
+                    .arg(&seen_key)
+                    .query_async::<Vec<String>>(&mut c)
+                    .await
+            })
+        );
+        let breadcrumb = match breadcrumb? {
+            None => BreadcrumbView::Absent,
+            Some((data, v)) => match record::parse::<NodeRecord>(&data) {
+                Ok(record) => BreadcrumbView::Record {
+                    record,
+                    version: Version::new(v),
+                },
+                Err(e) => BreadcrumbView::Unreadable {
+                    reason: e.to_string(),
+                    version: Version::new(v),
+                },
+            },
+        };
+        // A missing control is created (empty) so the promotion can check its version.
+        let (control, control_version) = loop {
+            match i.get(CONTROL).await? {
+                Some((data, v)) => break (record::parse(&data).unwrap_or_default(), v),
+                None => match self
+                    .put_item(CONTROL, &record::to_bytes(&Control::default()), None)
+                    .await
+                {
+                    Ok(()) | Err(StoreError::Rejected(_)) => {}
+                    Err(e) => return Err(e),
+                },
+            }
+        };
+        Ok(TakeoverState {
+            breadcrumb,
+            control,
+            control_version: Version::new(control_version),
+            newest_promotion: newest_promotion(&history?),
+            members_epoch_seen: seen?.iter().filter_map(|s| s.parse().ok()).max(),
+        })
+    }
+
+    async fn commit_promotion(
+        &self,
+        breadcrumb: &NodeRecord,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) -> WriteOutcome {
+        let i = &self.inner;
+        let mut inv = COMMIT.prepare_invoke();
+        inv.key(i.k.lock())
+            .key(i.k.key(CONTROL))
+            .key(i.k.key(BREADCRUMB))
+            .arg(i.id)
+            .arg(record::to_bytes(breadcrumb))
+            .arg(control_version.get())
+            .arg(
+                breadcrumb_version
+                    .map(|v| v.get().to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(i.ttl_ms());
+        outcome(
+            i.call("committing the promotion", inv)
+                .await
+                .map(|n| n == 1),
+        )
+    }
+
+    async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        outcome(
+            self.inner
+                .write_member("renewing the lease", member, true)
+                .await
+                .map(|n| n == 1),
+        )
+    }
+
+    async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
+        let i = &self.inner;
+        let Ok(Some((data, v))) = i.get(BREADCRUMB).await else {
+            return WriteOutcome::Unknown;
+        };
+        match record::parse::<NodeRecord>(&data) {
+            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
+            _ => return WriteOutcome::Conflict,
+        }
+        outcome(
+            i.breadcrumb_at(
+                "recording the service",
+                true,
+                v,
+                Some(&record::to_bytes(record)),
+            )
+            .await,
+        )
+    }
+
+    async fn compare_and_delete_breadcrumb(
+        &self,
+        node_id: &str,
+        incarnation: Option<&str>,
+        epoch: Option<Epoch>,
+        check_lock: bool,
+    ) -> Result<bool, StoreError> {
+        let Some((data, v)) = self.inner.get(BREADCRUMB).await? else {
+            return Ok(false);
+        };
+        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
+            return Ok(false);
+        };
+        if cur.node_id != node_id
+            || incarnation.is_some_and(|i| i != cur.incarnation)
+            || epoch.is_some_and(|e| Some(e) != cur.epoch)
+        {
+            return Ok(false);
+        }
+        self.delete_breadcrumb_at(Version::new(v), check_lock)
+            .await
+            .map(|_| true)
+    }
+
+    async fn delete_breadcrumb_at(
+        &self,
+        version: Version,
+        check_lock: bool,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        if i.breadcrumb_at("deleting the breadcrumb", check_lock, version.get(), None)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(format!(
+                "{} changed since it was read{}",
+                i.path(BREADCRUMB),
+                if check_lock {
+                    ", or the lock is no longer ours"
+                } else {
+                    ""
+                }
+            )))
+        }
+    }
+
+    async fn release(&self) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(i.k.lock()).arg(i.id).arg(i.k.events());
+        i.call("releasing the lock", inv).await.map(|_| ())
+    }
+
+    async fn read_history(&self) -> Result<History, StoreError> {
+        Ok(match self.inner.get(HISTORY).await? {
+            Some((data, _)) => history_of(&data),
+            None => History::default(),
+        })
+    }
+
+    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
+        items::append_history(self, entry).await
+    }
+
+    async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
+        let i = &self.inner;
+        let key = i.k.aside();
+        let mut names: Vec<String> = i
+            .bounded("listing set-aside histories", |mut c| async move {
+                redis::cmd("SMEMBERS").arg(&key).query_async(&mut c).await
+            })
+            .await?;
+        names.sort();
+        Ok(names.iter().map(|n| i.path(n)).collect())
+    }
+
+    async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        match items::read_modify_write(self, CONTROL, change).await {
+            Ok(control) => Ok(Ok(control)),
+            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
+            Err(Refusal::Store(e)) => Err(e),
+        }
+    }
+
+    async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+        let i = &self.inner;
+        let (lock, lock_owner) = match i.read_lock().await? {
+            Some((session, data, epoch)) => (
+                Some((record::parse::<NodeRecord>(&data), epoch)),
+                Some(SessionId(session)),
+            ),
+            None => (None, None),
+        };
+        let breadcrumb = i
+            .get(BREADCRUMB)
+            .await?
+            .map(|(d, v)| (record::parse::<NodeRecord>(&d), Version::new(v)));
+        let (control, control_version, control_unreadable) = match i.get(CONTROL).await? {
+            Some((d, v)) => match record::parse(&d) {
+                Ok(c) => (c, Some(Version::new(v)), None),
+                Err(e) => (
+                    Control::default(),
+                    Some(Version::new(v)),
+                    Some(e.to_string()),
+                ),
+            },
+            None => (Control::default(), None, None),
+        };
+        let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
+        let (mut ids, counter, init): (Vec<String>, Option<u64>, bool) = i
+            .bounded("listing members", |mut c| async move {
+                redis::pipe()
+                    .cmd("SMEMBERS")
+                    .arg(&members_key)
+                    .cmd("GET")
+                    .arg(&epoch_key)
+                    .cmd("EXISTS")
+                    .arg(&init_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        ids.sort();
+        let mut members = Vec::new();
+        let mut member_sessions = Vec::new();
+        for id in ids {
+            if let Err(e) = record::check_node_id(&id) {
+                members.push((id, Err(e)));
+                continue;
+            }
+            let key = i.k.member(&id);
+            let (session, data): (Option<String>, Option<Vec<u8>>) = i
+                .bounded("reading a member", |mut c| async move {
+                    redis::cmd("HMGET")
+                        .arg(&key)
+                        .arg("session")
+                        .arg("record")
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            // Gone (expired): no longer a member.
+            let Some(session) = session else { continue };
+            member_sessions.push((id.clone(), SessionId(session.parse().unwrap_or_default())));
+            members.push((id, record::parse::<MemberRecord>(&data.unwrap_or_default())));
+        }
+        let history = self.read_history().await?;
+        let set_aside = self.set_aside().await?;
+        Ok(ClusterSnapshot {
+            lock,
+            lock_owner,
+            breadcrumb,
+            control,
+            control_version,
+            control_unreadable,
+            members,
+            member_sessions,
+            history,
+            set_aside,
+            marker_missing: !init || counter.is_none(),
+            epoch_counter: counter,
+        })
+    }
+
+    fn name_of(&self, what: Item) -> String {
+        let i = &self.inner;
+        match what {
+            Item::Cluster => format!("cluster {} under the keys {}:*", i.s.cluster, i.k.base),
+            Item::Lock => format!("key {}", i.k.lock()),
+            Item::Breadcrumb => i.path(BREADCRUMB),
+            Item::Control => i.path(CONTROL),
+            Item::History => i.path(HISTORY),
+        }
+    }
+
+    async fn init(&self) -> Result<Vec<String>, StoreError> {
+        let i = &self.inner;
+        let mut done = vec![format!(
+            "Redis at {} answers; cluster {} lives under the keys {}:*",
+            i.s.url, i.s.cluster, i.k.base
+        )];
+        if let Some(warning) = i.persistence_warning().await {
+            done.push(format!("warning: {warning}"));
+        }
+        Ok(done)
+    }
+
+    async fn delete_takeover_state(
+        &self,
+        breadcrumb: Option<Version>,
+        control: Option<Version>,
+    ) -> Result<(), StoreError> {
+        let i = &self.inner;
+        let v = |v: Option<Version>| v.map(|v| v.get().to_string()).unwrap_or_default();
+        let mut inv = DELETE_TAKEOVER.prepare_invoke();
+        inv.key(i.k.key(BREADCRUMB))
+            .key(i.k.key(CONTROL))
+            .arg(v(breadcrumb))
+            .arg(v(control));
+        if i.call("deleting the takeover state", inv).await? == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Rejected(
+                "the breadcrumb or control changed since they were read".into(),
+            ))
+        }
+    }
+
+    async fn current_epoch(&self) -> Result<Epoch, StoreError> {
+        let i = &self.inner;
+        let key = i.k.epoch();
+        let epoch: Option<u64> = i
+            .bounded("reading the epoch counter", |mut c| async move {
+                redis::cmd("GET").arg(&key).query_async(&mut c).await
+            })
+            .await?;
+        epoch.ok_or_else(|| {
+            StoreError::Rejected(format!(
+                "cluster {} has no epoch counter: run `warden init`",
+                i.s.cluster
+            ))
+        })
+    }
+
+    async fn move_history_aside_if_above(
+        &self,
+        epoch: Epoch,
+    ) -> Result<Option<(String, Epoch)>, StoreError> {
+        let i = &self.inner;
+        let Some((data, v)) = i.get(HISTORY).await? else {
+            return Ok(None);
+        };
+        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > epoch) else {
+            return Ok(None);
+        };
+        let copy = items::set_aside_name("old");
+        let mut inv = MOVE_ASIDE.prepare_invoke();
+        inv.key(i.k.key(HISTORY))
+            .key(i.k.key(&copy))
+            .key(i.k.aside())
+            .arg(v)
+            .arg(&copy);
+        if i.call("moving history aside", inv).await? != 1 {
+            return Err(StoreError::Rejected(format!(
+                "{} changed while it was moved aside",
+                i.path(HISTORY)
+            )));
+        }
+        Ok(Some((i.path(&copy), newest)))
+    }
+}
+
+/// A subscription to the cluster's events channel, or `None` (then polling alone).
+async fn subscribe(i: &Inner) -> Option<redis::aio::PubSubStream> {
+    let made = tokio::time::timeout(i.op_timeout, async {
+        let mut p = i.client.get_async_pubsub().await?;
+        p.subscribe(i.k.events()).await?;
+        Ok::<_, RedisError>(p)
+    })
+    .await;
+    match made {
+        Ok(Ok(p)) => Some(p.into_on_message()),
+        _ => None,
+    }
+}

@@ -1,0 +1,225 @@
+//! A Redis server of Debian's `redis-server` package, owned by a test: its own directory
+//! in a temp dir, a free loopback port, `--save '' --appendonly yes`, a password in a
+//! mode-0600 file. Stopped by pid when dropped.
+
+use super::{dump_logs, free_port, register_log, wait_continued, wait_stopped};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+const INSTALL: &str = "sudo apt-get install -y redis-server (scripts/test.sh installs it)";
+
+/// Fails the test, with the command that installs Redis, when it is missing.
+pub fn check_redis_installed() {
+    for bin in ["/usr/bin/redis-server", "/usr/bin/redis-cli"] {
+        assert!(
+            std::path::Path::new(bin).exists(),
+            "Redis is not installed ({bin} is missing): {INSTALL}"
+        );
+    }
+}
+
+/// A running Redis server.
+pub struct RedisServer {
+    dir: TempDir,
+    port: u16,
+    password: String,
+    appendonly: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port with a password and an append-only file.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(true)
+    }
+
+    /// Starts a server without persistence at all (`--appendonly no`).
+    pub fn start_without_persistence() -> RedisServer {
+        RedisServer::start_with(false)
+    }
+
+    fn start_with(appendonly: bool) -> RedisServer {
+        check_redis_installed();
+        let dir = tempfile::Builder::new()
+            .prefix("warden-redis-")
+            .tempdir()
+            .expect("a temp dir");
+        let password = format!("pw{:016x}", super::mariadb::rand_u64());
+        let mut r = RedisServer {
+            dir,
+            port: 0,
+            password,
+            appendonly,
+            child: None,
+        };
+        register_log("redis", &r.log_path());
+        fs::write(r.password_file(), format!("{}\n", r.password)).expect("write the password");
+        fs::set_permissions(r.password_file(), fs::Permissions::from_mode(0o600))
+            .expect("chmod the password file");
+        for attempt in 1..=5 {
+            r.port = free_port();
+            r.spawn();
+            match r.wait_ready() {
+                Ok(()) => return r,
+                Err(e) if attempt < 5 && r.log().contains("Address already in use") => {
+                    eprintln!("redis: port {} was taken ({e}), retrying", r.port);
+                    r.kill();
+                }
+                Err(e) => {
+                    dump_logs();
+                    panic!("Redis did not start: {e}");
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) {
+        fs::create_dir_all(self.data()).expect("the data dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--dir", &self.data().display().to_string()])
+            .args(["--save", ""])
+            .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
+            .args(["--appendfsync", "everysec"])
+            .args(["--requirepass", &self.password])
+            .args(["--logfile", &self.log_path().display().to_string()])
+            .args(["--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.try_cli(&["PING"]).is_ok_and(|o| o.trim() == "PONG") {
+                return Ok(());
+            }
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("redis-server exited with {status}"));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("redis-server did not answer within 30s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/0`, without the password.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn password_file(&self) -> PathBuf {
+        self.dir.path().join("redis.pass")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Runs one command with `redis-cli`; panics with its error.
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.try_cli(args)
+            .unwrap_or_else(|e| panic!("redis-cli {args:?} failed: {e}\n{}", self.log()))
+    }
+
+    pub fn try_cli(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-a", &self.password, "--no-auth-warning"])
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && !stdout.starts_with("ERR") && !stdout.starts_with("WRONGTYPE") {
+            Ok(stdout)
+        } else {
+            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// SIGSTOP of redis-server: it keeps its socket and answers nothing.
+    pub fn freeze(&mut self) {
+        let pid = self.pid().expect("a running server");
+        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP redis-server");
+        wait_stopped(pid);
+    }
+
+    pub fn thaw(&mut self) {
+        let pid = self.pid().expect("a running server");
+        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT redis-server");
+        wait_continued(pid);
+    }
+
+    /// SIGKILL by pid, and wait.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stopped with SIGTERM (Redis writes its append-only file and exits) and started
+    /// again on the same directory and port: the data stays.
+    pub fn restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("Redis did not restart: {e}");
+        }
+    }
+
+    /// Restarted without persistence: killed, its files gone, started again empty on the
+    /// same port.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(self.data());
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("Redis did not restart empty: {e}");
+        }
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
