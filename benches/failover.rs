@@ -26,18 +26,19 @@ fn main() {
         .unwrap_or(secs(2));
     let scenarios = std::env::var("WARDEN_BENCH_SCENARIOS")
         .unwrap_or_else(|_| "kill9,crash,sigstop,failover,idle,scale,clusters".into());
-    let mysql = std::env::var("WARDEN_BENCH_STORE").is_ok_and(|v| v == "mysql");
+    let store = std::env::var("WARDEN_BENCH_STORE").unwrap_or_default();
     let zk = Stores {
         zk: ZkServer::start(),
-        db: mysql.then(mariadb::MariaDb::start),
+        db: (store == "mysql").then(mariadb::MariaDb::start),
+        redis: (store == "redis").then(redis::RedisServer::start),
     };
     println!(
         "warden failover benchmark: {runs} runs per scenario, session_timeout {}, {}, {} cores",
         humantime::format_duration(session),
-        if mysql {
-            "MariaDB (poll_interval 100ms)"
-        } else {
-            "ZooKeeper tickTime 100ms"
+        match store.as_str() {
+            "mysql" => "MariaDB (poll_interval 100ms)",
+            "redis" => "Redis (poll_interval 100ms, appendonly yes)",
+            _ => "ZooKeeper tickTime 100ms",
         },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
@@ -94,24 +95,27 @@ fn main() {
     }
 }
 
-/// The store the clusters use: ZooKeeper, or MariaDB with `WARDEN_BENCH_STORE=mysql` (for
-/// kill9, crash, sigstop and failover; the ZooKeeper request counts then mean nothing).
+/// The store the clusters use: ZooKeeper, or MariaDB or Redis with
+/// `WARDEN_BENCH_STORE=mysql` or `redis` (for kill9, crash, sigstop and failover; the
+/// ZooKeeper request counts then mean nothing).
 struct Stores {
     zk: ZkServer,
     db: Option<mariadb::MariaDb>,
+    redis: Option<redis::RedisServer>,
 }
 
 impl Stores {
     /// A cluster with this session timeout, initialized.
     fn cluster(&self, session: Duration) -> Cluster {
-        let Some(db) = &self.db else {
-            let mut c = Cluster::new(&self.zk);
-            c.session_timeout = session;
-            return c;
-        };
-        let mut c = Cluster::with_mysql(db);
+        let mut c = Cluster::new(&self.zk);
         c.session_timeout = session;
-        c.use_mysql(db);
+        if let Some(db) = &self.db {
+            c.use_mysql(db);
+        } else if let Some(r) = &self.redis {
+            c.use_redis(r);
+        } else {
+            return c;
+        }
         let out = cli(&c.node("init").config, &["init"]);
         assert!(out.status.success(), "warden init: {}", describe(&out));
         c

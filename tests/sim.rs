@@ -366,10 +366,11 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
             world.lock().fence_fault = None;
         }
         FaultKind::StuckService { node, dur } => {
+            // Overlapping hangs: stuck until the later one ends.
             let until = Instant::now() + dur;
             for svc in services_of(&world, node) {
                 if let Some(s) = world.lock().service_mut(svc) {
-                    s.stuck_until = Some(until);
+                    s.stuck_until = s.stuck_until.max(Some(until));
                 }
             }
         }
@@ -440,6 +441,17 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
     let plan = plan::draw(&mut rng, &mut aux, &mut ops, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
     let plan_text = format!("{plan}\n  store: {store_cfg:?}");
+    // What a switchover in a quiet cluster must be given to succeed: a session timeout,
+    // the old active's graceful stop, two polls of a store without watches, and a few
+    // dozen store round trips at the slowest latency.
+    let poll = match store_cfg.watches {
+        store::Watches::Polling { every } => every,
+        store::Watches::Yes => Duration::ZERO,
+    };
+    let switch_needs = plan.cfg.session_timeout
+        + plan.cfg.stop_timeout
+        + poll * 2
+        + store_cfg.latency.1 * 40;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -464,7 +476,7 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
             let ops = OpsContext {
                 cfg: operator::config(&ops_text),
                 seq: i as u32,
-                quiet: operator::quiet(&faults, i, st),
+                quiet: operator::quiet(&faults, i, st, switch_needs),
             };
             let (at, kind) = (f.at, f.kind.clone());
             tokio::spawn(async move {

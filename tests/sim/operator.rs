@@ -178,12 +178,14 @@ pub fn config(text: &str) -> Config {
         .unwrap_or_else(|e| panic!("the simulation's config does not parse: {e}\n{text}"))
 }
 
-/// Whether a switchover (fault `me` of the plan) runs in a quiet cluster: no other fault
-/// comes within two session timeouts of it, and the first election is long over. It must
-/// succeed then.
-pub fn quiet(faults: &[Fault], me: usize, st: Duration) -> bool {
+/// Whether a switchover (fault `me` of the plan) runs in a quiet cluster: its timeout is at
+/// least `needs` (a session timeout, the old active's graceful stop, the store's polls and
+/// round trips), no other fault comes within two session timeouts of it, and the first
+/// election is long over. It must succeed then.
+pub fn quiet(faults: &[Fault], me: usize, st: Duration, needs: Duration) -> bool {
     let f = &faults[me];
-    let long_enough = matches!(f.kind, FaultKind::Switchover { timeout, .. } if timeout >= st);
+    let long_enough =
+        matches!(f.kind, FaultKind::Switchover { timeout, .. } if timeout >= needs);
     long_enough
         && f.at > ms(500) + st * 2
         && faults
