@@ -604,11 +604,12 @@ fn a_hundred_thousand_unknown_keys_exit_2_at_once() {
     );
 }
 
-/// An offline cluster on the MySQL backend (no server: check-config does not connect).
-fn offline_mysql_cluster(table: &str) -> Cluster {
+/// An offline cluster on the `backend` store with `table` as its settings (no server:
+/// check-config does not connect).
+fn offline_store_cluster(backend: &str, table: &str) -> Cluster {
     let mut cluster = offline_cluster();
     cluster.coordination = Some(format!(
-        "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\n{table}\n"
+        "[coordination]\nbackend = \"{backend}\"\n\n[coordination.{backend}]\n{table}\n"
     ));
     cluster
 }
@@ -626,7 +627,7 @@ fn line_of(config: &Path, marker: &str) -> usize {
 #[test]
 fn check_config_validates_the_mysql_table() {
     // A good one passes offline, and shows no ZooKeeper table it does not use.
-    let cluster = offline_mysql_cluster("url = \"mysql://warden@127.0.0.1:1/warden\"");
+    let cluster = offline_store_cluster("mysql", "url = \"mysql://warden@127.0.0.1:1/warden\"");
     let node = cluster.node("n1");
     let out = cli(&node.config, &["check-config"]);
     assert!(out.status.success(), "{}", describe(&out));
@@ -638,7 +639,7 @@ fn check_config_validates_the_mysql_table() {
     );
 
     // A password in the URL: refused, located, and not repeated.
-    let cluster = offline_mysql_cluster("url = \"mysql://warden:s3cr3t@db1/warden\"");
+    let cluster = offline_store_cluster("mysql", "url = \"mysql://warden:s3cr3t@db1/warden\"");
     let node = cluster.node("n1");
     let line = line_of(&node.config, "url =");
     assert_config_error(&node.config, Some(line), &["password_file"]);
@@ -650,26 +651,26 @@ fn check_config_validates_the_mysql_table() {
     );
 
     // A misspelt key: located, with the nearest key.
-    let cluster =
-        offline_mysql_cluster("url = \"mysql://warden@db1/warden\"\npol_interval = \"1s\"");
+    let cluster = offline_store_cluster(
+        "mysql",
+        "url = \"mysql://warden@db1/warden\"\npol_interval = \"1s\"",
+    );
     let node = cluster.node("n1");
     let line = line_of(&node.config, "pol_interval");
     assert_config_error(&node.config, Some(line), &["pol_interval", "poll_interval"]);
 
     // A password file readable by others.
-    let cluster = offline_cluster();
-    let pass = cluster.dir().join("mysql.pass");
+    let dir = tempfile::tempdir().unwrap();
+    let pass = dir.path().join("mysql.pass");
     fs::write(&pass, "secret\n").unwrap();
     fs::set_permissions(&pass, fs::Permissions::from_mode(0o644)).unwrap();
-    let cluster = {
-        let mut c = cluster;
-        c.coordination = Some(format!(
-            "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\nurl = \
-             \"mysql://warden@db1/warden\"\npassword_file = {}\n",
+    let cluster = offline_store_cluster(
+        "mysql",
+        &format!(
+            "url = \"mysql://warden@db1/warden\"\npassword_file = {}",
             toml_str(&pass.display().to_string())
-        ));
-        c
-    };
+        ),
+    );
     let node = cluster.node("n1");
     assert_config_error(
         &node.config,
@@ -680,13 +681,7 @@ fn check_config_validates_the_mysql_table() {
 
 #[test]
 fn check_config_validates_the_redis_table() {
-    let redis = |table: &str| {
-        let mut c = offline_cluster();
-        c.coordination = Some(format!(
-            "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\n{table}\n"
-        ));
-        c
-    };
+    let redis = |table: &str| offline_store_cluster("redis", table);
     let cluster = redis("url = \"rediss://db1:6380/0\"");
     let node = cluster.node("n1");
     let out = cli(&node.config, &["check-config"]);

@@ -448,10 +448,8 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         store::Watches::Polling { every } => every,
         store::Watches::Yes => Duration::ZERO,
     };
-    let switch_needs = plan.cfg.session_timeout
-        + plan.cfg.stop_timeout
-        + poll * 2
-        + store_cfg.latency.1 * 40;
+    let switch_needs =
+        plan.cfg.session_timeout + plan.cfg.stop_timeout + poll * 2 + store_cfg.latency.1 * 40;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

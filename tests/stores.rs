@@ -448,6 +448,10 @@ fn a_wiped_store_blocks_every_promotion_until_init_force<S: TestStore>() {
         describe(&text)
     );
 
+    // The operator checks that both wardens are back before giving the word.
+    wait_for_status(&n1.config, secs(30), "both wardens registered again", |s| {
+        member_ids(s) == ["n1", "n2"] && s["lost_data"] == true
+    });
     let out = cli(&n1.config, &["init", "--force"]);
     assert!(out.status.success(), "{}", describe(&out));
     let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {

@@ -3,10 +3,10 @@
 //! only dispatches each call to the real backend (the simulation's store model is not in
 //! it, and never in the product).
 
-use super::mysql::{MysqlConnector, MysqlSession, MysqlSettings};
-use super::redis::{RedisConnector, RedisSession, RedisSettings};
+use super::mysql::{MysqlConnector, MysqlSession};
+use super::redis::{RedisConnector, RedisSession};
 use super::zookeeper::{ZkConnector, ZkSession};
-use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::config::{Backend, Config};
 use crate::record::{
     Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, RecordError,
@@ -45,40 +45,12 @@ impl AnyConnector {
                     auth,
                 ))))
             }
-            Backend::Mysql => {
-                let m = cfg
-                    .mysql()
-                    .ok_or("backend = \"mysql\" needs a [coordination.mysql] table")?;
-                let password = cfg.read_store_password().map_err(|e| e.to_string())?;
-                MysqlConnector::new(MysqlSettings {
-                    url: m.url.clone(),
-                    password,
-                    session_timeout: m.session_timeout,
-                    poll_interval: m.poll_interval,
-                    connect_timeout: m.connect_timeout,
-                    table_prefix: m.table_prefix.clone(),
-                    cluster: cfg.cluster.name.clone(),
-                })
+            Backend::Mysql => MysqlConnector::new(StoreSettings::from_config(cfg)?)
                 .map(AnyConnector::Mysql)
-                .map_err(|e| e.to_string())
-            }
-            Backend::Redis => {
-                let r = cfg
-                    .redis()
-                    .ok_or("backend = \"redis\" needs a [coordination.redis] table")?;
-                let password = cfg.read_store_password().map_err(|e| e.to_string())?;
-                RedisConnector::new(RedisSettings {
-                    url: r.url.clone(),
-                    password,
-                    session_timeout: r.session_timeout,
-                    poll_interval: r.poll_interval,
-                    connect_timeout: r.connect_timeout,
-                    key_prefix: r.key_prefix.clone(),
-                    cluster: cfg.cluster.name.clone(),
-                })
+                .map_err(|e| e.to_string()),
+            Backend::Redis => RedisConnector::new(StoreSettings::from_config(cfg)?)
                 .map(AnyConnector::Redis)
-                .map_err(|e| e.to_string())
-            }
+                .map_err(|e| e.to_string()),
         }
     }
 }

@@ -4,8 +4,15 @@
 //! on top of a backend's [`Items`].
 
 use super::StoreError;
-use crate::record::{self, History, HistoryEntry};
+use crate::record::{
+    self, BreadcrumbView, Control, History, HistoryEntry, NodeRecord, Version, WriteOutcome,
+};
 use std::future::Future;
+
+/// The items' names.
+pub const BREADCRUMB: &str = "breadcrumb";
+pub const CONTROL: &str = "control";
+pub const HISTORY: &str = "history";
 
 /// `history` keeps this many transitions.
 pub const HISTORY_LEN: usize = 100;
@@ -141,7 +148,7 @@ pub async fn append_history(
     items: &impl Items,
     entry: &HistoryEntry,
 ) -> Result<Option<String>, StoreError> {
-    let name = "history";
+    let name = HISTORY;
     let mut kept = None;
     for _ in 0..CAS_ATTEMPTS {
         let (mut values, version) = match items.get_item(name).await? {
@@ -187,4 +194,148 @@ pub async fn append_history(
         "{} kept changing; not written",
         items.item_path(name)
     )))
+}
+
+/// The breadcrumb as a takeover sees it, from the item as read.
+pub fn breadcrumb_view(found: Option<(Vec<u8>, i64)>) -> BreadcrumbView {
+    match found {
+        None => BreadcrumbView::Absent,
+        Some((data, v)) => match record::parse::<NodeRecord>(&data) {
+            Ok(record) => BreadcrumbView::Record {
+                record,
+                version: Version::new(v),
+            },
+            Err(e) => BreadcrumbView::Unreadable {
+                reason: e.to_string(),
+                version: Version::new(v),
+            },
+        },
+    }
+}
+
+/// `control` and its version for a takeover; a missing one is created (empty) so that the
+/// promotion can check its version.
+pub async fn takeover_control(items: &impl Items) -> Result<(Control, i64), StoreError> {
+    loop {
+        match items.get_item(CONTROL).await? {
+            Some((data, v)) => return Ok((record::parse(&data).unwrap_or_default(), v)),
+            None => match items
+                .put_item(CONTROL, &record::to_bytes(&Control::default()), None)
+                .await
+            {
+                Ok(()) | Err(StoreError::Rejected(_)) => {}
+                Err(e) => return Err(e),
+            },
+        }
+    }
+}
+
+/// `control` as `status` shows it: the value (the default when unreadable), its version,
+/// and why it could not be read.
+pub fn snapshot_control(
+    found: Option<(Vec<u8>, i64)>,
+) -> (Control, Option<Version>, Option<String>) {
+    match found {
+        Some((d, v)) => match record::parse(&d) {
+            Ok(c) => (c, Some(Version::new(v)), None),
+            Err(e) => (
+                Control::default(),
+                Some(Version::new(v)),
+                Some(e.to_string()),
+            ),
+        },
+        None => (Control::default(), None, None),
+    }
+}
+
+/// The breadcrumb as `status` shows it.
+pub fn snapshot_breadcrumb(
+    found: Option<(Vec<u8>, i64)>,
+) -> Option<(Result<NodeRecord, record::RecordError>, Version)> {
+    found.map(|(d, v)| (record::parse::<NodeRecord>(&d), Version::new(v)))
+}
+
+/// `history`, newest first; unreadable entries counted and skipped.
+pub async fn read_history(items: &impl Items) -> Result<History, StoreError> {
+    Ok(match items.get_item(HISTORY).await? {
+        Some((data, _)) => history_of(&data),
+        None => History::default(),
+    })
+}
+
+/// [`super::Session::update_control`] on top of [`read_modify_write`].
+pub async fn update_control<F>(
+    items: &impl Items,
+    change: F,
+) -> Result<Result<Control, String>, StoreError>
+where
+    F: FnMut(&mut Control) -> Result<bool, String>,
+{
+    match read_modify_write(items, CONTROL, change).await {
+        Ok(control) => Ok(Ok(control)),
+        Err(Refusal::Refused(reason)) => Ok(Err(reason)),
+        Err(Refusal::Store(e)) => Err(e),
+    }
+}
+
+/// The version of the breadcrumb when it names `node_id` (with `incarnation` and `epoch`
+/// when given), for a compare-and-delete; `None` when it names something else.
+pub async fn breadcrumb_to_delete(
+    items: &impl Items,
+    node_id: &str,
+    incarnation: Option<&str>,
+    epoch: Option<record::Epoch>,
+) -> Result<Option<i64>, StoreError> {
+    let Some((data, v)) = items.get_item(BREADCRUMB).await? else {
+        return Ok(None);
+    };
+    let Ok(cur) = record::parse::<NodeRecord>(&data) else {
+        return Ok(None);
+    };
+    let names = cur.node_id == node_id
+        && incarnation.is_none_or(|i| i == cur.incarnation)
+        && epoch.is_none_or(|e| Some(e) == cur.epoch);
+    Ok(names.then_some(v))
+}
+
+/// The version of our own breadcrumb for `record`'s incarnation and epoch, before
+/// rewriting it; else how the rewrite ends without being tried.
+pub async fn own_breadcrumb_version(
+    items: &impl Items,
+    record: &NodeRecord,
+) -> Result<i64, WriteOutcome> {
+    let Ok(Some((data, v))) = items.get_item(BREADCRUMB).await else {
+        return Err(WriteOutcome::Unknown);
+    };
+    match record::parse::<NodeRecord>(&data) {
+        Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => Ok(v),
+        _ => Err(WriteOutcome::Conflict),
+    }
+}
+
+/// The refusal of a breadcrumb write or delete whose checks failed.
+pub fn breadcrumb_changed(items: &impl Items, check_lock: bool) -> StoreError {
+    StoreError::Rejected(format!(
+        "{} changed since it was read{}",
+        items.item_path(BREADCRUMB),
+        if check_lock {
+            ", or the lock is no longer ours"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// `history` as read, with its version and newest promotion, when that promotion's epoch
+/// is above `epoch` (`init --force` moves such a history aside).
+pub async fn history_above(
+    items: &impl Items,
+    epoch: record::Epoch,
+) -> Result<Option<(Vec<u8>, i64, record::Epoch)>, StoreError> {
+    let Some((data, v)) = items.get_item(HISTORY).await? else {
+        return Ok(None);
+    };
+    Ok(newest_promotion(&history_of(&data))
+        .filter(|&n| n > epoch)
+        .map(|n| (data, v, n)))
 }

@@ -372,6 +372,57 @@ pub(crate) fn random_session_id() -> i64 {
     (i64::from_le_bytes(b) & i64::MAX).max(1)
 }
 
+/// What a store without a session service of its own (MySQL, Redis) needs to know: its
+/// `[coordination.<backend>]` table, the password read, and the cluster.
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    /// `mysql://user@host:port/db`, `redis://host:port/db`: never with a password.
+    pub url: String,
+    pub password: Option<String>,
+    pub session_timeout: Duration,
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+    /// `table_prefix` or `key_prefix`.
+    pub prefix: String,
+    pub cluster: String,
+}
+
+impl StoreSettings {
+    /// The settings of the configured MySQL or Redis store, its password read; the error
+    /// names the key to fix.
+    pub fn from_config(cfg: &crate::config::Config) -> Result<StoreSettings, String> {
+        let view = cfg.store().ok_or_else(|| {
+            format!(
+                "backend = \"{0}\" needs a [coordination.{0}] table",
+                cfg.coordination.backend.as_str()
+            )
+        })?;
+        Ok(StoreSettings {
+            url: view.url.to_string(),
+            password: cfg.read_store_password().map_err(|e| e.to_string())?,
+            session_timeout: view.session_timeout,
+            poll_interval: view.poll_interval,
+            connect_timeout: view.connect_timeout,
+            prefix: view.prefix.cloned().unwrap_or_default(),
+            cluster: cfg.cluster.name.clone(),
+        })
+    }
+
+    /// Each statement, script or transaction gets at most this long ([`op_timeout`]).
+    pub fn op_timeout(&self) -> Duration {
+        op_timeout(self.session_timeout, self.connect_timeout)
+    }
+}
+
+/// Each store call gets at most this long. A third of the session timeout keeps a renewal
+/// that hangs from using up the lease before the next is tried; `connect_timeout` caps it
+/// for operators' commands.
+pub(crate) fn op_timeout(session_timeout: Duration, connect_timeout: Duration) -> Duration {
+    (session_timeout / 3)
+        .min(connect_timeout)
+        .max(Duration::from_millis(100))
+}
+
 /// How a store call ended when it did not succeed, in the three kinds the election acts on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -19,11 +19,11 @@
 //! broken connection, no answer within the operation timeout) is an unknown outcome,
 //! resolved by reading the rows.
 
-use super::items::{self, history_of, newest_promotion, Items, Refusal, SET_ASIDE_PREFIX};
-use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
-    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
-    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
+    TakeoverState, Version, WriteOutcome,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
@@ -35,36 +35,20 @@ use tokio::time::Instant;
 
 /// The init marker's name in `<prefix>kv`.
 const MARKER: &str = "init";
-const BREADCRUMB: &str = "breadcrumb";
-const CONTROL: &str = "control";
-const HISTORY: &str = "history";
-
-/// What the MySQL backend needs to know (from `[coordination.mysql]` and the cluster).
-#[derive(Clone, Debug)]
-pub struct MysqlSettings {
-    /// `mysql://user@host:port/database`, without a password.
-    pub url: String,
-    pub password: Option<String>,
-    pub session_timeout: Duration,
-    pub poll_interval: Duration,
-    pub connect_timeout: Duration,
-    pub table_prefix: String,
-    pub cluster: String,
-}
 
 /// Opens sessions on one cluster's rows. Sessions of one connector share a small pool.
 #[derive(Clone)]
 pub struct MysqlConnector {
-    s: Arc<MysqlSettings>,
+    s: Arc<StoreSettings>,
     pool: Pool,
 }
 
 impl MysqlConnector {
     /// Fails only on a URL the driver cannot use (config validation catches those first).
-    pub fn new(s: MysqlSettings) -> Result<MysqlConnector, StoreError> {
+    pub fn new(s: StoreSettings) -> Result<MysqlConnector, StoreError> {
         let opts = Opts::from_url(&s.url)
             .map_err(|e| StoreError::Rejected(format!("coordination.mysql.url: {e}")))?;
-        let lock_wait = op_timeout(&s).as_secs().max(1);
+        let lock_wait = s.op_timeout().as_secs().max(1);
         let pool_opts = PoolOpts::default()
             .with_constraints(PoolConstraints::new(0, 4).expect("0 <= 4"))
             .with_inactive_connection_ttl(Duration::from_secs(60));
@@ -94,14 +78,6 @@ impl MysqlConnector {
     }
 }
 
-/// Each statement (or transaction) gets at most this long: a third of the session
-/// timeout, capped by `connect_timeout`, as for ZooKeeper.
-fn op_timeout(s: &MysqlSettings) -> Duration {
-    (s.session_timeout / 3)
-        .min(s.connect_timeout)
-        .max(Duration::from_millis(100))
-}
-
 impl Connector for MysqlConnector {
     type Session = MysqlSession;
 
@@ -120,9 +96,9 @@ impl Connector for MysqlConnector {
             }
             Ok(Ok(())) => {}
         }
-        let t = Tables::new(&self.s.table_prefix);
+        let t = Tables::new(&self.s.prefix);
         let inner = Arc::new(Inner {
-            op_timeout: op_timeout(&self.s),
+            op_timeout: self.s.op_timeout(),
             s: self.s.clone(),
             pool: self.pool.clone(),
             id: super::random_session_id(),
@@ -260,7 +236,7 @@ impl std::fmt::Debug for MysqlSession {
 }
 
 struct Inner {
-    s: Arc<MysqlSettings>,
+    s: Arc<StoreSettings>,
     pool: Pool,
     id: i64,
     t: Tables,
@@ -296,7 +272,8 @@ async fn keepalive(inner: Weak<Inner>) {
         let touched = i.touch(&node).await;
         match touched {
             Ok(true) => last_ack = sent,
-            Ok(false) => {
+            // The tables are gone: so is the member row.
+            Ok(false) | Err(StoreError::NotInitialized(_)) => {
                 tracing::warn!(
                     session = %SessionId(i.id),
                     "the member row of this session is gone or taken: the session is lost"
@@ -677,9 +654,17 @@ impl Session for MysqlSession {
     }
 
     async fn ensure_cluster(&self) -> Result<(), StoreError> {
-        // The tables: a running warden registers (with what it has seen) even while the
-        // marker is missing, so that `init --force` can learn every epoch seen.
-        self.inner.get(MARKER).await.map(|_| ())
+        // A running warden registers (with what it has seen) even while the marker is
+        // missing, so that `status` and `init --force` learn every epoch seen; where the
+        // tables are gone too (a wiped database), it makes them again when its grants
+        // allow. Never the marker: that is the operator's word (`init --force`).
+        match self.inner.get(MARKER).await {
+            Err(StoreError::NotInitialized(why)) => match self.init().await {
+                Ok(_) => Ok(()),
+                Err(_) => Err(StoreError::NotInitialized(why)),
+            },
+            other => other.map(|_| ()),
+        }
     }
 
     async fn check_initialized(&self) -> Result<(), StoreError> {
@@ -691,7 +676,7 @@ impl Session for MysqlSession {
                  `warden init` first; if it ran before, this database lost them (wiped or \
                  restored): check that no old active still serves, then run `warden init \
                  --force`",
-                self.inner.s.cluster, self.inner.s.table_prefix
+                self.inner.s.cluster, self.inner.s.prefix
             )))
         }
     }
@@ -853,32 +838,8 @@ impl Session for MysqlSession {
                 max_epoch_seen(&mut c, t, &cluster).await
             })
         );
-        let breadcrumb = match breadcrumb? {
-            None => BreadcrumbView::Absent,
-            Some((data, v)) => match record::parse::<NodeRecord>(&data) {
-                Ok(record) => BreadcrumbView::Record {
-                    record,
-                    version: Version::new(v),
-                },
-                Err(e) => BreadcrumbView::Unreadable {
-                    reason: e.to_string(),
-                    version: Version::new(v),
-                },
-            },
-        };
-        // A missing control is created (empty) so the promotion can check its version.
-        let (control, control_version) = loop {
-            match i.get(CONTROL).await? {
-                Some((data, v)) => break (record::parse(&data).unwrap_or_default(), v),
-                None => match self
-                    .put_item(CONTROL, &record::to_bytes(&Control::default()), None)
-                    .await
-                {
-                    Ok(()) | Err(StoreError::Rejected(_)) => {}
-                    Err(e) => return Err(e),
-                },
-            }
-        };
+        let breadcrumb = items::breadcrumb_view(breadcrumb?);
+        let (control, control_version) = items::takeover_control(self).await?;
         Ok(TakeoverState {
             breadcrumb,
             control,
@@ -1010,13 +971,10 @@ impl Session for MysqlSession {
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
         let i = &self.inner;
-        let Ok(Some((data, v))) = i.get(BREADCRUMB).await else {
-            return WriteOutcome::Unknown;
+        let v = match items::own_breadcrumb_version(self, record).await {
+            Ok(v) => v,
+            Err(outcome) => return outcome,
         };
-        match record::parse::<NodeRecord>(&data) {
-            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
-            _ => return WriteOutcome::Conflict,
-        }
         let sql = format!(
             "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = ? AND name = ?",
             i.t.kv
@@ -1042,18 +1000,9 @@ impl Session for MysqlSession {
         epoch: Option<Epoch>,
         check_lock: bool,
     ) -> Result<bool, StoreError> {
-        let Some((data, v)) = self.inner.get(BREADCRUMB).await? else {
+        let Some(v) = items::breadcrumb_to_delete(self, node_id, incarnation, epoch).await? else {
             return Ok(false);
         };
-        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
-            return Ok(false);
-        };
-        if cur.node_id != node_id
-            || incarnation.is_some_and(|i| i != cur.incarnation)
-            || epoch.is_some_and(|e| Some(e) != cur.epoch)
-        {
-            return Ok(false);
-        }
         self.delete_breadcrumb_at(Version::new(v), check_lock)
             .await
             .map(|_| true)
@@ -1080,15 +1029,7 @@ impl Session for MysqlSession {
         if done {
             Ok(())
         } else {
-            Err(StoreError::Rejected(format!(
-                "{} changed since it was read{}",
-                i.path(BREADCRUMB),
-                if check_lock {
-                    ", or the lock is no longer ours"
-                } else {
-                    ""
-                }
-            )))
+            Err(items::breadcrumb_changed(self, check_lock))
         }
     }
 
@@ -1106,10 +1047,7 @@ impl Session for MysqlSession {
     }
 
     async fn read_history(&self) -> Result<History, StoreError> {
-        Ok(match self.inner.get(HISTORY).await? {
-            Some((data, _)) => history_of(&data),
-            None => History::default(),
-        })
+        items::read_history(self).await
     }
 
     async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
@@ -1139,11 +1077,7 @@ impl Session for MysqlSession {
     where
         F: FnMut(&mut Control) -> Result<bool, String> + Send,
     {
-        match items::read_modify_write(self, CONTROL, change).await {
-            Ok(control) => Ok(Ok(control)),
-            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
-            Err(Refusal::Store(e)) => Err(e),
-        }
+        items::update_control(self, change).await
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
@@ -1165,21 +1099,9 @@ impl Session for MysqlSession {
             ),
             _ => (None, None),
         };
-        let breadcrumb = i
-            .get(BREADCRUMB)
-            .await?
-            .map(|(d, v)| (record::parse::<NodeRecord>(&d), Version::new(v)));
-        let (control, control_version, control_unreadable) = match i.get(CONTROL).await? {
-            Some((d, v)) => match record::parse(&d) {
-                Ok(c) => (c, Some(Version::new(v)), None),
-                Err(e) => (
-                    Control::default(),
-                    Some(Version::new(v)),
-                    Some(e.to_string()),
-                ),
-            },
-            None => (Control::default(), None, None),
-        };
+        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
+        let (control, control_version, control_unreadable) =
+            items::snapshot_control(i.get(CONTROL).await?);
         let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
         let rows: Vec<(String, i64, Vec<u8>)> = i
             .run("listing members", |mut c| async move {
@@ -1232,10 +1154,7 @@ impl Session for MysqlSession {
     fn name_of(&self, what: Item) -> String {
         let i = &self.inner;
         match what {
-            Item::Cluster => format!(
-                "cluster {} in the {}* tables",
-                i.s.cluster, i.s.table_prefix
-            ),
+            Item::Cluster => format!("cluster {} in the {}* tables", i.s.cluster, i.s.prefix),
             Item::Lock => format!("{} row {}", i.t.lock.trim_matches('`'), i.s.cluster),
             Item::Breadcrumb => i.path(BREADCRUMB),
             Item::Control => i.path(CONTROL),
@@ -1255,7 +1174,7 @@ impl Session for MysqlSession {
         .await?;
         Ok(vec![format!(
             "the {}lock, epoch, member and kv tables exist",
-            i.s.table_prefix
+            i.s.prefix
         )])
     }
 
@@ -1376,10 +1295,7 @@ impl Session for MysqlSession {
         epoch: Epoch,
     ) -> Result<Option<(String, Epoch)>, StoreError> {
         let i = &self.inner;
-        let Some((data, v)) = i.get(HISTORY).await? else {
-            return Ok(None);
-        };
-        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > epoch) else {
+        let Some((data, v, newest)) = items::history_above(self, epoch).await? else {
             return Ok(None);
         };
         let copy = items::set_aside_name("old");

@@ -24,11 +24,11 @@
 //! A release publishes on `:events`, as does every change of `control`, so standbys act
 //! at once; they also poll every `poll_interval`, which covers a lost message.
 
-use super::items::{self, history_of, newest_promotion, Items, Refusal, SET_ASIDE_PREFIX};
-use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
-    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
-    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
+    TakeoverState, Version, WriteOutcome,
 };
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -40,23 +40,6 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-
-const BREADCRUMB: &str = "breadcrumb";
-const CONTROL: &str = "control";
-const HISTORY: &str = "history";
-
-/// What the Redis backend needs to know (from `[coordination.redis]` and the cluster).
-#[derive(Clone, Debug)]
-pub struct RedisSettings {
-    /// `redis://host:port/db` or `rediss://...`, without a password.
-    pub url: String,
-    pub password: Option<String>,
-    pub session_timeout: Duration,
-    pub poll_interval: Duration,
-    pub connect_timeout: Duration,
-    pub key_prefix: String,
-    pub cluster: String,
-}
 
 /// The cluster's key names.
 #[derive(Clone, Debug)]
@@ -310,7 +293,7 @@ return redis.call('GET', KEYS[1])
 /// Opens sessions on one cluster's keys; sessions share one multiplexed connection.
 #[derive(Clone)]
 pub struct RedisConnector {
-    s: Arc<RedisSettings>,
+    s: Arc<StoreSettings>,
     client: redis::Client,
     /// The shared connection, once made.
     conn: Arc<tokio::sync::Mutex<Option<ConnectionManager>>>,
@@ -320,7 +303,7 @@ pub struct RedisConnector {
 
 impl RedisConnector {
     /// Fails only on a URL the driver cannot use (config validation catches those first).
-    pub fn new(s: RedisSettings) -> Result<RedisConnector, StoreError> {
+    pub fn new(s: StoreSettings) -> Result<RedisConnector, StoreError> {
         let info = s
             .url
             .as_str()
@@ -359,7 +342,7 @@ impl RedisConnector {
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
         }
-        let op = op_timeout(&self.s);
+        let op = self.s.op_timeout();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.s.connect_timeout))
             .set_response_timeout(Some(op))
@@ -385,26 +368,18 @@ impl RedisConnector {
     }
 }
 
-/// Each call gets at most this long: a third of the session timeout, capped by
-/// `connect_timeout`, as for the other backends.
-fn op_timeout(s: &RedisSettings) -> Duration {
-    (s.session_timeout / 3)
-        .min(s.connect_timeout)
-        .max(Duration::from_millis(100))
-}
-
 impl Connector for RedisConnector {
     type Session = RedisSession;
 
     async fn connect(&self) -> Result<RedisSession, StoreError> {
         let conn = self.connection().await?;
         let inner = Arc::new(Inner {
-            op_timeout: op_timeout(&self.s),
+            op_timeout: self.s.op_timeout(),
             s: self.s.clone(),
             client: self.client.clone(),
             conn,
             id: super::random_session_id(),
-            k: Keys::new(&self.s.key_prefix, &self.s.cluster),
+            k: Keys::new(&self.s.prefix, &self.s.cluster),
             member: Mutex::new(None),
             joined: watch::Sender::new(None),
             lost: watch::Sender::new(false),
@@ -497,7 +472,7 @@ impl std::fmt::Debug for RedisSession {
 }
 
 struct Inner {
-    s: Arc<RedisSettings>,
+    s: Arc<StoreSettings>,
     client: redis::Client,
     conn: ConnectionManager,
     id: i64,
@@ -996,32 +971,8 @@ impl Session for RedisSession {
                     .await
             })
         );
-        let breadcrumb = match breadcrumb? {
-            None => BreadcrumbView::Absent,
-            Some((data, v)) => match record::parse::<NodeRecord>(&data) {
-                Ok(record) => BreadcrumbView::Record {
-                    record,
-                    version: Version::new(v),
-                },
-                Err(e) => BreadcrumbView::Unreadable {
-                    reason: e.to_string(),
-                    version: Version::new(v),
-                },
-            },
-        };
-        // A missing control is created (empty) so the promotion can check its version.
-        let (control, control_version) = loop {
-            match i.get(CONTROL).await? {
-                Some((data, v)) => break (record::parse(&data).unwrap_or_default(), v),
-                None => match self
-                    .put_item(CONTROL, &record::to_bytes(&Control::default()), None)
-                    .await
-                {
-                    Ok(()) | Err(StoreError::Rejected(_)) => {}
-                    Err(e) => return Err(e),
-                },
-            }
-        };
+        let breadcrumb = items::breadcrumb_view(breadcrumb?);
+        let (control, control_version) = items::takeover_control(self).await?;
         Ok(TakeoverState {
             breadcrumb,
             control,
@@ -1069,13 +1020,10 @@ impl Session for RedisSession {
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
         let i = &self.inner;
-        let Ok(Some((data, v))) = i.get(BREADCRUMB).await else {
-            return WriteOutcome::Unknown;
+        let v = match items::own_breadcrumb_version(self, record).await {
+            Ok(v) => v,
+            Err(outcome) => return outcome,
         };
-        match record::parse::<NodeRecord>(&data) {
-            Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
-            _ => return WriteOutcome::Conflict,
-        }
         outcome(
             i.breadcrumb_at(
                 "recording the service",
@@ -1094,18 +1042,9 @@ impl Session for RedisSession {
         epoch: Option<Epoch>,
         check_lock: bool,
     ) -> Result<bool, StoreError> {
-        let Some((data, v)) = self.inner.get(BREADCRUMB).await? else {
+        let Some(v) = items::breadcrumb_to_delete(self, node_id, incarnation, epoch).await? else {
             return Ok(false);
         };
-        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
-            return Ok(false);
-        };
-        if cur.node_id != node_id
-            || incarnation.is_some_and(|i| i != cur.incarnation)
-            || epoch.is_some_and(|e| Some(e) != cur.epoch)
-        {
-            return Ok(false);
-        }
         self.delete_breadcrumb_at(Version::new(v), check_lock)
             .await
             .map(|_| true)
@@ -1122,15 +1061,7 @@ impl Session for RedisSession {
         {
             Ok(())
         } else {
-            Err(StoreError::Rejected(format!(
-                "{} changed since it was read{}",
-                i.path(BREADCRUMB),
-                if check_lock {
-                    ", or the lock is no longer ours"
-                } else {
-                    ""
-                }
-            )))
+            Err(items::breadcrumb_changed(self, check_lock))
         }
     }
 
@@ -1142,10 +1073,7 @@ impl Session for RedisSession {
     }
 
     async fn read_history(&self) -> Result<History, StoreError> {
-        Ok(match self.inner.get(HISTORY).await? {
-            Some((data, _)) => history_of(&data),
-            None => History::default(),
-        })
+        items::read_history(self).await
     }
 
     async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
@@ -1168,11 +1096,7 @@ impl Session for RedisSession {
     where
         F: FnMut(&mut Control) -> Result<bool, String> + Send,
     {
-        match items::read_modify_write(self, CONTROL, change).await {
-            Ok(control) => Ok(Ok(control)),
-            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
-            Err(Refusal::Store(e)) => Err(e),
-        }
+        items::update_control(self, change).await
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
@@ -1184,21 +1108,9 @@ impl Session for RedisSession {
             ),
             None => (None, None),
         };
-        let breadcrumb = i
-            .get(BREADCRUMB)
-            .await?
-            .map(|(d, v)| (record::parse::<NodeRecord>(&d), Version::new(v)));
-        let (control, control_version, control_unreadable) = match i.get(CONTROL).await? {
-            Some((d, v)) => match record::parse(&d) {
-                Ok(c) => (c, Some(Version::new(v)), None),
-                Err(e) => (
-                    Control::default(),
-                    Some(Version::new(v)),
-                    Some(e.to_string()),
-                ),
-            },
-            None => (Control::default(), None, None),
-        };
+        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
+        let (control, control_version, control_unreadable) =
+            items::snapshot_control(i.get(CONTROL).await?);
         let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
         let (mut ids, counter, init): (Vec<String>, Option<u64>, bool) = i
             .bounded("listing members", |mut c| async move {
@@ -1320,10 +1232,7 @@ impl Session for RedisSession {
         epoch: Epoch,
     ) -> Result<Option<(String, Epoch)>, StoreError> {
         let i = &self.inner;
-        let Some((data, v)) = i.get(HISTORY).await? else {
-            return Ok(None);
-        };
-        let Some(newest) = newest_promotion(&history_of(&data)).filter(|&n| n > epoch) else {
+        let Some((_, v, newest)) = items::history_above(self, epoch).await? else {
             return Ok(None);
         };
         let copy = items::set_aside_name("old");

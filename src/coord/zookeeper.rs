@@ -12,7 +12,7 @@
 //!
 //! Every call is bounded by the session's operation timeout.
 
-use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use super::{op_timeout, ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
 use crate::config::{AclMode, ZooKeeperConfig};
 use crate::record::{
     self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
@@ -138,15 +138,6 @@ impl ZkConnector {
             joined: Arc::new(watch::Sender::new(None)),
         })
     }
-}
-
-/// Each call gets at most this long. A third of the session timeout keeps a renewal that
-/// hangs from using up the lease before the next is tried; `connect_timeout` caps it for
-/// operators' commands.
-fn op_timeout(session_timeout: Duration, connect_timeout: Duration) -> Duration {
-    (session_timeout / 3)
-        .min(connect_timeout)
-        .max(Duration::from_millis(100))
 }
 
 /// The ACL of a parent znode shared with other clusters (the znodes of `root`), when this

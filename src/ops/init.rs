@@ -156,10 +156,9 @@ async fn restore(
     }
     let mut done = zk.init().await?;
     // Running wardens retry every second while the store has no tables, and register as
-    // soon as it does; a session timeout covers a slow one.
-    let wait = cfg
-        .session_timeout()
-        .max(crate::elector::LOST_DATA_RETRY * 3);
+    // soon as it does; a session timeout (theirs may still be running out) and two of
+    // their retries cover a slow one.
+    let wait = cfg.session_timeout() + crate::elector::LOST_DATA_RETRY * 2;
     eprintln!(
         "warden: the store lost data; waiting {} for running wardens to register the epochs \
          they have seen",

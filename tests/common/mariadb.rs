@@ -5,9 +5,7 @@
 //! `mariadb-install-db` takes seconds, so it runs once per test process into a template
 //! datadir, which each server copies.
 
-use super::{dump_logs, free_port, register_log, wait_continued, wait_stopped};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use super::{dump_logs, free_port, freeze_pid, kill_child, register_log, thaw_pid};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -244,24 +242,16 @@ impl MariaDb {
 
     /// SIGSTOP of mariadbd: it keeps its sockets and answers nothing.
     pub fn freeze(&mut self) {
-        let pid = self.pid().expect("a running server");
-        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP mariadbd");
-        wait_stopped(pid);
+        freeze_pid(self.pid().expect("a running server"));
     }
 
     pub fn thaw(&mut self) {
-        let pid = self.pid().expect("a running server");
-        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT mariadbd");
-        wait_continued(pid);
+        thaw_pid(self.pid().expect("a running server"));
     }
 
     /// SIGKILL by pid, and wait.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_child(&mut self.child);
     }
 
     /// Stops (SIGKILL: InnoDB recovers on the next start) and starts the server again on

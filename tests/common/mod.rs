@@ -161,6 +161,36 @@ const SIGNAL_TAKES_EFFECT: Duration = Duration::from_secs(10);
 
 /// Waits until every thread of `pid` is stopped (state `T`), or the process is dead: after
 /// `kill(SIGSTOP)` returns, the target may still run (and answer) for a moment.
+/// SIGSTOP of a test's server by pid, once it is really stopped.
+pub fn freeze_pid(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .expect("SIGSTOP the server");
+    wait_stopped(pid);
+}
+
+/// SIGCONT of a server frozen by [`freeze_pid`], once it runs again.
+pub fn thaw_pid(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .expect("SIGCONT the server");
+    wait_continued(pid);
+}
+
+/// SIGKILL of a test's server (thawed first, should it be frozen), and wait for it.
+pub fn kill_child(child: &mut Option<std::process::Child>) {
+    if let Some(mut c) = child.take() {
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 pub fn wait_stopped(pid: u32) {
     wait_until(
         SIGNAL_TAKES_EFFECT,

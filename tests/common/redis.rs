@@ -2,7 +2,7 @@
 //! in a temp dir, a free loopback port, `--save '' --appendonly yes`, a password in a
 //! mode-0600 file. Stopped by pid when dropped.
 
-use super::{dump_logs, free_port, register_log, wait_continued, wait_stopped};
+use super::{dump_logs, free_port, freeze_pid, kill_child, register_log, thaw_pid};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs;
@@ -160,26 +160,18 @@ impl RedisServer {
         }
     }
 
-    /// SIGSTOP of redis-server: it keeps its socket and answers nothing.
+    /// SIGSTOP of redis-server: it keeps its sockets and answers nothing.
     pub fn freeze(&mut self) {
-        let pid = self.pid().expect("a running server");
-        kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).expect("SIGSTOP redis-server");
-        wait_stopped(pid);
+        freeze_pid(self.pid().expect("a running server"));
     }
 
     pub fn thaw(&mut self) {
-        let pid = self.pid().expect("a running server");
-        kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT redis-server");
-        wait_continued(pid);
+        thaw_pid(self.pid().expect("a running server"));
     }
 
     /// SIGKILL by pid, and wait.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_child(&mut self.child);
     }
 
     /// Stopped with SIGTERM (Redis writes its append-only file and exits) and started

@@ -184,8 +184,7 @@ pub fn config(text: &str) -> Config {
 /// election is long over. It must succeed then.
 pub fn quiet(faults: &[Fault], me: usize, st: Duration, needs: Duration) -> bool {
     let f = &faults[me];
-    let long_enough =
-        matches!(f.kind, FaultKind::Switchover { timeout, .. } if timeout >= needs);
+    let long_enough = matches!(f.kind, FaultKind::Switchover { timeout, .. } if timeout >= needs);
     long_enough
         && f.at > ms(500) + st * 2
         && faults

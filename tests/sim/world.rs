@@ -364,7 +364,11 @@ impl World {
                 let left: Vec<String> = w
                     .services
                     .iter()
-                    .filter(|s| s.owner == who && s.stuck_until.is_none_or(|t| t <= now))
+                    // A service that left uninterruptible sleep gets the same slack to
+                    // die of the SIGKILL pending since.
+                    .filter(|s| {
+                        s.owner == who && s.stuck_until.is_none_or(|t| t + LEASE_SLACK <= now)
+                    })
                     .map(|s| s.describe())
                     .collect();
                 if !frozen && !left.is_empty() {
