@@ -41,9 +41,14 @@ fn template() -> &'static Path {
                 .tempdir()
                 .expect("a temp dir");
             let data = dir.path().join("data");
+            // Its own tmpdir: installs running side by side (one per test process) clash
+            // over temporary table files in a shared /tmp.
+            let tmp = dir.path().join("tmp");
+            fs::create_dir_all(&tmp).expect("a tmpdir");
             let out = Command::new("mariadb-install-db")
                 .arg("--no-defaults")
                 .arg(format!("--datadir={}", data.display()))
+                .arg(format!("--tmpdir={}", tmp.display()))
                 .args(as_root())
                 .arg("--auth-root-authentication-method=socket")
                 .arg("--skip-test-db")
@@ -146,6 +151,7 @@ impl MariaDb {
             .args(as_root())
             .arg(format!("--datadir={}", self.data().display()))
             .arg(format!("--socket={}", self.socket().display()))
+            .arg(format!("--tmpdir={}", self.dir.path().display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!(
