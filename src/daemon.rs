@@ -133,6 +133,9 @@ pub struct Daemon<C: Connector, H: Host> {
     published_epoch_seen: Option<Epoch>,
     health: Health,
     eligibility: Option<CheckerHandle>,
+    /// Hooks mode: the service's own check, which also decides eligibility; started
+    /// afresh after each demotion.
+    hooks_probe: Option<H::Probe>,
     service_check: Option<CheckerHandle>,
     exit_code: Option<i32>,
 }
@@ -198,6 +201,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             })?,
         };
         let eligible_now = standby_probe.is_none();
+        let hooks_probe = (cfg.service.mode == ServiceMode::Hooks && !eligible_now)
+            .then(|| standby_probe.clone());
         let elector = Elector::new(
             ElectorConfig {
                 node_id: cfg.cluster.node_id.clone(),
@@ -251,6 +256,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 Health::Unknown
             },
             eligibility: None,
+            hooks_probe,
             service_check: None,
             exit_code: None,
         };
@@ -521,6 +527,28 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
         });
         handle
+    }
+
+    /// Hooks mode: health starts over after a demotion (a fresh checker, `unknown` until
+    /// `rise` checks pass), so that a node never reports more than its checks know.
+    fn recheck_after_demotion(&mut self) {
+        let Some(probe) = self.hooks_probe.clone() else {
+            return;
+        };
+        self.eligibility = None;
+        if self.health != Health::Unknown {
+            self.health = Health::Unknown;
+            // Within an action: the drain under way carries out what follows.
+            let now = self.host.now();
+            self.elector.handle(
+                Event::EligibilityChanged {
+                    eligible: false,
+                    detail: "checking the service again after its demotion".into(),
+                },
+                now,
+            );
+        }
+        self.eligibility = Some(self.checker(probe, Duration::ZERO, Input::Eligibility));
     }
 
     /// Carries out every pending action.
@@ -886,6 +914,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         let hooks = hooks.clone();
                         let epoch = self.epoch;
                         info!(?cause, "running the demote hook");
+                        // The service changes role: what its checks said before no longer holds, so
+                        // the node is not "healthy" again until `rise` checks of the demoted service pass.
+                        self.recheck_after_demotion();
                         tokio::spawn(async move {
                             let (clean, detail) = match hooks.demote(epoch).await {
                                 Ok(()) => (true, "the demote hook succeeded".to_string()),
@@ -1078,7 +1109,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         self.role_since = now;
         let took_ms = took.as_millis() as u64;
         match to {
-            Role::Neutral | Role::Demoting if from == Role::Active => {
+            // A planned switchover is the operator's wish, not trouble.
+            Role::Neutral | Role::Demoting
+                if from == Role::Active && !reason.starts_with("a planned switchover") =>
+            {
                 warn!(%from, %to, epoch, %reason, took_ms, "transition")
             }
             _ if reason.starts_with("fencing failed") || reason.starts_with("refusing") => {

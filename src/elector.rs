@@ -692,6 +692,19 @@ impl Elector {
                 ),
             );
         }
+        if let Some(g) = granted.filter(|g| *g > self.cfg.session_timeout) {
+            self.notice(
+                true,
+                format!(
+                    "the coordination service granted a session timeout of {} instead of the \
+                     configured {} (its minSessionTimeout): a dead node is noticed only after \
+                     {0}; lower the ensemble's tickTime or minSessionTimeout, or raise \
+                     session_timeout to match",
+                    humantime::format_duration(g),
+                    humantime::format_duration(self.cfg.session_timeout)
+                ),
+            );
+        }
         self.control = self.bounded(control, now);
         self.phase = Phase::Idle;
         if self.stopping {
@@ -3459,13 +3472,19 @@ mod tests {
             matches!(a.as_slice(), [Action::StartService { lease_valid_until, .. }] if *lease_valid_until == sent + T / 6),
             "{a:?}"
         );
-        // A larger grant than configured changes nothing.
+        // A larger grant than configured changes no interval, but is said: a dead node
+        // is noticed later than configured.
         let mut h = H::new();
-        h.feed(Event::SessionStarted {
+        let all = h.feed_all(Event::SessionStarted {
             granted: Some(T * 2),
             control: ControlView::default(),
         });
         assert_eq!(h.e.session_timeout(), T);
+        assert!(
+            has(&all, |a| matches!(a, Action::Notice { warn: true, message }
+                if message.contains("minSessionTimeout"))),
+            "{all:?}"
+        );
     }
 
     #[test]

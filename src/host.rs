@@ -25,7 +25,7 @@ pub trait Host: Clone + Send + Sync + 'static {
     type Spawner: SpawnControl;
     type Hooks: HookControl;
     type Methods: warden_fencing::Methods;
-    type Probe: Prober;
+    type Probe: Prober + Clone;
 
     /// Now, on the clock leases are measured with (it must count a suspend).
     fn now(&self) -> Instant;

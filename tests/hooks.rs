@@ -218,3 +218,48 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
     let _ = w1.try_exit();
     drop(w2);
 }
+
+/// A demoted node's health starts over (issue 15): right after a planned switchover the
+/// old active does not claim "healthy" on the strength of checks of the service in its
+/// old role; it says `unknown` until `rise` checks of the demoted service pass.
+#[test]
+fn a_demoted_node_does_not_claim_health_its_checks_do_not_know() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "1s");
+        // Checks every 3s, two to rise: "healthy" takes one interval after a start.
+        let text = fs::read_to_string(&n.config).unwrap();
+        let text = text.replace(
+            "[health]\nkind = \"none\"\n",
+            "[health]\nkind = \"exec\"\ncommand = [\"/bin/true\"]\ninterval = \"3s\"\nrise = 2\nfall = 3\n",
+        );
+        fs::write(&n.config, text).unwrap();
+    }
+    let _w1 = n1.start();
+    let (active, _) = wait_for_active(&n1.config, secs(30));
+    assert_eq!(active, "n1");
+    let _w2 = n2.start();
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    wait_for_status(&n1.config, secs(30), "n1 is healthy", |s| {
+        member_health(s, "n1").as_deref() == Some("healthy")
+    });
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let s = status_json(&n1.config);
+    assert_eq!(active_id(&s).as_deref(), Some("n2"), "{s:#}");
+    assert_ne!(
+        member_health(&s, "n1").as_deref(),
+        Some("healthy"),
+        "n1 claims health no check of its demoted service has shown: {s:#}"
+    );
+    wait_for_status(&n1.config, secs(30), "n1 is healthy again", |s| {
+        member_health(s, "n1").as_deref() == Some("healthy")
+    });
+}

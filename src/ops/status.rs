@@ -169,7 +169,7 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
             "breadcrumb: UNREADABLE ({}); `warden fence --confirm --unreadable` once the old active is down\n",
             p(&e.to_string())
         )),
-        None => out.push_str("breadcrumb: none (the last active stepped down cleanly)\n"),
+        None => out.push_str("breadcrumb: none (no old active needs fencing before the next promotion)\n"),
     }
     if let Some(e) = super::fence::last_confirmation(snap) {
         out.push_str(&format!(

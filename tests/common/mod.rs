@@ -1506,6 +1506,11 @@ pub fn member_role(status: &Value, node: &str) -> Option<String> {
     member(status, node).and_then(|m| m["role"].as_str().map(str::to_string))
 }
 
+/// The health `node` reports in a status.
+pub fn member_health(status: &Value, node: &str) -> Option<String> {
+    member(status, node).and_then(|m| m["health"].as_str().map(str::to_string))
+}
+
 /// The node ids of the members in a status, sorted.
 pub fn member_ids(status: &Value) -> Vec<String> {
     let mut ids: Vec<String> = status["members"]

@@ -271,6 +271,7 @@ impl HookControl for NoHooks {
 }
 
 /// The service's health check: unhealthy while the world says so.
+#[derive(Clone)]
 pub struct SimProbe {
     host: Option<SimHost>,
 }
