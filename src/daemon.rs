@@ -685,7 +685,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     // boot is ours and nobody was promoted since: demote it rather than
                     // kill it, then still end that earlier warden process.
                     let demoted = match &hooks {
-                        Some(h) => match h.demote(r.epoch).await {
+                        Some(h) => match h.demote(r.epoch, Vec::new()).await {
                             Ok(()) => true,
                             Err(e) => {
                                 warn!("the demote hook failed ({e}); fencing by signal");
@@ -917,8 +917,23 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         // The service changes role: what its checks said before no longer holds, so
                         // the node is not "healthy" again until `rise` checks of the demoted service pass.
                         self.recheck_after_demotion();
+                        // SPEC §6: a planned switchover to a named node tells the demote
+                        // hook where to hand over (its member record: host and port).
+                        let successor = self
+                            .elector
+                            .successor()
+                            .map(str::to_string)
+                            .zip(self.session.as_ref().map(|c| c.zk.clone()));
+                        let bound = crate::coord::op_timeout(
+                            self.elector.session_timeout(),
+                            self.cfg.connect_timeout(),
+                        );
                         tokio::spawn(async move {
-                            let (clean, detail) = match hooks.demote(epoch).await {
+                            let extra = match successor {
+                                Some((node, zk)) => successor_env(&zk, &node, bound).await,
+                                None => Vec::new(),
+                            };
+                            let (clean, detail) = match hooks.demote(epoch, extra).await {
                                 Ok(()) => (true, "the demote hook succeeded".to_string()),
                                 Err(e) => {
                                     // §6: after a forced demotion, a service whose role is
@@ -1245,6 +1260,35 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 }
 
+/// `WARDEN_SUCCESSOR_NODE/HOST/PORT` for a demote hook handing over to `node`, from its
+/// member record; the host and port are left out when the record cannot be read within
+/// `bound` (the hook then knows the node, and that it should look it up itself).
+async fn successor_env<S: Session>(zk: &S, node: &str, bound: Duration) -> Vec<(String, String)> {
+    let mut env = vec![("WARDEN_SUCCESSOR_NODE".to_string(), node.to_string())];
+    match tokio::time::timeout(bound, zk.member(node)).await {
+        Ok(Ok(Some((_, Ok(m))))) => {
+            if !m.node.host.is_empty() {
+                env.push(("WARDEN_SUCCESSOR_HOST".to_string(), m.node.host.clone()));
+            }
+            if let Some(port) = m.node.port {
+                env.push(("WARDEN_SUCCESSOR_PORT".to_string(), port.to_string()));
+            }
+        }
+        other => warn!(
+            "the demote hook gets WARDEN_SUCCESSOR_NODE={node} without its host and port: \
+             its member record could not be read ({})",
+            match other {
+                Err(_) => "no answer".to_string(),
+                Ok(Err(e)) => e.to_string(),
+                Ok(Ok(None)) => "it is not registered".to_string(),
+                Ok(Ok(Some((_, Err(e))))) => e.to_string(),
+                Ok(Ok(Some((_, Ok(_))))) => unreachable!("matched above"),
+            }
+        ),
+    }
+    env
+}
+
 /// Connects, registers `me` (SPEC §4.9) and starts the session's events; returns once
 /// the first `control` has arrived.
 async fn open<C: Connector>(
@@ -1344,7 +1388,7 @@ async fn fence_own_service<H: Host>(
     let spawner = match control {
         ServiceControl::Spawn(spawner) => spawner,
         ServiceControl::Hooks(h) => {
-            return match h.demote(None).await {
+            return match h.demote(None, Vec::new()).await {
                 Ok(()) => (
                     true,
                     "demoted this node's own service with the demote hook".into(),

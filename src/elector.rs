@@ -518,6 +518,20 @@ impl Elector {
     }
 
     /// The epoch of the lock we hold, if any.
+    /// The node a planned switchover hands over to while this node cedes to it (SPEC §6
+    /// `WARDEN_SUCCESSOR_*`): `failover --to`'s target; `None` otherwise.
+    pub fn successor(&self) -> Option<&str> {
+        match self.phase {
+            Phase::Holding {
+                step: Step::Leaving {
+                    why: Leave::Cede, ..
+                },
+                ..
+            } => self.control.failover.as_ref()?.to.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
     pub fn epoch_seen(&self) -> Option<Epoch> {
         self.epoch_seen

@@ -98,7 +98,12 @@ pub trait RunningService: Send + 'static {
 /// Hooks mode: the service always runs; hooks change its role.
 pub trait HookControl: Clone + Send + Sync + 'static {
     fn promote(&self, epoch: Epoch) -> impl Future<Output = Result<(), String>> + Send;
-    fn demote(&self, epoch: Option<Epoch>) -> impl Future<Output = Result<(), String>> + Send;
+    /// `extra`: more variables for the hook (`WARDEN_SUCCESSOR_*`).
+    fn demote(
+        &self,
+        epoch: Option<Epoch>,
+        extra: Vec<(String, String)>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
     /// The check at start; an error is logged (the promotion will refuse).
     fn check_pidfile(&self) -> Result<(), String>;
     /// At promotion: pins the pidfile's process (SPEC §4.3c).
@@ -234,8 +239,14 @@ impl HookControl for Hooks {
         Hooks::promote(self, epoch).await.map_err(|e| e.to_string())
     }
 
-    async fn demote(&self, epoch: Option<Epoch>) -> Result<(), String> {
-        Hooks::demote(self, epoch).await.map_err(|e| e.to_string())
+    async fn demote(
+        &self,
+        epoch: Option<Epoch>,
+        extra: Vec<(String, String)>,
+    ) -> Result<(), String> {
+        Hooks::demote(self, epoch, &extra)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn check_pidfile(&self) -> Result<(), String> {

@@ -1657,12 +1657,22 @@ impl Hooks {
     }
 
     fn env(&self, epoch: Option<u64>, role: &str) -> Vec<(String, String)> {
+        self.env_with(epoch, role, &[])
+    }
+
+    fn env_with(
+        &self,
+        epoch: Option<u64>,
+        role: &str,
+        extra: &[(String, String)],
+    ) -> Vec<(String, String)> {
         let mut env = service_env(&self.cluster, &self.node_id, epoch.unwrap_or(0));
         if epoch.is_none() {
             // No epoch to hand over (demoting leftovers of an earlier warden process).
             env.retain(|(k, _)| k != "WARDEN_EPOCH");
         }
         env.push(("WARDEN_ROLE".to_string(), role.to_string()));
+        env.extend(extra.iter().cloned());
         env
     }
 
@@ -1676,9 +1686,19 @@ impl Hooks {
         .await
     }
 
-    /// Runs the `demote` hook.
-    pub async fn demote(&self, epoch: Option<u64>) -> Result<(), HookError> {
-        run_command(&self.demote, &self.env(epoch, "standby"), self.timeout).await
+    /// Runs the `demote` hook, with `extra` variables (`WARDEN_SUCCESSOR_*` in a planned
+    /// switchover).
+    pub async fn demote(
+        &self,
+        epoch: Option<u64>,
+        extra: &[(String, String)],
+    ) -> Result<(), HookError> {
+        run_command(
+            &self.demote,
+            &self.env_with(epoch, "standby", extra),
+            self.timeout,
+        )
+        .await
     }
 
     /// The check at start: the process `service.pidfile` names now, `Ok(None)` without a

@@ -263,3 +263,69 @@ fn a_demoted_node_does_not_claim_health_its_checks_do_not_know() {
         member_health(s, "n1").as_deref() == Some("healthy")
     });
 }
+
+/// SPEC §6: a demote in a planned switchover to a named node is told the successor
+/// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`, from its member record); a demote without one
+/// (SIGTERM, `failover` without `--to`) is not.
+#[test]
+fn a_planned_switchover_tells_the_demote_hook_its_successor() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let env = cluster.dir().join("demote-env");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
+             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
+            env.display()
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for (n, port) in [(&n1, 7001), (&n2, 7002)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        let text = fs::read_to_string(&n.config).unwrap();
+        let text = text.replacen(
+            "host = \"127.0.0.1\"\n",
+            &format!("host = \"127.0.0.1\"\nport = {port}\n"),
+            1,
+        );
+        fs::write(&n.config, text).unwrap();
+    }
+    let mut w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let _w2 = n2.start();
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let lines = |p: &Path| -> Vec<String> {
+        fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(lines(&env), ["n1 n2 127.0.0.1 7002"]);
+    wait_for_status(&n1.config, secs(30), "n1 is a standby", |s| {
+        member_role(s, "n1").as_deref() == Some("standby")
+    });
+    // Back to n1, then SIGTERM of n1: no successor is known to that demote.
+    let out = cli(&n1.config, &["failover", "--to", "n1", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    w1.sigterm();
+    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
+    assert_eq!(
+        lines(&env),
+        [
+            "n1 n2 127.0.0.1 7002",
+            "n2 n1 127.0.0.1 7001",
+            "n1 unset unset unset"
+        ]
+    );
+}

@@ -253,7 +253,11 @@ impl HookControl for NoHooks {
     async fn promote(&self, _epoch: Epoch) -> Result<(), String> {
         Err("hooks mode is not simulated".into())
     }
-    async fn demote(&self, _epoch: Option<Epoch>) -> Result<(), String> {
+    async fn demote(
+        &self,
+        _epoch: Option<Epoch>,
+        _extra: Vec<(String, String)>,
+    ) -> Result<(), String> {
         Err("hooks mode is not simulated".into())
     }
     fn check_pidfile(&self) -> Result<(), String> {
