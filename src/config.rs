@@ -2643,13 +2643,7 @@ impl Config {
                 ("service.demote", !s.demote.is_empty()),
                 ("service.pidfile", s.pidfile.is_some()),
             ],
-            ServiceMode::Hooks => &[
-                ("service.command", !s.command.is_empty()),
-                (
-                    "health.standby_command",
-                    !self.health.standby_command.is_empty(),
-                ),
-            ],
+            ServiceMode::Hooks => &[("service.command", !s.command.is_empty())],
         };
         let (mode, other) = match s.mode {
             ServiceMode::Spawn => ("spawn", "hooks"),

@@ -73,6 +73,9 @@ enum Input<S, R> {
     Exited(ServiceIdentity, String),
     /// The standby eligibility check changed.
     Eligibility(HealthChange),
+    /// Hooks mode: `health.standby_command` changed (SPEC §6: the place for a replication
+    /// lag check; a node is eligible only while it and the service's check pass).
+    StandbyCheck(HealthChange),
     /// The service health check changed.
     ServiceHealth(HealthChange),
     Fatal(Fatal),
@@ -136,6 +139,11 @@ pub struct Daemon<C: Connector, H: Host> {
     /// Hooks mode: the service's own check, which also decides eligibility; started
     /// afresh after each demotion.
     hooks_probe: Option<H::Probe>,
+    /// Hooks mode with `health.standby_command`: its checker, and whether it passes.
+    standby_check: Option<CheckerHandle>,
+    standby_ok: bool,
+    /// Hooks mode: whether the service's own check says healthy.
+    service_ok: bool,
     service_check: Option<CheckerHandle>,
     exit_code: Option<i32>,
 }
@@ -257,11 +265,20 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             },
             eligibility: None,
             hooks_probe,
+            standby_check: None,
+            standby_ok: true,
+            service_ok: eligible_now,
             service_check: None,
             exit_code: None,
         };
         if !eligible_now {
             d.eligibility = Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility));
+        }
+        if d.cfg.service.mode == ServiceMode::Hooks && !d.cfg.health.standby_command.is_empty() {
+            let probe = d.host.standby_probe(&d.cfg.health);
+            d.standby_ok = false;
+            d.health = Health::Unknown;
+            d.standby_check = Some(d.checker(probe, Duration::ZERO, Input::StandbyCheck));
         }
         Ok(d)
     }
@@ -462,18 +479,32 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
             Input::Eligibility(c) => {
                 let hooks = matches!(self.control_svc, ServiceControl::Hooks(_));
-                if self.service.is_none() || hooks {
-                    self.health = c.health;
-                }
                 if hooks {
+                    self.service_ok = c.health == Health::Healthy;
+                    self.health = self.hooks_health(c.health);
                     self.feed(Event::ServiceHealthChanged {
                         healthy: c.health != Health::Unhealthy,
                         detail: c.detail.clone(),
                     });
+                } else if self.service.is_none() {
+                    self.health = c.health;
                 }
                 self.feed(Event::EligibilityChanged {
-                    eligible: c.health == Health::Healthy,
+                    eligible: c.health == Health::Healthy && (!hooks || self.standby_ok),
                     detail: c.detail,
+                });
+            }
+            Input::StandbyCheck(c) => {
+                self.standby_ok = c.health == Health::Healthy;
+                let service = if self.service_ok {
+                    Health::Healthy
+                } else {
+                    Health::Unknown
+                };
+                self.health = self.hooks_health(service);
+                self.feed(Event::EligibilityChanged {
+                    eligible: self.service_ok && self.standby_ok,
+                    detail: format!("standby_command: {}", c.detail),
                 });
             }
             Input::ServiceHealth(c) => {
@@ -529,6 +560,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         handle
     }
 
+    /// Hooks mode: the health a node reports, from its service's check and, where set,
+    /// `standby_command`: healthy only when both pass.
+    fn hooks_health(&self, service: Health) -> Health {
+        match (service, self.standby_check.is_some(), self.standby_ok) {
+            (Health::Healthy, true, false) => Health::Unhealthy,
+            (h, _, _) => h,
+        }
+    }
+
     /// Hooks mode: health starts over after a demotion (a fresh checker, `unknown` until
     /// `rise` checks pass), so that a node never reports more than its checks know.
     fn recheck_after_demotion(&mut self) {
@@ -536,6 +576,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             return;
         };
         self.eligibility = None;
+        self.service_ok = false;
         if self.health != Health::Unknown {
             self.health = Health::Unknown;
             // Within an action: the drain under way carries out what follows.

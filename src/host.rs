@@ -43,7 +43,8 @@ pub trait Host: Clone + Send + Sync + 'static {
     fn fence_methods(&self) -> Self::Methods;
     /// The check of the service itself (`health.kind`).
     fn service_probe(&self, cfg: &HealthConfig) -> Result<Self::Probe, HealthError>;
-    /// Spawn mode's standby eligibility (`health.standby_command`).
+    /// A standby's eligibility (`health.standby_command`); in hooks mode together with the
+    /// service's own check.
     fn standby_probe(&self, cfg: &HealthConfig) -> Self::Probe;
 }
 

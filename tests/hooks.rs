@@ -329,3 +329,66 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
         ]
     );
 }
+
+/// SPEC §6: `standby_command` applies in hooks mode too (a replication-lag check): a node
+/// whose standby_command fails is ineligible and never takes the lock; once it passes, the
+/// node is eligible and, alone, becomes active.
+#[test]
+fn standby_command_decides_eligibility_in_hooks_mode() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let caught_up = cluster.dir().join("caught-up");
+    let checks = cluster.dir().join("checks");
+    let check = cluster.script(
+        "lag-check.sh",
+        &format!(
+            "echo x >> '{}'\ntest -e '{}' || {{ echo 'replica is 12 MB behind' >&2; exit 1; }}",
+            checks.display(),
+            caught_up.display()
+        ),
+    );
+    let checks_run = || {
+        fs::read_to_string(&checks)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let n1 = cluster.node("n1");
+    hooks_mode(&n1, &promote, &demote, "1s");
+    let text = fs::read_to_string(&n1.config).unwrap().replace(
+        "[health]\nkind = \"none\"\n",
+        &format!(
+            "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\nrise = 1\nfall = 1\n",
+            toml_str(&check.display().to_string())
+        ),
+    );
+    fs::write(&n1.config, text).unwrap();
+    let check_config = cli(&n1.config, &["check-config"]);
+    assert!(
+        !String::from_utf8_lossy(&check_config.stderr).contains("is ignored"),
+        "{}",
+        describe(&check_config)
+    );
+    let _w = n1.start();
+    wait_for_status(&n1.config, secs(30), "n1 is ineligible", |s| {
+        member_role(s, "n1").as_deref() == Some("ineligible")
+            && member_health(s, "n1").as_deref() != Some("healthy")
+    });
+    // Three more checks fail: still nobody active, the promote hook never ran.
+    let seen = checks_run();
+    wait_until(secs(30), "three more lag checks ran", || {
+        checks_run() >= seen + 3
+    });
+    let s = status_json(&n1.config);
+    assert_eq!(active_id(&s), None, "{s:#}");
+    assert!(
+        !record.exists(),
+        "promoted while its standby_command failed"
+    );
+    fs::write(&caught_up, "").unwrap();
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+}
