@@ -457,6 +457,7 @@ mod tests {
                 health,
                 session_timeout: None,
                 containment: None,
+                follow: None,
             },
             serving,
         )

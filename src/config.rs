@@ -216,6 +216,10 @@ pub struct ServiceConfig {
     pub promote: Vec<String>,
     #[serde(default)]
     pub demote: Vec<String>,
+    /// hooks, optional: run on each standby when a new active is promoted, and at start
+    /// when one exists (SPEC §6): the place to repoint a replica.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub follow: Vec<String>,
     #[serde(default = "default_hook_timeout", with = "humantime_serde")]
     pub hook_timeout: Duration,
     /// hooks: the service's pid, so that fencing and forced demotion kill the right process.
@@ -1204,6 +1208,7 @@ const SERVICE: &[Field] = &[
     opt("stop_timeout", Kind::Duration),
     opt("promote", Kind::StrList),
     opt("demote", Kind::StrList),
+    opt("follow", Kind::StrList),
     opt("hook_timeout", Kind::Duration),
     opt("pidfile", Kind::Str),
 ];
@@ -1912,6 +1917,9 @@ impl Source<'_> {
                     }
                     self.check_command(hook, &p(key))?;
                 }
+                if !s.follow.is_empty() {
+                    self.check_command(&s.follow, &p("follow"))?;
+                }
                 if let Some(file) = &s.pidfile {
                     if file.as_os_str().is_empty() {
                         return Err(self.invalid(&p("pidfile"), "must name a file: it is empty"));
@@ -2370,6 +2378,7 @@ fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigError> {
         ServiceMode::Hooks => {
             programs.push((service.key("promote"), &c.service.promote));
             programs.push((service.key("demote"), &c.service.demote));
+            programs.push((service.key("follow"), &c.service.follow));
         }
     }
     if c.health.kind == HealthKind::Exec {
@@ -2641,6 +2650,7 @@ impl Config {
             ServiceMode::Spawn => &[
                 ("service.promote", !s.promote.is_empty()),
                 ("service.demote", !s.demote.is_empty()),
+                ("service.follow", !s.follow.is_empty()),
                 ("service.pidfile", s.pidfile.is_some()),
             ],
             ServiceMode::Hooks => &[("service.command", !s.command.is_empty())],

@@ -134,6 +134,8 @@ pub struct Daemon<C: Connector, H: Host> {
     role_since: Instant,
     /// The `epoch_seen` in the member record last published.
     published_epoch_seen: Option<Epoch>,
+    /// The `follow` state in the member record last published.
+    published_follow: Option<String>,
     health: Health,
     eligibility: Option<CheckerHandle>,
     /// Hooks mode: the service's own check, which also decides eligibility; started
@@ -219,6 +221,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 rejoin_delay: cfg.election.rejoin_delay,
                 demote_grace: cfg.demote_grace(),
                 host: record::HostIdentity::of(&me),
+                follow: cfg.service.mode == ServiceMode::Hooks && !cfg.service.follow.is_empty(),
             },
             eligible_now,
         );
@@ -229,6 +232,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 health: Health::Unknown,
                 session_timeout: None,
                 containment: None,
+                follow: None,
             },
             false,
         ));
@@ -258,6 +262,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             epoch: None,
             role_since,
             published_epoch_seen: None,
+            published_follow: None,
             health: if eligible_now {
                 Health::Healthy
             } else {
@@ -428,6 +433,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                                 Input::Session(gen, control_event(&control, &host))
                             }
                             StoreEvent::HolderGone { join } => Input::LockDeleted(gen, join),
+                            StoreEvent::Active(record) => {
+                                Input::Session(gen, Event::ActiveChanged { record })
+                            }
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
                         };
                         if tx.send(input).is_err() {
@@ -600,8 +608,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         // What this node has seen must reach the store before a wipe can forget it
         // (SPEC §3a); registration carries it into every new session.
         let seen = self.elector.epoch_seen();
-        if seen != self.published_epoch_seen {
+        let follow = self.elector.follow_state();
+        if seen != self.published_epoch_seen || follow != self.published_follow {
             self.published_epoch_seen = seen;
+            self.published_follow = follow;
             self.publish_member();
         }
         let serving = match self.control_svc {
@@ -668,6 +678,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 humantime::format_duration(round_ms(self.elector.session_timeout())).to_string(),
             ),
             containment: self.containment(),
+            follow: self.elector.follow_state(),
         }
     }
 
@@ -946,6 +957,26 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         Event::Renewed { ticket, outcome }
                     },
                 );
+            }
+            Action::Follow { ticket, active } => {
+                let ServiceControl::Hooks(hooks) = &self.control_svc else {
+                    return;
+                };
+                let hooks = hooks.clone();
+                let tx = self.tx.clone();
+                let env = active_env(&active);
+                info!(
+                    active = %active.node_id,
+                    epoch = active.epoch,
+                    "running the follow hook"
+                );
+                tokio::spawn(async move {
+                    let (ok, detail) = match hooks.follow(active.epoch, env).await {
+                        Ok(()) => (true, format!("following {}", active.node_id)),
+                        Err(e) => (false, e),
+                    };
+                    let _ = tx.send(Input::Elector(Event::Followed { ticket, ok, detail }));
+                });
             }
             Action::StopService { ticket, cause } => {
                 let tx = self.tx.clone();
@@ -1289,6 +1320,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             health: self.health,
             session_timeout: None,
             containment: self.containment(),
+            follow: None,
         }
     }
 
@@ -1299,6 +1331,19 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             ServiceControl::Hooks(_) => None,
         }
     }
+}
+
+/// `WARDEN_ACTIVE_NODE/HOST/PORT` for a hook that follows `active` (SPEC §6); host and
+/// port only when its record names them.
+fn active_env(active: &NodeRecord) -> Vec<(String, String)> {
+    let mut env = vec![("WARDEN_ACTIVE_NODE".to_string(), active.node_id.clone())];
+    if !active.host.is_empty() {
+        env.push(("WARDEN_ACTIVE_HOST".to_string(), active.host.clone()));
+    }
+    if let Some(port) = active.port {
+        env.push(("WARDEN_ACTIVE_PORT".to_string(), port.to_string()));
+    }
+    env
 }
 
 /// `WARDEN_SUCCESSOR_NODE/HOST/PORT` for a demote hook handing over to `node`, from its

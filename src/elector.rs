@@ -56,6 +56,8 @@ pub struct ElectorConfig {
     /// This warden's machine, boot and pid namespace: a breadcrumb of this node from
     /// anywhere else is another machine's, fenced by the whole chain (SPEC §5).
     pub host: HostIdentity,
+    /// Hooks mode with a `follow` hook (SPEC §6): standbys follow each new active.
+    pub follow: bool,
 }
 
 impl ElectorConfig {
@@ -194,6 +196,16 @@ pub enum Event {
     Released {
         ticket: Ticket,
     },
+    /// Another node committed its promotion (SPEC §6 `follow`): its record, with the epoch.
+    ActiveChanged {
+        record: NodeRecord,
+    },
+    /// The `follow` hook for `ticket` ended.
+    Followed {
+        ticket: Ticket,
+        ok: bool,
+        detail: String,
+    },
     /// Standby eligibility (spawn: `standby_command`; hooks: the service's health).
     EligibilityChanged {
         eligible: bool,
@@ -280,6 +292,8 @@ pub enum Action {
         epoch: Option<Epoch>,
         reason: String,
     },
+    /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
+    Follow { ticket: Ticket, active: NodeRecord },
     /// Something an operator should read that is not a transition.
     Notice { warn: bool, message: String },
     /// Shut down with this exit code.
@@ -450,6 +464,13 @@ pub struct Elector {
     /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
     /// a new lock's epoch must be above it.
     epoch_seen: Option<Epoch>,
+    /// SPEC §6 `follow`: the newest active of another node, the epoch followed last, the
+    /// follow in flight, why the last one failed and when to try again.
+    active: Option<NodeRecord>,
+    followed: Option<Epoch>,
+    following: Option<Ticket>,
+    follow_failed: Option<String>,
+    follow_retry_at: Option<Instant>,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -484,6 +505,11 @@ impl Elector {
             record_retry_at: None,
             names_earlier_start: false,
             epoch_seen: None,
+            active: None,
+            followed: None,
+            following: None,
+            follow_failed: None,
+            follow_retry_at: None,
             forgetting: None,
             stopping: false,
             reason: String::new(),
@@ -532,6 +558,22 @@ impl Elector {
         }
     }
 
+    /// SPEC §6: whether this standby follows the current active, for `status`: `None`
+    /// without a `follow` hook or an active to follow.
+    pub fn follow_state(&self) -> Option<String> {
+        if !self.cfg.follow || matches!(self.phase, Phase::Holding { .. }) {
+            return None;
+        }
+        let active = self.active.as_ref()?;
+        Some(match (&self.follow_failed, self.followed) {
+            (Some(why), _) => format!("failed: {why}"),
+            (None, Some(e)) if Some(e) == active.epoch => {
+                format!("current ({} epoch {e})", active.node_id)
+            }
+            _ => format!("pending ({})", active.node_id),
+        })
+    }
+
     /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
     pub fn epoch_seen(&self) -> Option<Epoch> {
         self.epoch_seen
@@ -564,6 +606,7 @@ impl Elector {
         };
         consider(self.retry_at);
         consider(self.record_retry_at);
+        consider(self.follow_retry_at);
         if matches!(self.phase, Phase::Idle) {
             consider(self.out_until);
         }
@@ -625,6 +668,8 @@ impl Elector {
             } => self.on_service_stopped(ticket, clean, detail, now),
             Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
             Event::Released { ticket } => self.on_released(ticket, now),
+            Event::ActiveChanged { record } => self.on_active_changed(record, now),
+            Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = detail;
@@ -661,6 +706,10 @@ impl Elector {
                 }
                 _ => {}
             }
+        }
+        if self.follow_retry_at.is_some_and(|t| now >= t) {
+            self.follow_retry_at = None;
+            self.follow_now();
         }
         if self.record_retry_at.is_some_and(|t| now >= t) {
             self.record_retry_at = None;
@@ -1469,6 +1518,7 @@ impl Elector {
     /// Whether this node may enter the election now (§4.1, §4.8, §8).
     fn may_join(&self, now: Instant) -> bool {
         self.eligible
+            && self.follow_failed.is_none()
             && !self.control.paused
             && self.out_until.is_none_or(|t| now >= t)
             && self.switchover_excludes_us(now).is_none()
@@ -1850,6 +1900,68 @@ impl Elector {
         record.node_id == self.cfg.node_id && record.incarnation == self.cfg.incarnation
     }
 
+    /// SPEC §6: another node committed its promotion. A standby with a `follow` hook
+    /// points its service at it (once per epoch; a newer active replaces one not yet
+    /// followed).
+    fn on_active_changed(&mut self, record: NodeRecord, now: Instant) {
+        self.epoch_seen = self.epoch_seen.max(record.epoch);
+        if !self.cfg.follow || self.is_ours(&record) || record.epoch.is_none() {
+            return;
+        }
+        if record.epoch <= self.active.as_ref().and_then(|a| a.epoch) {
+            return;
+        }
+        self.active = Some(record);
+        let _ = now;
+        self.follow_now();
+    }
+
+    /// Runs `follow` for the newest active, unless one runs, this node holds the lock, or
+    /// it follows that epoch already.
+    fn follow_now(&mut self) {
+        let Some(active) = self.active.clone() else {
+            return;
+        };
+        if self.following.is_some()
+            || matches!(self.phase, Phase::Holding { .. } | Phase::Exited)
+            || self.svc != Svc::Down
+            || (self.followed == active.epoch && self.follow_failed.is_none())
+        {
+            return;
+        }
+        let ticket = self.ticket();
+        self.following = Some(ticket);
+        self.follow_retry_at = None;
+        self.actions.push_back(Action::Follow { ticket, active });
+    }
+
+    fn on_followed(&mut self, ticket: Ticket, ok: bool, detail: String, now: Instant) {
+        if self.following != Some(ticket) {
+            return;
+        }
+        self.following = None;
+        let epoch = self.active.as_ref().and_then(|a| a.epoch);
+        if ok {
+            self.followed = epoch;
+            if self.follow_failed.take().is_some() {
+                self.notice(false, format!("the follow hook succeeded: {detail}"));
+                self.reason = "following the active again".into();
+            }
+            // A newer active may have come meanwhile; else this node may join again.
+            self.follow_now();
+            self.try_join(now);
+        } else {
+            // SPEC §6: ineligible until a follow succeeds, retried every rejoin_delay.
+            let why = format!("the follow hook failed: {detail}");
+            if self.follow_failed.as_deref() != Some(why.as_str()) {
+                self.notice(true, why.clone());
+            }
+            self.reason = why.clone();
+            self.follow_failed = Some(why);
+            self.follow_retry_at = Some(now + self.cfg.rejoin_delay);
+        }
+    }
+
     fn notice(&mut self, warn: bool, message: String) {
         self.actions.push_back(Action::Notice { warn, message });
     }
@@ -1970,6 +2082,7 @@ mod tests {
                 machine_id: "3a000000000000000000000000000001".into(),
                 pid_ns: Some(4026531836),
             },
+            follow: false,
         }
     }
 
@@ -2548,6 +2661,122 @@ mod tests {
             "{all:?}"
         );
         assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+    }
+
+    /// A standby with a `follow` hook, registered and standing by behind n2.
+    fn following_standby() -> H {
+        let mut e = Elector::new(
+            ElectorConfig {
+                follow: true,
+                ..cfg()
+            },
+            true,
+        );
+        assert_eq!(e.poll_action(), Some(Action::Connect));
+        let mut h = H {
+            e,
+            now: Instant::now(),
+        };
+        let j = h.session();
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists { epoch: None },
+        });
+        h
+    }
+
+    fn active_record(node: &str, epoch: Epoch) -> NodeRecord {
+        NodeRecord {
+            node_id: node.into(),
+            host: "10.0.0.2".into(),
+            port: Some(6379),
+            incarnation: format!("inc-{node}"),
+            epoch: Some(epoch),
+            ..NodeRecord::default()
+        }
+    }
+
+    #[test]
+    fn rule_6_follow_runs_once_per_new_active_and_a_failure_makes_the_node_ineligible() {
+        let mut h = following_standby();
+        let a = h.feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        });
+        let t = match a.as_slice() {
+            [Action::Follow { ticket, active }] if active.node_id == "n2" => *ticket,
+            other => panic!("{other:?}"),
+        };
+        // The same epoch again: nothing more.
+        assert!(h
+            .feed(Event::ActiveChanged {
+                record: active_record("n2", 7),
+            })
+            .is_empty());
+        let all = h.feed_all(Event::Followed {
+            ticket: t,
+            ok: false,
+            detail: "REPLICAOF refused".into(),
+        });
+        assert!(
+            has(&all, |a| matches!(
+                a,
+                Action::Transition {
+                    to: Role::Ineligible,
+                    ..
+                }
+            )),
+            "{all:?}"
+        );
+        assert!(h.e.follow_state().unwrap().starts_with("failed:"));
+        // Retried after rejoin_delay, not before; a success makes it a standby again.
+        h.now += Duration::from_millis(999);
+        h.e.handle_timeout(h.now);
+        assert!(h.drain().is_empty());
+        h.now += Duration::from_millis(1);
+        h.e.handle_timeout(h.now);
+        let a = h.drain();
+        let t = match a.as_slice() {
+            [Action::Follow { ticket, .. }] => *ticket,
+            other => panic!("{other:?}"),
+        };
+        let all = h.feed_all(Event::Followed {
+            ticket: t,
+            ok: true,
+            detail: "following n2".into(),
+        });
+        assert!(
+            has(&all, |a| matches!(
+                a,
+                Action::Transition {
+                    to: Role::Standby,
+                    ..
+                }
+            )),
+            "{all:?}"
+        );
+        assert_eq!(h.e.follow_state().as_deref(), Some("current (n2 epoch 7)"));
+        // A newer active is followed too.
+        let a = h.feed(Event::ActiveChanged {
+            record: active_record("n3", 9),
+        });
+        assert!(matches!(a.as_slice(), [Action::Follow { active, .. }] if active.node_id == "n3"));
+    }
+
+    #[test]
+    fn rule_6_without_a_follow_hook_nothing_follows() {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists { epoch: None },
+        });
+        assert!(h
+            .feed(Event::ActiveChanged {
+                record: active_record("n2", 7),
+            })
+            .is_empty());
+        assert_eq!(h.e.follow_state(), None);
+        assert_eq!(h.e.epoch_seen(), Some(7));
     }
 
     #[test]

@@ -156,7 +156,10 @@ impl Probe {
             Probe::None => Ok("no check configured".to_string()),
             Probe::Exec { command } => match run_command(command, &[], timeout).await {
                 Ok(()) => Ok("exit status 0".to_string()),
-                Err(HookError::Failed { exit, .. }) => Err(exit.to_string()),
+                Err(HookError::Failed { exit, said, .. }) => Err(match said {
+                    Some(said) => format!("{exit}: {said}"),
+                    None => exit.to_string(),
+                }),
                 Err(HookError::TimedOut { .. }) => Err(timed_out(timeout)),
                 Err(e) => Err(e.to_string()),
             },

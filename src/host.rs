@@ -105,6 +105,12 @@ pub trait HookControl: Clone + Send + Sync + 'static {
         epoch: Option<Epoch>,
         extra: Vec<(String, String)>,
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// The `follow` hook (SPEC §6), with `WARDEN_ACTIVE_*` in `extra`.
+    fn follow(
+        &self,
+        epoch: Option<Epoch>,
+        extra: Vec<(String, String)>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
     /// The check at start; an error is logged (the promotion will refuse).
     fn check_pidfile(&self) -> Result<(), String>;
     /// At promotion: pins the pidfile's process (SPEC §4.3c).
@@ -246,6 +252,16 @@ impl HookControl for Hooks {
         extra: Vec<(String, String)>,
     ) -> Result<(), String> {
         Hooks::demote(self, epoch, &extra)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn follow(
+        &self,
+        epoch: Option<Epoch>,
+        extra: Vec<(String, String)>,
+    ) -> Result<(), String> {
+        Hooks::follow(self, epoch, &extra)
             .await
             .map_err(|e| e.to_string())
     }

@@ -162,6 +162,7 @@ mod tests {
             health: Health::Healthy,
             session_timeout: None,
             containment: None,
+            follow: None,
         };
         assert_eq!(summary(&m), "active, epoch 7, healthy");
         let m = MemberRecord {
@@ -170,6 +171,7 @@ mod tests {
             health: Health::Unknown,
             session_timeout: None,
             containment: None,
+            follow: None,
         };
         assert_eq!(summary(&m), "ineligible, health unknown");
     }

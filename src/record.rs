@@ -325,6 +325,10 @@ pub struct MemberRecord {
     /// <why>"` (SPEC §6); absent in hooks mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containment: Option<String>,
+    /// Hooks mode with `follow` (SPEC §6): whether this standby follows the current active
+    /// (`current (...)`, `pending (...)`, `failed: ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<String>,
 }
 
 /// `control`: maintenance and planned switchover (SPEC §8).
@@ -599,6 +603,7 @@ mod tests {
             health: Health::Healthy,
             session_timeout: None,
             containment: None,
+            follow: None,
         };
         let v: serde_json::Value = serde_json::from_slice(&to_bytes(&m)).unwrap();
         assert_eq!(v["node_id"], "rm1");

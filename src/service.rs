@@ -150,8 +150,13 @@ pub enum HookError {
     Empty,
     #[error("cannot run {program}: {reason} (check the command in the config)")]
     Spawn { program: String, reason: String },
-    #[error("{program} failed: {exit}")]
-    Failed { program: String, exit: Exit },
+    #[error("{program} failed: {exit}{}", said.as_deref().map(|s| format!(" ({s})")).unwrap_or_default())]
+    Failed {
+        program: String,
+        exit: Exit,
+        /// The last line it wrote to stderr, if any: usually why.
+        said: Option<String>,
+    },
     #[error(
         "{program} did not finish within {}; killed its process group",
         humantime::format_duration(*timeout)
@@ -1184,13 +1189,13 @@ pub async fn run_command(
             Stream::Stdout,
         ));
     }
-    if let Some(err) = child.stderr.take() {
+    let said = child.stderr.take().map(|err| {
         tokio::spawn(forward_lines(
             err,
             Origin::Command(name.clone()),
             Stream::Stderr,
-        ));
-    }
+        ))
+    });
 
     let result = tokio::time::timeout(timeout, child.wait()).await;
     match result {
@@ -1204,9 +1209,20 @@ pub async fn run_command(
             if exit.success() {
                 Ok(())
             } else {
+                // Its last word on stderr, if the pipe closes soon (a helper it left
+                // running may hold it open: then without).
+                let said = match said {
+                    Some(h) => tokio::time::timeout(SAID_WAIT, h)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten(),
+                    None => None,
+                };
                 Err(HookError::Failed {
                     program: program.clone(),
                     exit,
+                    said,
                 })
             }
         }
@@ -1359,9 +1375,22 @@ enum Stream {
 }
 
 /// Logs every line of `reader` until EOF: stdout at info, stderr at warn.
-async fn forward_lines<R: AsyncRead + Unpin>(reader: R, origin: Origin, stream: Stream) {
+/// How long a failed command's stderr may take to close after it exited.
+const SAID_WAIT: Duration = Duration::from_millis(100);
+
+/// A failed command's last stderr line is quoted up to this many characters.
+const SAID_MAX: usize = 200;
+
+/// Forwards a child's output to the log, line by line; returns its last non-empty line
+/// (shortened), for the error of a command that failed.
+async fn forward_lines<R: AsyncRead + Unpin>(
+    reader: R,
+    origin: Origin,
+    stream: Stream,
+) -> Option<String> {
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
+    let mut last: Option<String> = None;
     loop {
         line.clear();
         match (&mut reader)
@@ -1369,15 +1398,23 @@ async fn forward_lines<R: AsyncRead + Unpin>(reader: R, origin: Origin, stream: 
             .read_until(b'\n', &mut line)
             .await
         {
-            Ok(0) => return,
+            Ok(0) => return last,
             Ok(_) => {}
             Err(e) => {
                 debug!(error = %e, "reading a child's output failed; no more is forwarded");
-                return;
+                return last;
             }
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
+        if !text.trim().is_empty() {
+            last = Some(
+                crate::record::printable(text)
+                    .chars()
+                    .take(SAID_MAX)
+                    .collect(),
+            );
+        }
         match (&origin, &stream) {
             (Origin::Service(name), Stream::Stdout) => info!(service = %name, "{text}"),
             (Origin::Service(name), Stream::Stderr) => warn!(service = %name, "{text}"),
@@ -1581,6 +1618,7 @@ mod starter {
 pub struct Hooks {
     promote: Vec<String>,
     demote: Vec<String>,
+    follow: Vec<String>,
     timeout: Duration,
     pidfile: Option<PathBuf>,
     cluster: String,
@@ -1648,6 +1686,7 @@ impl Hooks {
         Hooks {
             promote: config.promote.clone(),
             demote: config.demote.clone(),
+            follow: config.follow.clone(),
             timeout: config.hook_timeout,
             pidfile: config.pidfile.clone(),
             cluster: cluster.to_string(),
@@ -1695,6 +1734,24 @@ impl Hooks {
     ) -> Result<(), HookError> {
         run_command(
             &self.demote,
+            &self.env_with(epoch, "standby", extra),
+            self.timeout,
+        )
+        .await
+    }
+
+    /// Runs the `follow` hook (SPEC §6) with `WARDEN_ACTIVE_*` in `extra`; without one,
+    /// nothing to do.
+    pub async fn follow(
+        &self,
+        epoch: Option<u64>,
+        extra: &[(String, String)],
+    ) -> Result<(), HookError> {
+        if self.follow.is_empty() {
+            return Ok(());
+        }
+        run_command(
+            &self.follow,
             &self.env_with(epoch, "standby", extra),
             self.timeout,
         )
@@ -1995,6 +2052,7 @@ mod tests {
             stop_timeout: Duration::from_secs(3),
             promote: Vec::new(),
             demote: Vec::new(),
+            follow: Vec::new(),
             hook_timeout: Duration::from_secs(10),
             pidfile: None,
         }

@@ -329,6 +329,7 @@ fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
         health,
         session_timeout: None,
         containment: None,
+        follow: None,
     }
 }
 

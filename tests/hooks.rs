@@ -392,3 +392,104 @@ fn standby_command_decides_eligibility_in_hooks_mode() {
         active_id(s).as_deref() == Some("n1")
     });
 }
+
+/// SPEC §6 `follow`: each standby runs it when a new active is promoted, with
+/// `WARDEN_ACTIVE_NODE/HOST/PORT` and the active's epoch (the old active of a switchover
+/// too, once it is a standby); a standby whose follow failed is ineligible, says why in
+/// `status`, and is eligible again once a retry succeeds.
+#[test]
+fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let follows = cluster.dir().join("follows");
+    let broken = cluster.dir().join("follow-broken");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let follow = cluster.script(
+        "follow.sh",
+        &format!(
+            "test -e '{broken}-'\"$WARDEN_NODE_ID\" && {{ echo 'REPLICAOF refused' >&2; exit 1; }}\n\
+             echo \"$WARDEN_NODE_ID $WARDEN_ACTIVE_NODE $WARDEN_ACTIVE_HOST $WARDEN_ACTIVE_PORT \
+             $WARDEN_EPOCH\" >> '{}'\n",
+            follows.display(),
+            broken = broken.display(),
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for (n, port) in [(&n1, 7001), (&n2, 7002)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        let text = fs::read_to_string(&n.config).unwrap();
+        let text = text
+            .replacen(
+                "host = \"127.0.0.1\"\n",
+                &format!("host = \"127.0.0.1\"\nport = {port}\n"),
+                1,
+            )
+            .replacen(
+                "[service]\n",
+                &format!(
+                    "[service]\nfollow = [{}]\n",
+                    toml_str(&follow.display().to_string())
+                ),
+                1,
+            );
+        fs::write(&n.config, text).unwrap();
+    }
+    let lines = || -> Vec<String> {
+        fs::read_to_string(&follows)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let _w1 = n1.start();
+    let (_, e1) = wait_for_active(&n1.config, secs(30));
+    let _w2 = n2.start();
+    wait_until(secs(30), "n2 followed n1", || !lines().is_empty());
+    assert_eq!(lines(), [format!("n2 n1 127.0.0.1 7001 {e1}")]);
+    let s = wait_for_status(&n1.config, secs(30), "n2 is a current standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    let follow_of = |s: &serde_json::Value, node: &str| {
+        s["members"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["node_id"] == node))
+            .and_then(|m| m["follow"].as_str().map(str::to_string))
+    };
+    wait_for_status(&n1.config, secs(30), "n2's follow is current", |s| {
+        follow_of(s, "n2").is_some_and(|f| f.starts_with("current"))
+    });
+    let _ = s;
+
+    // n1's follow will fail: after the switchover it is ineligible and says why.
+    fs::write(format!("{}-n1", broken.display()), "").unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let s = wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 is ineligible: its follow failed",
+        |s| {
+            member_role(s, "n1").as_deref() == Some("ineligible")
+                && follow_of(s, "n1").is_some_and(|f| f.contains("REPLICAOF refused"))
+        },
+    );
+    let e2 = active_epoch(&s).unwrap();
+    assert!(e2 > e1);
+    fs::remove_file(format!("{}-n1", broken.display())).unwrap();
+    wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 follows n2 and is a standby again",
+        |s| {
+            member_role(s, "n1").as_deref() == Some("standby")
+                && follow_of(s, "n1").is_some_and(|f| f.starts_with("current"))
+        },
+    );
+    assert!(
+        lines().contains(&format!("n1 n2 127.0.0.1 7002 {e2}")),
+        "{:?}",
+        lines()
+    );
+}

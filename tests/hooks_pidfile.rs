@@ -24,6 +24,7 @@ fn hooks(pidfile: &Path) -> Hooks {
         stop_timeout: Duration::from_secs(3),
         promote: vec!["/bin/true".into()],
         demote: vec!["/bin/true".into()],
+        follow: Vec::new(),
         hook_timeout: Duration::from_secs(10),
         pidfile: Some(pidfile.to_path_buf()),
     };

@@ -53,7 +53,8 @@ async fn exit_status_decides_success() {
         run_command(&["false".into()], &[], t).await,
         Err(HookError::Failed {
             program: "false".into(),
-            exit: Exit::Code(1)
+            exit: Exit::Code(1),
+            said: None,
         })
     );
     assert_eq!(run_command(&[], &[], t).await, Err(HookError::Empty));

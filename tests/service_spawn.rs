@@ -39,6 +39,7 @@ fn config(script: &str, arg: &Path) -> ServiceConfig {
         stop_timeout: Duration::from_secs(3),
         promote: Vec::new(),
         demote: Vec::new(),
+        follow: Vec::new(),
         hook_timeout: Duration::from_secs(10),
         pidfile: None,
     }

@@ -54,6 +54,7 @@ fn member(i: usize, role: Role) -> MemberRecord {
         health: Health::Healthy,
         session_timeout: None,
         containment: None,
+        follow: None,
     }
 }
 

@@ -48,6 +48,9 @@ pub enum StoreEvent {
     /// The lock holder seen by join number `join` is gone (the lock was released, or its
     /// session ended): a standby may try again, a holder has lost it.
     HolderGone { join: u64 },
+    /// The lock's holder committed its promotion: its record, naming the epoch (SPEC §6
+    /// `follow`). Sent once per epoch while the holder is watched after a join.
+    Active(NodeRecord),
     /// The session ended for good; the last event.
     SessionLost,
 }
@@ -464,6 +467,13 @@ impl StoreError {
             StoreError::Unreachable { .. } | StoreError::Auth(_) | StoreError::SessionLost(_)
         )
     }
+}
+
+/// A lock's record, when it names a committed promotion (an epoch).
+pub(crate) fn committed(data: &[u8]) -> Option<NodeRecord> {
+    record::parse::<NodeRecord>(data)
+        .ok()
+        .filter(|r| r.epoch.is_some())
 }
 
 /// SPEC §3a: a store without its init marker (or epoch counter), or whose epoch counter

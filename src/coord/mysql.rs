@@ -365,15 +365,6 @@ impl Inner {
         .await
     }
 
-    /// The live holder's session, if the lock is held.
-    async fn holder(&self) -> Result<Option<i64>, StoreError> {
-        Ok(self
-            .read_lock()
-            .await?
-            .filter(|(_, _, _, expired)| !expired)
-            .map(|(s, ..)| s))
-    }
-
     /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch,
     /// unless the store lost data (no marker, or the counter below a member's
     /// `epoch_seen`): then nobody takes it, and the counter does not move.
@@ -614,6 +605,7 @@ impl Session for MysqlSession {
         let mut joined = i.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut control_seen: Option<Option<i64>> = None;
+        let mut active_sent: Option<Epoch> = None;
         let mut first = true;
         loop {
             if *lost.borrow() {
@@ -642,8 +634,15 @@ impl Session for MysqlSession {
                 }
             }
             if let Some((join, seen)) = armed {
-                if let Ok(holder) = i.holder().await {
-                    if holder != Some(seen) {
+                if let Ok(lock) = i.read_lock().await {
+                    let live = lock.filter(|(.., expired)| !expired);
+                    if let Some(r) = live.as_ref().and_then(|(_, r, ..)| super::committed(r)) {
+                        if r.epoch != active_sent {
+                            active_sent = r.epoch;
+                            let _ = events.send(StoreEvent::Active(r));
+                        }
+                    }
+                    if live.map(|(s, ..)| s) != Some(seen) {
                         let _ = events.send(StoreEvent::HolderGone { join });
                         armed = None;
                     }

@@ -732,6 +732,7 @@ impl Session for RedisSession {
         let mut joined = i.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut control_seen: Option<Option<i64>> = None;
+        let mut active_sent: Option<Epoch> = None;
         let mut first = true;
         // The events channel: a release or a control change wakes us at once; polling
         // every poll_interval covers a lost message or a lost subscription.
@@ -774,6 +775,12 @@ impl Session for RedisSession {
             }
             if let Some((join, seen)) = armed {
                 if let Ok(lock) = i.read_lock().await {
+                    if let Some(r) = lock.as_ref().and_then(|(_, r, _)| super::committed(r)) {
+                        if r.epoch != active_sent {
+                            active_sent = r.epoch;
+                            let _ = events.send(StoreEvent::Active(r));
+                        }
+                    }
                     if lock.map(|(s, ..)| s) != Some(seen) {
                         let _ = events.send(StoreEvent::HolderGone { join });
                         armed = None;

@@ -505,11 +505,13 @@ impl ZkSession {
     }
 
     /// Waits until the lock is deleted (returns `true`) or the session ends (`false`).
-    /// Data changes re-arm the watch.
-    async fn watch_lock(&self) -> bool {
+    /// Data changes re-arm the watch; each time the lock's data names a committed epoch,
+    /// `on_record` gets it (SPEC §6 `follow`).
+    async fn watch_lock(&self, mut on_record: impl FnMut(&[u8])) -> bool {
         loop {
-            let (stat, watcher) = match self.client.check_and_watch_stat(&self.paths.lock).await {
-                Ok(x) => x,
+            let (data, watcher) = match self.client.get_and_watch_data(&self.paths.lock).await {
+                Ok((data, _, watcher)) => (data, watcher),
+                Err(zk::Error::NoNode) => return true,
                 Err(e) => match classify(e, &self.paths.lock) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return false,
                     // A connection blip: the client reconnects within the session.
@@ -519,9 +521,7 @@ impl ZkSession {
                     }
                 },
             };
-            if stat.is_none() {
-                return true;
-            }
+            on_record(&data);
             let ev = watcher.changed().await;
             match ev.event_type {
                 zk::EventType::NodeDeleted => return true,
@@ -739,10 +739,21 @@ impl ZkSession {
         let mut joined = self.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut following = true;
+        let mut active_sent: Option<Epoch> = None;
         loop {
             let holder = async {
                 match armed {
-                    Some(join) => self.watch_lock().await.then_some(join),
+                    Some(join) => self
+                        .watch_lock(|data| {
+                            if let Some(r) = super::committed(data) {
+                                if r.epoch != active_sent {
+                                    active_sent = r.epoch;
+                                    let _ = events.send(StoreEvent::Active(r));
+                                }
+                            }
+                        })
+                        .await
+                        .then_some(join),
                     None => std::future::pending().await,
                 }
             };

@@ -519,6 +519,7 @@ mod tests {
                 health: Health::Healthy,
                 session_timeout: None,
                 containment: None,
+                follow: None,
             }),
         ));
         assert!(alive(&member, &target).is_some_and(|w| w.contains("still runs")));

@@ -61,6 +61,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "since": m.node.since,
                 "epoch": m.node.epoch,
                 "epoch_seen": m.node.epoch_seen,
+                "follow": m.follow,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
             }),
@@ -288,6 +289,7 @@ mod tests {
             health: Health::Healthy,
             session_timeout: None,
             containment: None,
+            follow: None,
         }
     }
 

@@ -260,6 +260,13 @@ impl HookControl for NoHooks {
     ) -> Result<(), String> {
         Err("hooks mode is not simulated".into())
     }
+    async fn follow(
+        &self,
+        _epoch: Option<Epoch>,
+        _extra: Vec<(String, String)>,
+    ) -> Result<(), String> {
+        Err("hooks mode is not simulated".into())
+    }
     fn check_pidfile(&self) -> Result<(), String> {
         Ok(())
     }
