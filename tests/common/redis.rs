@@ -30,6 +30,8 @@ pub struct RedisServer {
     port: u16,
     password: String,
     appendonly: bool,
+    /// `masterauth` too, so that servers sharing the password replicate each other.
+    replicable: bool,
     child: Option<Child>,
 }
 
@@ -44,18 +46,30 @@ impl RedisServer {
         RedisServer::start_with(false)
     }
 
+    /// Starts a server whose password is `password`, also used to replicate another such
+    /// server (`masterauth`), with a pidfile.
+    pub fn start_replicable(password: &str) -> RedisServer {
+        RedisServer::start_full(true, Some(password.to_string()))
+    }
+
     fn start_with(appendonly: bool) -> RedisServer {
+        RedisServer::start_full(appendonly, None)
+    }
+
+    fn start_full(appendonly: bool, password: Option<String>) -> RedisServer {
         check_redis_installed();
         let dir = tempfile::Builder::new()
             .prefix("warden-redis-")
             .tempdir()
             .expect("a temp dir");
-        let password = format!("pw{:016x}", super::mariadb::rand_u64());
+        let replicable = password.is_some();
+        let password = password.unwrap_or_else(|| format!("pw{:016x}", super::mariadb::rand_u64()));
         let mut r = RedisServer {
             dir,
             port: 0,
             password,
             appendonly,
+            replicable,
             child: None,
         };
         register_log("redis", &r.log_path());
@@ -98,6 +112,12 @@ impl RedisServer {
             .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
             .args(["--requirepass", &self.password])
+            .args(if self.replicable {
+                vec!["--masterauth".to_string(), self.password.clone()]
+            } else {
+                Vec::new()
+            })
+            .args(["--pidfile", &self.pidfile().display().to_string()])
             .args(["--logfile", &self.log_path().display().to_string()])
             .args(["--daemonize", "no"])
             .stdin(Stdio::null())
@@ -129,6 +149,15 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT/0`, without the password.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Where redis-server writes its pid.
+    pub fn pidfile(&self) -> PathBuf {
+        self.dir.path().join("redis.pid")
     }
 
     pub fn password_file(&self) -> PathBuf {
