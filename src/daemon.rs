@@ -1423,6 +1423,7 @@ fn control_view(c: &Control, host: &impl Host) -> ControlView {
                 from: f.from.clone(),
                 to: f.to.clone(),
                 deadline: f.deadline.clone(),
+                force: f.force,
                 lapses_at,
             }
         }),

@@ -91,6 +91,8 @@ pub struct FailoverView {
     pub deadline: String,
     /// Past this instant the request counts as withdrawn.
     pub lapses_at: Instant,
+    /// The named node takes over even while ineligible (`failover --to NODE --force`).
+    pub force: bool,
 }
 
 /// What step 3a of SPEC §4 reads after winning the lock.
@@ -1517,13 +1519,20 @@ impl Elector {
 
     /// Whether this node may enter the election now (§4.1, §4.8, §8).
     fn may_join(&self, now: Instant) -> bool {
-        self.eligible
-            && self.follow_failed.is_none()
+        ((self.eligible && self.follow_failed.is_none()) || self.forced_target(now))
             && !self.control.paused
             && self.out_until.is_none_or(|t| now >= t)
             && self.switchover_excludes_us(now).is_none()
             && self.svc == Svc::Down
             && !self.stopping
+    }
+
+    /// `failover --to <us> --force`: the operator's word that this node takes over even
+    /// while ineligible.
+    fn forced_target(&self, now: Instant) -> bool {
+        self.control.failover.as_ref().is_some_and(|f| {
+            f.force && now < f.lapses_at && f.to.as_deref() == Some(self.cfg.node_id.as_str())
+        })
     }
 
     /// A pending switchover keeps us out when it asks us to step down or names another node.
@@ -2763,6 +2772,46 @@ mod tests {
     }
 
     #[test]
+    fn rule_6_a_forced_switchover_to_an_ineligible_node_lets_it_join() {
+        let mut h = following_standby();
+        let t = match h
+            .feed(Event::ActiveChanged {
+                record: active_record("n2", 7),
+            })
+            .as_slice()
+        {
+            [Action::Follow { ticket, .. }] => *ticket,
+            other => panic!("{other:?}"),
+        };
+        h.feed(Event::Followed {
+            ticket: t,
+            ok: false,
+            detail: "REPLICAOF refused".into(),
+        });
+        assert_eq!(h.e.role(), Role::Ineligible);
+        let lapses_at = h.now + Duration::from_secs(30);
+        let request = |force| ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                from: "n2".into(),
+                to: Some("n1".into()),
+                deadline: "2026-01-01T00:00:00Z".into(),
+                force,
+                lapses_at,
+            }),
+        };
+        // Without --force the request changes nothing; with it, n1 is in the election.
+        h.feed(Event::ControlChanged {
+            control: request(false),
+        });
+        assert_eq!(h.e.role(), Role::Ineligible);
+        h.feed(Event::ControlChanged {
+            control: request(true),
+        });
+        assert_eq!(h.e.role(), Role::Standby);
+    }
+
+    #[test]
     fn rule_6_without_a_follow_hook_nothing_follows() {
         let mut h = H::new();
         let j = h.session();
@@ -3527,6 +3576,7 @@ mod tests {
                 from: "n9".into(),
                 to: Some("n8".into()),
                 deadline: "2099-01-01T00:00:00Z".into(),
+                force: false,
                 lapses_at: h.now + Duration::from_secs(3600 * 24 * 365),
             }),
         };
@@ -3740,6 +3790,7 @@ mod tests {
                 paused: false,
                 failover: Some(FailoverView {
                     deadline: "2026-01-01T00:00:00Z".into(),
+                    force: false,
                     from: "n1".into(),
                     to: Some("n2".into()),
                     lapses_at,
@@ -3773,6 +3824,7 @@ mod tests {
                 paused: false,
                 failover: Some(FailoverView {
                     deadline: "2026-01-01T00:00:00Z".into(),
+                    force: false,
                     from: "n1".into(),
                     to: Some("n2".into()),
                     lapses_at,
@@ -3796,6 +3848,7 @@ mod tests {
                 paused: false,
                 failover: Some(FailoverView {
                     deadline: "2026-01-01T00:00:00Z".into(),
+                    force: false,
                     from: "n9".into(),
                     to: Some("n8".into()),
                     lapses_at: h.now + Duration::from_secs(2),

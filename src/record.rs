@@ -354,6 +354,10 @@ pub struct FailoverRequest {
     pub by: String,
     /// RFC 3339; past it the request counts as withdrawn.
     pub deadline: String,
+    /// `failover --to NODE --force`: NODE takes over even while it is ineligible
+    /// (unhealthy, a failed `follow`, a failing `standby_command`): the operator's word.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 impl FailoverRequest {
@@ -720,6 +724,7 @@ mod tests {
             to: None,
             by: "op".into(),
             deadline: rfc3339(d),
+            force: false,
         };
         assert!(req(now + std::time::Duration::from_secs(5)).pending_at(now));
         assert!(!req(now - std::time::Duration::from_secs(5)).pending_at(now));

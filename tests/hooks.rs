@@ -477,18 +477,33 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
     );
     let e2 = active_epoch(&s).unwrap();
     assert!(e2 > e1);
-    fs::remove_file(format!("{}-n1", broken.display())).unwrap();
-    wait_for_status(
-        &n1.config,
-        secs(30),
-        "n1 follows n2 and is a standby again",
-        |s| {
-            member_role(s, "n1").as_deref() == Some("standby")
-                && follow_of(s, "n1").is_some_and(|f| f.starts_with("current"))
-        },
-    );
+    // An ineligible node is refused as a target, unless the operator says --force.
+    let refused = cli(&n1.config, &["failover", "--to", "n1", "--timeout", "20s"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
     assert!(
-        lines().contains(&format!("n1 n2 127.0.0.1 7002 {e2}")),
+        String::from_utf8_lossy(&refused.stderr).contains("--force"),
+        "{}",
+        describe(&refused)
+    );
+    let forced = cli(
+        &n1.config,
+        &["failover", "--to", "n1", "--force", "--timeout", "20s"],
+    );
+    assert!(forced.status.success(), "{}", describe(&forced));
+    let s = wait_for_status(&n1.config, secs(30), "n2 follows n1 again", |s| {
+        follow_of(s, "n2").is_some_and(|f| f.starts_with("current (n1"))
+    });
+    let e3 = active_epoch(&s).unwrap();
+    assert!(e3 > e2);
+    assert_eq!(active_id(&s).as_deref(), Some("n1"));
+    assert!(
+        lines().contains(&format!("n2 n1 127.0.0.1 7001 {e3}")),
+        "{:?}",
+        lines()
+    );
+    // n1's follow never succeeded: it was promoted on the operator's word alone.
+    assert!(
+        !lines().iter().any(|l| l.starts_with("n1 ")),
         "{:?}",
         lines()
     );

@@ -40,6 +40,7 @@ fn config(node: &Node) -> Config {
 
 fn to(node: &str, timeout: Duration) -> FailoverArgs {
     FailoverArgs {
+        force: false,
         to: Some(node.to_string()),
         timeout,
         cancel: false,
@@ -48,6 +49,7 @@ fn to(node: &str, timeout: Duration) -> FailoverArgs {
 
 fn any_standby(timeout: Duration) -> FailoverArgs {
     FailoverArgs {
+        force: false,
         to: None,
         timeout,
         cancel: false,

@@ -37,8 +37,12 @@ pub struct FailoverArgs {
     pub timeout: Duration,
     /// Withdraw the pending switchover request instead (whoever made it); the cluster
     /// then elects normally.
-    #[arg(long, conflicts_with_all = ["to", "timeout"])]
+    #[arg(long, conflicts_with_all = ["to", "timeout", "force"])]
     pub cancel: bool,
+    /// With --to: NODE takes over even while it is ineligible (unhealthy, a failed
+    /// `follow`, a failing `standby_command`): your word that its data will do.
+    #[arg(long, requires = "to")]
+    pub force: bool,
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
@@ -172,7 +176,7 @@ pub async fn request_at<S: Session>(
         None => return Err(OpError::Refused(no_active(cfg, &snap))),
     };
     match &args.to {
-        Some(to) => target_refusal(cfg, &snap, &from, to),
+        Some(to) => target_refusal(cfg, &snap, &from, to, args.force),
         None => standby_refusal(&snap, &from),
     }
     .map_or(Ok(()), |why| Err(OpError::Refused(why)))?;
@@ -186,6 +190,7 @@ pub async fn request_at<S: Session>(
         to: args.to.clone(),
         by: operator::identity(),
         deadline: record::rfc3339(deadline),
+        force: args.force,
     };
     let written = zk
         .update_control(|c| {
@@ -388,7 +393,13 @@ fn no_active(cfg: &Config, snap: &ClusterSnapshot) -> String {
 }
 
 /// Why `to` cannot take over from `from`, if it cannot.
-fn target_refusal(cfg: &Config, snap: &ClusterSnapshot, from: &str, to: &str) -> Option<String> {
+fn target_refusal(
+    cfg: &Config,
+    snap: &ClusterSnapshot,
+    from: &str,
+    to: &str,
+    force: bool,
+) -> Option<String> {
     if to == from {
         return Some(format!("{to} is already the active node"));
     }
@@ -406,9 +417,21 @@ fn target_refusal(cfg: &Config, snap: &ClusterSnapshot, from: &str, to: &str) ->
     };
     match member {
         Err(e) => Some(format!("{to}'s member record is unreadable ({e})")),
+        // --force: the operator's word that an ineligible node's data will do.
+        Ok(m) if force && matches!(m.role, Role::Standby | Role::Ineligible) => None,
         Ok(m) if m.health != Health::Healthy => Some(format!(
-            "{to} is {} (role {}): it cannot take over; choose a healthy standby",
+            "{to} is {} (role {}): it cannot take over; choose a healthy standby, or add \
+             --force if you know its data will do",
             m.health, m.role
+        )),
+        Ok(m) if m.role == Role::Ineligible => Some(format!(
+            "{to} is ineligible{}: it cannot take over; fix that, or add --force if you know \
+             its data will do",
+            m.follow
+                .as_deref()
+                .filter(|f| f.starts_with("failed"))
+                .map(|f| format!(" (follow {f})"))
+                .unwrap_or_default()
         )),
         Ok(m) if m.role != Role::Standby => Some(format!(
             "{to} is not a standby (role {}): it is not in the election now (starting, backing \
@@ -481,6 +504,7 @@ mod tests {
                 to: Some("n2".into()),
                 by: "op@h".into(),
                 deadline: record::rfc3339(now - Duration::from_secs(1)),
+                force: false,
             }),
             ..Default::default()
         };

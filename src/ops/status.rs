@@ -381,6 +381,7 @@ mod tests {
                     to: Some(evil.into()),
                     by: evil.into(),
                     deadline: evil.into(),
+                    force: false,
                 }),
             },
             control_unreadable: None,

@@ -68,6 +68,7 @@ pub async fn switchover(
         }
     };
     let args = FailoverArgs {
+        force: false,
         to: to.map(|t| format!("n{}", t + 1)),
         timeout,
         cancel: false,
