@@ -477,6 +477,12 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
     );
     let e2 = active_epoch(&s).unwrap();
     assert!(e2 > e1);
+    let text = cli(&n1.config, &["status"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("n1: follow failed:"),
+        "{}",
+        describe(&text)
+    );
     // An ineligible node is refused as a target, unless the operator says --force.
     let refused = cli(&n1.config, &["failover", "--to", "n1", "--timeout", "20s"]);
     assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));

@@ -253,6 +253,9 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         {
             out.push_str(&format!("{}: service containment: {}\n", p(id), p(c)));
         }
+        if let Some(f) = &m.follow {
+            out.push_str(&format!("{}: follow {}\n", p(id), p(f)));
+        }
     }
     out
 }
