@@ -458,6 +458,7 @@ mod tests {
                 session_timeout: None,
                 containment: None,
                 follow: None,
+                priority: None,
             },
             serving,
         )

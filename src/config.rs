@@ -177,14 +177,22 @@ pub struct ElectionConfig {
     /// After a failed promotion or fencing, before trying again (doubles up to 30s).
     #[serde(default = "default_rejoin_delay", with = "humantime_serde")]
     pub rejoin_delay: Duration,
+    /// SPEC §6: 0 = never promoted by itself; higher wins the race for a free lock.
+    #[serde(default = "default_priority")]
+    pub priority: u16,
 }
 
 impl Default for ElectionConfig {
     fn default() -> Self {
         ElectionConfig {
             rejoin_delay: default_rejoin_delay(),
+            priority: default_priority(),
         }
     }
+}
+
+fn default_priority() -> u16 {
+    100
 }
 
 /// How warden controls the managed service.
@@ -1200,7 +1208,10 @@ const ZOOKEEPER: &[Field] = &[
     opt("auth_file", Kind::Str),
     opt("acl", Kind::Choice(&["open", "creator"])),
 ];
-const ELECTION: &[Field] = &[opt("rejoin_delay", Kind::Duration)];
+const ELECTION: &[Field] = &[
+    opt("rejoin_delay", Kind::Duration),
+    opt("priority", Kind::Int { min: 0, max: 1000 }),
+];
 const SERVICE: &[Field] = &[
     opt("mode", Kind::Choice(&["spawn", "hooks"])),
     opt("command", Kind::StrList),

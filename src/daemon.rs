@@ -28,6 +28,8 @@ use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalN
 /// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// `[election] priority` at its highest: nobody to wait for.
+const MAX_PRIORITY: u16 = 1000;
 /// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -222,6 +224,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 demote_grace: cfg.demote_grace(),
                 host: record::HostIdentity::of(&me),
                 follow: cfg.service.mode == ServiceMode::Hooks && !cfg.service.follow.is_empty(),
+                priority: cfg.election.priority,
             },
             eligible_now,
         );
@@ -233,6 +236,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 session_timeout: None,
                 containment: None,
                 follow: None,
+                priority: Some(cfg.election.priority),
             },
             false,
         ));
@@ -443,6 +447,51 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         }
                     }
                 });
+                // SPEC §6 `priority`: who else could take a free lock, looked at once a
+                // session timeout; only a node below the highest priority needs to know.
+                if self.cfg.election.priority < MAX_PRIORITY {
+                    let (zk2, tx2) = (zk.clone(), self.tx.clone());
+                    let me = self.me.node_id.clone();
+                    let mine = self.cfg.election.priority;
+                    let every = self.elector.session_timeout();
+                    tasks.spawn(async move {
+                        let mut last = None;
+                        loop {
+                            if let Ok(Ok(snap)) = tokio::time::timeout(every, zk2.snapshot()).await
+                            {
+                                let rivals: Vec<&str> = snap
+                                    .members
+                                    .iter()
+                                    .filter(|(id, m)| {
+                                        m.as_ref().is_ok_and(|m| {
+                                            *id != me
+                                                && m.role == Role::Standby
+                                                && m.health == Health::Healthy
+                                                && m.priority.unwrap_or(100) > mine
+                                        })
+                                    })
+                                    .map(|(id, _)| id.as_str())
+                                    .collect();
+                                let higher = !rivals.is_empty();
+                                if last != Some(higher) {
+                                    last = Some(higher);
+                                    if higher {
+                                        info!(
+                                            "standbys of higher priority than {mine}: {}; they \
+                                             try first when the lock is free",
+                                            rivals.join(", ")
+                                        );
+                                    }
+                                    let ev = Input::Session(gen, Event::Rivals { higher });
+                                    if tx2.send(ev).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            tokio::time::sleep(every).await;
+                        }
+                    });
+                }
                 self.session = Some(SessionCtx {
                     zk: zk.clone(),
                     gen,
@@ -679,6 +728,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             ),
             containment: self.containment(),
             follow: self.elector.follow_state(),
+            priority: Some(self.cfg.election.priority),
         }
     }
 
@@ -1321,6 +1371,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             session_timeout: None,
             containment: self.containment(),
             follow: None,
+            priority: Some(self.cfg.election.priority),
         }
     }
 

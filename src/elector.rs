@@ -58,6 +58,8 @@ pub struct ElectorConfig {
     pub host: HostIdentity,
     /// Hooks mode with a `follow` hook (SPEC §6): standbys follow each new active.
     pub follow: bool,
+    /// `[election] priority` (SPEC §6): 0 never takes the lock by itself.
+    pub priority: u16,
 }
 
 impl ElectorConfig {
@@ -201,6 +203,10 @@ pub enum Event {
     /// Another node committed its promotion (SPEC §6 `follow`): its record, with the epoch.
     ActiveChanged {
         record: NodeRecord,
+    },
+    /// Whether a healthy standby of higher priority is a member now (SPEC §6 `priority`).
+    Rivals {
+        higher: bool,
     },
     /// The `follow` hook for `ticket` ended.
     Followed {
@@ -473,6 +479,10 @@ pub struct Elector {
     following: Option<Ticket>,
     follow_failed: Option<String>,
     follow_retry_at: Option<Instant>,
+    /// SPEC §6 `priority`: a healthy standby of higher priority is a member; this node
+    /// waited for it once before the join now due.
+    higher_rival: bool,
+    rival_waited: bool,
     stopping: bool,
     /// The reason for the next transition.
     reason: String,
@@ -512,6 +522,8 @@ impl Elector {
             following: None,
             follow_failed: None,
             follow_retry_at: None,
+            higher_rival: false,
+            rival_waited: false,
             forgetting: None,
             stopping: false,
             reason: String::new(),
@@ -672,6 +684,7 @@ impl Elector {
             Event::Released { ticket } => self.on_released(ticket, now),
             Event::ActiveChanged { record } => self.on_active_changed(record, now),
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
+            Event::Rivals { higher } => self.higher_rival = higher,
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = detail;
@@ -1564,10 +1577,30 @@ impl Elector {
         if self.retry_at.is_some() && !self.must_rejoin {
             return;
         }
+        if !self.must_rejoin && !self.named_target(now) {
+            // SPEC §6: priority 0 never takes the lock by itself; a lower priority lets a
+            // healthy higher one try first, once, for a renewal interval.
+            if self.cfg.priority == 0 {
+                return;
+            }
+            if self.higher_rival && !self.rival_waited {
+                self.rival_waited = true;
+                self.retry_at = Some(now + self.cfg.renewal_interval());
+                return;
+            }
+        }
         self.retry_at = None;
+        self.rival_waited = false;
         let ticket = self.ticket();
         self.phase = Phase::Joining { ticket };
         self.actions.push_back(Action::Join { ticket });
+    }
+
+    /// A pending switchover request names this node.
+    fn named_target(&self, now: Instant) -> bool {
+        self.control.failover.as_ref().is_some_and(|f| {
+            now < f.lapses_at && f.to.as_deref() == Some(self.cfg.node_id.as_str())
+        })
     }
 
     fn read_state(&mut self, epoch: Epoch, unknown_commit: Option<Instant>) {
@@ -1985,6 +2018,15 @@ impl Elector {
 
     fn compute_role(&self, now: Instant) -> Role {
         match &self.phase {
+            // Priority 0: in the cluster, but never taking the lock by itself.
+            // Or waiting for a standby of higher priority to try first.
+            Phase::Idle
+                if (self.cfg.priority == 0 || self.rival_waited)
+                    && self.svc == Svc::Down
+                    && self.may_join(now) =>
+            {
+                Role::Standby
+            }
             Phase::Connecting | Phase::Idle | Phase::Exited => match self.svc {
                 Svc::Stopping(..) | Svc::Starting(_, Some(_)) => Role::Demoting,
                 _ => Role::Ineligible,
@@ -2092,6 +2134,7 @@ mod tests {
                 pid_ns: Some(4026531836),
             },
             follow: false,
+            priority: 100,
         }
     }
 
@@ -2809,6 +2852,58 @@ mod tests {
             control: request(true),
         });
         assert_eq!(h.e.role(), Role::Standby);
+    }
+
+    fn with_priority(priority: u16) -> H {
+        let mut e = Elector::new(ElectorConfig { priority, ..cfg() }, true);
+        assert_eq!(e.poll_action(), Some(Action::Connect));
+        H {
+            e,
+            now: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
+        let mut h = with_priority(50);
+        h.feed(Event::Rivals { higher: true });
+        let a = h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        assert!(a.is_empty(), "joined before the higher one could: {a:?}");
+        assert_eq!(h.e.role(), Role::Standby);
+        h.now += T / 6 - Duration::from_millis(1);
+        h.e.handle_timeout(h.now);
+        assert!(h.drain().is_empty());
+        h.now += Duration::from_millis(1);
+        h.e.handle_timeout(h.now);
+        assert!(matches!(h.drain().as_slice(), [Action::Join { .. }]));
+    }
+
+    #[test]
+    fn rule_6_priority_0_never_takes_the_lock_by_itself_but_joins_when_named() {
+        let mut h = with_priority(0);
+        let a = h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        assert!(a.is_empty(), "{a:?}");
+        assert_eq!(h.e.role(), Role::Standby);
+        let lapses_at = h.now + Duration::from_secs(30);
+        let a = h.feed(Event::ControlChanged {
+            control: ControlView {
+                paused: false,
+                failover: Some(FailoverView {
+                    from: "n2".into(),
+                    to: Some("n1".into()),
+                    deadline: "2026-01-01T00:00:00Z".into(),
+                    force: false,
+                    lapses_at,
+                }),
+            },
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
     }
 
     #[test]

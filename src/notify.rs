@@ -163,6 +163,7 @@ mod tests {
             session_timeout: None,
             containment: None,
             follow: None,
+            priority: None,
         };
         assert_eq!(summary(&m), "active, epoch 7, healthy");
         let m = MemberRecord {
@@ -172,6 +173,7 @@ mod tests {
             session_timeout: None,
             containment: None,
             follow: None,
+            priority: None,
         };
         assert_eq!(summary(&m), "ineligible, health unknown");
     }

@@ -329,6 +329,9 @@ pub struct MemberRecord {
     /// (`current (...)`, `pending (...)`, `failed: ...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<String>,
+    /// `[election] priority` (SPEC §6); absent in records of older wardens (= 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u16>,
 }
 
 /// `control`: maintenance and planned switchover (SPEC §8).
@@ -608,6 +611,7 @@ mod tests {
             session_timeout: None,
             containment: None,
             follow: None,
+            priority: None,
         };
         let v: serde_json::Value = serde_json::from_slice(&to_bytes(&m)).unwrap();
         assert_eq!(v["node_id"], "rm1");

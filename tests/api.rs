@@ -330,6 +330,7 @@ fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
         session_timeout: None,
         containment: None,
         follow: None,
+        priority: None,
     }
 }
 

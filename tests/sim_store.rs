@@ -55,6 +55,7 @@ fn member(i: usize, role: Role) -> MemberRecord {
         session_timeout: None,
         containment: None,
         follow: None,
+        priority: None,
     }
 }
 

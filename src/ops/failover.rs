@@ -444,10 +444,12 @@ fn target_refusal(
 
 /// Why nobody could take over from `from`, if nobody could.
 fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
+    // Priority 0 never takes the lock by itself: only `--to` can name it.
     let healthy_standby = snap.members.iter().any(|(id, m)| {
         id != from
-            && m.as_ref()
-                .is_ok_and(|m| m.role == Role::Standby && m.health == Health::Healthy)
+            && m.as_ref().is_ok_and(|m| {
+                m.role == Role::Standby && m.health == Health::Healthy && m.priority != Some(0)
+            })
     });
     if healthy_standby {
         return None;
@@ -457,6 +459,10 @@ fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
         .iter()
         .filter(|(id, _)| id != from)
         .map(|(id, m)| match m {
+            Ok(m) if m.priority == Some(0) => format!(
+                "{id} {} and {} but of priority 0 (name it with --to)",
+                m.role, m.health
+            ),
             Ok(m) => format!("{id} {} and {}", m.role, m.health),
             Err(_) => format!("{id} unreadable"),
         })

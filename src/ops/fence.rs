@@ -520,6 +520,7 @@ mod tests {
                 session_timeout: None,
                 containment: None,
                 follow: None,
+                priority: None,
             }),
         ));
         assert!(alive(&member, &target).is_some_and(|w| w.contains("still runs")));

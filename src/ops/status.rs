@@ -62,6 +62,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "epoch": m.node.epoch,
                 "epoch_seen": m.node.epoch_seen,
                 "follow": m.follow,
+                "priority": m.priority,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
             }),
@@ -293,6 +294,7 @@ mod tests {
             session_timeout: None,
             containment: None,
             follow: None,
+            priority: None,
         }
     }
 

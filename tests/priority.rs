@@ -1,0 +1,69 @@
+//! `[election] priority` (issue 15, SPEC §6) with real daemons on a real ZooKeeper: when
+//! the lock is free a standby of higher priority wins; priority 0 is a standby that never
+//! takes the lock by itself, `failover` without `--to` passes it over, `--to` names it.
+//! "Never two actives" from the services' own journals.
+
+mod common;
+
+use common::*;
+
+fn with_priority(cluster: &Cluster, id: &str, priority: u16) -> Node {
+    let node = cluster.node(id);
+    let text = std::fs::read_to_string(&node.config).unwrap().replacen(
+        "[election]\n",
+        &format!("[election]\npriority = {priority}\n"),
+        1,
+    );
+    std::fs::write(&node.config, text).unwrap();
+    node
+}
+
+#[test]
+fn a_free_lock_goes_to_the_healthy_standby_of_higher_priority() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let n2 = with_priority(&cluster, "n2", 50);
+    let n3 = with_priority(&cluster, "n3", 900);
+    let wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
+    let s = status_json(&n1.config);
+    let n3_priority = s["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["node_id"] == "n3"))
+        .map(|m| m["priority"].clone());
+    assert_eq!(n3_priority, Some(serde_json::json!(900)), "{s:#}");
+    // n2 has seen n3 (its look at the members runs once a session timeout).
+    wardens[1].wait_for_log("standbys of higher priority than 50: n3", secs(30));
+    let old = n1.last_run().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let s = wait_for_status(&n1.config, secs(30), "another node is active", |s| {
+        matches!(active_id(s).as_deref(), Some("n2" | "n3"))
+    });
+    assert_eq!(active_id(&s).as_deref(), Some("n3"), "{s:#}");
+    cluster.assert_safe();
+}
+
+#[test]
+fn priority_0_is_a_standby_only_failover_to_can_name() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let n2 = with_priority(&cluster, "n2", 0);
+    let _wardens = start_active_then_standbys(&n1, &[&n2]);
+    let s = status_json(&n1.config);
+    assert_eq!(member_role(&s, "n2").as_deref(), Some("standby"), "{s:#}");
+    let refused = cli(&n1.config, &["failover", "--timeout", "10s"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("priority 0"),
+        "{}",
+        describe(&refused)
+    );
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(active_id(&status_json(&n1.config)).as_deref(), Some("n2"));
+    cluster.assert_safe();
+}
