@@ -166,10 +166,17 @@ pub async fn request_at<S: Session>(
     args: &FailoverArgs,
     wall: SystemTime,
 ) -> Result<Requested, OpError> {
-    let snap = zk
-        .snapshot()
-        .await
-        .map_err(OpError::store("read the cluster"))?;
+    // `wall` and this instant are the command's start: the deadline counts from both.
+    let sent_at = Instant::now();
+    let snap = match tokio::time::timeout(args.timeout, zk.snapshot()).await {
+        Ok(read) => read.map_err(OpError::store("read the cluster"))?,
+        Err(_) => {
+            return Err(OpError::Failed(format!(
+                "could not read the cluster within the --timeout of {}; nothing was requested",
+                humantime::format_duration(args.timeout)
+            )))
+        }
+    };
     control_refusal(&snap.control, wall).map_err(OpError::Refused)?;
     let from = match snap.active() {
         Some((holder, _)) => holder.node_id.clone(),
@@ -181,7 +188,6 @@ pub async fn request_at<S: Session>(
     }
     .map_or(Ok(()), |why| Err(OpError::Refused(why)))?;
 
-    let sent_at = Instant::now();
     let deadline = wall.checked_add(args.timeout).ok_or_else(|| {
         OpError::Refused("the clock is too far in the future to set a deadline".into())
     })?;
@@ -192,13 +198,25 @@ pub async fn request_at<S: Session>(
         deadline: record::rfc3339(deadline),
         force: args.force,
     };
-    let written = zk
-        .update_control(|c| {
+    // The write too is bounded by the deadline: a store that hangs must not keep the
+    // command past the --timeout it was given.
+    let left = (sent_at + args.timeout).saturating_duration_since(Instant::now());
+    let written = match tokio::time::timeout(
+        left,
+        zk.update_control(|c| {
             control_refusal(c, wall)?;
             c.failover = Some(request.clone());
             Ok(true)
-        })
-        .await;
+        }),
+    )
+    .await
+    {
+        Ok(written) => written,
+        Err(_) => Err(StoreError::Unknown(format!(
+            "no answer within the --timeout of {}",
+            humantime::format_duration(args.timeout)
+        ))),
+    };
     match written {
         Ok(Ok(_)) => Ok(Requested {
             request,
