@@ -457,10 +457,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     tasks.spawn(async move {
                         let mut last = None;
                         loop {
-                            if let Ok(Ok(snap)) = tokio::time::timeout(every, zk2.snapshot()).await
+                            if let Ok(Ok(members)) =
+                                tokio::time::timeout(every, zk2.members()).await
                             {
-                                let rivals: Vec<&str> = snap
-                                    .members
+                                let rivals: Vec<&str> = members
                                     .iter()
                                     .filter(|(id, m)| {
                                         m.as_ref().is_ok_and(|m| {

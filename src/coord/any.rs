@@ -105,6 +105,12 @@ impl Session for AnySession {
         each!(self, s => s.ensure_cluster().await)
     }
 
+    async fn members(
+        &self,
+    ) -> Result<Vec<(String, Result<MemberRecord, RecordError>)>, StoreError> {
+        each!(self, s => s.members().await)
+    }
+
     async fn check_initialized(&self) -> Result<(), StoreError> {
         each!(self, s => s.check_initialized().await)
     }

@@ -224,6 +224,16 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// Everything `status` and the operator commands read.
     fn snapshot(&self) -> impl Future<Output = Result<ClusterSnapshot, StoreError>> + Send;
 
+    /// The member records, by node id (SPEC §6 `priority`: who else could take a free
+    /// lock). By default from a [`snapshot`](Self::snapshot); a backend may read less.
+    #[allow(clippy::type_complexity)]
+    fn members(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, Result<MemberRecord, RecordError>)>, StoreError>> + Send
+    {
+        async { Ok(self.snapshot().await?.members) }
+    }
+
     /// Where `what` lives in the store, in the store's words, for messages
     /// (`/warden/rm/breadcrumb`).
     fn name_of(&self, what: Item) -> String;

@@ -1179,6 +1179,18 @@ impl Session for ZkSession {
         })
     }
 
+    async fn members(
+        &self,
+    ) -> Result<Vec<(String, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        // Two requests (list, one multi-read) rather than a whole snapshot.
+        Ok(self
+            .member_znodes()
+            .await?
+            .into_iter()
+            .filter_map(|(id, found)| Some((id, record::parse::<MemberRecord>(&found?.0))))
+            .collect())
+    }
+
     fn name_of(&self, what: Item) -> String {
         match what {
             Item::Cluster => self.paths.base.clone(),
