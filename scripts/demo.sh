@@ -4,11 +4,15 @@
 # cleans up everything it started, even on Ctrl-C.
 #
 #   scripts/demo.sh            # run it
+#   scripts/demo.sh redis      # the same story on real Redis servers (examples/redis)
 #   KEEP=1 scripts/demo.sh     # keep the temp dir (configs, logs, journals) afterwards
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
+if [ "${1:-}" = redis ]; then
+  exec "$here/scripts/demo-redis.sh"
+fi
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 note() { printf '   %s\n' "$*"; }
