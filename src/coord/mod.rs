@@ -16,6 +16,7 @@
 pub mod any;
 pub mod items;
 pub mod mysql;
+pub mod polled;
 pub mod redis;
 pub mod zookeeper;
 

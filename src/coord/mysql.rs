@@ -20,6 +20,7 @@
 //! resolved by reading the rows.
 
 use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::polled::{self, Polled};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
     self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
@@ -28,10 +29,9 @@ use crate::record::{
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
+use tokio::sync::mpsc;
 
 /// The init marker's name in `<prefix>kv`.
 const MARKER: &str = "init";
@@ -101,13 +101,14 @@ impl Connector for MysqlConnector {
             op_timeout: self.s.op_timeout(),
             s: self.s.clone(),
             pool: self.pool.clone(),
-            id: super::random_session_id(),
             t,
-            member: Mutex::new(None),
-            joined: watch::Sender::new(None),
-            lost: watch::Sender::new(false),
+            core: polled::Core::new(
+                super::random_session_id(),
+                self.s.session_timeout,
+                self.s.poll_interval,
+            ),
         });
-        tokio::spawn(keepalive(Arc::downgrade(&inner)));
+        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
         Ok(MysqlSession { inner })
     }
 }
@@ -231,69 +232,17 @@ pub struct MysqlSession {
 
 impl std::fmt::Debug for MysqlSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MysqlSession({:#x})", self.inner.id)
+        write!(f, "MysqlSession({:#x})", self.inner.core.id)
     }
 }
 
 struct Inner {
     s: Arc<StoreSettings>,
     pool: Pool,
-    id: i64,
     t: Tables,
     op_timeout: Duration,
-    /// The node id whose member row this session holds, once registered.
-    member: Mutex<Option<String>>,
-    /// The latest join and the holder's session it saw.
-    joined: watch::Sender<Option<(u64, i64)>>,
-    /// Set once the session is lost.
-    lost: watch::Sender<bool>,
-}
-
-/// Touches this session's member row (and the lock, while it names this session) every
-/// `session_timeout / 6`; marks the session lost when its row is gone or no touch was
-/// acknowledged for `session_timeout`. Ends with the session.
-async fn keepalive(inner: Weak<Inner>) {
-    let Some(every) = inner.upgrade().map(|i| i.s.session_timeout / 6) else {
-        return;
-    };
-    let mut last_ack = Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(i) = inner.upgrade() else { return };
-        if *i.lost.borrow() {
-            return;
-        }
-        let node = i.member.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some(node) = node else {
-            last_ack = Instant::now();
-            continue;
-        };
-        let sent = Instant::now();
-        let touched = i.touch(&node).await;
-        match touched {
-            Ok(true) => last_ack = sent,
-            // The tables are gone: so is the member row.
-            Ok(false) | Err(StoreError::NotInitialized(_)) => {
-                tracing::warn!(
-                    session = %SessionId(i.id),
-                    "the member row of this session is gone or taken: the session is lost"
-                );
-                i.lost.send_replace(true);
-                return;
-            }
-            Err(e) => {
-                if sent.duration_since(last_ack) >= i.s.session_timeout {
-                    tracing::warn!(
-                        session = %SessionId(i.id),
-                        "no keepalive acknowledged for the session timeout ({e}): the session \
-                         is lost"
-                    );
-                    i.lost.send_replace(true);
-                    return;
-                }
-            }
-        }
-    }
+    /// The session's id, member, joins and loss, shared with the polled loops.
+    core: polled::Core,
 }
 
 impl Inner {
@@ -321,8 +270,8 @@ impl Inner {
     }
 
     /// The keepalive: `Ok(false)` when the member row no longer names this session.
-    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
-        let (t, cluster, id) = (&self.t, self.s.cluster.clone(), self.id);
+    async fn touch_rows(&self, node: &str) -> Result<bool, StoreError> {
+        let (t, cluster, id) = (&self.t, self.s.cluster.clone(), self.core.id);
         let node = node.to_string();
         self.run("keeping the session alive", |mut c| async move {
             c.exec_drop(
@@ -369,7 +318,12 @@ impl Inner {
     /// unless the store lost data (no marker, or the counter below a member's
     /// `epoch_seen`): then nobody takes it, and the counter does not move.
     async fn try_lock(&self, me: &NodeRecord) -> Result<Taking, StoreError> {
-        let (t, cluster, exp, id) = (&self.t, self.s.cluster.clone(), self.expiry_us(), self.id);
+        let (t, cluster, exp, id) = (
+            &self.t,
+            self.s.cluster.clone(),
+            self.expiry_us(),
+            self.core.id,
+        );
         let data = record::to_bytes(me);
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
@@ -466,6 +420,28 @@ impl Inner {
     }
 }
 
+impl Polled for Inner {
+    fn core(&self) -> &polled::Core {
+        &self.core
+    }
+
+    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
+        self.touch_rows(node).await
+    }
+
+    async fn read_control(&self) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.get(CONTROL).await
+    }
+
+    async fn read_holder(&self) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
+        Ok(self
+            .read_lock()
+            .await?
+            .filter(|(.., expired)| !expired)
+            .map(|(s, r, ..)| (s, r)))
+    }
+}
+
 impl Items for MysqlSession {
     async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         self.inner.get(name).await
@@ -547,7 +523,7 @@ impl MysqlSession {
         also: Option<(String, mysql_async::Params)>,
     ) -> Result<bool, StoreError> {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         i.run(doing, |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
             if check_lock {
@@ -592,7 +568,7 @@ impl MysqlSession {
 
 impl Session for MysqlSession {
     fn id(&self) -> SessionId {
-        SessionId(self.inner.id)
+        SessionId(self.inner.core.id)
     }
 
     fn granted_session_timeout(&self) -> Option<Duration> {
@@ -600,56 +576,8 @@ impl Session for MysqlSession {
     }
 
     async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
-        let i = &self.inner;
-        let mut lost = i.lost.subscribe();
-        let mut joined = i.joined.subscribe();
-        let mut armed = *joined.borrow_and_update();
-        let mut control_seen: Option<Option<i64>> = None;
-        let mut active_sent: Option<Epoch> = None;
-        let mut first = true;
-        loop {
-            if *lost.borrow() {
-                break;
-            }
-            if !first {
-                tokio::select! {
-                    _ = lost.changed() => continue,
-                    _ = tokio::time::sleep(i.s.poll_interval) => {}
-                }
-            }
-            first = false;
-            if joined.has_changed().unwrap_or(false) {
-                armed = *joined.borrow_and_update();
-            }
-            if let Ok(c) = i.get(CONTROL).await {
-                let version = c.as_ref().map(|(_, v)| *v);
-                if control_seen != Some(version) {
-                    control_seen = Some(version);
-                    let control = c
-                        .and_then(|(d, _)| record::parse(&d).ok())
-                        .unwrap_or_default();
-                    if events.send(StoreEvent::Control(control)).is_err() {
-                        return;
-                    }
-                }
-            }
-            if let Some((join, seen)) = armed {
-                if let Ok(lock) = i.read_lock().await {
-                    let live = lock.filter(|(.., expired)| !expired);
-                    if let Some(r) = live.as_ref().and_then(|(_, r, ..)| super::committed(r)) {
-                        if r.epoch != active_sent {
-                            active_sent = r.epoch;
-                            let _ = events.send(StoreEvent::Active(r));
-                        }
-                    }
-                    if live.map(|(s, ..)| s) != Some(seen) {
-                        let _ = events.send(StoreEvent::HolderGone { join });
-                        armed = None;
-                    }
-                }
-            }
-        }
-        let _ = events.send(StoreEvent::SessionLost);
+        // No way to be woken: polling alone.
+        polled::events(&*self.inner, events, std::future::pending::<()>).await
     }
 
     async fn ensure_cluster(&self) -> Result<(), StoreError> {
@@ -711,7 +639,7 @@ impl Session for MysqlSession {
 
     async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, exp, id) = (&i.t, i.s.cluster.clone(), i.expiry_us(), i.id);
+        let (t, cluster, exp, id) = (&i.t, i.s.cluster.clone(), i.expiry_us(), i.core.id);
         let node = m.node.node_id.clone();
         let data = record::to_bytes(m);
         let node2 = node.clone();
@@ -751,7 +679,7 @@ impl Session for MysqlSession {
                 "another live session holds the member row of {node}"
             )));
         }
-        *i.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        i.core.registered(&node);
         Ok(())
     }
 
@@ -770,7 +698,7 @@ impl Session for MysqlSession {
 
     async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         let (node, data) = (m.node.node_id.clone(), record::to_bytes(m));
         let done = i
             .run("publishing the member record", |mut c| async move {
@@ -798,7 +726,7 @@ impl Session for MysqlSession {
     async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
         let i = &self.inner;
         let outcome = match i.try_lock(me).await {
-            Ok(Taking::Held(epoch)) => Some((JoinOutcome::Held { epoch }, i.id)),
+            Ok(Taking::Held(epoch)) => Some((JoinOutcome::Held { epoch }, i.core.id)),
             Ok(Taking::Other { holder, epoch }) => Some((JoinOutcome::Exists { epoch }, holder)),
             Ok(Taking::Lost(why)) => return JoinOutcome::LostData(why),
             Err(StoreError::NotInitialized(why)) => {
@@ -806,7 +734,7 @@ impl Session for MysqlSession {
             }
             // An unknown outcome: the lock is ours iff its row names our session.
             Err(_) => match i.read_lock().await {
-                Ok(Some((holder, _, epoch, false))) if holder == i.id => {
+                Ok(Some((holder, _, epoch, false))) if holder == i.core.id => {
                     Some((JoinOutcome::Held { epoch }, holder))
                 }
                 Ok(Some((holder, record, _, false))) => {
@@ -820,7 +748,7 @@ impl Session for MysqlSession {
         };
         match outcome {
             Some((o, holder)) => {
-                i.joined.send_replace(Some((join, holder)));
+                i.core.joined.send_replace(Some((join, holder)));
                 o
             }
             None => JoinOutcome::Unknown,
@@ -855,7 +783,7 @@ impl Session for MysqlSession {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         let data = record::to_bytes(breadcrumb);
         let bv = breadcrumb_version.map(Version::get);
         let cv = control_version.get();
@@ -932,7 +860,7 @@ impl Session for MysqlSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         let (node, data) = (member.node.node_id.clone(), record::to_bytes(member));
         outcome(
             i.run("renewing the lease", |mut c| async move {
@@ -1034,7 +962,7 @@ impl Session for MysqlSession {
 
     async fn release(&self) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.id);
+        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         i.run("releasing the lock", |mut c| async move {
             c.exec_drop(
                 format!("DELETE FROM {} WHERE cluster = ? AND session = ?", t.lock),

@@ -25,6 +25,7 @@
 //! at once; they also poll every `poll_interval`, which covers a lost message.
 
 use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::polled::{self, Polled};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
     self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
@@ -36,10 +37,9 @@ use redis::{ErrorKind, IntoConnectionInfo, RedisError, Script, ServerErrorKind, 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
+use tokio::sync::mpsc;
 
 /// The cluster's key names.
 #[derive(Clone, Debug)]
@@ -378,11 +378,12 @@ impl Connector for RedisConnector {
             s: self.s.clone(),
             client: self.client.clone(),
             conn,
-            id: super::random_session_id(),
             k: Keys::new(&self.s.prefix, &self.s.cluster),
-            member: Mutex::new(None),
-            joined: watch::Sender::new(None),
-            lost: watch::Sender::new(false),
+            core: polled::Core::new(
+                super::random_session_id(),
+                self.s.session_timeout,
+                self.s.poll_interval,
+            ),
         });
         // A probe within the connect timeout: the manager may have been made long ago.
         let mut c = inner.conn.clone();
@@ -406,7 +407,7 @@ impl Connector for RedisConnector {
                 tracing::warn!("{warning}");
             }
         }
-        tokio::spawn(keepalive(Arc::downgrade(&inner)));
+        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
         Ok(RedisSession { inner })
     }
 }
@@ -467,7 +468,7 @@ pub struct RedisSession {
 
 impl std::fmt::Debug for RedisSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RedisSession({:#x})", self.inner.id)
+        write!(f, "RedisSession({:#x})", self.inner.core.id)
     }
 }
 
@@ -475,65 +476,10 @@ struct Inner {
     s: Arc<StoreSettings>,
     client: redis::Client,
     conn: ConnectionManager,
-    id: i64,
     k: Keys,
     op_timeout: Duration,
-    /// The node id whose member key this session holds, once registered.
-    member: Mutex<Option<String>>,
-    /// The latest join and the holder's session it saw.
-    joined: watch::Sender<Option<(u64, i64)>>,
-    /// Set once the session is lost.
-    lost: watch::Sender<bool>,
-}
-
-/// Touches this session's member key (and the lock, while it names this session) every
-/// `session_timeout / 6`; marks the session lost when the key is gone or taken, or no
-/// touch was acknowledged for `session_timeout`. Ends with the session.
-async fn keepalive(inner: Weak<Inner>) {
-    let Some(every) = inner.upgrade().map(|i| i.s.session_timeout / 6) else {
-        return;
-    };
-    let mut last_ack = Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let Some(i) = inner.upgrade() else { return };
-        if *i.lost.borrow() {
-            return;
-        }
-        let node = i.member.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let Some(node) = node else {
-            last_ack = Instant::now();
-            continue;
-        };
-        let sent = Instant::now();
-        let mut inv = TOUCH.prepare_invoke();
-        inv.key(i.k.member(&node))
-            .key(i.k.lock())
-            .arg(i.id)
-            .arg(i.ttl_ms());
-        match i.call("keeping the session alive", inv).await {
-            Ok(1) => last_ack = sent,
-            Ok(_) => {
-                tracing::warn!(
-                    session = %SessionId(i.id),
-                    "the member key of this session is gone or taken: the session is lost"
-                );
-                i.lost.send_replace(true);
-                return;
-            }
-            Err(e) => {
-                if sent.duration_since(last_ack) >= i.s.session_timeout {
-                    tracing::warn!(
-                        session = %SessionId(i.id),
-                        "no keepalive acknowledged for the session timeout ({e}): the session \
-                         is lost"
-                    );
-                    i.lost.send_replace(true);
-                    return;
-                }
-            }
-        }
-    }
+    /// The session's id, member, joins and loss, shared with the polled loops.
+    core: polled::Core,
 }
 
 impl Inner {
@@ -645,7 +591,7 @@ impl Inner {
         let mut inv = BREADCRUMB_AT.prepare_invoke();
         inv.key(self.k.lock())
             .key(self.k.key(BREADCRUMB))
-            .arg(self.id)
+            .arg(self.core.id)
             .arg(if check_lock { "1" } else { "" })
             .arg(version)
             .arg(data.unwrap_or_default())
@@ -665,13 +611,36 @@ impl Inner {
         inv.key(self.k.member(&m.node.node_id))
             .key(self.k.seen())
             .key(self.k.lock())
-            .arg(self.id)
+            .arg(self.core.id)
             .arg(record::to_bytes(m))
             .arg(self.ttl_ms())
             .arg(&m.node.node_id)
             .arg(m.node.epoch_seen.map(|e| e.to_string()).unwrap_or_default())
             .arg(if renew { "1" } else { "" });
         self.call(doing, inv).await
+    }
+}
+
+impl Polled for Inner {
+    fn core(&self) -> &polled::Core {
+        &self.core
+    }
+
+    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
+        let mut inv = TOUCH.prepare_invoke();
+        inv.key(self.k.member(node))
+            .key(self.k.lock())
+            .arg(self.core.id)
+            .arg(self.ttl_ms());
+        Ok(self.call("keeping the session alive", inv).await? == 1)
+    }
+
+    async fn read_control(&self) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.get(CONTROL).await
+    }
+
+    async fn read_holder(&self) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
+        Ok(self.read_lock().await?.map(|(s, r, _)| (s, r)))
     }
 }
 
@@ -719,7 +688,7 @@ impl Items for RedisSession {
 
 impl Session for RedisSession {
     fn id(&self) -> SessionId {
-        SessionId(self.inner.id)
+        SessionId(self.inner.core.id)
     }
 
     fn granted_session_timeout(&self) -> Option<Duration> {
@@ -727,68 +696,25 @@ impl Session for RedisSession {
     }
 
     async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
-        let i = &self.inner;
-        let mut lost = i.lost.subscribe();
-        let mut joined = i.joined.subscribe();
-        let mut armed = *joined.borrow_and_update();
-        let mut control_seen: Option<Option<i64>> = None;
-        let mut active_sent: Option<Epoch> = None;
-        let mut first = true;
-        // The events channel: a release or a control change wakes us at once; polling
-        // every poll_interval covers a lost message or a lost subscription.
-        let mut messages: Option<redis::aio::PubSubStream> = None;
-        loop {
-            if *lost.borrow() {
-                break;
+        // The events channel: a release or a control change wakes the loop at once;
+        // polling every poll_interval covers a lost message or a lost subscription.
+        let i = &*self.inner;
+        let messages = tokio::sync::Mutex::new(None::<redis::aio::PubSubStream>);
+        polled::events(i, events, || async {
+            let mut m = messages.lock().await;
+            if m.is_none() {
+                *m = subscribe(i).await;
             }
-            if messages.is_none() {
-                messages = subscribe(i).await;
-            }
-            if !first {
-                let next = async {
-                    match messages.as_mut() {
-                        Some(m) => m.next().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = lost.changed() => continue,
-                    m = next => if m.is_none() { messages = None },
-                    _ = tokio::time::sleep(i.s.poll_interval) => {}
-                }
-            }
-            first = false;
-            if joined.has_changed().unwrap_or(false) {
-                armed = *joined.borrow_and_update();
-            }
-            if let Ok(c) = i.get(CONTROL).await {
-                let version = c.as_ref().map(|(_, v)| *v);
-                if control_seen != Some(version) {
-                    control_seen = Some(version);
-                    let control = c
-                        .and_then(|(d, _)| record::parse(&d).ok())
-                        .unwrap_or_default();
-                    if events.send(StoreEvent::Control(control)).is_err() {
-                        return;
+            match m.as_mut() {
+                Some(stream) => {
+                    if stream.next().await.is_none() {
+                        *m = None;
                     }
                 }
+                None => std::future::pending().await,
             }
-            if let Some((join, seen)) = armed {
-                if let Ok(lock) = i.read_lock().await {
-                    if let Some(r) = lock.as_ref().and_then(|(_, r, _)| super::committed(r)) {
-                        if r.epoch != active_sent {
-                            active_sent = r.epoch;
-                            let _ = events.send(StoreEvent::Active(r));
-                        }
-                    }
-                    if lock.map(|(s, ..)| s) != Some(seen) {
-                        let _ = events.send(StoreEvent::HolderGone { join });
-                        armed = None;
-                    }
-                }
-            }
-        }
-        let _ = events.send(StoreEvent::SessionLost);
+        })
+        .await
     }
 
     async fn ensure_cluster(&self) -> Result<(), StoreError> {
@@ -868,7 +794,7 @@ impl Session for RedisSession {
         inv.key(i.k.member(&node))
             .key(i.k.members())
             .key(i.k.seen())
-            .arg(i.id)
+            .arg(i.core.id)
             .arg(record::to_bytes(m))
             .arg(i.ttl_ms())
             .arg(&node)
@@ -878,7 +804,7 @@ impl Session for RedisSession {
                 "another live session holds the member key of {node}"
             )));
         }
-        *i.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node);
+        i.core.registered(&node);
         Ok(())
     }
 
@@ -912,7 +838,7 @@ impl Session for RedisSession {
             .key(i.k.epoch())
             .key(i.k.init())
             .key(i.k.seen())
-            .arg(i.id)
+            .arg(i.core.id)
             .arg(record::to_bytes(me))
             .arg(i.ttl_ms());
         let answer: Result<Vec<Value>, StoreError> = i
@@ -925,7 +851,7 @@ impl Session for RedisSession {
             Ok(v) => match text(v.first().unwrap_or(&Value::Nil)).as_deref() {
                 Some("held") => {
                     let epoch = v.get(1).and_then(text).and_then(|e| e.parse().ok());
-                    epoch.map(|epoch| (JoinOutcome::Held { epoch }, i.id))
+                    epoch.map(|epoch| (JoinOutcome::Held { epoch }, i.core.id))
                 }
                 Some("other") => {
                     let holder = v.get(1).and_then(text).and_then(|s| s.parse().ok());
@@ -944,7 +870,7 @@ impl Session for RedisSession {
             },
             // An unknown outcome: the lock is ours iff it names our session.
             Err(_) => match i.read_lock().await {
-                Ok(Some((holder, _, epoch))) if holder == i.id => {
+                Ok(Some((holder, _, epoch))) if holder == i.core.id => {
                     Some((JoinOutcome::Held { epoch }, holder))
                 }
                 Ok(Some((holder, record, _))) => Some((
@@ -958,7 +884,7 @@ impl Session for RedisSession {
         };
         match outcome {
             Some((o, holder)) => {
-                i.joined.send_replace(Some((join, holder)));
+                i.core.joined.send_replace(Some((join, holder)));
                 o
             }
             None => JoinOutcome::Unknown,
@@ -1000,7 +926,7 @@ impl Session for RedisSession {
         inv.key(i.k.lock())
             .key(i.k.key(CONTROL))
             .key(i.k.key(BREADCRUMB))
-            .arg(i.id)
+            .arg(i.core.id)
             .arg(record::to_bytes(breadcrumb))
             .arg(control_version.get())
             .arg(
@@ -1075,7 +1001,7 @@ impl Session for RedisSession {
     async fn release(&self) -> Result<(), StoreError> {
         let i = &self.inner;
         let mut inv = RELEASE.prepare_invoke();
-        inv.key(i.k.lock()).arg(i.id).arg(i.k.events());
+        inv.key(i.k.lock()).arg(i.core.id).arg(i.k.events());
         i.call("releasing the lock", inv).await.map(|_| ())
     }
 

@@ -1,0 +1,166 @@
+//! What the stores without a session service of their own (MySQL, Redis) share: a session
+//! is a random id whose member record a keepalive task touches every `session_timeout /
+//! 6`, and the events are found by reading `control` and the lock every `poll_interval`
+//! (sooner when the backend has a way to be woken).
+
+use super::{StoreError, StoreEvent};
+use crate::record::{self, Epoch};
+use std::future::Future;
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// A session's state that its keepalive and its events share.
+pub struct Core {
+    pub id: i64,
+    pub session_timeout: Duration,
+    pub poll_interval: Duration,
+    /// The node id whose member record this session holds, once registered.
+    pub member: Mutex<Option<String>>,
+    /// The latest join and the holder's session it saw.
+    pub joined: watch::Sender<Option<(u64, i64)>>,
+    /// Set once the session is lost.
+    pub lost: watch::Sender<bool>,
+}
+
+impl Core {
+    pub fn new(id: i64, session_timeout: Duration, poll_interval: Duration) -> Core {
+        Core {
+            id,
+            session_timeout,
+            poll_interval,
+            member: Mutex::new(None),
+            joined: watch::Sender::new(None),
+            lost: watch::Sender::new(false),
+        }
+    }
+
+    /// Records that this session now holds `node`'s member record.
+    pub fn registered(&self, node: &str) {
+        *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node.to_string());
+    }
+}
+
+/// A backend's reads and writes the shared loops need.
+pub trait Polled: Send + Sync + 'static {
+    fn core(&self) -> &Core;
+    /// Touches `node`'s member record (and the lock while it names this session):
+    /// `Ok(false)` when the record is gone or another session's.
+    fn touch(&self, node: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// `control`'s data and version, if it exists.
+    fn read_control(
+        &self,
+    ) -> impl Future<Output = Result<Option<(Vec<u8>, i64)>, StoreError>> + Send;
+    /// The live lock's session and record, if it is held.
+    fn read_holder(
+        &self,
+    ) -> impl Future<Output = Result<Option<(i64, Vec<u8>)>, StoreError>> + Send;
+}
+
+/// The keepalive task: marks the session lost when its member record is gone or taken, or
+/// no touch was acknowledged for `session_timeout`. Ends with the session.
+pub async fn keepalive<P: Polled>(p: Weak<P>) {
+    let Some(every) = p.upgrade().map(|p| p.core().session_timeout / 6) else {
+        return;
+    };
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(p) = p.upgrade() else { return };
+        let c = p.core();
+        if *c.lost.borrow() {
+            return;
+        }
+        let node = c.member.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(node) = node else {
+            last_ack = Instant::now();
+            continue;
+        };
+        let sent = Instant::now();
+        match p.touch(&node).await {
+            Ok(true) => last_ack = sent,
+            // Gone, or taken; a store without its tables has none either.
+            Ok(false) | Err(StoreError::NotInitialized(_)) => {
+                tracing::warn!(
+                    session = %super::SessionId(c.id),
+                    "the member record of this session is gone or taken: the session is lost"
+                );
+                c.lost.send_replace(true);
+                return;
+            }
+            Err(e) => {
+                if sent.duration_since(last_ack) >= c.session_timeout {
+                    tracing::warn!(
+                        session = %super::SessionId(c.id),
+                        "no keepalive acknowledged for the session timeout ({e}): the session \
+                         is lost"
+                    );
+                    c.lost.send_replace(true);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The events of a polled session: `control` at once and after each change, the holder's
+/// committed record and its end after each join, `SessionLost` last. `wake` resolves when
+/// the backend hears of a change before the next poll (Redis's events channel); a backend
+/// without one passes a future that never resolves.
+pub async fn events<P: Polled, W, F>(p: &P, events: mpsc::UnboundedSender<StoreEvent>, mut wake: W)
+where
+    W: FnMut() -> F,
+    F: Future<Output = ()>,
+{
+    let c = p.core();
+    let mut lost = c.lost.subscribe();
+    let mut joined = c.joined.subscribe();
+    let mut armed = *joined.borrow_and_update();
+    let mut control_seen: Option<Option<i64>> = None;
+    let mut active_sent: Option<Epoch> = None;
+    let mut first = true;
+    loop {
+        if *lost.borrow() {
+            break;
+        }
+        if !first {
+            tokio::select! {
+                _ = lost.changed() => continue,
+                _ = wake() => {}
+                _ = tokio::time::sleep(c.poll_interval) => {}
+            }
+        }
+        first = false;
+        if joined.has_changed().unwrap_or(false) {
+            armed = *joined.borrow_and_update();
+        }
+        if let Ok(found) = p.read_control().await {
+            let version = found.as_ref().map(|(_, v)| *v);
+            if control_seen != Some(version) {
+                control_seen = Some(version);
+                let control = found
+                    .and_then(|(d, _)| record::parse(&d).ok())
+                    .unwrap_or_default();
+                if events.send(StoreEvent::Control(control)).is_err() {
+                    return;
+                }
+            }
+        }
+        if let Some((join, seen)) = armed {
+            if let Ok(holder) = p.read_holder().await {
+                if let Some(r) = holder.as_ref().and_then(|(_, r)| super::committed(r)) {
+                    if r.epoch != active_sent {
+                        active_sent = r.epoch;
+                        let _ = events.send(StoreEvent::Active(r));
+                    }
+                }
+                if holder.map(|(s, _)| s) != Some(seen) {
+                    let _ = events.send(StoreEvent::HolderGone { join });
+                    armed = None;
+                }
+            }
+        }
+    }
+    let _ = events.send(StoreEvent::SessionLost);
+}
