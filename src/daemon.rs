@@ -215,6 +215,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let eligible_now = standby_probe.is_none();
         let hooks_probe = (cfg.service.mode == ServiceMode::Hooks && !eligible_now)
             .then(|| standby_probe.clone());
+        // Hooks mode with `standby_command`: not eligible before its first check passes.
+        let standby_checked =
+            cfg.service.mode == ServiceMode::Hooks && !cfg.health.standby_command.is_empty();
         let elector = Elector::new(
             ElectorConfig {
                 node_id: cfg.cluster.node_id.clone(),
@@ -226,7 +229,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 follow: cfg.service.mode == ServiceMode::Hooks && !cfg.service.follow.is_empty(),
                 priority: cfg.election.priority,
             },
-            eligible_now,
+            eligible_now && !standby_checked,
         );
         let (view, _) = tokio::sync::watch::channel(NodeView::new(
             MemberRecord {
