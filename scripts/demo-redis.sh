@@ -9,23 +9,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-note() { printf '   %s\n' "$*"; }
+. "$here/scripts/demo-common.sh"
 
-need=()
-[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+mapfile -t need < <(missing_base_packages)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
-dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "ok installed" || need+=(libssl-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  say "Installing ${need[*]} (Debian packages)"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-command -v cargo >/dev/null 2>&1 || { echo "cargo is not installed: install Rust and run this again" >&2; exit 1; }
+ensure_packages "${need[@]}"
 
 say "Building warden"
 cargo build --quiet --bin warden
@@ -48,34 +36,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  local p
-  while :; do
-    p=$(shuf -i 20000-60000 -n 1)
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
 say "Starting a local ZooKeeper"
-zkport=$(free_port)
-mkdir -p "$dir/zk"
-cat >"$dir/zoo.cfg" <<EOF
-tickTime=100
-minSessionTimeout=200
-maxSessionTimeout=60000
-dataDir=$dir/zk
-clientPort=$zkport
-clientPortAddress=127.0.0.1
-admin.enableServer=false
-4lw.commands.whitelist=ruok
-EOF
-java -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" -XX:+UseSerialGC -Xmx256m \
-  org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
-pids+=($!)
-disown $!
-ruok() { (exec 3<>"/dev/tcp/127.0.0.1/$zkport" && printf ruok >&3 && timeout 1 cat <&3) 2>/dev/null; }
-for _ in $(seq 1 150); do [ "$(ruok)" = imok ] && break; sleep 0.1; done
-[ "$(ruok)" = imok ] || { echo "ZooKeeper did not start:" >&2; cat "$dir/zk.log" >&2; exit 1; }
+start_zookeeper
 
 say "Starting two Redis servers (appendonly, a shared password for replication)"
 pw="demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
@@ -86,7 +48,8 @@ for n in n1 n2; do
   chmod 600 "$dir/$n/redis.pass"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$n" --save '' --appendonly yes \
     --requirepass "$pw" --masterauth "$pw" --pidfile "$dir/$n/redis.pid" \
-    --logfile "$dir/$n/redis.log" --daemonize no --min-replicas-to-write 1000000 &
+    --logfile "$dir/$n/redis.log" --daemonize no --min-replicas-to-write 1000000 \
+    --repl-diskless-sync-delay 0 &
   pids+=($!)
   disown $!
   eval "port_$n=$port"
@@ -127,7 +90,7 @@ signal = "SIGKILL"
 timeout = "3s"
 EOF
 done
-rcli() { REDISCLI_AUTH="$pw" redis-cli --no-auth-warning -h 127.0.0.1 -p "$1" "${@:2}"; }
+rcli() { REDISCLI_AUTH="$pw" timeout 3 redis-cli --no-auth-warning -h 127.0.0.1 -p "$1" "${@:2}"; }
 for n in n1 n2; do
   eval "p=\$port_$n"
   for _ in $(seq 1 100); do [ "$(rcli "$p" PING 2>/dev/null)" = PONG ] && break; sleep 0.1; done
@@ -150,12 +113,16 @@ wait_for() { # description command...
 }
 is_active() { [ "$(active)" = "$1" ]; }
 standby() { "$warden" -c "$dir/n1.toml" status | grep -qE "^$1 +standby +healthy"; }
+# A healthy standby whose Redis has finished its first sync from the primary.
+replica() { # node port
+  standby "$1" && rcli "$2" INFO replication 2>/dev/null | tr -d '\r' | grep -q '^master_link_status:up$'
+}
 
 say "Starting warden on n1, then on n2"
 start n1
 wait_for "n1 is active" is_active n1
 start n2
-wait_for "n2 is a healthy standby" standby n2
+wait_for "n2 is a healthy standby with its Redis in sync" replica n2 "$port_n2"
 status
 
 say "A client writes a counter to whichever Redis is the primary, every 50 ms"
@@ -179,7 +146,7 @@ sleep 1
 
 say "Act 1: a planned switchover to n2 (FAILOVER TO: Redis hands over without losing writes)"
 "$warden" -c "$dir/n1.toml" failover --to n2 | sed 's/^/   /'
-wait_for "n1 is a healthy standby" standby n1
+wait_for "n1 is a healthy standby with its Redis in sync" replica n1 "$port_n1"
 sleep 1
 note "writes on n2 (the primary): $(rcli "$port_n2" LLEN writes)"
 note "n1 replicates n2: $(rcli "$port_n1" INFO replication | tr -d '\r' | grep -E '^(role|master_port|master_link_status):' | tr '\n' ' ')"

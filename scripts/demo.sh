@@ -14,26 +14,11 @@ if [ "${1:-}" = redis ]; then
   exec "$here/scripts/demo-redis.sh"
 fi
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-note() { printf '   %s\n' "$*"; }
+. "$here/scripts/demo-common.sh"
 
 # --- 1. What the demo needs ------------------------------------------------------------
-need=()
-[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
-dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "ok installed" || need+=(libssl-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  say "Installing ${need[*]} (Debian packages)"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-if ! command -v cargo >/dev/null 2>&1; then
-  echo "cargo is not installed: install Rust (https://rustup.rs or Debian's cargo package) and run this again" >&2
-  exit 1
-fi
+mapfile -t need < <(missing_base_packages)
+ensure_packages "${need[@]}"
 
 say "Building warden"
 cargo build --quiet --bin warden --bin warden-journal-service
@@ -60,39 +45,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { # a port nothing listens on
-  local p
-  while :; do
-    p=$(shuf -i 20000-60000 -n 1)
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
 # --- 3. ZooKeeper ----------------------------------------------------------------------
 say "Starting a local ZooKeeper (standalone, on loopback)"
-zkport=$(free_port)
-mkdir -p "$dir/zk"
-cat >"$dir/zoo.cfg" <<EOF
-tickTime=100
-minSessionTimeout=200
-maxSessionTimeout=60000
-dataDir=$dir/zk
-clientPort=$zkport
-clientPortAddress=127.0.0.1
-admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr
-EOF
-cp_="/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
-java -cp "$cp_" -XX:+UseSerialGC -Xmx256m \
-  org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
-pids+=($!)
-disown $!
-ruok() { (exec 3<>"/dev/tcp/127.0.0.1/$zkport" && printf ruok >&3 && timeout 1 cat <&3) 2>/dev/null; }
-for _ in $(seq 1 150); do
-  [ "$(ruok)" = imok ] && break
-  sleep 0.1
-done
-[ "$(ruok)" = imok ] || { echo "ZooKeeper did not start; its log:" >&2; cat "$dir/zk.log" >&2; exit 1; }
+start_zookeeper
 note "ZooKeeper listens on 127.0.0.1:$zkport"
 
 # --- 4. Two nodes ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
     Ticket, WriteOutcome,
 };
-use crate::health::{self, CheckerHandle, HealthChange, Prober};
+use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
 use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use crate::metrics::Metrics;
 use crate::notify;
@@ -138,6 +138,8 @@ pub struct Daemon<C: Connector, H: Host> {
     published_epoch_seen: Option<Epoch>,
     /// The `follow` state in the member record last published.
     published_follow: Option<String>,
+    /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
+    probe_env: ProbeEnv,
     health: Health,
     eligibility: Option<CheckerHandle>,
     /// Hooks mode: the service's own check, which also decides eligibility; started
@@ -205,8 +207,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         }
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
         // mode: the service always runs, so its own health check decides both.
+        let probe_env = ProbeEnv::default();
         let standby_probe = match cfg.service.mode {
-            ServiceMode::Spawn => host.standby_probe(&cfg.health),
+            ServiceMode::Spawn => host.standby_probe(&cfg.health, probe_env.clone()),
             ServiceMode::Hooks => host.service_probe(&cfg.health).map_err(|e| Fatal {
                 code: 2,
                 message: e.to_string(),
@@ -270,6 +273,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             role_since,
             published_epoch_seen: None,
             published_follow: None,
+            probe_env,
             health: if eligible_now {
                 Health::Healthy
             } else {
@@ -287,7 +291,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             d.eligibility = Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility));
         }
         if d.cfg.service.mode == ServiceMode::Hooks && !d.cfg.health.standby_command.is_empty() {
-            let probe = d.host.standby_probe(&d.cfg.health);
+            let probe = d.host.standby_probe(&d.cfg.health, d.probe_env.clone());
             d.standby_ok = false;
             d.health = Health::Unknown;
             d.standby_check = Some(d.checker(probe, Duration::ZERO, Input::StandbyCheck));
@@ -454,41 +458,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 // session timeout; only a node below the highest priority needs to know.
                 if self.cfg.election.priority < MAX_PRIORITY {
                     let (zk2, tx2) = (zk.clone(), self.tx.clone());
-                    let me = self.me.node_id.clone();
-                    let mine = self.cfg.election.priority;
                     let every = self.elector.session_timeout();
                     tasks.spawn(async move {
-                        let mut last = None;
                         loop {
                             if let Ok(Ok(members)) =
                                 tokio::time::timeout(every, zk2.members()).await
                             {
-                                let rivals: Vec<&str> = members
-                                    .iter()
-                                    .filter(|(id, m)| {
-                                        m.as_ref().is_ok_and(|m| {
-                                            *id != me
-                                                && m.role == Role::Standby
-                                                && m.health == Health::Healthy
-                                                && m.priority.unwrap_or(100) > mine
-                                        })
-                                    })
-                                    .map(|(id, _)| id.as_str())
-                                    .collect();
-                                let higher = !rivals.is_empty();
-                                if last != Some(higher) {
-                                    last = Some(higher);
-                                    if higher {
-                                        info!(
-                                            "standbys of higher priority than {mine}: {}; they \
-                                             try first when the lock is free",
-                                            rivals.join(", ")
-                                        );
-                                    }
-                                    let ev = Input::Session(gen, Event::Rivals { higher });
-                                    if tx2.send(ev).is_err() {
-                                        return;
-                                    }
+                                let members: Vec<MemberRecord> =
+                                    members.into_iter().filter_map(|(_, m)| m.ok()).collect();
+                                let ev = Input::Session(gen, Event::Members { members });
+                                if tx2.send(ev).is_err() {
+                                    return;
                                 }
                             }
                             tokio::time::sleep(every).await;
@@ -666,12 +646,33 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             self.published_follow = follow;
             self.publish_member();
         }
+        self.probe_env.set(self.standby_command_env());
         let serving = match self.control_svc {
             ServiceControl::Hooks(_) => self.elector.is_serving(),
             _ => self.service.is_some(),
         };
         self.view
             .send_replace(NodeView::new(self.member(), serving));
+    }
+
+    /// SPEC §6: what `standby_command` is told now: the cluster, the node, its role, the
+    /// newest epoch it knows and the active it should follow.
+    fn standby_command_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("WARDEN_CLUSTER".to_string(), self.cfg.cluster.name.clone()),
+            (
+                "WARDEN_NODE_ID".to_string(),
+                self.cfg.cluster.node_id.clone(),
+            ),
+            ("WARDEN_ROLE".to_string(), self.elector.role().to_string()),
+        ];
+        if let Some(epoch) = self.elector.epoch().or(self.elector.epoch_seen()) {
+            env.push(("WARDEN_EPOCH".to_string(), epoch.to_string()));
+        }
+        if let Some(active) = self.elector.known_active() {
+            env.extend(active_env(active));
+        }
+        env
     }
 
     /// Spawns a call in the current session; without a session the call cannot happen and
@@ -1053,11 +1054,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             self.elector.session_timeout(),
                             self.cfg.connect_timeout(),
                         );
+                        // SPEC §6: and the active to follow, when another node is known
+                        // to be one (a demotion after losing the lease to it).
+                        let active = self.elector.known_active().map(active_env);
                         tokio::spawn(async move {
-                            let extra = match successor {
+                            let mut extra = match successor {
                                 Some((node, zk)) => successor_env(&zk, &node, bound).await,
                                 None => Vec::new(),
                             };
+                            extra.extend(active.into_iter().flatten());
                             let (clean, detail) = match hooks.demote(epoch, extra).await {
                                 Ok(()) => (true, "the demote hook succeeded".to_string()),
                                 Err(e) => {

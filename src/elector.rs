@@ -17,7 +17,7 @@
 //! The role reported to operators is derived from the three after every input.
 
 pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
-use crate::record::{Epoch, HostIdentity, NodeRecord, Role};
+use crate::record::{Epoch, Health, HostIdentity, MemberRecord, NodeRecord, Role};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -204,9 +204,10 @@ pub enum Event {
     ActiveChanged {
         record: NodeRecord,
     },
-    /// Whether a healthy standby of higher priority is a member now (SPEC §6 `priority`).
-    Rivals {
-        higher: bool,
+    /// The member records as last read (SPEC §6 `priority`: who else could take a free
+    /// lock).
+    Members {
+        members: Vec<MemberRecord>,
     },
     /// The `follow` hook for `ticket` ended.
     Followed {
@@ -588,6 +589,20 @@ impl Elector {
         })
     }
 
+    /// SPEC §6 `WARDEN_ACTIVE_*`: the active this node should follow, when another node is
+    /// known to be active: the newest promotion seen, of another node, newer than any lock
+    /// this node holds. `None` otherwise (so in `promote`).
+    pub fn known_active(&self) -> Option<&NodeRecord> {
+        let active = self.active.as_ref()?;
+        if active.epoch < self.epoch_seen {
+            return None;
+        }
+        match self.phase {
+            Phase::Holding { epoch, .. } if active.epoch <= Some(epoch) => None,
+            _ => Some(active),
+        }
+    }
+
     /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
     pub fn epoch_seen(&self) -> Option<Epoch> {
         self.epoch_seen
@@ -682,9 +697,9 @@ impl Elector {
             } => self.on_service_stopped(ticket, clean, detail, now),
             Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
             Event::Released { ticket } => self.on_released(ticket, now),
-            Event::ActiveChanged { record } => self.on_active_changed(record, now),
+            Event::ActiveChanged { record } => self.on_active_changed(record),
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
-            Event::Rivals { higher } => self.higher_rival = higher,
+            Event::Members { members } => self.on_members(&members),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = detail;
@@ -1596,6 +1611,34 @@ impl Elector {
         self.actions.push_back(Action::Join { ticket });
     }
 
+    /// SPEC §6 `priority`: a healthy standby of higher priority among the members makes
+    /// this node let it try first for a free lock; said once each time that changes.
+    fn on_members(&mut self, members: &[MemberRecord]) {
+        let rivals: Vec<&str> = members
+            .iter()
+            .filter(|m| {
+                m.node.node_id != self.cfg.node_id
+                    && m.role == Role::Standby
+                    && m.health == Health::Healthy
+                    && m.priority.unwrap_or(100) > self.cfg.priority
+            })
+            .map(|m| m.node.node_id.as_str())
+            .collect();
+        let higher = !rivals.is_empty();
+        if higher && !self.higher_rival {
+            self.notice(
+                false,
+                format!(
+                    "standbys of higher priority than {}: {}; they try first when the lock is \
+                     free",
+                    self.cfg.priority,
+                    rivals.join(", ")
+                ),
+            );
+        }
+        self.higher_rival = higher;
+    }
+
     /// A pending switchover request names this node.
     fn named_target(&self, now: Instant) -> bool {
         self.control.failover.as_ref().is_some_and(|f| {
@@ -1945,17 +1988,19 @@ impl Elector {
     /// SPEC §6: another node committed its promotion. A standby with a `follow` hook
     /// points its service at it (once per epoch; a newer active replaces one not yet
     /// followed).
-    fn on_active_changed(&mut self, record: NodeRecord, now: Instant) {
+    fn on_active_changed(&mut self, record: NodeRecord) {
         self.epoch_seen = self.epoch_seen.max(record.epoch);
-        if !self.cfg.follow || self.is_ours(&record) || record.epoch.is_none() {
+        if self.is_ours(&record) || record.epoch.is_none() {
             return;
         }
         if record.epoch <= self.active.as_ref().and_then(|a| a.epoch) {
             return;
         }
+        // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
-        let _ = now;
-        self.follow_now();
+        if self.cfg.follow {
+            self.follow_now();
+        }
     }
 
     /// Runs `follow` for the newest active, unless one runs, this node holds the lock, or
@@ -2815,6 +2860,35 @@ mod tests {
     }
 
     #[test]
+    fn rule_6_hooks_are_told_an_active_only_when_another_node_is_the_newest() {
+        // A standby without a follow hook still knows whom to name.
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Exists { epoch: None },
+        });
+        assert!(h.e.known_active().is_none());
+        h.feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        });
+        assert_eq!(h.e.known_active().map(|a| a.epoch), Some(Some(7)));
+
+        // While this node holds the lock, an older active of another node is not named;
+        // a newer one (the node it lost its lease to) is.
+        let mut h = H::new();
+        h.active(5);
+        h.feed_all(Event::ActiveChanged {
+            record: active_record("n2", 3),
+        });
+        assert!(h.e.known_active().is_none());
+        h.feed_all(Event::ActiveChanged {
+            record: active_record("n2", 9),
+        });
+        assert_eq!(h.e.known_active().map(|a| a.node_id.as_str()), Some("n2"));
+    }
+
+    #[test]
     fn rule_6_a_forced_switchover_to_an_ineligible_node_lets_it_join() {
         let mut h = following_standby();
         let t = match h
@@ -2866,7 +2940,20 @@ mod tests {
     #[test]
     fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
         let mut h = with_priority(50);
-        h.feed(Event::Rivals { higher: true });
+        h.feed(Event::Members {
+            members: vec![MemberRecord {
+                node: NodeRecord {
+                    node_id: "n2".into(),
+                    ..NodeRecord::default()
+                },
+                role: Role::Standby,
+                health: Health::Healthy,
+                session_timeout: None,
+                containment: None,
+                follow: None,
+                priority: Some(900),
+            }],
+        });
         let a = h.feed(Event::SessionStarted {
             granted: None,
             control: ControlView::default(),

@@ -11,6 +11,7 @@
 //! passes. Passes during the grace count, so a service that comes up quickly is healthy
 //! after `rise` passes without waiting for the grace to end.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,13 +54,39 @@ pub enum HealthError {
 pub enum Probe {
     /// Always healthy.
     None,
-    /// The command exits 0.
-    Exec { command: Vec<String> },
+    /// The command exits 0; it runs with the variables in `env` at the time.
+    Exec { command: Vec<String>, env: ProbeEnv },
     /// A TCP connection to `address` (`host:port`) succeeds.
     Tcp { address: String },
     /// `GET` of the URL answers 2xx.
     Http(HttpUrl),
 }
+
+/// The variables an `exec` probe's command is given, as the daemon last set them (SPEC §6:
+/// `standby_command` is told the cluster, the node, its role, the newest epoch and the
+/// active to follow, which change while the checker runs). Clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeEnv(Arc<Mutex<Vec<(String, String)>>>);
+
+impl ProbeEnv {
+    /// Sets the variables of the next runs.
+    pub fn set(&self, env: Vec<(String, String)>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = env;
+    }
+
+    /// The variables now.
+    pub fn get(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl PartialEq for ProbeEnv {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for ProbeEnv {}
 
 /// A parsed `http://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +129,7 @@ impl Probe {
                 }
                 Ok(Probe::Exec {
                     command: config.command.clone(),
+                    env: ProbeEnv::default(),
                 })
             }
             HealthKind::Tcp => {
@@ -126,14 +154,16 @@ impl Probe {
         }
     }
 
-    /// Spawn mode's standby eligibility: `health.standby_command` if set, else always
-    /// eligible (the service does not run on a standby, so it cannot be checked there).
-    pub fn standby(config: &HealthConfig) -> Probe {
+    /// A standby's eligibility: `health.standby_command` if set, run with `env`, else
+    /// always eligible (in spawn mode the service does not run on a standby, so it cannot
+    /// be checked there).
+    pub fn standby(config: &HealthConfig, env: ProbeEnv) -> Probe {
         if config.standby_command.is_empty() {
             Probe::None
         } else {
             Probe::Exec {
                 command: config.standby_command.clone(),
+                env,
             }
         }
     }
@@ -142,7 +172,7 @@ impl Probe {
     pub fn label(&self) -> String {
         match self {
             Probe::None => "none".to_string(),
-            Probe::Exec { command } => format!("exec {}", command.join(" ")),
+            Probe::Exec { command, .. } => format!("exec {}", command.join(" ")),
             Probe::Tcp { address } => format!("tcp {address}"),
             Probe::Http(url) => format!("http {}", url.url),
         }
@@ -154,7 +184,7 @@ impl Probe {
         let label = self.label();
         let result = match self {
             Probe::None => Ok("no check configured".to_string()),
-            Probe::Exec { command } => match run_command(command, &[], timeout).await {
+            Probe::Exec { command, env } => match run_command(command, &env.get(), timeout).await {
                 Ok(()) => Ok("exit status 0".to_string()),
                 Err(HookError::Failed { exit, said, .. }) => Err(match said {
                     Some(said) => format!("{exit}: {said}"),
@@ -636,12 +666,13 @@ mod tests {
         assert_eq!(Probe::service(&c), Err(HealthError::MissingCommand));
         c.kind = HealthKind::Http;
         assert_eq!(Probe::service(&c), Err(HealthError::MissingUrl));
-        assert_eq!(Probe::standby(&c), Probe::None);
+        assert_eq!(Probe::standby(&c, ProbeEnv::default()), Probe::None);
         c.standby_command = vec!["/bin/true".into()];
         assert_eq!(
-            Probe::standby(&c),
+            Probe::standby(&c, ProbeEnv::default()),
             Probe::Exec {
-                command: vec!["/bin/true".into()]
+                command: vec!["/bin/true".into()],
+                env: ProbeEnv::default(),
             }
         );
     }

@@ -12,7 +12,7 @@
 //! `Daemon<C, H>` stays readable.
 
 use crate::config::{Config, HealthConfig};
-use crate::health::{HealthError, Probe, Prober};
+use crate::health::{HealthError, Probe, ProbeEnv, Prober};
 use crate::record::{self, Epoch, NodeRecord};
 use crate::service::{self, Hooks, PinnedService, ServiceIdentity, Spawner, StopOutcome};
 use std::future::Future;
@@ -45,7 +45,8 @@ pub trait Host: Clone + Send + Sync + 'static {
     fn service_probe(&self, cfg: &HealthConfig) -> Result<Self::Probe, HealthError>;
     /// A standby's eligibility (`health.standby_command`); in hooks mode together with the
     /// service's own check.
-    fn standby_probe(&self, cfg: &HealthConfig) -> Self::Probe;
+    /// `env`: the variables its command is given, kept current by the daemon.
+    fn standby_probe(&self, cfg: &HealthConfig, env: ProbeEnv) -> Self::Probe;
 }
 
 /// A start the commit made ready: its epoch, and the cgroup the breadcrumb names.
@@ -164,8 +165,8 @@ impl Host for ThisHost {
         Probe::service(cfg)
     }
 
-    fn standby_probe(&self, cfg: &HealthConfig) -> Probe {
-        Probe::standby(cfg)
+    fn standby_probe(&self, cfg: &HealthConfig, env: ProbeEnv) -> Probe {
+        Probe::standby(cfg, env)
     }
 }
 

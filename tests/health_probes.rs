@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use warden::config::{HealthConfig, HealthKind};
-use warden::health::{spawn_checker, HealthChange, Probe};
+use warden::health::{spawn_checker, HealthChange, Probe, ProbeEnv};
 use warden::record::Health;
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -113,12 +113,14 @@ async fn tcp_probe_turns_unhealthy_after_fall_failures_once_the_listener_is_gone
 async fn exec_probe_passes_on_exit_0_only() {
     let pass = Probe::Exec {
         command: vec!["true".into()],
+        env: ProbeEnv::default(),
     }
     .check(TIMEOUT)
     .await;
     assert!(pass.pass, "{pass:?}");
     let fail = Probe::Exec {
         command: vec!["false".into()],
+        env: ProbeEnv::default(),
     }
     .check(TIMEOUT)
     .await;
@@ -193,6 +195,7 @@ async fn a_hanging_probe_is_cut_off_at_its_timeout() {
 
     let hanging = Probe::Exec {
         command: vec!["sleep".into(), "30".into()],
+        env: ProbeEnv::default(),
     };
     let started = Instant::now();
     let check = hanging.check(timeout).await;
@@ -266,7 +269,7 @@ async fn standby_probe_uses_the_standby_command() {
     };
     let (tx, mut rx) = mpsc::channel(8);
     let _checker = spawn_checker(
-        Probe::standby(&config),
+        Probe::standby(&config, ProbeEnv::default()),
         INTERVAL,
         TIMEOUT,
         1,

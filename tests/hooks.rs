@@ -55,6 +55,16 @@ fn hooks_mode(node: &Node, promote: &Path, demote: &Path, hook_timeout: &str) {
     .unwrap();
 }
 
+/// Gives a node's record a service port (`cluster.port`), which hooks are told.
+fn with_port(node: &Node, port: u16) {
+    let text = fs::read_to_string(&node.config).unwrap().replacen(
+        "host = \"127.0.0.1\"\n",
+        &format!("host = \"127.0.0.1\"\nport = {port}\n"),
+        1,
+    );
+    fs::write(&node.config, text).unwrap();
+}
+
 /// A hook that records its call and then runs `then` (shell).
 fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
     cluster.script(
@@ -288,13 +298,7 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     for (n, port) in [(&n1, 7001), (&n2, 7002)] {
         hooks_mode(n, &promote, &demote, "2s");
-        let text = fs::read_to_string(&n.config).unwrap();
-        let text = text.replacen(
-            "host = \"127.0.0.1\"\n",
-            &format!("host = \"127.0.0.1\"\nport = {port}\n"),
-            1,
-        );
-        fs::write(&n.config, text).unwrap();
+        with_port(n, port);
     }
     let mut w1 = n1.start();
     assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
@@ -328,6 +332,94 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
             "n1 unset unset unset"
         ]
     );
+}
+
+/// SPEC §6 "What hooks are told": `standby_command` gets the cluster, the node, its role,
+/// the newest epoch and `WARDEN_ACTIVE_NODE/HOST/PORT` of the active to follow, current at
+/// each run (a new active after a switchover included); `promote` gets no
+/// `WARDEN_ACTIVE_*`.
+#[test]
+fn standby_command_and_promote_are_told_the_active() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promoted = cluster.dir().join("promote-env");
+    let checked = cluster.dir().join("check-env");
+    let promote = hook(
+        &cluster,
+        "promote.sh",
+        &record,
+        "promote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_ACTIVE_NODE-unset}}\" >> '{}'",
+            promoted.display()
+        ),
+    );
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let check = cluster.script(
+        "check.sh",
+        &format!(
+            "echo \"$WARDEN_CLUSTER $WARDEN_NODE_ID $WARDEN_ROLE ${{WARDEN_EPOCH-unset}} \
+             ${{WARDEN_ACTIVE_NODE-unset}} ${{WARDEN_ACTIVE_HOST-unset}} \
+             ${{WARDEN_ACTIVE_PORT-unset}}\" >> '{}'",
+            checked.display()
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for (n, port) in [(&n1, 7001), (&n2, 7002)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        with_port(n, port);
+        let text = fs::read_to_string(&n.config).unwrap().replace(
+            "[health]\nkind = \"none\"\n",
+            &format!(
+                "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\n",
+                toml_str(&check.display().to_string())
+            ),
+        );
+        fs::write(&n.config, text).unwrap();
+    }
+    let lines = |p: &Path| -> Vec<String> {
+        fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let name = cluster.name.clone();
+    let _w1 = n1.start();
+    let (first, epoch1) = wait_for_active(&n1.config, secs(30));
+    assert_eq!(first, "n1");
+    let _w2 = n2.start();
+    let told = format!("{name} n2 standby {epoch1} n1 127.0.0.1 7001");
+    wait_until(
+        secs(30),
+        "n2's standby_command is told n1 is active",
+        || lines(&checked).contains(&told),
+    );
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let (second, epoch2) = wait_for_active(&n1.config, secs(30));
+    assert_eq!(second, "n2");
+    assert!(epoch2 > epoch1);
+    let told = format!("{name} n1 standby {epoch2} n2 127.0.0.1 7002");
+    wait_until(
+        secs(30),
+        "n1's standby_command is told n2 is active",
+        || lines(&checked).contains(&told),
+    );
+    // Before any active, a node's check is told none; nobody's check ever names itself.
+    for l in lines(&checked) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.len(), 7, "{l}");
+        assert_ne!(
+            f[1], f[4],
+            "a check was told its own node is the active: {l}"
+        );
+    }
+    assert_eq!(lines(&promoted), ["n1 unset", "n2 unset"]);
 }
 
 /// SPEC §6: `standby_command` applies in hooks mode too (a replication-lag check): a node
@@ -419,21 +511,15 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     for (n, port) in [(&n1, 7001), (&n2, 7002)] {
         hooks_mode(n, &promote, &demote, "2s");
-        let text = fs::read_to_string(&n.config).unwrap();
-        let text = text
-            .replacen(
-                "host = \"127.0.0.1\"\n",
-                &format!("host = \"127.0.0.1\"\nport = {port}\n"),
-                1,
-            )
-            .replacen(
-                "[service]\n",
-                &format!(
-                    "[service]\nfollow = [{}]\n",
-                    toml_str(&follow.display().to_string())
-                ),
-                1,
-            );
+        with_port(n, port);
+        let text = fs::read_to_string(&n.config).unwrap().replacen(
+            "[service]\n",
+            &format!(
+                "[service]\nfollow = [{}]\n",
+                toml_str(&follow.display().to_string())
+            ),
+            1,
+        );
         fs::write(&n.config, text).unwrap();
     }
     let lines = || -> Vec<String> {
@@ -452,10 +538,7 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
         member_role(s, "n2").as_deref() == Some("standby")
     });
     let follow_of = |s: &serde_json::Value, node: &str| {
-        s["members"]
-            .as_array()
-            .and_then(|m| m.iter().find(|m| m["node_id"] == node))
-            .and_then(|m| m["follow"].as_str().map(str::to_string))
+        member(s, node).and_then(|m| m["follow"].as_str().map(str::to_string))
     };
     wait_for_status(&n1.config, secs(30), "n2's follow is current", |s| {
         follow_of(s, "n2").is_some_and(|f| f.starts_with("current"))

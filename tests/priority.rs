@@ -27,11 +27,11 @@ fn a_free_lock_goes_to_the_healthy_standby_of_higher_priority() {
     let n3 = with_priority(&cluster, "n3", 900);
     let wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
     let s = status_json(&n1.config);
-    let n3_priority = s["members"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["node_id"] == "n3"))
-        .map(|m| m["priority"].clone());
-    assert_eq!(n3_priority, Some(serde_json::json!(900)), "{s:#}");
+    assert_eq!(
+        member(&s, "n3").map(|m| &m["priority"]),
+        Some(&serde_json::json!(900)),
+        "{s:#}"
+    );
     // n2 has seen n3 (its look at the members runs once a session timeout).
     wardens[1].wait_for_log("standbys of higher priority than 50: n3", secs(30));
     let old = n1.last_run().unwrap();

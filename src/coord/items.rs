@@ -298,6 +298,23 @@ pub async fn breadcrumb_to_delete(
     Ok(names.then_some(v))
 }
 
+/// [`super::Session::compare_and_delete_breadcrumb`] for every backend: reads the
+/// breadcrumb as an item, deletes it at that version only when it names what is meant.
+pub async fn compare_and_delete_breadcrumb<S: Items + super::Session>(
+    s: &S,
+    node_id: &str,
+    incarnation: Option<&str>,
+    epoch: Option<record::Epoch>,
+    check_lock: bool,
+) -> Result<bool, StoreError> {
+    let Some(v) = breadcrumb_to_delete(s, node_id, incarnation, epoch).await? else {
+        return Ok(false);
+    };
+    s.delete_breadcrumb_at(Version::new(v), check_lock)
+        .await
+        .map(|_| true)
+}
+
 /// The version of our own breadcrumb for `record`'s incarnation and epoch, before
 /// rewriting it; else how the rewrite ends without being tried.
 pub async fn own_breadcrumb_version(

@@ -975,12 +975,7 @@ impl Session for RedisSession {
         epoch: Option<Epoch>,
         check_lock: bool,
     ) -> Result<bool, StoreError> {
-        let Some(v) = items::breadcrumb_to_delete(self, node_id, incarnation, epoch).await? else {
-            return Ok(false);
-        };
-        self.delete_breadcrumb_at(Version::new(v), check_lock)
-            .await
-            .map(|_| true)
+        items::compare_and_delete_breadcrumb(self, node_id, incarnation, epoch, check_lock).await
     }
 
     async fn delete_breadcrumb_at(

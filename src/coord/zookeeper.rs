@@ -1041,21 +1041,7 @@ impl Session for ZkSession {
         epoch: Option<Epoch>,
         check_lock: bool,
     ) -> Result<bool, StoreError> {
-        let Some((data, stat)) = self.get_optional(&self.paths.breadcrumb).await? else {
-            return Ok(false);
-        };
-        let Ok(cur) = record::parse::<NodeRecord>(&data) else {
-            return Ok(false);
-        };
-        if cur.node_id != node_id
-            || incarnation.is_some_and(|i| i != cur.incarnation)
-            || epoch.is_some_and(|e| Some(e) != cur.epoch)
-        {
-            return Ok(false);
-        }
-        self.delete_breadcrumb_at(Version::new(stat.version.into()), check_lock)
-            .await
-            .map(|_| true)
+        items::compare_and_delete_breadcrumb(self, node_id, incarnation, epoch, check_lock).await
     }
 
     async fn delete_breadcrumb_at(

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use warden::config::{Config, HealthConfig, HealthKind};
-use warden::health::{Check, HealthError, Prober};
+use warden::health::{Check, HealthError, ProbeEnv, Prober};
 use warden::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use warden::record::Epoch;
 use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
@@ -76,7 +76,7 @@ impl Host for SimHost {
         })
     }
 
-    fn standby_probe(&self, _cfg: &HealthConfig) -> SimProbe {
+    fn standby_probe(&self, _cfg: &HealthConfig, _env: ProbeEnv) -> SimProbe {
         SimProbe { host: None }
     }
 }

@@ -1,0 +1,64 @@
+# Sourced by scripts/demo.sh and scripts/demo-redis.sh: what both demos do alike.
+# Expects $dir (a scratch dir) and the pids array before start_zookeeper.
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+
+# Installs the Debian packages named that are missing; needs cargo to be there already.
+ensure_packages() { # package...
+  if [ $# -gt 0 ]; then
+    say "Installing $* (Debian packages)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is not installed: install Rust (https://rustup.rs or Debian's cargo package) and run this again" >&2
+    exit 1
+  fi
+}
+
+# The packages both demos need that are missing, on stdout.
+missing_base_packages() {
+  [ -f /usr/share/java/zookeeper.jar ] || echo zookeeper
+  command -v java >/dev/null 2>&1 || echo default-jre-headless
+  command -v pkg-config >/dev/null 2>&1 || echo pkg-config
+  dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "ok installed" || echo libssl-dev
+}
+
+free_port() { # a port nothing listens on
+  local p
+  while :; do
+    p=$(shuf -i 20000-60000 -n 1)
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# Starts a standalone ZooKeeper on loopback in $dir/zk; sets zkport.
+start_zookeeper() {
+  zkport=$(free_port)
+  mkdir -p "$dir/zk"
+  cat >"$dir/zoo.cfg" <<ZOO
+tickTime=100
+minSessionTimeout=200
+maxSessionTimeout=60000
+dataDir=$dir/zk
+clientPort=$zkport
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+ZOO
+  java -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" -XX:+UseSerialGC -Xmx256m \
+    org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
+  pids+=($!)
+  disown $!
+  for _ in $(seq 1 150); do
+    [ "$(ruok)" = imok ] && return
+    sleep 0.1
+  done
+  echo "ZooKeeper did not start; its log:" >&2
+  cat "$dir/zk.log" >&2
+  exit 1
+}
+ruok() { (exec 3<>"/dev/tcp/127.0.0.1/$zkport" && printf ruok >&3 && timeout 1 cat <&3) 2>/dev/null; }
