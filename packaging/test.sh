@@ -214,6 +214,7 @@ expect "$units/warden@.service" 644 root:root
 expect /usr/lib/warden/fence/fence-by-port 755 root:root
 expect /usr/lib/warden/fence/fence-true 755 root:root
 expect /usr/lib/warden/redis/warden-redis 755 root:root
+expect /usr/lib/warden/postgresql/warden-postgresql 755 root:root
 expect /usr/share/bash-completion/completions/warden 644 root:root
 expect /usr/share/zsh/vendor-completions/_warden 644 root:root
 expect /usr/share/fish/vendor_completions.d/warden.fish 644 root:root
@@ -352,6 +353,7 @@ echo "$rpm_list" | sed 's/^/      /'
 for f in /usr/bin/warden /etc/warden/warden.toml /usr/lib/systemd/system/warden.service \
     /usr/lib/systemd/system/warden@.service /usr/lib/warden/fence/fence-by-port \
     /usr/lib/warden/fence/fence-true /usr/lib/warden/redis/warden-redis \
+    /usr/lib/warden/postgresql/warden-postgresql \
     /usr/share/bash-completion/completions/warden \
     /usr/share/zsh/site-functions/_warden /usr/share/fish/vendor_completions.d/warden.fish \
     /usr/share/man/man1/warden.1.gz; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # warden's whole test suite, as CI runs it (.ci/run calls this).
 #
-# On a fresh Debian machine it first installs what the tests need: ZooKeeper, MariaDB and Redis (the tests
+# On a fresh Debian machine it first installs what the tests need: ZooKeeper, MariaDB, Redis and
+# PostgreSQL 15 (the tests
 # start their own servers on loopback ports), sshd and the ClusterLabs fence agents (for
 # the fencing tests), and OpenSSL headers for the ssh2 crate. Then it builds everything
 # and runs every test of the workspace. Extra arguments go to the test runner, e.g.
@@ -10,7 +11,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(zookeeper openssh-server fence-agents libssl-dev pkg-config nftables mariadb-server mariadb-client redis-server)
+packages=(zookeeper openssh-server fence-agents libssl-dev pkg-config nftables mariadb-server mariadb-client redis-server postgresql-15)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod mariadb;
+pub mod postgres;
 pub mod redis;
 
 use nix::sys::signal::{kill, Signal};
@@ -344,7 +345,7 @@ fn dump_if_panicking() {
     }
 }
 
-fn keep_dir_if_failed(dir: &mut TempDir) {
+pub fn keep_dir_if_failed(dir: &mut TempDir) {
     if std::thread::panicking() && std::env::var_os("WARDEN_TEST_KEEP").is_some() {
         dir.disable_cleanup(true);
         eprintln!("WARDEN_TEST_KEEP: kept {}", dir.path().display());

@@ -1,0 +1,352 @@
+//! A PostgreSQL 15 server of Debian's `postgresql-15` package, owned by a test: its own
+//! data directory in a temp dir, a free loopback port, trust authentication on loopback
+//! (the tests are about roles, not passwords), `wal_log_hints` for `pg_rewind`. Started
+//! and stopped with `pg_ctl` as the `postgres` user when the tests run as root
+//! (PostgreSQL refuses to run as root), else as the user running them. Every node starts
+//! as a standby (`standby.signal`), as the shipped systemd drop-in makes it: only warden
+//! promotes. Stopped by its pid when dropped.
+
+use super::{free_port, register_log};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{Pid, User};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+pub const BIN: &str = "/usr/lib/postgresql/15/bin";
+const INSTALL: &str = "sudo apt-get install -y postgresql-15 (scripts/test.sh installs it)";
+
+/// Fails the test, with the command that installs PostgreSQL 15, when it is missing.
+pub fn check_postgres_installed() {
+    for bin in [
+        "postgres",
+        "pg_ctl",
+        "initdb",
+        "pg_basebackup",
+        "pg_rewind",
+        "psql",
+    ] {
+        let path = Path::new(BIN).join(bin);
+        assert!(
+            path.exists(),
+            "PostgreSQL 15 is not installed ({} is missing): {INSTALL}",
+            path.display()
+        );
+    }
+}
+
+/// Who runs the servers: `postgres` when the tests run as root.
+pub fn os_user() -> String {
+    if nix::unistd::geteuid().is_root() {
+        "postgres".to_string()
+    } else {
+        User::from_uid(nix::unistd::geteuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .expect("the current user has a name")
+    }
+}
+
+/// A command run as [`os_user`].
+fn as_pg(program: &str) -> Command {
+    if nix::unistd::geteuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--reset-env",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Gives a path to [`os_user`] (the tests run as root create it).
+fn give(path: &Path) {
+    if nix::unistd::geteuid().is_root() {
+        let pg = User::from_name("postgres")
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no postgres user: {INSTALL}"));
+        nix::unistd::chown(path, Some(pg.uid), Some(pg.gid)).expect("chown to postgres");
+    }
+}
+
+fn run(mut c: Command, what: &str) -> Output {
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A PostgreSQL server.
+pub struct PgServer {
+    dir: TempDir,
+    port: u16,
+}
+
+impl PgServer {
+    /// A new cluster (`initdb`), started as a primary so that replicas can be cloned from
+    /// it; then [`restart_as_standby`](Self::restart_as_standby) makes it wait for warden.
+    pub fn init() -> PgServer {
+        let pg = PgServer::new_dir();
+        let mut c = as_pg(&format!("{BIN}/initdb"));
+        c.args(["-D", &pg.data().display().to_string()]).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]);
+        run(c, "initdb");
+        pg.configure(false);
+        pg.start();
+        pg
+    }
+
+    /// A fast stop, then a start as a standby.
+    pub fn restart_as_standby(&self) {
+        self.stop_fast();
+        self.start_as_standby();
+    }
+
+    /// A start as a standby, as the shipped systemd drop-in starts it (`standby.signal`).
+    pub fn start_as_standby(&self) {
+        fs::write(self.data().join("standby.signal"), "").expect("write standby.signal");
+        give(&self.data().join("standby.signal"));
+        self.start();
+    }
+
+    pub fn stop_fast(&self) {
+        let mut c = as_pg(&format!("{BIN}/pg_ctl"));
+        c.args(["-D", &self.conf().display().to_string()])
+            .args(["-m", "fast", "-w", "-t", "30", "stop"]);
+        run(c, "pg_ctl stop -m fast");
+    }
+
+    /// A replica of `primary` (`pg_basebackup` with its WAL), started as its standby.
+    pub fn clone_of(primary: &PgServer) -> PgServer {
+        let pg = PgServer::new_dir();
+        let mut c = as_pg(&format!("{BIN}/pg_basebackup"));
+        c.args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-X", "stream", "-R", "--no-sync"])
+            .args(["-D", &pg.data().display().to_string()]);
+        run(c, "pg_basebackup");
+        pg.configure(true);
+        pg.start();
+        pg
+    }
+
+    fn new_dir() -> PgServer {
+        check_postgres_installed();
+        let dir = tempfile::Builder::new()
+            .prefix("warden-pg-")
+            .tempdir()
+            .expect("a temp dir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        give(dir.path());
+        let pg = PgServer {
+            dir,
+            port: free_port(),
+        };
+        register_log("postgresql", &pg.log_path());
+        pg
+    }
+
+    /// This server's configuration, apart from its data as Debian keeps it (so that
+    /// `pg_rewind`, which copies the data directory's files from its source, leaves it
+    /// alone): `postgresql.conf` and `pg_hba.conf` in [`conf`](Self::conf); and
+    /// `standby.signal` for a standby.
+    fn configure(&self, standby: bool) {
+        fs::create_dir_all(self.conf()).expect("the config dir");
+        give(&self.conf());
+        let d = self.data();
+        fs::write(
+            self.conf().join("postgresql.conf"),
+            format!(
+                "data_directory = '{data}'\nhba_file = '{conf}/pg_hba.conf'\n\
+                 ident_file = '{data}/pg_ident.conf'\nport = {port}\n\
+                 listen_addresses = '127.0.0.1'\nunix_socket_directories = '{dir}'\n\
+                 wal_level = replica\nwal_log_hints = on\nmax_wal_senders = 10\n\
+                 hot_standby = on\nfsync = off\nwal_keep_size = '256MB'\n\
+                 logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\n",
+                data = d.display(),
+                conf = self.conf().display(),
+                port = self.port,
+                dir = self.dir.path().display()
+            ),
+        )
+        .expect("write postgresql.conf");
+        fs::write(
+            self.conf().join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 trust\n\
+             host replication all 127.0.0.1/32 trust\n",
+        )
+        .expect("write pg_hba.conf");
+        if standby {
+            fs::write(d.join("standby.signal"), "").expect("write standby.signal");
+            give(&d.join("standby.signal"));
+        }
+        for f in ["postgresql.conf", "pg_hba.conf"] {
+            give(&self.conf().join(f));
+        }
+    }
+
+    /// What `pg_ctl -D` is given: the configuration directory.
+    pub fn conf(&self) -> PathBuf {
+        self.dir.path().join("conf")
+    }
+
+    /// `pg_ctl start`; panics with the server's log when it does not come up.
+    pub fn start(&self) {
+        let mut c = as_pg(&format!("{BIN}/pg_ctl"));
+        c.args(["-D", &self.conf().display().to_string()])
+            .args(["-l", &self.log_path().display().to_string()])
+            .args(["-w", "-t", "30", "start"]);
+        let out = c.stdin(Stdio::null()).output().expect("pg_ctl start");
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The directory above the data: the hooks write their start log there.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("postgresql.log")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The postmaster's pidfile.
+    pub fn pidfile(&self) -> PathBuf {
+        self.data().join("postmaster.pid")
+    }
+
+    /// The postmaster's pid, while its pidfile is there.
+    pub fn pid(&self) -> Option<u32> {
+        fs::read_to_string(self.pidfile())
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// One statement through `psql` on loopback, bounded to 5 s.
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        sql_at(self.port, sql)
+    }
+
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql)
+            .unwrap_or_else(|e| panic!("psql {sql:?} on port {} failed: {e}", self.port))
+    }
+
+    /// `pg_is_in_recovery()`: `Some(false)` for a primary; `None` when it does not answer.
+    pub fn in_recovery(&self) -> Option<bool> {
+        match self.try_sql("SELECT pg_is_in_recovery()").ok()?.as_str() {
+            "t" => Some(true),
+            "f" => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Where its WAL receiver streams from (`host port`), if it streams.
+    pub fn streams_from(&self) -> Option<String> {
+        self.try_sql(
+            "SELECT sender_host || ' ' || sender_port FROM pg_stat_wal_receiver \
+             WHERE status = 'streaming'",
+        )
+        .ok()
+        .filter(|s| !s.is_empty())
+    }
+
+    /// SIGKILL of the postmaster (its backends notice and exit).
+    pub fn kill9(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+
+    /// Waits until nothing of the server runs (the backends of a killed postmaster exit
+    /// on their own) and its port is free.
+    pub fn wait_gone(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.try_sql("SELECT 1").is_ok() {
+            assert!(Instant::now() < deadline, "PostgreSQL still answers");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// One statement on the server at `port` on loopback, bounded to 5 s; the unaligned rows.
+pub fn sql_at(port: u16, sql: &str) -> Result<String, String> {
+    let out = Command::new("timeout")
+        .args(["5", &format!("{BIN}/psql")])
+        .args(["-X", "-Atq", "-v", "ON_ERROR_STOP=1"])
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-U", "postgres", "-d", "postgres", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "2")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // Immediate: nothing to keep. Then the pid, should pg_ctl not answer.
+        let mut c = as_pg(&format!("{BIN}/pg_ctl"));
+        c.args(["-D", &self.conf().display().to_string()]).args([
+            "-m",
+            "immediate",
+            "-w",
+            "-t",
+            "10",
+            "stop",
+        ]);
+        let _ = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        self.kill9();
+        super::keep_dir_if_failed(&mut self.dir);
+    }
+}

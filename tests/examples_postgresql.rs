@@ -1,0 +1,292 @@
+//! `examples/postgresql` (issue 15): two real PostgreSQL 15 servers, a primary and its
+//! streaming replica, each under its warden in hooks mode with the shipped
+//! `warden-postgresql` hooks. A writer inserts into whichever server takes the write and
+//! records each insert PostgreSQL acknowledged; a sampler asks both servers
+//! `pg_is_in_recovery()` all along. "Never two primaries" and "no acknowledged write
+//! lost in a switchover" are read from the servers themselves.
+
+mod common;
+
+use common::postgres::{os_user, sql_at, PgServer, BIN};
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+fn hooks_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql")
+}
+
+/// Writes `node`'s config for the node of server `pg`: hooks mode with the shipped hooks,
+/// `cluster.port` the PostgreSQL port, fencing by signal through the postmaster's pidfile.
+fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
+    let node = cluster.node_with(
+        id,
+        NodeOptions {
+            fences: Some(vec![cluster.recorder_fence(), signal_fence()]),
+            ..Default::default()
+        },
+    );
+    let env = cluster.dir().join(format!("{id}-postgresql.env"));
+    fs::write(
+        &env,
+        format!(
+            "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
+             OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT=5\nFOLLOW_WAIT=3\nPG_LOG={}\n",
+            pg.data().display(),
+            pg.conf().display(),
+            pg.port(),
+            os_user(),
+            pg.log_path().display()
+        ),
+    )
+    .unwrap();
+    let script = hooks_script().display().to_string();
+    let env = env.display().to_string();
+    let hook = |what: &str| toml_array(&[script.clone(), what.to_string(), env.clone()]);
+    let text = fs::read_to_string(&node.config).unwrap();
+    let start = text.find("[service]").unwrap();
+    let end = text.find("[health]").unwrap();
+    let service = format!(
+        "[service]\nmode = \"hooks\"\npromote = {}\ndemote = {}\nfollow = {}\n\
+         hook_timeout = \"30s\"\npidfile = {}\n\n",
+        hook("promote"),
+        hook("demote"),
+        hook("follow"),
+        toml_str(&pg.pidfile().display().to_string()),
+    );
+    let health = format!(
+        "[health]\nkind = \"none\"\nstandby_command = {}\ninterval = \"300ms\"\nrise = 1\n\n",
+        hook("standby-check")
+    );
+    let rest = &text[end..];
+    let rest = rest.replacen("[health]\nkind = \"none\"\n", &health, 1);
+    let text = format!("{}{service}{rest}", &text[..start]).replacen(
+        "host = \"127.0.0.1\"\n",
+        &format!("host = \"127.0.0.1\"\nport = {}\n", pg.port()),
+        1,
+    );
+    fs::write(&node.config, text).unwrap();
+    node
+}
+
+/// Inserts 1, 2, 3, ... into `t` on whichever server takes the write, one at a time;
+/// keeps the values PostgreSQL acknowledged (`synchronous_commit = on`: flushed).
+struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<u64>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(ports: [u16; 2]) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s, a) = (stop.clone(), acked.clone());
+        let thread = thread::spawn(move || {
+            let mut i = 0u64;
+            while !s.load(Ordering::SeqCst) {
+                i += 1;
+                for port in ports {
+                    if sql_at(port, &format!("INSERT INTO t VALUES ({i})")).is_ok() {
+                        a.lock().unwrap().push(i);
+                        break;
+                    }
+                }
+            }
+        });
+        Writer {
+            stop,
+            acked,
+            thread: Some(thread),
+        }
+    }
+
+    fn acked(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops; the values acknowledged.
+    fn finish(mut self) -> Vec<u64> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.acked.lock().unwrap().clone()
+    }
+}
+
+/// Asks every server `pg_is_in_recovery()` until stopped; keeps each moment that saw two
+/// primaries.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Sampler {
+    fn start(ports: [u16; 2]) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::spawn(move || {
+            let (mut samples, mut two) = (0, Vec::new());
+            while !s.load(Ordering::SeqCst) {
+                let roles: Vec<String> = ports
+                    .iter()
+                    .map(|p| sql_at(*p, "SELECT pg_is_in_recovery()").unwrap_or_default())
+                    .collect();
+                samples += 1;
+                if roles.iter().filter(|r| r.as_str() == "f").count() > 1 {
+                    two.push(format!("sample {samples}: {roles:?}"));
+                }
+            }
+            (samples, two)
+        });
+        Sampler {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; how many samples, and those that saw two primaries.
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// The values in `t` on the server at `port`.
+fn rows(port: u16) -> Vec<u64> {
+    sql_at(port, "SELECT v FROM t ORDER BY v")
+        .unwrap_or_else(|e| panic!("SELECT from t on port {port}: {e}"))
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
+    let p1 = PgServer::init();
+    let p2 = PgServer::clone_of(&p1);
+    p1.restart_as_standby();
+    assert_eq!(p1.in_recovery(), Some(true));
+    assert_eq!(p2.in_recovery(), Some(true));
+    let ports = [p1.port(), p2.port()];
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2) = (pg_node(&cluster, "n1", &p1), pg_node(&cluster, "n2", &p2));
+    let check = cli(&n1.config, &["check-config"]);
+    assert!(check.status.success(), "{}", describe(&check));
+    let sampler = Sampler::start(ports);
+
+    // n1 is promoted; n2 follows it.
+    let _w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(60)).0, "n1");
+    assert_eq!(p1.in_recovery(), Some(false));
+    p1.sql("CREATE TABLE t (v bigint PRIMARY KEY)");
+    let mut w2 = n2.start();
+    wait_for_status(&n1.config, secs(60), "n2 is a healthy standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+            && member_health(s, "n2").as_deref() == Some("healthy")
+    });
+    let p1_addr = format!("127.0.0.1 {}", p1.port());
+    wait_until(secs(30), "p2 streams from p1", || {
+        p2.streams_from().as_deref() == Some(p1_addr.as_str())
+    });
+
+    // A planned switchover while the writer writes: nothing acknowledged is lost.
+    let writer = Writer::start(ports);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "30s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(p2.in_recovery(), Some(false), "p2 is not the primary");
+    let before = writer.acked();
+    wait_until(secs(30), "the writer writes on p2", || {
+        writer.acked() >= before + 20
+    });
+    let acked = writer.finish();
+    let on_p2 = rows(p2.port());
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|v| on_p2.binary_search(v).is_err())
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let p2_addr = format!("127.0.0.1 {}", p2.port());
+    wait_until(secs(30), "p1 streams from p2", || {
+        p1.streams_from().as_deref() == Some(p2_addr.as_str())
+    });
+    assert_eq!(p1.in_recovery(), Some(true));
+    wait_for_status(&n1.config, secs(60), "n1 is a healthy standby", |s| {
+        member_role(s, "n1").as_deref() == Some("standby")
+            && member_health(s, "n1").as_deref() == Some("healthy")
+    });
+
+    // p1 stops receiving (its primary_conninfo points nowhere) and p2 takes writes that
+    // p1 never gets, as an asynchronous replica can miss the last writes of a primary
+    // that dies: p2's history now goes further than the one p1 will be promoted with.
+    p1.sql("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 user=postgres'");
+    p1.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "p1 no longer streams", || {
+        p1.streams_from().is_none()
+    });
+    for v in 2_000_000..2_000_010 {
+        p2.sql(&format!("INSERT INTO t VALUES ({v})"));
+    }
+
+    // kill -9 of n2's warden and its server together: n1 is promoted after the session;
+    // p2, restarted as the drop-in starts it, is rewound and comes back as p1's replica.
+    w2.kill9();
+    p2.kill9();
+    w2.wait_exit(secs(5));
+    p2.wait_gone(secs(30));
+    wait_for_status(&n1.config, secs(60), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    assert_eq!(p1.in_recovery(), Some(false));
+    p1.sql("INSERT INTO t VALUES (1000000)");
+    p2.start_as_standby();
+    let _w2 = n2.start();
+    wait_until(secs(60), "p2 streams from p1 again", || {
+        p2.streams_from().as_deref() == Some(p1_addr.as_str())
+    });
+    wait_until(secs(30), "the write after the failover reached p2", || {
+        sql_at(p2.port(), "SELECT count(*) FROM t WHERE v = 1000000").as_deref() == Ok("1")
+    });
+    assert_eq!(
+        sql_at(
+            p2.port(),
+            "SELECT count(*) FROM t WHERE v >= 2000000 AND v < 1000000000"
+        )
+        .as_deref(),
+        Ok("0"),
+        "p2 kept the writes p1 never had: it was not rewound to p1's history"
+    );
+    wait_for_status(&n1.config, secs(60), "n2 is a healthy standby again", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+            && member_health(s, "n2").as_deref() == Some("healthy")
+    });
+    let (samples, two) = sampler.finish();
+    assert!(samples > 50, "only {samples} samples");
+    assert!(two.is_empty(), "two primaries at once: {two:?}");
+}
+
+/// The shipped node config passes `check-config` once the hooks' path is where the
+/// package puts them.
+#[test]
+fn the_example_config_passes_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden.toml"),
+    )
+    .unwrap()
+    .replace(
+        "/usr/lib/warden/postgresql/warden-postgresql",
+        &hooks_script().display().to_string(),
+    );
+    let config = dir.path().join("warden.toml");
+    fs::write(&config, text).unwrap();
+    let out = cli(&config, &["check-config"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
