@@ -23,17 +23,11 @@ fn hooks_script() -> PathBuf {
 /// Writes `node`'s config for the node of server `pg`: hooks mode with the shipped hooks,
 /// `cluster.port` the PostgreSQL port, fencing by signal through the postmaster's pidfile.
 fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
-    let node = cluster.node_with(
+    example_hooks_node(
+        cluster,
         id,
-        NodeOptions {
-            fences: Some(vec![cluster.recorder_fence(), signal_fence()]),
-            ..Default::default()
-        },
-    );
-    let env = cluster.dir().join(format!("{id}-postgresql.env"));
-    fs::write(
-        &env,
-        format!(
+        &hooks_script(),
+        &format!(
             "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
              OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT=5\nFOLLOW_WAIT=3\nPG_LOG={}\n",
             pg.data().display(),
@@ -42,35 +36,10 @@ fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
             os_user(),
             pg.log_path().display()
         ),
+        pg.port(),
+        &pg.pidfile(),
+        ("30s", "300ms"),
     )
-    .unwrap();
-    let script = hooks_script().display().to_string();
-    let env = env.display().to_string();
-    let hook = |what: &str| toml_array(&[script.clone(), what.to_string(), env.clone()]);
-    let text = fs::read_to_string(&node.config).unwrap();
-    let start = text.find("[service]").unwrap();
-    let end = text.find("[health]").unwrap();
-    let service = format!(
-        "[service]\nmode = \"hooks\"\npromote = {}\ndemote = {}\nfollow = {}\n\
-         hook_timeout = \"30s\"\npidfile = {}\n\n",
-        hook("promote"),
-        hook("demote"),
-        hook("follow"),
-        toml_str(&pg.pidfile().display().to_string()),
-    );
-    let health = format!(
-        "[health]\nkind = \"none\"\nstandby_command = {}\ninterval = \"300ms\"\nrise = 1\n\n",
-        hook("standby-check")
-    );
-    let rest = &text[end..];
-    let rest = rest.replacen("[health]\nkind = \"none\"\n", &health, 1);
-    let text = format!("{}{service}{rest}", &text[..start]).replacen(
-        "host = \"127.0.0.1\"\n",
-        &format!("host = \"127.0.0.1\"\nport = {}\n", pg.port()),
-        1,
-    );
-    fs::write(&node.config, text).unwrap();
-    node
 }
 
 /// Inserts base + 1, base + 2, ... into `t` on whichever server takes the write, one at a

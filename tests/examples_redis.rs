@@ -33,50 +33,19 @@ fn linked(r: &RedisServer) -> bool {
 /// Writes `node`'s config for the node of Redis `r`: hooks mode with the shipped hooks,
 /// `cluster.port` the Redis port, fencing by signal through the Redis pidfile.
 fn redis_node(cluster: &Cluster, id: &str, r: &RedisServer) -> Node {
-    let node = cluster.node_with(
+    example_hooks_node(
+        cluster,
         id,
-        NodeOptions {
-            fences: Some(vec![cluster.recorder_fence(), signal_fence()]),
-            ..Default::default()
-        },
-    );
-    let env = cluster.dir().join(format!("{id}-redis.env"));
-    fs::write(
-        &env,
-        format!(
+        &hooks_script(),
+        &format!(
             "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n",
             r.port(),
             r.password_file().display()
         ),
+        r.port(),
+        &r.pidfile(),
+        ("3s", "200ms"),
     )
-    .unwrap();
-    let script = hooks_script().display().to_string();
-    let env = env.display().to_string();
-    let hook = |what: &str| toml_array(&[script.clone(), what.to_string(), env.clone()]);
-    let text = fs::read_to_string(&node.config).unwrap();
-    let start = text.find("[service]").unwrap();
-    let end = text.find("[health]").unwrap();
-    let service = format!(
-        "[service]\nmode = \"hooks\"\npromote = {}\ndemote = {}\nfollow = {}\n\
-         hook_timeout = \"3s\"\npidfile = {}\n\n",
-        hook("promote"),
-        hook("demote"),
-        hook("follow"),
-        toml_str(&r.pidfile().display().to_string()),
-    );
-    let health = format!(
-        "[health]\nkind = \"none\"\nstandby_command = {}\ninterval = \"200ms\"\nrise = 1\n\n",
-        hook("standby-check")
-    );
-    let rest = &text[end..];
-    let rest = rest.replacen("[health]\nkind = \"none\"\n", &health, 1);
-    let text = format!("{}{service}{rest}", &text[..start]).replacen(
-        "host = \"127.0.0.1\"\n",
-        &format!("host = \"127.0.0.1\"\nport = {}\n", r.port()),
-        1,
-    );
-    fs::write(&node.config, text).unwrap();
-    node
 }
 
 #[test]

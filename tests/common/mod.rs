@@ -1108,6 +1108,56 @@ pub fn script_fence(command: &[&str], timeout: Duration) -> String {
     )
 }
 
+/// A node in hooks mode with the shipped hooks of an example (`examples/redis`,
+/// `examples/postgresql`): `script promote|demote|follow|standby-check ENV_FILE`, the env
+/// file written from `env`, `cluster.port` the service's port, fencing by signal through
+/// the service's pidfile (after a recorder); `service.hook_timeout` and `health.interval`.
+pub fn example_hooks_node(
+    cluster: &Cluster,
+    id: &str,
+    script: &Path,
+    env: &str,
+    port: u16,
+    pidfile: &Path,
+    (hook_timeout, interval): (&str, &str),
+) -> Node {
+    let node = cluster.node_with(
+        id,
+        NodeOptions {
+            fences: Some(vec![cluster.recorder_fence(), signal_fence()]),
+            ..Default::default()
+        },
+    );
+    let env_file = cluster.dir().join(format!("{id}-hooks.env"));
+    fs::write(&env_file, env).unwrap();
+    let script = script.display().to_string();
+    let env_file = env_file.display().to_string();
+    let hook = |what: &str| toml_array(&[script.clone(), what.to_string(), env_file.clone()]);
+    let text = fs::read_to_string(&node.config).unwrap();
+    let start = text.find("[service]").unwrap();
+    let end = text.find("[health]").unwrap();
+    let service = format!(
+        "[service]\nmode = \"hooks\"\npromote = {}\ndemote = {}\nfollow = {}\n\
+         hook_timeout = \"{hook_timeout}\"\npidfile = {}\n\n",
+        hook("promote"),
+        hook("demote"),
+        hook("follow"),
+        toml_str(&pidfile.display().to_string()),
+    );
+    let health = format!(
+        "[health]\nkind = \"none\"\nstandby_command = {}\ninterval = \"{interval}\"\nrise = 1\n\n",
+        hook("standby-check")
+    );
+    let rest = text[end..].replacen("[health]\nkind = \"none\"\n", &health, 1);
+    let text = format!("{}{service}{rest}", &text[..start]).replacen(
+        "host = \"127.0.0.1\"\n",
+        &format!("host = \"127.0.0.1\"\nport = {port}\n"),
+        1,
+    );
+    fs::write(&node.config, text).unwrap();
+    node
+}
+
 /// A TOML basic string.
 pub fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
