@@ -65,6 +65,28 @@ fn with_port(node: &Node, port: u16) {
     fs::write(&node.config, text).unwrap();
 }
 
+/// The lines a hook appended to `path` (none while it does not exist).
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Sets `health.standby_command` to `check`, checked every 200 ms, with `more` settings
+/// of `[health]`.
+fn with_standby_command(node: &Node, check: &Path, more: &str) {
+    let text = fs::read_to_string(&node.config).unwrap().replace(
+        "[health]\nkind = \"none\"\n",
+        &format!(
+            "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\n{more}",
+            toml_str(&check.display().to_string())
+        ),
+    );
+    fs::write(&node.config, text).unwrap();
+}
+
 /// A hook that records its call and then runs `then` (shell).
 fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
     cluster.script(
@@ -308,13 +330,6 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     });
     let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let lines = |p: &Path| -> Vec<String> {
-        fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    };
     assert_eq!(lines(&env), ["n1 n2 127.0.0.1 7002"]);
     wait_for_status(&n1.config, secs(30), "n1 is a standby", |s| {
         member_role(s, "n1").as_deref() == Some("standby")
@@ -369,22 +384,8 @@ fn standby_command_and_promote_are_told_the_active() {
     for (n, port) in [(&n1, 7001), (&n2, 7002)] {
         hooks_mode(n, &promote, &demote, "2s");
         with_port(n, port);
-        let text = fs::read_to_string(&n.config).unwrap().replace(
-            "[health]\nkind = \"none\"\n",
-            &format!(
-                "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\n",
-                toml_str(&check.display().to_string())
-            ),
-        );
-        fs::write(&n.config, text).unwrap();
+        with_standby_command(n, &check, "");
     }
-    let lines = |p: &Path| -> Vec<String> {
-        fs::read_to_string(p)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    };
     let name = cluster.name.clone();
     let _w1 = n1.start();
     let (first, epoch1) = wait_for_active(&n1.config, secs(30));
@@ -449,14 +450,7 @@ fn standby_command_decides_eligibility_in_hooks_mode() {
     };
     let n1 = cluster.node("n1");
     hooks_mode(&n1, &promote, &demote, "1s");
-    let text = fs::read_to_string(&n1.config).unwrap().replace(
-        "[health]\nkind = \"none\"\n",
-        &format!(
-            "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\nrise = 1\nfall = 1\n",
-            toml_str(&check.display().to_string())
-        ),
-    );
-    fs::write(&n1.config, text).unwrap();
+    with_standby_command(&n1, &check, "rise = 1\nfall = 1\n");
     let check_config = cli(&n1.config, &["check-config"]);
     assert!(
         !String::from_utf8_lossy(&check_config.stderr).contains("is ignored"),
@@ -522,18 +516,11 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
         );
         fs::write(&n.config, text).unwrap();
     }
-    let lines = || -> Vec<String> {
-        fs::read_to_string(&follows)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    };
     let _w1 = n1.start();
     let (_, e1) = wait_for_active(&n1.config, secs(30));
     let _w2 = n2.start();
-    wait_until(secs(30), "n2 followed n1", || !lines().is_empty());
-    assert_eq!(lines(), [format!("n2 n1 127.0.0.1 7001 {e1}")]);
+    wait_until(secs(30), "n2 followed n1", || !lines(&follows).is_empty());
+    assert_eq!(lines(&follows), [format!("n2 n1 127.0.0.1 7001 {e1}")]);
     let s = wait_for_status(&n1.config, secs(30), "n2 is a current standby", |s| {
         member_role(s, "n2").as_deref() == Some("standby")
     });
@@ -586,14 +573,14 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
     assert!(e3 > e2);
     assert_eq!(active_id(&s).as_deref(), Some("n1"));
     assert!(
-        lines().contains(&format!("n2 n1 127.0.0.1 7001 {e3}")),
+        lines(&follows).contains(&format!("n2 n1 127.0.0.1 7001 {e3}")),
         "{:?}",
-        lines()
+        lines(&follows)
     );
     // n1's follow never succeeded: it was promoted on the operator's word alone.
     assert!(
-        !lines().iter().any(|l| l.starts_with("n1 ")),
+        !lines(&follows).iter().any(|l| l.starts_with("n1 ")),
         "{:?}",
-        lines()
+        lines(&follows)
     );
 }

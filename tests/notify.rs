@@ -246,6 +246,23 @@ impl Systemd {
         self.lines.lock().unwrap().clone()
     }
 
+    /// Sends a marker line to the socket and waits until the reader has it; returns when
+    /// it arrived. Datagrams keep their order, so every line sent before it has been read
+    /// by then.
+    fn mark(&self) -> Instant {
+        let marker = format!("TEST-MARK={}", mono_now_ns());
+        UnixDatagram::unbound()
+            .unwrap()
+            .send_to(marker.as_bytes(), &self.path)
+            .unwrap();
+        wait_for(secs(10), "the reader has the marker", || {
+            self.lines()
+                .into_iter()
+                .find(|(_, l)| *l == marker)
+                .map(|(at, _)| at)
+        })
+    }
+
     fn count(&self, line: &str) -> usize {
         self.lines().iter().filter(|(_, l)| l == line).count()
     }
@@ -392,9 +409,10 @@ fn systemd_sees_ready_once_watchdog_pings_status_per_transition_and_stopping() {
 
     // A stopped warden sends nothing; resumed, it pings again.
     w2.sigstop();
-    // A ping sent just before the stop may be read a little later.
-    std::thread::sleep(ms(500));
-    let stopped_at = Instant::now();
+    // A ping sent just before the stop may still be in the socket: count from a marker
+    // sent after the stop, which arrives after it.
+    let stopped_at = sd2.mark();
+    // The fault: n2 stays stopped for 1.5 s.
     std::thread::sleep(ms(1500));
     let during = sd2.count_since("WATCHDOG=1", stopped_at);
     w2.sigcont();

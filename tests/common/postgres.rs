@@ -51,21 +51,22 @@ pub fn os_user() -> String {
     }
 }
 
-/// A command run as [`os_user`].
+/// A command run as [`os_user`], killed after 60 s (`pg_ctl` is given shorter waits of its
+/// own; `initdb` and `pg_basebackup` of a new cluster take a few seconds).
 fn as_pg(program: &str) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["--kill-after=5", "60"]);
     if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("setpriv");
         c.args([
+            "setpriv",
             "--reuid=postgres",
             "--regid=postgres",
             "--init-groups",
             "--reset-env",
-        ])
-        .arg(program);
-        c
-    } else {
-        Command::new(program)
+        ]);
     }
+    c.arg(program);
+    c
 }
 
 /// Gives a path to [`os_user`] (the tests run as root create it).
@@ -229,11 +230,6 @@ impl PgServer {
 
     pub fn data(&self) -> PathBuf {
         self.dir.path().join("data")
-    }
-
-    /// The directory above the data: the hooks write their start log there.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     pub fn log_path(&self) -> PathBuf {
