@@ -67,3 +67,44 @@ fn priority_0_is_a_standby_only_failover_to_can_name() {
     assert_eq!(active_id(&status_json(&n1.config)).as_deref(), Some("n2"));
     cluster.assert_safe();
 }
+
+/// The active dies and only a priority-0 standby is left: nobody takes the free lock by
+/// itself, `failover` without `--to` says to name one, and `failover --to` it makes it the
+/// active (after it fenced the dead one).
+#[test]
+fn with_only_priority_0_left_the_lock_stays_free_until_the_operator_names_a_node() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let n2 = with_priority(&cluster, "n2", 0);
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    wardens[0].kill9();
+    wait_for_status(&n2.config, secs(30), "n1's session is gone", |s| {
+        member(s, "n1").is_none() && active_id(s).is_none()
+    });
+    // "Never by itself" as far as a test can watch: three session timeouts.
+    let watch_until = std::time::Instant::now() + cluster.session_timeout * 3;
+    while std::time::Instant::now() < watch_until {
+        let s = status_json(&n2.config);
+        assert!(active_id(&s).is_none(), "priority 0 took the lock: {s:#}");
+        assert_eq!(member_role(&s, "n2").as_deref(), Some("standby"), "{s:#}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let refused = cli(&n2.config, &["failover", "--timeout", "10s"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("priority 0") && why.contains("failover --to"),
+        "{}",
+        describe(&refused)
+    );
+    let out = cli(&n2.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(active_id(&status_json(&n2.config)).as_deref(), Some("n2"));
+    assert!(
+        cluster.fence_calls().contains(&"n2 n1".to_string()),
+        "n2 did not fence n1 first: {:?}",
+        cluster.fence_calls()
+    );
+    cluster.assert_safe();
+}

@@ -178,9 +178,17 @@ pub async fn request_at<S: Session>(
         }
     };
     control_refusal(&snap.control, wall).map_err(OpError::Refused)?;
-    let from = match snap.active() {
-        Some((holder, _)) => holder.node_id.clone(),
-        None => return Err(OpError::Refused(no_active(cfg, &snap))),
+    let from = match (snap.active(), &snap.lock, &args.to) {
+        (Some((holder, _)), _, _) => holder.node_id.clone(),
+        // Nobody holds the lock and the operator names the node to take it: the way to
+        // an active when only priority-0 standbys remain (SPEC §6). `from` is the last
+        // active (the breadcrumb's node), which stays out of the election until the
+        // request is done or lapses; the target still fences it first.
+        (None, None, Some(_)) => match &snap.breadcrumb {
+            Some((Ok(b), _)) => b.node_id.clone(),
+            _ => NOBODY.to_string(),
+        },
+        (None, _, _) => return Err(OpError::Refused(no_active(cfg, &snap))),
     };
     match &args.to {
         Some(to) => target_refusal(cfg, &snap, &from, to, args.force),
@@ -391,12 +399,23 @@ fn control_refusal(c: &Control, now: SystemTime) -> Result<(), String> {
     }
 }
 
+/// `from` of a request that names a node to take a free lock when no node was active
+/// before (no breadcrumb): no node has this id (ids are `[A-Za-z0-9._-]`).
+const NOBODY: &str = "(nobody)";
+
 fn no_active(cfg: &Config, snap: &ClusterSnapshot) -> String {
     let name = &cfg.cluster.name;
     match &snap.lock {
+        None if standby_refusal(snap, NOBODY).is_some() => format!(
+            "cluster {name} has no active node (nobody holds the lock) and no healthy standby \
+             that takes it by itself ({}); name the node to take over with `warden failover \
+             --to NODE` (add --force for an ineligible one whose data you know will do)",
+            members_summary(snap, NOBODY)
+        ),
         None => format!(
             "cluster {name} has no active node (nobody holds the lock), so there is nothing to \
-             switch over; the election picks an active by itself"
+             switch over; the election picks an active by itself (or name one with `warden \
+             failover --to NODE`)"
         ),
         Some((Ok(h), _)) => format!(
             "cluster {name} has no active node right now ({} holds the lock but is not serving \
@@ -472,6 +491,14 @@ fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
     if healthy_standby {
         return None;
     }
+    Some(format!(
+        "no standby is healthy ({}), so nobody could take over; {from} stays active",
+        members_summary(snap, from)
+    ))
+}
+
+/// Each member but `from`, with its role and health, for a refusal.
+fn members_summary(snap: &ClusterSnapshot, from: &str) -> String {
     let others: Vec<String> = snap
         .members
         .iter()
@@ -485,14 +512,13 @@ fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
             Err(_) => format!("{id} unreadable"),
         })
         .collect();
-    let others = if others.is_empty() {
+    if others.is_empty() && from == NOBODY {
+        "no member".to_string()
+    } else if others.is_empty() {
         format!("{from} is the only member")
     } else {
         others.join(", ")
-    };
-    Some(format!(
-        "no standby is healthy ({others}), so nobody could take over; {from} stays active"
-    ))
+    }
 }
 
 #[cfg(test)]
