@@ -147,14 +147,17 @@ where
                 }
             }
         }
-        if let Some((join, seen)) = armed {
-            if let Ok(holder) = p.read_holder().await {
-                if let Some(r) = holder.as_ref().and_then(|(_, r)| super::committed(r)) {
-                    if r.epoch != active_sent {
-                        active_sent = r.epoch;
-                        let _ = events.send(StoreEvent::Active(r));
-                    }
+        // The holder is read whether or not this node joined: a standby that never joins
+        // (priority 0, a failed follow, paused) must still learn each new active to
+        // follow it (SPEC §6). Its going matters only to a joined node.
+        if let Ok(holder) = p.read_holder().await {
+            if let Some(r) = holder.as_ref().and_then(|(_, r)| super::committed(r)) {
+                if r.epoch != active_sent {
+                    active_sent = r.epoch;
+                    let _ = events.send(StoreEvent::Active(r));
                 }
+            }
+            if let Some((join, seen)) = armed {
                 if holder.map(|(s, _)| s) != Some(seen) {
                     let _ = events.send(StoreEvent::HolderGone { join });
                     armed = None;

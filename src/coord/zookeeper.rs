@@ -531,6 +531,43 @@ impl ZkSession {
         }
     }
 
+    /// Hands each version of the lock's data to `on_record`, across deletions and
+    /// creations, until the session ends (for a node that has not joined).
+    async fn watch_active(&self, on_record: &mut impl FnMut(&[u8])) {
+        loop {
+            let watcher = match self.client.get_and_watch_data(&self.paths.lock).await {
+                Ok((data, _, watcher)) => {
+                    on_record(&data);
+                    watcher
+                }
+                Err(zk::Error::NoNode) => {
+                    match self.client.check_and_watch_stat(&self.paths.lock).await {
+                        // Created in between: read it.
+                        Ok((Some(_), _)) => continue,
+                        Ok((None, watcher)) => watcher,
+                        Err(e) => match classify(e, &self.paths.lock) {
+                            StoreError::SessionLost(_) | StoreError::Auth(_) => return,
+                            _ => {
+                                tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                                continue;
+                            }
+                        },
+                    }
+                }
+                Err(e) => match classify(e, &self.paths.lock) {
+                    StoreError::SessionLost(_) | StoreError::Auth(_) => return,
+                    _ => {
+                        tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                        continue;
+                    }
+                },
+            };
+            if watcher.changed().await.event_type == zk::EventType::Session {
+                return;
+            }
+        }
+    }
+
     /// Returns when the session has ended for good (expired, closed, authentication
     /// failed), logging connection changes on the way. The client's state watcher blocks
     /// forever after a terminal state, so this stops at the first one.
@@ -741,20 +778,24 @@ impl ZkSession {
         let mut following = true;
         let mut active_sent: Option<Epoch> = None;
         loop {
+            // The lock is watched whether or not this node joined: a standby that never
+            // joins (priority 0, a failed follow, paused) must still learn each new active
+            // to follow it (SPEC §6). Its deletion matters only to a joined node.
             let holder = async {
+                let mut on_record = |data: &[u8]| {
+                    if let Some(r) = super::committed(data) {
+                        if r.epoch != active_sent {
+                            active_sent = r.epoch;
+                            let _ = events.send(StoreEvent::Active(r));
+                        }
+                    }
+                };
                 match armed {
-                    Some(join) => self
-                        .watch_lock(|data| {
-                            if let Some(r) = super::committed(data) {
-                                if r.epoch != active_sent {
-                                    active_sent = r.epoch;
-                                    let _ = events.send(StoreEvent::Active(r));
-                                }
-                            }
-                        })
-                        .await
-                        .then_some(join),
-                    None => std::future::pending().await,
+                    Some(join) => self.watch_lock(on_record).await.then_some(join),
+                    None => {
+                        self.watch_active(&mut on_record).await;
+                        std::future::pending().await
+                    }
                 }
             };
             tokio::select! {
