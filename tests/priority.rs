@@ -9,12 +9,7 @@ use common::*;
 
 fn with_priority(cluster: &Cluster, id: &str, priority: u16) -> Node {
     let node = cluster.node(id);
-    let text = std::fs::read_to_string(&node.config).unwrap().replacen(
-        "[election]\n",
-        &format!("[election]\npriority = {priority}\n"),
-        1,
-    );
-    std::fs::write(&node.config, text).unwrap();
+    set_priority(&node, priority);
     node
 }
 

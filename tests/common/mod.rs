@@ -1112,6 +1112,22 @@ pub fn script_fence(command: &[&str], timeout: Duration) -> String {
 /// `examples/postgresql`): `script promote|demote|follow|standby-check ENV_FILE`, the env
 /// file written from `env`, `cluster.port` the service's port, fencing by signal through
 /// the service's pidfile (after a recorder); `service.hook_timeout` and `health.interval`.
+/// Sets `[election] priority` in `node`'s config.
+pub fn set_priority(node: &Node, priority: u16) {
+    let text = fs::read_to_string(&node.config).unwrap();
+    assert!(
+        text.contains("[election]\n"),
+        "no [election] in {}",
+        node.config.display()
+    );
+    let text = text.replacen(
+        "[election]\n",
+        &format!("[election]\npriority = {priority}\n"),
+        1,
+    );
+    fs::write(&node.config, text).unwrap();
+}
+
 pub fn example_hooks_node(
     cluster: &Cluster,
     id: &str,

@@ -30,8 +30,10 @@ pub struct RedisServer {
     port: u16,
     password: String,
     appendonly: bool,
-    /// `masterauth` too, so that servers sharing the password replicate each other.
-    replicable: bool,
+    /// `masterauth`: the password this server gives the primary it replicates.
+    masterauth: Option<String>,
+    /// Arguments added at the next start (`--min-replicas-to-write 1000000`).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -49,27 +51,41 @@ impl RedisServer {
     /// Starts a server whose password is `password`, also used to replicate another such
     /// server (`masterauth`), with a pidfile.
     pub fn start_replicable(password: &str) -> RedisServer {
-        RedisServer::start_full(true, Some(password.to_string()))
+        RedisServer::start_full(true, Some(password.to_string()), Some(password.to_string()))
+    }
+
+    /// [`start_replicable`](Self::start_replicable), but it gives the primary it
+    /// replicates `masterauth` instead of `password`: a replica that cannot authenticate.
+    pub fn start_replicable_with_masterauth(password: &str, masterauth: &str) -> RedisServer {
+        RedisServer::start_full(
+            true,
+            Some(password.to_string()),
+            Some(masterauth.to_string()),
+        )
     }
 
     fn start_with(appendonly: bool) -> RedisServer {
-        RedisServer::start_full(appendonly, None)
+        RedisServer::start_full(appendonly, None, None)
     }
 
-    fn start_full(appendonly: bool, password: Option<String>) -> RedisServer {
+    fn start_full(
+        appendonly: bool,
+        password: Option<String>,
+        masterauth: Option<String>,
+    ) -> RedisServer {
         check_redis_installed();
         let dir = tempfile::Builder::new()
             .prefix("warden-redis-")
             .tempdir()
             .expect("a temp dir");
-        let replicable = password.is_some();
         let password = password.unwrap_or_else(|| format!("pw{:016x}", super::mariadb::rand_u64()));
         let mut r = RedisServer {
             dir,
             port: 0,
             password,
             appendonly,
-            replicable,
+            masterauth,
+            extra: Vec::new(),
             child: None,
         };
         register_log("redis", &r.log_path());
@@ -112,11 +128,11 @@ impl RedisServer {
             .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
             .args(["--requirepass", &self.password])
-            .args(if self.replicable {
-                vec!["--masterauth".to_string(), self.password.clone()]
-            } else {
-                Vec::new()
+            .args(match &self.masterauth {
+                Some(auth) => vec!["--masterauth".to_string(), auth.clone()],
+                None => Vec::new(),
             })
+            .args(&self.extra)
             .args(["--pidfile", &self.pidfile().display().to_string()])
             .args(["--logfile", &self.log_path().display().to_string()])
             .args(["--daemonize", "no"])
@@ -220,6 +236,27 @@ impl RedisServer {
             dump_logs();
             panic!("Redis did not restart: {e}");
         }
+    }
+
+    /// Started again (after [`kill`](Self::kill)) on the same directory and port as
+    /// `examples/redis`'s systemd drop-in starts it: refusing writes until warden
+    /// promotes it or its follow hook points it at the primary.
+    pub fn start_as_the_drop_in_does(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "start_as_the_drop_in_does: still running"
+        );
+        self.extra = vec!["--min-replicas-to-write".into(), "1000000".into()];
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            dump_logs();
+            panic!("Redis did not start again: {e}");
+        }
+    }
+
+    /// The password this server asks of its clients.
+    pub fn password(&self) -> &str {
+        &self.password
     }
 
     /// Restarted without persistence: killed, its files gone, started again empty on the
