@@ -88,6 +88,18 @@ fn with_standby_command(node: &Node, check: &Path, more: &str) {
 }
 
 /// A hook that records its call and then runs `then` (shell).
+fn with_follow(node: &Node, follow: &Path) {
+    let text = fs::read_to_string(&node.config).unwrap().replacen(
+        "[service]\n",
+        &format!(
+            "[service]\nfollow = [{}]\n",
+            toml_str(&follow.display().to_string())
+        ),
+        1,
+    );
+    fs::write(&node.config, text).unwrap();
+}
+
 fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
     cluster.script(
         name,
@@ -506,15 +518,7 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
     for (n, port) in [(&n1, 7001), (&n2, 7002)] {
         hooks_mode(n, &promote, &demote, "2s");
         with_port(n, port);
-        let text = fs::read_to_string(&n.config).unwrap().replacen(
-            "[service]\n",
-            &format!(
-                "[service]\nfollow = [{}]\n",
-                toml_str(&follow.display().to_string())
-            ),
-            1,
-        );
-        fs::write(&n.config, text).unwrap();
+        with_follow(n, &follow);
     }
     let _w1 = n1.start();
     let (_, e1) = wait_for_active(&n1.config, secs(30));
@@ -583,4 +587,46 @@ fn standbys_follow_each_new_active_and_a_failed_follow_makes_them_ineligible() {
         "{:?}",
         lines(&follows)
     );
+}
+
+/// A standby that never joins the election (priority 0) still learns each new active and
+/// follows it: before, only a node waiting for the lock watched it, so a priority-0
+/// replica never followed anyone (found by `tests/examples_redis.rs`).
+#[test]
+fn a_priority_0_standby_follows_each_new_active() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let follows = cluster.dir().join("follows");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let follow = cluster.script(
+        "follow.sh",
+        &format!(
+            "echo \"$WARDEN_NODE_ID $WARDEN_ACTIVE_NODE $WARDEN_EPOCH\" >> '{}'\n",
+            follows.display()
+        ),
+    );
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    for (n, port) in [(&n1, 7001), (&n2, 7002), (&n3, 7003)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        with_port(n, port);
+        with_follow(n, &follow);
+    }
+    set_priority(&n3, 0);
+    let _w1 = n1.start();
+    let (_, e1) = wait_for_active(&n1.config, secs(30));
+    let (_w2, _w3) = (n2.start(), n3.start());
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    wait_until(secs(30), "n3 followed n1", || {
+        lines(&follows).contains(&format!("n3 n1 {e1}"))
+    });
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let (_, e2) = wait_for_active(&n1.config, secs(30));
+    wait_until(secs(30), "n3 followed n2", || {
+        lines(&follows).contains(&format!("n3 n2 {e2}"))
+    });
 }
