@@ -7,14 +7,14 @@
 
 mod common;
 
-use common::postgres::{os_user, sql_at, PgServer, BIN};
+use common::postgres::{os_user, sql_at, PgServer, PsqlSession, BIN};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn hooks_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql")
@@ -43,12 +43,24 @@ fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
 }
 
 /// Inserts base + 1, base + 2, ... into `t` on whichever server takes the write, one at a
-/// time; keeps the values PostgreSQL acknowledged (`synchronous_commit = on`: flushed),
-/// with the server and the moment.
+/// time, over one kept connection per server ([`PsqlSession`]); keeps the values
+/// PostgreSQL acknowledged (`synchronous_commit = on`: flushed), with the server and the
+/// moment.
 struct Writer {
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<(u64, u16, Instant)>>>,
     thread: Option<thread::JoinHandle<()>>,
+}
+
+/// A kept session to `port`, opened again when it has ended.
+fn session<'a>(slot: &'a mut Option<PsqlSession>, port: u16) -> Option<&'a mut PsqlSession> {
+    if slot.as_mut().is_some_and(|s| !s.alive()) {
+        *slot = None;
+    }
+    if slot.is_none() {
+        *slot = PsqlSession::connect(port);
+    }
+    slot.as_mut()
 }
 
 impl Writer {
@@ -57,14 +69,28 @@ impl Writer {
         let acked = Arc::new(Mutex::new(Vec::new()));
         let (s, a) = (stop.clone(), acked.clone());
         let thread = thread::spawn(move || {
+            let mut sessions: [Option<PsqlSession>; 2] = [None, None];
             let mut i = base;
             while !s.load(Ordering::SeqCst) {
                 i += 1;
-                for port in ports {
-                    if sql_at(port, &format!("INSERT INTO t VALUES ({i})")).is_ok() {
-                        a.lock().unwrap().push((i, port, Instant::now()));
+                let mut taken = false;
+                for (k, port) in ports.iter().enumerate() {
+                    let Some(db) = session(&mut sessions[k], *port) else {
+                        continue;
+                    };
+                    let sql = format!("INSERT INTO t VALUES ({i})");
+                    if db
+                        .run(&sql, Duration::from_secs(2))
+                        .is_ok_and(|out| out.iter().any(|l| l == "INSERT 0 1"))
+                    {
+                        a.lock().unwrap().push((i, *port, Instant::now()));
+                        taken = true;
                         break;
                     }
+                }
+                if !taken {
+                    // Both refused (a switchover's gap): not a busy loop of refusals.
+                    thread::sleep(Duration::from_millis(2));
                 }
             }
         });
@@ -111,15 +137,26 @@ impl Sampler {
         let s = stop.clone();
         let thread = thread::spawn(move || {
             let (mut samples, mut two) = (0, Vec::new());
+            let mut sessions: [Option<PsqlSession>; 2] = [None, None];
             while !s.load(Ordering::SeqCst) {
                 let roles: Vec<String> = ports
                     .iter()
-                    .map(|p| sql_at(*p, "SELECT pg_is_in_recovery()").unwrap_or_default())
+                    .enumerate()
+                    .map(|(k, p)| {
+                        session(&mut sessions[k], *p)
+                            .and_then(|db| {
+                                db.run("SELECT pg_is_in_recovery()", Duration::from_secs(2))
+                                    .ok()
+                            })
+                            .and_then(|out| out.first().cloned())
+                            .unwrap_or_default()
+                    })
                     .collect();
                 samples += 1;
                 if roles.iter().filter(|r| r.as_str() == "f").count() > 1 {
                     two.push(format!("sample {samples}: {roles:?}"));
                 }
+                thread::sleep(Duration::from_millis(5));
             }
             (samples, two)
         });

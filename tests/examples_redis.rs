@@ -398,14 +398,6 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
         prober.first_on(1, asked)
     });
     eprintln!(
-        "failover: {}  (command took {:?})",
-        String::from_utf8_lossy(&out.stdout).trim(),
-        asked.elapsed()
-    );
-    if std::env::var_os("WARDEN_DEBUG_SWITCHOVER").is_some() {
-        dump_logs();
-    }
-    eprintln!(
         "timing: redis switchover to the first write accepted by the new primary: {:?}",
         first - asked
     );

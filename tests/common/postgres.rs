@@ -346,3 +346,99 @@ impl Drop for PgServer {
         super::keep_dir_if_failed(&mut self.dir);
     }
 }
+
+/// A client that keeps one connection, as applications do: one `psql` process fed
+/// statements on its stdin (a `psql` per statement spends tens of milliseconds starting
+/// and connecting, which would be measured as part of a switchover). Statements and the
+/// markers between them share one output stream (stderr into stdout), so each answer is
+/// read whole and in order.
+pub struct PsqlSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    next: u64,
+}
+
+impl PsqlSession {
+    /// Starts `psql` for the server on `port`; `None` if it could not be started.
+    pub fn connect(port: u16) -> Option<PsqlSession> {
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "exec {BIN}/psql -X -At -h 127.0.0.1 -p {port} -U postgres -d postgres 2>&1"
+                ),
+            ])
+            .env("PGCONNECT_TIMEOUT", "2")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.take()?;
+        let stdout = child.stdout.take()?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Some(PsqlSession {
+            child,
+            stdin,
+            lines,
+            next: 0,
+        })
+    }
+
+    /// Runs one statement; its output lines. `Err` when the server answered with an error,
+    /// the session ended (psql exits when the connection is lost) or no answer came within
+    /// `timeout`; then the session is unusable if [`alive`](Self::alive) says so.
+    pub fn run(&mut self, sql: &str, timeout: Duration) -> Result<Vec<String>, String> {
+        use std::io::Write;
+        self.next += 1;
+        let marker = format!("@@warden-test-{}", self.next);
+        writeln!(self.stdin, "{sql};\n\\echo {marker}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| format!("psql's stdin: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line == marker => break,
+                Ok(line) => out.push(line),
+                Err(_) => {
+                    let _ = self.child.kill();
+                    return Err(format!("no answer within {timeout:?}: {out:?}"));
+                }
+            }
+        }
+        if out
+            .iter()
+            .any(|l| l.starts_with("ERROR:") || l.starts_with("FATAL:") || l.starts_with("psql:"))
+        {
+            Err(out.join("\n"))
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// Whether psql still runs (it exits when its connection is lost).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
