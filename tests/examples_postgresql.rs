@@ -53,7 +53,7 @@ struct Writer {
 }
 
 /// A kept session to `port`, opened again when it has ended.
-fn session<'a>(slot: &'a mut Option<PsqlSession>, port: u16) -> Option<&'a mut PsqlSession> {
+fn session(slot: &mut Option<PsqlSession>, port: u16) -> Option<&mut PsqlSession> {
     if slot.as_mut().is_some_and(|s| !s.alive()) {
         *slot = None;
     }
