@@ -184,8 +184,9 @@ pub async fn request_at<S: Session>(
         // an active when only priority-0 standbys remain (SPEC §6). `from` is the last
         // active (the breadcrumb's node), which stays out of the election until the
         // request is done or lapses; the target still fences it first.
-        (None, None, Some(_)) => match &snap.breadcrumb {
-            Some((Ok(b), _)) => b.node_id.clone(),
+        (None, None, Some(to)) => match &snap.breadcrumb {
+            // (The last active itself may be the one named: it takes over from nobody.)
+            Some((Ok(b), _)) if b.node_id != *to => b.node_id.clone(),
             _ => NOBODY.to_string(),
         },
         (None, _, _) => return Err(OpError::Refused(no_active(cfg, &snap))),
