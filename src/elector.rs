@@ -850,6 +850,9 @@ impl Elector {
                 if !self.may_join(now) || self.stopping {
                     self.reason = "holding the lock but no longer eligible".into();
                     self.leave(Leave::StandAside);
+                } else if let Some(why) = self.takeover_refusal(now) {
+                    self.reason = why;
+                    self.leave(Leave::StandAside);
                 } else {
                     self.reason = "won the lock".into();
                     self.read_state(epoch, None);
@@ -942,7 +945,10 @@ impl Elector {
             self.leave(Leave::StandAside);
             return;
         }
-        if let Some(why) = self.switchover_excludes_us(now) {
+        if let Some(why) = self
+            .switchover_excludes_us(now)
+            .or_else(|| self.takeover_refusal(now))
+        {
             self.reason = why;
             self.leave(Leave::StandAside);
             return;
@@ -1637,6 +1643,29 @@ impl Elector {
             );
         }
         self.higher_rival = higher;
+    }
+
+    /// Why this node, holding the lock, must not promote although the cluster would let
+    /// it (SPEC §6): its follow hook failed last, or it is not eligible, and no forced
+    /// switchover names it; or it is of priority 0 and no switchover names it. Checked
+    /// again once the lock is ours and once the state is read, since a request may lapse
+    /// or a follow fail after the join went out (simulation seeds 1355 and 352).
+    fn takeover_refusal(&self, now: Instant) -> Option<String> {
+        if !self.forced_target(now) {
+            if let Some(why) = &self.follow_failed {
+                return Some(format!("{why}: not promoting until a follow succeeds"));
+            }
+            if !self.eligible {
+                return Some("no longer eligible: not promoting".into());
+            }
+        }
+        if self.cfg.priority == 0 && !self.named_target(now) {
+            return Some(
+                "priority 0 and no pending switchover names this node any more: not promoting"
+                    .into(),
+            );
+        }
+        None
     }
 
     /// A pending switchover request names this node.
@@ -2991,6 +3020,127 @@ mod tests {
             },
         });
         assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    }
+
+    #[test]
+    fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_promote() {
+        // Simulation seed 1355: n1 (priority 0) took the lock while `failover --to n1`
+        // was pending; the request lapsed before the state read came back, and n1 was
+        // promoted by itself.
+        let mut h = with_priority(0);
+        h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        let lapses_at = h.now + Duration::from_millis(50);
+        let request = ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                from: "n2".into(),
+                to: Some("n1".into()),
+                deadline: "2026-01-01T00:00:00.050Z".into(),
+                force: false,
+                lapses_at,
+            }),
+        };
+        let a = h.feed(Event::ControlChanged {
+            control: request.clone(),
+        });
+        let j = H::ticket_of(&a);
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 7 },
+        });
+        let r = H::ticket_of(&a);
+        h.now = lapses_at;
+        let a = h.feed(Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: request,
+                control_version: Version::new(1),
+                newest_history_epoch: None,
+                members_epoch_seen: None,
+            })),
+        });
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+        // While the request is pending, the same read promotes.
+        let mut h = with_priority(0);
+        h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        let request = ControlView {
+            failover: Some(FailoverView {
+                lapses_at: h.now + Duration::from_secs(30),
+                ..request_to_n1()
+            }),
+            paused: false,
+        };
+        let a = h.feed(Event::ControlChanged {
+            control: request.clone(),
+        });
+        let j = H::ticket_of(&a);
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 7 },
+        });
+        let r = H::ticket_of(&a);
+        let a = h.feed(Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: request,
+                control_version: Version::new(1),
+                newest_history_epoch: None,
+                members_epoch_seen: None,
+            })),
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::CommitPromotion { epoch: 7, .. }]),
+            "{a:?}"
+        );
+    }
+
+    fn request_to_n1() -> FailoverView {
+        FailoverView {
+            from: "n2".into(),
+            to: Some("n1".into()),
+            deadline: "2026-01-01T00:00:30Z".into(),
+            force: false,
+            lapses_at: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn rule_6_a_follow_that_fails_while_the_lock_is_taken_keeps_the_node_from_promoting() {
+        // The follow of a new active is still running when that active goes and this
+        // node wins the free lock; the follow then fails: its data may lack what that
+        // active wrote, so it must not be promoted (SPEC §6).
+        let mut h = following_standby();
+        let t = match h
+            .feed(Event::ActiveChanged {
+                record: active_record("n2", 7),
+            })
+            .as_slice()
+        {
+            [Action::Follow { ticket, .. }] => *ticket,
+            other => panic!("{other:?}"),
+        };
+        let a = h.feed(Event::LockDeleted);
+        let j = H::ticket_of(&a);
+        let a = h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Held { epoch: 9 },
+        });
+        let r = H::ticket_of(&a);
+        h.feed(Event::Followed {
+            ticket: t,
+            ok: false,
+            detail: "REPLICAOF refused".into(),
+        });
+        let a = h.read(r, BreadcrumbView::Absent);
+        assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
     }
 
     #[test]
