@@ -18,7 +18,7 @@ use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl
 use crate::metrics::Metrics;
 use crate::notify;
 use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
-use crate::service::{ServiceIdentity, StopOutcome};
+use crate::service::{PinnedService, ServiceIdentity, StopOutcome};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
@@ -73,6 +73,8 @@ enum Input<S, R> {
     Started(Ticket, Result<Option<R>, String>),
     /// The service with this identity exited by itself.
     Exited(ServiceIdentity, String),
+    /// Hooks mode: the service process pinned at promotion is gone.
+    PinnedExited(PinnedService),
     /// The standby eligibility check changed.
     Eligibility(HealthChange),
     /// Hooks mode: `health.standby_command` changed (SPEC §6: the place for a replication
@@ -151,6 +153,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// Hooks mode: whether the service's own check says healthy.
     service_ok: bool,
     service_check: Option<CheckerHandle>,
+    /// Hooks mode: the task that looks, every health interval, whether the promoted
+    /// service's pinned process still runs.
+    pin_watch: Option<AbortHandle>,
     exit_code: Option<i32>,
 }
 
@@ -285,6 +290,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             standby_ok: true,
             service_ok: eligible_now,
             service_check: None,
+            pin_watch: None,
             exit_code: None,
         };
         if !eligible_now {
@@ -495,6 +501,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Input::Started(ticket, result) => match result {
                 Ok(None) => {
                     info!("the promote hook succeeded");
+                    self.watch_pinned();
                     self.feed(Event::ServiceStarted { ticket });
                 }
                 Ok(Some(running)) => {
@@ -514,6 +521,20 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Input::Exited(id, how) => {
                 if self.service.as_ref() == Some(&id) {
                     warn!(pid = id.pid, "the service exited: {how}");
+                    self.feed(Event::ServiceExited { reason: how });
+                }
+            }
+            Input::PinnedExited(pinned) => {
+                let current = match &self.control_svc {
+                    ServiceControl::Hooks(h) => h.pinned() == Some(pinned),
+                    ServiceControl::Spawn(_) => false,
+                };
+                if current {
+                    let how = format!(
+                        "the service process pinned at promotion (pid {}) is gone",
+                        pinned.pid
+                    );
+                    warn!(pid = pinned.pid, "{how}");
                     self.feed(Event::ServiceExited { reason: how });
                 }
             }
@@ -559,6 +580,36 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Input::Fatal(f) => return Err(f),
         }
         Ok(())
+    }
+
+    /// Hooks mode: a promoted service whose process is gone may be back in its demoted
+    /// role by now (systemd restarts it, as the examples' units do, as a replica) while
+    /// its checks pass again: its exit is the service's exit, as in spawn mode. Looked at
+    /// every health interval, since nothing reports it.
+    fn watch_pinned(&mut self) {
+        if let Some(h) = self.pin_watch.take() {
+            h.abort();
+        }
+        let ServiceControl::Hooks(hooks) = &self.control_svc else {
+            return;
+        };
+        let Some(pinned) = hooks.pinned() else {
+            return;
+        };
+        let (hooks, tx, every) = (hooks.clone(), self.tx.clone(), self.cfg.health.interval);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if hooks.pinned() != Some(pinned) || tx.is_closed() {
+                    return;
+                }
+                if hooks.pinned_running() == Some(false) {
+                    let _ = tx.send(Input::PinnedExited(pinned));
+                    return;
+                }
+            }
+        });
+        self.pin_watch = Some(task.abort_handle());
     }
 
     fn start_service_check(&mut self) {
@@ -953,6 +1004,16 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             let _ = tx.send(Input::Started(ticket, result));
                         }
                         ServiceControl::Hooks(hooks) => {
+                            // The process pinned at the commit is gone (it died while
+                            // the cluster was paused, and runs again in its demoted
+                            // role): promote, and pin, the one the pidfile names now.
+                            if hooks.pinned_running() == Some(false) {
+                                if let Err(e) = hooks.pin() {
+                                    let why = format!("cannot promote: {e}");
+                                    let _ = tx.send(Input::Started(ticket, Err(why)));
+                                    return;
+                                }
+                            }
                             let result = hooks.promote(epoch).await.map(|_| None);
                             let result =
                                 result.map_err(|e| format!("the promote hook failed: {e}"));
@@ -1040,6 +1101,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         let hooks = hooks.clone();
                         let epoch = self.epoch;
                         info!(?cause, "running the demote hook");
+                        if let Some(h) = self.pin_watch.take() {
+                            h.abort();
+                        }
                         // The service changes role: what its checks said before no longer holds, so
                         // the node is not "healthy" again until `rise` checks of the demoted service pass.
                         self.recheck_after_demotion();

@@ -117,6 +117,9 @@ pub trait HookControl: Clone + Send + Sync + 'static {
     /// At promotion: pins the pidfile's process (SPEC §4.3c).
     fn pin(&self) -> Result<Option<PinnedService>, String>;
     fn pinned(&self) -> Option<PinnedService>;
+    /// Whether the pinned process still runs (with its start time); `None` when nothing
+    /// is pinned (no pidfile).
+    fn pinned_running(&self) -> Option<bool>;
     /// SIGKILL of the pinned process.
     fn kill(&self) -> bool;
 }
@@ -279,6 +282,10 @@ impl HookControl for Hooks {
 
     fn pinned(&self) -> Option<PinnedService> {
         Hooks::pinned(self)
+    }
+
+    fn pinned_running(&self) -> Option<bool> {
+        Hooks::pinned(self).map(|p| warden_fencing::process::is_running(p.pid, Some(p.start_time)))
     }
 
     fn kill(&self) -> bool {

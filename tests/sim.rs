@@ -53,7 +53,7 @@ mod store;
 mod world;
 
 use host::SimHost;
-use plan::{between, ms, FaultKind, Plan, SimRng};
+use plan::{between, ms, FaultKind, Mode, Plan, SimRng};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant as WallInstant};
@@ -97,6 +97,13 @@ fn max_faults() -> usize {
 /// What one seed did.
 pub struct Outcome {
     pub failure: Option<String>,
+    /// It ran hooks mode; its follow hooks, and how many of them failed.
+    pub hooks: bool,
+    pub follows: u32,
+    pub follows_failed: u32,
+    /// No node could become active by itself after the faults (priority 0 or a follow
+    /// hook broken for good), so no active was required.
+    pub leaderless: bool,
     pub starts: u32,
     pub fences: u32,
     pub confirms: u32,
@@ -159,12 +166,29 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
 fn config_text(plan: &Plan, node: usize) -> String {
     let c = &plan.cfg;
     let d = |d: Duration| format!("\"{}ms\"", d.as_millis());
+    // Hooks mode gives its hooks the graceful time spawn mode gives a stop.
+    let service = match plan.mode {
+        Mode::Spawn => format!(
+            "mode = \"spawn\"\ncommand = [\"/bin/true\"]\nstop_timeout = {}\n",
+            d(c.stop_timeout)
+        ),
+        Mode::Hooks { follow } => format!(
+            "mode = \"hooks\"\npromote = [\"/sim/promote\"]\ndemote = [\"/sim/demote\"]\n{}\
+             hook_timeout = {}\npidfile = \"/run/sim/service.pid\"\n",
+            if follow {
+                "follow = [\"/sim/follow\"]\n"
+            } else {
+                ""
+            },
+            d(c.stop_timeout)
+        ),
+    };
     format!(
         "[cluster]\nname = \"sim\"\nnode_id = \"n{}\"\nhost = \"{}\"\nport = {}\n\n\
          [coordination]\nbackend = \"zookeeper\"\n\n\
          [coordination.zookeeper]\nconnect = \"sim:2181\"\nsession_timeout = {}\nconnect_timeout = {}\n\n\
-         [election]\nrejoin_delay = {}\n\n\
-         [service]\nmode = \"spawn\"\ncommand = [\"/bin/true\"]\nstop_timeout = {}\n\n\
+         [election]\nrejoin_delay = {}\npriority = {}\n\n\
+         [service]\n{}\n\
          [health]\nkind = \"exec\"\ncommand = [\"/bin/true\"]\ninterval = \"500ms\"\ntimeout = \"200ms\"\nrise = 1\nfall = 2\n\n\
          [[fence]]\nkind = \"signal\"\nsignal = \"SIGKILL\"\ntimeout = {}\n\n\
          [[fence]]\nkind = \"script\"\ncommand = [\"/bin/true\"]\ntimeout = {}\n",
@@ -174,7 +198,8 @@ fn config_text(plan: &Plan, node: usize) -> String {
         d(c.session_timeout),
         d(c.connect_timeout),
         d(c.rejoin_delay),
-        d(c.stop_timeout),
+        plan.priorities[node],
+        service,
         d(c.fence_timeout),
         d(c.fence_timeout),
     )
@@ -397,6 +422,7 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
             retarget,
             timeout,
             killed,
+            force,
         } => {
             let to = match (to, serving(&world)) {
                 (Some(t), Some(active)) if retarget && t == active.0 => {
@@ -404,15 +430,25 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
                 }
                 _ => to,
             };
-            operator::switchover(world, ops.cfg, ops.seq, to, timeout, killed, ops.quiet).await
+            let args = operator::Switch {
+                to,
+                timeout,
+                killed,
+                force,
+            };
+            operator::switchover(world, ops.cfg, ops.seq, args, ops.quiet).await
         }
         FaultKind::Pause { dur } => operator::pause(world, ops.seq, dur).await,
         FaultKind::Cancel => operator::cancel(world, ops.seq).await,
+        // The hooks consult the plan when they run.
+        f @ (FaultKind::HookFault { .. } | FaultKind::FollowBroken { .. }) => {
+            world.lock().log(|| format!("FAULT {f:?}"));
+        }
     }
 }
 
 /// The active incarnation, if exactly one live warden reports `active` with its service
-/// up.
+/// up as primary.
 fn serving(world: &World) -> Option<Inc> {
     let w = world.lock();
     let actives: Vec<Inc> = w
@@ -425,7 +461,7 @@ fn serving(world: &World) -> Option<Inc> {
         [who]
             if w.services
                 .iter()
-                .any(|s| s.owner == *who && s.alive(Reach::Main)) =>
+                .any(|s| s.owner == *who && s.primary && s.alive(Reach::Main)) =>
         {
             Some(*who)
         }
@@ -435,11 +471,25 @@ fn serving(world: &World) -> Option<Inc> {
 
 /// Runs one seed.
 pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Outcome {
+    let (plan, store_cfg) = draw_seed(seed, nodes, max_faults);
+    run_plan(seed, plan, store_cfg, tracing)
+}
+
+/// The plan and the store of a seed.
+fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) {
     let mut rng = SimRng::new(seed);
     let mut aux = SimRng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut ops = SimRng::new(seed ^ 0x0be7_a70f_c0de_0001);
-    let plan = plan::draw(&mut rng, &mut aux, &mut ops, nodes, max_faults);
+    let mut hk = SimRng::new(seed ^ 0x400c_5e1f_0110_0002);
+    let plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
+    (plan, store_cfg)
+}
+
+/// Runs `plan` on `store_cfg`; `seed` draws everything the plan leaves to chance.
+fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Outcome {
+    let nodes = plan.cfg.nodes;
+    let hooks = matches!(plan.mode, Mode::Hooks { .. });
     let plan_text = format!("{plan}\n  store: {store_cfg:?}");
     // What a switchover in a quiet cluster must be given to succeed: a session timeout,
     // the old active's graceful stop, two polls of a store without watches, and a few
@@ -463,6 +513,13 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         let world = World::new(plan, seed, store.clone(), tracing);
         let w2 = world.clone();
         store.observe(move |fact| w2.on_fact(fact));
+        if hooks {
+            // Every node's service runs before its warden starts, as a replica.
+            let mut w = world.lock();
+            for node in 0..nodes {
+                w.start_db(node);
+            }
+        }
         let t0 = Instant::now();
         SEED_T0.with(|t| t.set(Some(t0)));
         for node in 0..nodes {
@@ -485,6 +542,7 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         let bound = st * 3 + Duration::from_secs(30);
         let mut recovery = None;
         let mut confirmed = false;
+        let mut leaderless = false;
         loop {
             tokio::time::sleep(ms(50)).await;
             let now = Instant::now() - t0;
@@ -531,6 +589,21 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
                 }
             }
             if now >= faults_end + bound {
+                // SPEC §6: nobody takes the lock by itself when every node is of priority
+                // 0 or has a follow hook broken for good; `failover --to` would be needed.
+                let may_lead = {
+                    let w = world.lock();
+                    (0..nodes).any(|n| w.plan.may_lead(n))
+                };
+                if !may_lead {
+                    world.lock().log(|| {
+                        "no node may become active by itself (priority 0 or a follow hook \
+                         broken for good): liveness is not required"
+                            .to_string()
+                    });
+                    leaderless = true;
+                    break;
+                }
                 let roles: Vec<String> = world
                     .lock()
                     .wardens
@@ -576,6 +649,10 @@ pub fn run_seed(seed: u64, nodes: usize, max_faults: usize, tracing: bool) -> Ou
         }
         let out = Outcome {
             failure: w.failure.take(),
+            hooks,
+            follows: w.follows.values().map(|f| f.len() as u32).sum(),
+            follows_failed: w.follows_failed,
+            leaderless,
             starts: w.starts,
             fences: w.fences,
             confirms: w.confirms,
@@ -710,6 +787,10 @@ impl Watchdog {
 #[derive(Default)]
 struct Sweep {
     seeds: u64,
+    hooks: u64,
+    follows: u64,
+    follows_failed: u64,
+    leaderless: u64,
     starts: u64,
     fences: u64,
     confirmed: Vec<u64>,
@@ -723,6 +804,10 @@ struct Sweep {
 impl Sweep {
     fn add(&mut self, seed: u64, out: Outcome) {
         self.seeds += 1;
+        self.hooks += u64::from(out.hooks);
+        self.follows += u64::from(out.follows);
+        self.follows_failed += u64::from(out.follows_failed);
+        self.leaderless += u64::from(out.leaderless);
         self.starts += u64::from(out.starts);
         self.fences += u64::from(out.fences);
         if out.confirms > 0 {
@@ -741,6 +826,10 @@ impl Sweep {
 
     fn merge(&mut self, o: Sweep) {
         self.seeds += o.seeds;
+        self.hooks += o.hooks;
+        self.follows += o.follows;
+        self.follows_failed += o.follows_failed;
+        self.leaderless += o.leaderless;
         self.starts += o.starts;
         self.fences += o.fences;
         self.confirmed.extend(o.confirmed);
@@ -828,6 +917,11 @@ fn simulated_daemons_keep_every_invariant() {
          one must)",
         total.switched, total.quiet
     );
+    println!(
+        "{} seeds in hooks mode: {} follow hooks run, {} failed; {} seeds left no node that \
+         may become active by itself (priority 0 or follow broken for good)",
+        total.hooks, total.follows, total.follows_failed, total.leaderless
+    );
     if !total.confirmed.is_empty() {
         total.confirmed.sort();
         println!(
@@ -859,6 +953,38 @@ fn a_seed_replays_exactly() {
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert!(!a.trace.is_empty());
+    }
+}
+
+/// Hooks mode: the active's service dies while the cluster is paused and comes back in
+/// its demoted role (as a replica, as the examples' units start it). Its checks pass
+/// again, so only its pinned process tells warden that it is no longer the primary;
+/// once resumed, the active promotes it again (simulation seeds 284 and 4685: the
+/// cluster stayed without a primary behind an `active` warden).
+#[test]
+fn hooks_mode_promotes_again_a_service_that_restarted_during_a_pause() {
+    for seed in 0..10 {
+        let (mut plan, store_cfg) = draw_seed(seed, 3, 0);
+        plan.mode = Mode::Hooks { follow: true };
+        plan.priorities = vec![plan::DEFAULT_PRIORITY; 3];
+        let pause = |at: u64, dur: u64, kind| plan::Fault {
+            at: ms(at),
+            end: ms(at + dur),
+            kind,
+        };
+        plan.faults = vec![pause(3000, 8000, FaultKind::Pause { dur: ms(8000) })];
+        for node in 0..3 {
+            plan.faults
+                .push(pause(4000, 0, FaultKind::MainExits { node }));
+        }
+        plan.faults_end = ms(11_000);
+        let out = run_plan(seed, plan, store_cfg, true);
+        assert!(
+            out.failure.is_none() && out.recovery.is_some(),
+            "seed {seed}: {:?}\n{}",
+            out.failure,
+            out.trace.join("\n")
+        );
     }
 }
 

@@ -907,3 +907,82 @@ async fn an_observer_hears_each_fact_as_it_is_applied() {
     ));
     assert!(store.take_facts().is_empty());
 }
+
+/// Takes the lock for `c` (node `i`) and commits a promotion with its epoch; returns it.
+async fn promote(c: &Client, i: usize, join: u64) -> NodeRecord {
+    let epoch = held(c.s.join(&node(i), join).await);
+    let state = c.s.read_state().await.unwrap();
+    let rec = NodeRecord {
+        epoch: Some(epoch),
+        ..node(i)
+    };
+    assert_eq!(
+        c.s.commit_promotion(&rec, state.breadcrumb.version(), state.control_version)
+            .await,
+        WriteOutcome::Done
+    );
+    rec
+}
+
+/// SPEC §6 `follow`: every session hears of each committed promotion once, whether its
+/// node joined (a standby behind the lock) or never did (priority 0, a failed follow),
+/// as the backends' `StoreEvent::Active`; a lock not yet committed names no active.
+async fn each_new_active_once(watches: Watches, seed: u64) {
+    let wait = match watches {
+        Watches::Yes => MAX_LATENCY * 4,
+        Watches::Polling { every } => every + MAX_LATENCY * 4,
+    };
+    let store = SimStore::new(StoreConfig { watches, ..cfg() }, seed);
+    let a = open(&store, 0).await;
+    let mut b = open(&store, 1).await;
+    let mut c = open(&store, 2).await;
+    let first = promote(&a, 0, 1).await;
+    assert_eq!(
+        b.s.join(&node(1), 1).await,
+        JoinOutcome::Exists { epoch: first.epoch }
+    );
+    for events in [&mut b.events, &mut c.events] {
+        assert_eq!(
+            next(events, wait).await,
+            Some(StoreEvent::Active(first.clone()))
+        );
+        assert_eq!(next(events, wait * 2).await, None, "once per epoch");
+    }
+    // The holder goes; the next lock is only taken, then committed.
+    a.s.release().await.unwrap();
+    assert_eq!(
+        next(&mut b.events, wait).await,
+        Some(StoreEvent::HolderGone { join: 1 })
+    );
+    let second = promote(&b, 1, 2).await;
+    assert!(second.epoch > first.epoch);
+    assert_eq!(
+        next(&mut c.events, wait * 2).await,
+        Some(StoreEvent::Active(second.clone()))
+    );
+    // The holder hears of its own commit too (the elector knows its own record), then
+    // of its lock's end, then of the next active.
+    let mut a_events = a.events;
+    assert_eq!(
+        next(&mut a_events, wait).await,
+        Some(StoreEvent::Active(first))
+    );
+    assert_eq!(
+        next(&mut a_events, wait).await,
+        Some(StoreEvent::HolderGone { join: 1 })
+    );
+    assert_eq!(
+        next(&mut a_events, wait * 2).await,
+        Some(StoreEvent::Active(second))
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn every_session_hears_of_each_new_active_once() {
+    each_new_active_once(Watches::Yes, 21).await;
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn polling_hears_of_each_new_active_once() {
+    each_new_active_once(Watches::Polling { every: ms(250) }, 22).await;
+}

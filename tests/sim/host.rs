@@ -1,9 +1,16 @@
 //! The host of one simulated warden incarnation: `warden::host::Host` on the world's
 //! processes and machines and tokio's paused clock, so that the real daemon runs here.
+//!
+//! Spawn mode starts and stops services (process trees) of the world. Hooks mode
+//! ([`SimHooks`]) acts on the node's always-running service: `promote` makes it the
+//! primary, `demote` a replica, `follow` repoints it; each takes a few milliseconds, and
+//! fails or hangs until `hook_timeout` as the plan's hook faults say, having done its
+//! work first or not. The pidfile names the service where the warden runs.
 
-use super::plan::{between, ms};
+use super::plan::{between, ms, Hook, Mode};
 use super::world::{cgroup_id, cgroup_name, name, Inc, Reach, World, KILL_WAIT, POLL};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use warden::config::{Config, HealthConfig, HealthKind};
@@ -28,7 +35,7 @@ impl SimHost {
 
 impl Host for SimHost {
     type Spawner = SimSpawner;
-    type Hooks = NoHooks;
+    type Hooks = SimHooks;
     type Methods = SimMethods;
     type Probe = SimProbe;
 
@@ -62,8 +69,12 @@ impl Host for SimHost {
         Ok(SimSpawner { host: self.clone() })
     }
 
-    fn hooks(&self, _cfg: &Config) -> NoHooks {
-        NoHooks
+    fn hooks(&self, cfg: &Config) -> SimHooks {
+        SimHooks {
+            host: self.clone(),
+            hook_timeout: cfg.service.hook_timeout,
+            pinned: Arc::new(Mutex::new(None)),
+        }
     }
 
     fn fence_methods(&self) -> SimMethods {
@@ -245,39 +256,214 @@ impl SpawnControl for SimSpawner {
     }
 }
 
-/// Hooks mode is not simulated: every seed runs spawn mode.
-#[derive(Clone)]
-pub struct NoHooks;
+/// How long a hook takes when it neither fails nor hangs.
+const HOOK_TIME: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(30));
 
-impl HookControl for NoHooks {
-    async fn promote(&self, _epoch: Epoch) -> Result<(), String> {
-        Err("hooks mode is not simulated".into())
+/// Hooks mode: the hooks act on the node's always-running service where its warden runs.
+#[derive(Clone)]
+pub struct SimHooks {
+    host: SimHost,
+    hook_timeout: Duration,
+    /// The service pinned at the last promotion (SPEC §4.3c).
+    pinned: Arc<Mutex<Option<PinnedService>>>,
+}
+
+/// What a hook does this time.
+enum Run {
+    Ok,
+    /// Fails after its work (`true`) or before it.
+    Fails(bool),
+    /// Hangs until `hook_timeout`, after its work or before it.
+    Hangs(bool),
+}
+
+impl SimHooks {
+    fn who(&self) -> Inc {
+        self.host.who
     }
+
+    /// Starts a hook: its run time, and how it ends (`broken`: the plan's fault now).
+    fn begin(
+        &self,
+        broken: impl FnOnce(&super::plan::Plan, Duration) -> Option<bool>,
+    ) -> (Duration, Run) {
+        let mut w = self.host.world.lock();
+        let now = w.now();
+        let fault = broken(&w.plan, now);
+        let took = between(&mut w.rng, HOOK_TIME.0, HOOK_TIME.1);
+        let run = match fault {
+            None => Run::Ok,
+            Some(hang) => {
+                let worked = w.rng.chance(0.5);
+                if hang {
+                    Run::Hangs(worked)
+                } else {
+                    Run::Fails(worked)
+                }
+            }
+        };
+        (took, run)
+    }
+
+    /// Runs a hook: after its run time, `work` (when the hook gets that far), then its
+    /// answer; a hook that hangs is given up at `hook_timeout`, as `service.rs` does.
+    async fn run(
+        &self,
+        what: &str,
+        took: Duration,
+        run: Run,
+        work: impl FnOnce(&World) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        self.host.gate().await;
+        tokio::time::sleep(took.min(self.hook_timeout)).await;
+        self.host.gate().await;
+        let world = &self.host.world;
+        match run {
+            Run::Ok => work(world),
+            Run::Fails(worked) => {
+                if worked {
+                    let _ = work(world);
+                }
+                Err(format!("sim: the {what} hook failed (exit 1)"))
+            }
+            Run::Hangs(worked) => {
+                if worked {
+                    let _ = work(world);
+                }
+                tokio::time::sleep_until(started + self.hook_timeout).await;
+                self.host.gate().await;
+                Err(format!(
+                    "sim: the {what} hook did not finish within {:?}; killed",
+                    self.hook_timeout
+                ))
+            }
+        }
+    }
+
+    /// The service where this warden runs, as its pidfile names it.
+    fn pidfile(&self) -> Result<PinnedService, String> {
+        let w = self.host.world.lock();
+        let svc = w
+            .db_of(self.who())
+            .and_then(|id| w.service(id))
+            .ok_or_else(|| "sim: the pidfile names no running process".to_string())?;
+        Ok(PinnedService {
+            pid: svc.pid,
+            start_time: svc.start_time,
+        })
+    }
+}
+
+impl HookControl for SimHooks {
+    async fn promote(&self, epoch: Epoch) -> Result<(), String> {
+        let who = self.who();
+        let (took, run) = self.begin(|p, now| p.hook_fault(who.0, Hook::Promote, now));
+        self.run("promote", took, run, |world| {
+            world.lock().promote_db(who, epoch)
+        })
+        .await
+    }
+
     async fn demote(
         &self,
         _epoch: Option<Epoch>,
         _extra: Vec<(String, String)>,
     ) -> Result<(), String> {
-        Err("hooks mode is not simulated".into())
+        let who = self.who();
+        let (took, run) = self.begin(|p, now| p.hook_fault(who.0, Hook::Demote, now));
+        let failed = !matches!(run, Run::Ok);
+        let result = self
+            .run("demote", took, run, |world| {
+                world.lock().demote_db(who, true);
+                Ok(())
+            })
+            .await;
+        if failed {
+            // Still primary unless it got that far: its role is unknown to warden.
+            self.host.world.lock().demote_db(who, false);
+        }
+        result
     }
+
     async fn follow(
         &self,
-        _epoch: Option<Epoch>,
-        _extra: Vec<(String, String)>,
+        epoch: Option<Epoch>,
+        extra: Vec<(String, String)>,
     ) -> Result<(), String> {
-        Err("hooks mode is not simulated".into())
+        let who = self.who();
+        let active = extra
+            .iter()
+            .find(|(k, _)| k == "WARDEN_ACTIVE_NODE")
+            .map(|(_, v)| v.clone());
+        let me = format!("n{}", who.0 + 1);
+        if active.is_none() || active.as_deref() == Some(me.as_str()) {
+            self.host.world.lock().fail(format!(
+                "{} ran its follow hook for epoch {epoch:?} told to follow {active:?}",
+                name(who)
+            ));
+        }
+        let (took, run) = self.begin(|p, now| p.follow_broken(who.0, now));
+        let result = self
+            .run("follow", took, run, |world| match world.lock().db_of(who) {
+                Some(_) => Ok(()),
+                None => Err("sim: the service is not running".into()),
+            })
+            .await;
+        let detail = match &result {
+            Ok(()) => format!("following {} epoch {epoch:?}", active.unwrap_or_default()),
+            Err(e) => e.clone(),
+        };
+        self.host
+            .world
+            .lock()
+            .followed(who, result.is_ok(), &detail);
+        result
     }
+
     fn check_pidfile(&self) -> Result<(), String> {
-        Ok(())
+        self.pidfile().map(|_| ())
     }
+
     fn pin(&self) -> Result<Option<PinnedService>, String> {
-        Ok(None)
+        let pinned = self.pidfile()?;
+        *self.pinned.lock().unwrap() = Some(pinned);
+        Ok(Some(pinned))
     }
+
     fn pinned(&self) -> Option<PinnedService> {
-        None
+        *self.pinned.lock().unwrap()
     }
+
+    fn pinned_running(&self) -> Option<bool> {
+        let p = self.pinned()?;
+        let w = self.host.world.lock();
+        Some(
+            w.service_by_pid(p.pid, p.start_time)
+                .and_then(|id| w.service(id))
+                .is_some_and(|s| s.alive(Reach::Main)),
+        )
+    }
+
     fn kill(&self) -> bool {
-        false
+        let world = &self.host.world;
+        let Some(p) = self.pinned() else {
+            return false;
+        };
+        let svc = {
+            let w = world.lock();
+            if !w.alive(self.who()) {
+                return false;
+            }
+            w.service_by_pid(p.pid, p.start_time)
+        };
+        match svc {
+            Some(svc) => {
+                world.signal(svc, Reach::Main, true, "killed by its pidfile");
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -300,7 +486,29 @@ impl Prober for SimProbe {
             };
         };
         host.gate().await;
-        let sick = host.world.lock().unhealthy[host.who.0];
+        let mut w = host.world.lock();
+        let node = host.who.0;
+        if matches!(w.plan.mode, Mode::Hooks { .. }) && w.db_of(host.who).is_none() {
+            // The always-running service is down: systemd starts it again after a
+            // while, where this warden runs (if its machine is up).
+            let now = Instant::now();
+            match w.db_restart_at[node] {
+                Some(t) if t <= now => {
+                    w.db_restart_at[node] = None;
+                    w.start_db(node);
+                }
+                Some(_) => {}
+                None => {
+                    let after = between(&mut w.rng, ms(500), ms(3000));
+                    w.db_restart_at[node] = Some(now + after);
+                }
+            }
+            return Check {
+                pass: false,
+                detail: "sim: the service is down".into(),
+            };
+        }
+        let sick = w.unhealthy[node];
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),
@@ -417,10 +625,15 @@ impl Methods for SimMethods {
                 let by_port = target.service_pid.is_none()
                     && target.service_cgroup.is_none()
                     && target.port == Some(node_port);
+                // Hooks mode: the service's pid (from its pidfile), with its start time.
+                let by_pid = target.service_pid == Some(s.pid)
+                    && target.service_start_time == Some(s.start_time);
                 if by_cgroup {
                     svcs.push((s.id, Reach::Cgroup));
                 } else if by_group || by_port {
                     svcs.push((s.id, Reach::Group));
+                } else if by_pid {
+                    svcs.push((s.id, Reach::Main));
                 }
             }
             (warden, svcs)

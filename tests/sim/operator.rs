@@ -44,18 +44,26 @@ fn describe(e: &OpError) -> String {
     }
 }
 
-/// `warden failover [--to NODE] --timeout T`; `killed`: the command dies once its request
-/// is written. Checks that the command ends by the request's deadline, and that a
-/// switchover in a quiet cluster (no fault near it) succeeds.
-pub async fn switchover(
-    world: World,
-    cfg: Config,
-    seq: u32,
-    to: Option<usize>,
-    timeout: Duration,
-    killed: bool,
-    quiet: bool,
-) {
+/// The arguments of one `warden failover`.
+pub struct Switch {
+    pub to: Option<usize>,
+    pub timeout: Duration,
+    /// The command dies once its request is written.
+    pub killed: bool,
+    /// `--force`: the target takes over even while ineligible.
+    pub force: bool,
+}
+
+/// `warden failover [--to NODE [--force]] --timeout T`. Checks that the command ends by
+/// the request's deadline, and that a switchover in a quiet cluster (no fault near it)
+/// succeeds.
+pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, quiet: bool) {
+    let Switch {
+        to,
+        timeout,
+        killed,
+        force,
+    } = switch;
     let _busy = Busy::new(&world);
     let connector = world.store.connector(OPERATOR, seq);
     let zk = match connector.connect().await {
@@ -68,7 +76,7 @@ pub async fn switchover(
         }
     };
     let args = FailoverArgs {
-        force: false,
+        force,
         to: to.map(|t| format!("n{}", t + 1)),
         timeout,
         cancel: false,
@@ -77,9 +85,14 @@ pub async fn switchover(
     let requested = match failover::request_at(&zk, &cfg, &args, wall).await {
         Ok(r) => r,
         Err(e) => {
-            world
-                .lock()
-                .log(|| format!("OPERATOR failover {:?}: {}", args.to, describe(&e)));
+            world.lock().log(|| {
+                format!(
+                    "OPERATOR failover {:?}{}: {}",
+                    args.to,
+                    if force { " --force" } else { "" },
+                    describe(&e)
+                )
+            });
             return;
         }
     };

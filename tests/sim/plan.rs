@@ -164,6 +164,23 @@ pub struct Layout {
 /// `/etc/machine-id` of machine `i` is this plus `i`, in hex.
 pub const MACHINE_ID_BASE: u64 = 0x3a00_0000;
 
+/// How the nodes' service is controlled (SPEC §6); every node of a seed has the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// warden starts the service on the active and stops it on demotion.
+    Spawn,
+    /// The service always runs (a database, one per node); `promote`/`demote` hooks change
+    /// its role, and with `follow` each standby repoints it at every new active.
+    Hooks { follow: bool },
+}
+
+/// A hook of hooks mode, for [`FaultKind::HookFault`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Promote,
+    Demote,
+}
+
 #[derive(Clone, Debug)]
 pub enum FaultKind {
     /// SIGSTOP of the node's warden (not of its service), SIGCONT after `dur`.
@@ -206,9 +223,28 @@ pub enum FaultKind {
         retarget: bool,
         timeout: Duration,
         killed: bool,
+        /// `--force` (with `--to`): the target takes over even while ineligible.
+        force: bool,
     },
     /// `warden pause`, then `warden resume` after `dur` (retried until it is written).
     Pause { dur: Duration },
+    /// Hooks mode: the node's `promote` or `demote` hook started in the next `dur` fails
+    /// (after a short while), or hangs until `hook_timeout`; either way it has done its
+    /// work first or not, as the world's RNG says.
+    HookFault {
+        node: usize,
+        hook: Hook,
+        dur: Duration,
+        hang: bool,
+    },
+    /// Hooks mode with `follow`: the node's follow hook fails (or hangs until
+    /// `hook_timeout`) for `dur`, or for good when `None` (a replica that cannot reach
+    /// anyone: SPEC §6 keeps it out until one succeeds).
+    FollowBroken {
+        node: usize,
+        dur: Option<Duration>,
+        hang: bool,
+    },
     /// `warden failover --cancel`.
     Cancel,
 }
@@ -272,11 +308,13 @@ impl fmt::Display for Fault {
                 to,
                 timeout,
                 killed,
+                force,
                 ..
             } => write!(
                 f,
-                "OPERATOR failover{} --timeout {timeout:?}{}",
+                "OPERATOR failover{}{} --timeout {timeout:?}{}",
                 to.map_or(String::new(), |t| format!(" --to {}", n(&t))),
+                if *force { " --force" } else { "" },
                 if *killed {
                     ", the command killed once the request is written"
                 } else {
@@ -285,6 +323,24 @@ impl fmt::Display for Fault {
             ),
             FaultKind::Pause { dur } => write!(f, "OPERATOR pause, resume after {dur:?}"),
             FaultKind::Cancel => write!(f, "OPERATOR failover --cancel"),
+            FaultKind::HookFault {
+                node,
+                hook,
+                dur,
+                hang,
+            } => write!(
+                f,
+                "{hook:?} hook of {} {} for {dur:?}",
+                n(node),
+                if *hang { "hangs" } else { "fails" }
+            ),
+            FaultKind::FollowBroken { node, dur, hang } => write!(
+                f,
+                "follow hook of {} {} {}",
+                n(node),
+                if *hang { "hangs" } else { "fails" },
+                dur.map_or("for good".to_string(), |d| format!("for {d:?}"))
+            ),
         }
     }
 }
@@ -294,6 +350,9 @@ impl fmt::Display for Fault {
 pub struct Plan {
     pub cfg: SimConfig,
     pub layout: Layout,
+    pub mode: Mode,
+    /// `[election] priority` of each node (SPEC §6): 0 never takes the lock by itself.
+    pub priorities: Vec<u16>,
     pub faults: Vec<Fault>,
     /// When every scheduled fault has ended (restarts after a clean stop are added as they
     /// happen). Background connection losses and latency spikes stop here too.
@@ -315,6 +374,22 @@ impl fmt::Display for Plan {
             c.stop_timeout,
             c.rejoin_delay,
             c.fence_timeout
+        )?;
+        let priorities: Vec<String> = self
+            .priorities
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("n{} {p}", i + 1))
+            .collect();
+        writeln!(
+            f,
+            "  {}; priorities {}",
+            match self.mode {
+                Mode::Spawn => "spawn mode",
+                Mode::Hooks { follow: true } => "hooks mode with a follow hook",
+                Mode::Hooks { follow: false } => "hooks mode without a follow hook",
+            },
+            priorities.join(", ")
         )?;
         let l = &self.layout;
         write!(f, "  {:?}:", l.topology)?;
@@ -353,12 +428,13 @@ impl fmt::Display for Plan {
 
 /// Draws a seed's plan. Everything the simulation had before hosts, process trees and
 /// granted timeouts comes from `rng` in the same order as before; the newer parts come from
-/// `aux`, and the operator's commands from `ops`, so that adding them did not change what
-/// the older parts of a seed do.
+/// `aux`, the operator's commands from `ops`, and hooks mode, priorities and the hooks'
+/// faults from `hk`, so that adding them did not change what the older parts of a seed do.
 pub fn draw(
     rng: &mut SimRng,
     aux: &mut SimRng,
     ops: &mut SimRng,
+    hk: &mut SimRng,
     nodes: usize,
     max_faults: usize,
 ) -> Plan {
@@ -489,12 +565,14 @@ pub fn draw(
                     .then(|| ops.range(0..=nodes as u64 - 1) as usize);
                 let killed = ops.chance(0.3);
                 let retarget = ops.chance(0.8);
+                let force = to.is_some() && hk.chance(0.3);
                 (
                     FaultKind::Switchover {
                         to,
                         retarget,
                         timeout,
                         killed,
+                        force,
                     },
                     // The request is written within an operation timeout of `at`.
                     at + timeout + cfg.op_timeout(),
@@ -509,12 +587,109 @@ pub fn draw(
         faults_end = faults_end.max(end);
         faults.push(Fault { at, end, kind });
     }
+    // Hooks mode in a third of the seeds, most of them with a follow hook; different
+    // priorities in half (one node of priority 0 in most of those), never all 0.
+    let mode = if hk.chance(0.35) {
+        Mode::Hooks {
+            follow: hk.chance(0.8),
+        }
+    } else {
+        Mode::Spawn
+    };
+    let mut priorities = vec![DEFAULT_PRIORITY; nodes];
+    if hk.chance(0.5) {
+        for p in priorities.iter_mut() {
+            *p = hk.pick(&[0, 0, 50, 100, 100, 900]);
+        }
+        if priorities.iter().all(|&p| p == 0) {
+            let i = hk.range(0..=nodes as u64 - 1) as usize;
+            priorities[i] = hk.pick(&[50, 100, 900]);
+        }
+    }
+    let hook_faults = match (mode, max_faults) {
+        (Mode::Spawn, _) | (_, 0) => 0,
+        _ => hk.range(0..=3),
+    };
+    for _ in 0..hook_faults {
+        let at = ms(500) + between(hk, Duration::ZERO, window);
+        let node = hk.range(0..=nodes as u64 - 1) as usize;
+        let hang = hk.chance(0.3);
+        let kind = match mode {
+            Mode::Hooks { follow: true } if hk.chance(0.5) => {
+                let dur = hk.chance(0.75).then(|| between(hk, ms(100), st * 4));
+                FaultKind::FollowBroken { node, dur, hang }
+            }
+            _ => FaultKind::HookFault {
+                node,
+                hook: if hk.chance(0.5) {
+                    Hook::Promote
+                } else {
+                    Hook::Demote
+                },
+                dur: between(hk, ms(100), st * 3),
+                hang,
+            },
+        };
+        // A hook started just before the window's end hangs or fails up to a hook
+        // timeout later. A follow hook broken for good is a fault only where it starts:
+        // liveness is not asked of a cluster it leaves without an eligible node.
+        let end = match &kind {
+            FaultKind::HookFault { dur, .. } => at + *dur + cfg.stop_timeout,
+            FaultKind::FollowBroken { dur: Some(d), .. } => at + *d + cfg.stop_timeout,
+            _ => at,
+        };
+        faults_end = faults_end.max(end);
+        faults.push(Fault { at, end, kind });
+    }
     faults.sort_by_key(|f| f.at);
     Plan {
         cfg,
         layout,
+        mode,
+        priorities,
         faults,
         faults_end,
+    }
+}
+
+/// `[election] priority` when the config does not set it.
+pub const DEFAULT_PRIORITY: u16 = 100;
+
+impl Plan {
+    /// Hooks mode: whether `hook` of `node` fails (`Some(false)`) or hangs (`Some(true)`)
+    /// when started at `at`.
+    pub fn hook_fault(&self, node: usize, hook: Hook, at: Time) -> Option<bool> {
+        self.faults.iter().find_map(|f| match f.kind {
+            FaultKind::HookFault {
+                node: n,
+                hook: h,
+                dur,
+                hang,
+            } if n == node && h == hook && f.at <= at && at < f.at + dur => Some(hang),
+            _ => None,
+        })
+    }
+
+    /// Whether the follow hook of `node` fails (`Some(false)`) or hangs (`Some(true)`)
+    /// when started at `at`.
+    pub fn follow_broken(&self, node: usize, at: Time) -> Option<bool> {
+        self.faults.iter().find_map(|f| match f.kind {
+            FaultKind::FollowBroken { node: n, dur, hang }
+                if n == node && f.at <= at && dur.is_none_or(|d| at < f.at + d) =>
+            {
+                Some(hang)
+            }
+            _ => None,
+        })
+    }
+
+    /// A node that may become active by itself once the faults are over: priority above
+    /// 0 and no follow hook broken for good (SPEC §6).
+    pub fn may_lead(&self, node: usize) -> bool {
+        self.priorities[node] > 0
+            && !self.faults.iter().any(|f| {
+                matches!(f.kind, FaultKind::FollowBroken { node: n, dur: None, .. } if n == node)
+            })
     }
 }
 

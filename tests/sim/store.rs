@@ -125,6 +125,8 @@ pub enum Fact {
         at: Instant,
         /// `control` as the commit found it (its version checked).
         control: Control,
+        /// When the caller's last `read_state` answered: it decided on that control.
+        read_at: Option<Instant>,
     },
     /// A renewal (or a commit) by the lock holder was applied; `sent` is when the caller
     /// issued the call (the start of the lease it grants).
@@ -194,7 +196,21 @@ struct Member {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Note {
     ControlChanged,
-    LockDeleted { join: u64 },
+    /// The watch on the lock fired: its data changed, it was deleted, or (armed while
+    /// it was absent) created. `join`: the join it was armed for (`None`: a node that
+    /// has not joined, watching for new actives).
+    Lock {
+        join: Option<u64>,
+        deleted: bool,
+    },
+}
+
+/// A watch on the lock: a data watch armed while it exists (fires when its data is set
+/// or it is deleted), or an exists watch armed while it does not (fires when it is made).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LockWatch {
+    join: Option<u64>,
+    on_data: bool,
 }
 
 /// A session as the store sees it.
@@ -231,8 +247,8 @@ struct Sess {
     contact: Instant,
     deadline: Duration,
     control_watch: bool,
-    /// The join whose exists-watch on the lock is armed.
-    lock_watch: Option<u64>,
+    /// The watch on the lock, if armed.
+    lock_watch: Option<LockWatch>,
     /// Fired watches on their way to the client, with when they get there.
     outbox: VecDeque<(Instant, Note)>,
 }
@@ -267,6 +283,19 @@ type Apply = Box<dyn FnOnce(&mut State, Instant) + Send>;
 
 /// The answer to a request, and when it gets back to the client.
 type Reply<T> = oneshot::Receiver<(T, Instant)>;
+
+/// A promotion's commit as its caller sends it.
+struct Commit {
+    record: NodeRecord,
+    breadcrumb_version: Option<i64>,
+    control_version: i64,
+    /// The lock version the caller holds.
+    held: Option<i64>,
+    /// When the caller sent it: the lease it grants starts there.
+    sent: Instant,
+    /// When the caller's last `read_state` answered.
+    read_at: Option<Instant>,
+}
 
 /// Who a request came from, and when it is applied.
 #[derive(Clone, Copy)]
@@ -451,18 +480,26 @@ impl State {
             expired,
             at: now,
         });
+        self.fire_lock_watches(true, true, now);
+        self.changed = true;
+    }
+
+    /// Fires the lock's data watches (`on_data`: its data was set or it was deleted) or
+    /// its exists watches (it was created).
+    fn fire_lock_watches(&mut self, on_data: bool, deleted: bool, now: Instant) {
         let mut fired = Vec::new();
         for (sid, s) in self.sessions.iter_mut() {
-            if s.server == Server::Alive {
-                if let Some(join) = s.lock_watch.take() {
-                    fired.push((*sid, join));
-                }
+            if s.server != Server::Alive {
+                continue;
+            }
+            if let Some(w) = s.lock_watch.filter(|w| w.on_data == on_data) {
+                s.lock_watch = None;
+                fired.push((*sid, w.join));
             }
         }
         for (sid, join) in fired {
-            self.push_note(sid, Note::LockDeleted { join }, now);
+            self.push_note(sid, Note::Lock { join, deleted }, now);
         }
-        self.changed = true;
     }
 
     fn fire_control_watches(&mut self, now: Instant) {
@@ -604,6 +641,7 @@ impl State {
             czxid: self.zxid,
             version: 0,
         });
+        self.fire_lock_watches(false, false, c.now);
         self.facts.push(Fact::LockTaken {
             node: c.owner.0,
             inc: c.owner.1,
@@ -627,15 +665,15 @@ impl State {
 
     /// multi: check control's version, set the lock's data (at the version held), set the
     /// breadcrumb at its version or create it.
-    fn commit(
-        &mut self,
-        c: Ctx,
-        record: NodeRecord,
-        breadcrumb_version: Option<i64>,
-        control_version: i64,
-        held: Option<i64>,
-        sent: Instant,
-    ) -> Result<(), StoreError> {
+    fn commit(&mut self, c: Ctx, p: Commit) -> Result<(), StoreError> {
+        let Commit {
+            record,
+            breadcrumb_version,
+            control_version,
+            held,
+            sent,
+            read_at,
+        } = p;
         if self.control.as_ref().map(|(_, v)| *v) != Some(control_version) {
             return Err(rejected("control", "BadVersion"));
         }
@@ -662,7 +700,9 @@ impl State {
             record,
             at: c.now,
             control: self.control_value(),
+            read_at,
         });
+        self.fire_lock_watches(true, false, c.now);
         self.facts.push(Fact::Renewed {
             node: c.owner.0,
             inc: c.owner.1,
@@ -1296,6 +1336,7 @@ impl Connector for SimConnector {
                 cfg,
                 wire,
                 joined: watch::Sender::new(None),
+                read_at: Mutex::new(None),
             }),
         })
     }
@@ -1332,6 +1373,8 @@ struct Handle {
     wire: mpsc::UnboundedSender<Job>,
     /// The number of the latest join: the events watch the lock for it.
     joined: watch::Sender<Option<u64>>,
+    /// When the last `read_state` answered (for [`Fact::Commit`]).
+    read_at: Mutex<Option<Instant>>,
 }
 
 /// ZooKeeper's closeSession: sent after everything the session sent before, it deletes
@@ -1432,8 +1475,8 @@ impl SimSession {
     }
 
     /// Waits for a fired watch that `pick` wants (`Some(true)`; `Some(false)` drops it, a
-    /// stale one): `true` once it got here, `false` when the session is known lost first.
-    async fn note(&self, pick: impl Fn(&Note) -> Option<bool> + Send + Sync) -> bool {
+    /// stale one): the note once it got here, `None` when the session is known lost first.
+    async fn note(&self, pick: impl Fn(&Note) -> Option<bool> + Send + Sync) -> Option<Note> {
         let (sid, owner) = (self.h.sid, self.h.owner);
         let got = self
             .h
@@ -1442,15 +1485,15 @@ impl SimSession {
                 let deliverable = st.up && st.reaches(owner);
                 let s = st.sess_mut(sid);
                 if s.lost_at.is_some_and(|t| t <= now) {
-                    return Wait::Ready(false);
+                    return Wait::Ready(None);
                 }
                 s.outbox.retain(|(_, n)| pick(n) != Some(false));
                 let mut next = s.lost_at;
                 if let Some(i) = s.outbox.iter().position(|(_, n)| pick(n) == Some(true)) {
                     let at = s.outbox[i].0;
                     if at <= now && deliverable {
-                        s.outbox.remove(i);
-                        return Wait::Ready(true);
+                        let (_, note) = s.outbox.remove(i).expect("found above");
+                        return Wait::Ready(Some(note));
                     }
                     // Past due but cut off: it comes with the reconnection.
                     if at > now {
@@ -1464,29 +1507,43 @@ impl SimSession {
         got
     }
 
-    /// `ZkSession::watch_lock`: waits until the lock is deleted (`true`) or the session
-    /// ends (`false`). Polling: until a look finds it gone or created anew.
-    async fn watch_lock(&self, join: u64) -> bool {
+    /// Waits for the lock watch armed for `join` to fire.
+    async fn lock_note(&self, join: Option<u64>) -> Option<Note> {
+        self.note(move |n| match n {
+            Note::Lock { join: j, .. } => Some(*j == join),
+            Note::ControlChanged => None,
+        })
+        .await
+    }
+
+    /// `ZkSession::watch_lock`: hands each version of the lock's data to `on_record`
+    /// until the lock is deleted (`true`) or the session ends (`false`). Polling: until a
+    /// look finds it gone or created anew.
+    async fn watch_lock(&self, join: u64, on_record: &mut impl FnMut(&NodeRecord)) -> bool {
         match self.h.cfg.watches {
             Watches::Yes => loop {
                 let armed = self
                     .call("watching the lock", move |st, c| {
-                        if st.lock.is_none() {
-                            return Ok(false);
-                        }
-                        st.sess_mut(c.sid).lock_watch = Some(join);
-                        Ok(true)
+                        let Some(l) = &st.lock else {
+                            return Ok(None);
+                        };
+                        let record = l.record.clone();
+                        st.sess_mut(c.sid).lock_watch = Some(LockWatch {
+                            join: Some(join),
+                            on_data: true,
+                        });
+                        Ok(Some(record))
                     })
                     .await;
                 match armed {
-                    Ok(false) => return true,
-                    Ok(true) => {
-                        return self
-                            .note(|n| match n {
-                                Note::LockDeleted { join: j } => Some(*j == join),
-                                Note::ControlChanged => None,
-                            })
-                            .await
+                    Ok(None) => return true,
+                    Ok(Some(record)) => {
+                        on_record(&record);
+                        match self.lock_note(Some(join)).await {
+                            Some(Note::Lock { deleted: true, .. }) => return true,
+                            Some(_) => continue,
+                            None => return false,
+                        }
                     }
                     Err(StoreError::SessionLost(_)) => return false,
                     Err(_) => tokio::time::sleep(RETRY_DELAY).await,
@@ -1495,15 +1552,13 @@ impl SimSession {
             Watches::Polling { every } => {
                 let mut seen = None;
                 loop {
-                    match self
-                        .call("reading the lock", |st, _| {
-                            Ok(st.lock_stat().map(|l| l.czxid))
-                        })
-                        .await
-                    {
+                    match self.read_holder().await {
                         Ok(None) => return true,
-                        Ok(Some(czxid)) if seen.is_some_and(|s| s != czxid) => return true,
-                        Ok(Some(czxid)) => seen = Some(czxid),
+                        Ok(Some((czxid, _))) if seen.is_some_and(|s| s != czxid) => return true,
+                        Ok(Some((czxid, record))) => {
+                            on_record(&record);
+                            seen = Some(czxid);
+                        }
                         Err(StoreError::SessionLost(_)) => return false,
                         Err(_) => {}
                     }
@@ -1511,6 +1566,83 @@ impl SimSession {
                 }
             }
         }
+    }
+
+    /// `ZkSession::watch_active`: hands each version of the lock's data to `on_record`,
+    /// across deletions and creations, until the session ends (for a node that has not
+    /// joined: SPEC §6, it still learns each new active to follow). Polling: a look every
+    /// poll interval.
+    async fn watch_active(&self, on_record: &mut impl FnMut(&NodeRecord)) {
+        match self.h.cfg.watches {
+            Watches::Yes => loop {
+                // get_and_watch_data, then check_and_watch_stat when there is no lock.
+                let read = self
+                    .call("watching the lock", |st, c| {
+                        let Some(l) = &st.lock else {
+                            return Ok(None);
+                        };
+                        let record = l.record.clone();
+                        st.sess_mut(c.sid).lock_watch = Some(LockWatch {
+                            join: None,
+                            on_data: true,
+                        });
+                        Ok(Some(record))
+                    })
+                    .await;
+                match read {
+                    Ok(Some(record)) => on_record(&record),
+                    Ok(None) => {
+                        match self
+                            .call("watching for the lock", |st, c| {
+                                if st.lock.is_some() {
+                                    return Ok(false);
+                                }
+                                st.sess_mut(c.sid).lock_watch = Some(LockWatch {
+                                    join: None,
+                                    on_data: false,
+                                });
+                                Ok(true)
+                            })
+                            .await
+                        {
+                            // Created in between: read it.
+                            Ok(false) => continue,
+                            Ok(true) => {}
+                            Err(StoreError::SessionLost(_)) => return,
+                            Err(_) => {
+                                tokio::time::sleep(RETRY_DELAY).await;
+                                continue;
+                            }
+                        }
+                    }
+                    Err(StoreError::SessionLost(_)) => return,
+                    Err(_) => {
+                        tokio::time::sleep(RETRY_DELAY).await;
+                        continue;
+                    }
+                }
+                if self.lock_note(None).await.is_none() {
+                    return;
+                }
+            },
+            Watches::Polling { every } => loop {
+                match self.read_holder().await {
+                    Ok(Some((_, record))) => on_record(&record),
+                    Ok(None) => {}
+                    Err(StoreError::SessionLost(_)) => return,
+                    Err(_) => {}
+                }
+                tokio::time::sleep(every).await;
+            },
+        }
+    }
+
+    /// The lock's czxid and record, if it is held (`polled.rs` `read_holder`).
+    async fn read_holder(&self) -> Result<Option<(u64, NodeRecord)>, StoreError> {
+        self.call("reading the lock", |st, _| {
+            Ok(st.lock.as_ref().map(|l| (l.czxid, l.record.clone())))
+        })
+        .await
     }
 
     /// `ZkSession::follow_control`: hands `control` to `each` now and after every change
@@ -1529,9 +1661,10 @@ impl SimSession {
                 match read(true).await {
                     Ok(control) => {
                         if !each(&control)
-                            || !self
+                            || self
                                 .note(|n| (*n == Note::ControlChanged).then_some(true))
                                 .await
+                                .is_none()
                         {
                             return;
                         }
@@ -1569,11 +1702,25 @@ impl SimSession {
         let mut joined = self.h.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut following = true;
+        let mut active_sent: Option<Epoch> = None;
         loop {
+            // The lock is watched whether or not this node joined: a standby that never
+            // joins (priority 0, a failed follow, paused) must still learn each new active
+            // to follow it (SPEC §6). Its deletion matters only to a joined node.
             let holder = async {
+                let mut on_record = |r: &NodeRecord| {
+                    // Only a committed promotion names an active (`coord::committed`).
+                    if r.epoch.is_some() && r.epoch != active_sent {
+                        active_sent = r.epoch;
+                        let _ = events.send(StoreEvent::Active(r.clone()));
+                    }
+                };
                 match armed {
-                    Some(join) => self.watch_lock(join).await.then_some(join),
-                    None => std::future::pending().await,
+                    Some(join) => self.watch_lock(join, &mut on_record).await.then_some(join),
+                    None => {
+                        self.watch_active(&mut on_record).await;
+                        std::future::pending().await
+                    }
                 }
             };
             tokio::select! {
@@ -1758,6 +1905,7 @@ impl Session for SimSession {
                 },
             }
         };
+        *self.h.read_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         Ok(TakeoverState {
             breadcrumb,
             control,
@@ -1784,9 +1932,18 @@ impl Session for SimSession {
         };
         let held = self.held();
         let record = breadcrumb.clone();
+        let read_at = *self.h.read_at.lock().unwrap_or_else(|p| p.into_inner());
         let outcome = write_outcome(
             self.call("committing the promotion", move |st, c| {
-                st.commit(c, record, breadcrumb_version, control_version, held, sent)
+                let commit = Commit {
+                    record,
+                    breadcrumb_version,
+                    control_version,
+                    held,
+                    sent,
+                    read_at,
+                };
+                st.commit(c, commit)
             })
             .await,
         );
@@ -1950,6 +2107,28 @@ impl Session for SimSession {
         // operator commands are not what the simulation tests.
         self.call("reading the cluster", |st, _| Ok(st.snapshot()))
             .await
+    }
+
+    async fn members(
+        &self,
+    ) -> Result<Vec<(String, Result<MemberRecord, RecordError>)>, StoreError> {
+        // As the backend: list the children, then read them in one multi; a record gone
+        // in between is left out.
+        let ids = self
+            .call("listing members", |st, _| {
+                Ok(st.members.keys().cloned().collect::<Vec<_>>())
+            })
+            .await?;
+        self.call("reading members", move |st, _| {
+            Ok(ids
+                .into_iter()
+                .filter_map(|id| {
+                    let m = st.members.get(&id)?;
+                    Some((id, Ok(m.record.clone())))
+                })
+                .collect())
+        })
+        .await
     }
 
     fn name_of(&self, what: Item) -> String {

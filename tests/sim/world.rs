@@ -114,8 +114,13 @@ pub struct SvcProc {
     pub ignores_term: bool,
 }
 
+/// A service: spawn mode's, started on promotion and stopped on demotion (its whole
+/// life is a run as primary), or hooks mode's always-running one (a database, one per
+/// node), primary only between a promote hook that took effect and the next demote.
 pub struct Service {
     pub id: u64,
+    /// Spawn mode: the incarnation that started it. Hooks mode: the one that promoted it
+    /// last, or the node's incarnation when it started.
     pub owner: Inc,
     pub epoch: Epoch,
     pub machine: usize,
@@ -129,6 +134,14 @@ pub struct Service {
     pub stuck_until: Option<Instant>,
     pub exited: Option<oneshot::Sender<String>>,
     pub since: Instant,
+    /// Hooks mode's always-running service.
+    pub hooks: bool,
+    /// It serves as the primary: always, in spawn mode.
+    pub primary: bool,
+    /// Hooks mode: the last demote hook failed without demoting it. Its warden keeps the
+    /// breadcrumb and releases the lock, so the next active fences it (SPEC §4.3e, §6):
+    /// invariant 2 checks that, not the lease end.
+    pub demote_failed: bool,
 }
 
 impl Service {
@@ -222,6 +235,13 @@ pub struct W {
     /// The last promotion committed over a switchover request in `control`: that node
     /// clears the request once its service is up (SPEC 8).
     pub must_clear: Option<(Inc, FailoverRequest)>,
+    /// Hooks mode: each incarnation's follow hooks as they ended, and whether they
+    /// succeeded (SPEC §6).
+    pub follows: BTreeMap<Inc, Vec<(Instant, bool)>>,
+    pub follows_failed: u32,
+    /// Hooks mode: when each node's service, found down by its warden's health check,
+    /// is started again (systemd restarts it, as a replica).
+    pub db_restart_at: Vec<Option<Instant>>,
 }
 
 /// The shared world; cheap to clone.
@@ -273,6 +293,9 @@ impl World {
                 switched: 0,
                 quiet_switches: 0,
                 must_clear: None,
+                follows: BTreeMap::new(),
+                follows_failed: 0,
+                db_restart_at: vec![None; nodes],
             })),
             store,
             thaw: Arc::new(Notify::new()),
@@ -367,7 +390,10 @@ impl World {
                     // A service that left uninterruptible sleep gets the same slack to
                     // die of the SIGKILL pending since.
                     .filter(|s| {
-                        s.owner == who && s.stuck_until.is_none_or(|t| t + LEASE_SLACK <= now)
+                        s.owner == who
+                            && s.primary
+                            && !s.demote_failed
+                            && s.stuck_until.is_none_or(|t| t + LEASE_SLACK <= now)
                     })
                     .map(|s| s.describe())
                     .collect();
@@ -392,7 +418,14 @@ impl W {
 
     /// The wall clock (every machine's, and the operator's).
     pub fn wall(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(WALL_ORIGIN) + self.now()
+        self.wall_at(Instant::now())
+    }
+
+    /// The wall clock at `at`.
+    pub fn wall_at(&self, at: Instant) -> SystemTime {
+        SystemTime::UNIX_EPOCH
+            + Duration::from_secs(WALL_ORIGIN)
+            + at.saturating_duration_since(self.t0)
     }
 
     pub fn log(&mut self, line: impl FnOnce() -> String) {
@@ -472,19 +505,20 @@ impl W {
         }
     }
 
-    /// The service of `owner` starts with `epoch`; invariants 1 and 4 are checked here.
-    pub fn spawn_service(
-        &mut self,
-        owner: Inc,
-        epoch: Epoch,
-        cgroup: Option<u64>,
-    ) -> (u64, u32, u64, oneshot::Receiver<String>) {
+    /// A run as primary begins: `owner` starts or promotes a service (`id`, whose own
+    /// earlier run does not count) with `epoch`. Invariants 1 and 4 are checked here.
+    fn primary_begins(&mut self, owner: Inc, epoch: Epoch, id: Option<u64>) {
         self.starts += 1;
-        // (1) Never two services up at the same instant, counting every process of them.
-        if let Some(other) = self.services.iter().find(|s| s.alive(Reach::Cgroup)) {
+        // (1) Never two services up as primary at the same instant, counting every
+        // process of them.
+        if let Some(other) = self
+            .services
+            .iter()
+            .find(|s| s.primary && Some(s.id) != id && s.alive(Reach::Cgroup))
+        {
             let why = format!(
                 "two services up: {} starts with epoch {epoch} while the service of {} \
-                 (epoch {}, up since {:.3}s) still runs: {}",
+                 (epoch {}, up since {:.3}s) still runs as primary: {}",
                 name(owner),
                 name(other.owner),
                 other.epoch,
@@ -503,6 +537,16 @@ impl W {
             ));
         }
         self.checks.last_start = Some((owner, epoch));
+    }
+
+    /// The service of `owner` starts with `epoch`; invariants 1 and 4 are checked here.
+    pub fn spawn_service(
+        &mut self,
+        owner: Inc,
+        epoch: Epoch,
+        cgroup: Option<u64>,
+    ) -> (u64, u32, u64, oneshot::Receiver<String>) {
+        self.primary_begins(owner, epoch, None);
         let id = self.id();
         let place = self.wardens[&owner].place;
         let machine = self.machine_of_place(place);
@@ -551,6 +595,9 @@ impl W {
             stuck_until: None,
             exited: Some(tx),
             since: Instant::now(),
+            hooks: false,
+            primary: true,
+            demote_failed: false,
         });
         self.log(|| {
             format!(
@@ -564,6 +611,129 @@ impl W {
             )
         });
         (id, pid, start_time, rx)
+    }
+
+    /// Hooks mode: the always-running service of `node` starts (as a replica, as the
+    /// examples' units start it) at the place its warden runs now.
+    pub fn start_db(&mut self, node: usize) -> u64 {
+        let id = self.id();
+        let place = self.place_of[node];
+        let machine = self.machine_of_place(place);
+        let boot = self.machines[machine].boot;
+        let pid_ns = self.plan.layout.places[place].pid_ns;
+        self.services.push(Service {
+            id,
+            owner: (node, self.current[node]),
+            epoch: 0,
+            machine,
+            boot,
+            pid_ns,
+            cgroup: None,
+            pid: 500_000 + id as u32,
+            start_time: id,
+            procs: vec![SvcProc {
+                part: Part::Main,
+                alive: true,
+                ignores_term: false,
+            }],
+            stuck_until: None,
+            exited: None,
+            since: Instant::now(),
+            hooks: true,
+            primary: false,
+            demote_failed: false,
+        });
+        self.log(|| format!("SERVICE {id} of n{} up as a replica", node + 1));
+        id
+    }
+
+    /// Hooks mode: the always-running service of `who`'s node where `who` runs (its
+    /// machine and pid namespace), if it runs.
+    pub fn db_of(&self, who: Inc) -> Option<u64> {
+        let place = self.wardens.get(&who)?.place;
+        let machine = self.machine_of_place(place);
+        let pid_ns = self.plan.layout.places[place].pid_ns;
+        self.services
+            .iter()
+            .find(|s| {
+                s.hooks
+                    && s.owner.0 == who.0
+                    && s.machine == machine
+                    && s.pid_ns == pid_ns
+                    && s.alive(Reach::Main)
+            })
+            .map(|s| s.id)
+    }
+
+    /// Hooks mode: `who`'s promote hook takes effect: its service serves as primary with
+    /// `epoch` from now on (invariants 1 and 4 checked as for a start).
+    pub fn promote_db(&mut self, who: Inc, epoch: Epoch) -> Result<(), String> {
+        let Some(id) = self.db_of(who) else {
+            return Err("the service is not running".into());
+        };
+        if self
+            .service(id)
+            .is_some_and(|s| s.primary && s.owner == who)
+        {
+            return Ok(());
+        }
+        self.primary_begins(who, epoch, Some(id));
+        let s = self.service_mut(id).expect("found above");
+        s.primary = true;
+        s.owner = who;
+        s.epoch = epoch;
+        s.since = Instant::now();
+        s.demote_failed = false;
+        self.log(|| format!("SERVICE {id} of {} PRIMARY with epoch {epoch}", name(who)));
+        Ok(())
+    }
+
+    /// Hooks mode: `who`'s demote hook takes effect (or fails, `ok` false, leaving the
+    /// service as it was).
+    pub fn demote_db(&mut self, who: Inc, ok: bool) {
+        let Some(id) = self.db_of(who) else {
+            return;
+        };
+        let s = self.service_mut(id).expect("found above");
+        if !s.primary {
+            return;
+        }
+        if !ok {
+            s.demote_failed = true;
+            return;
+        }
+        s.primary = false;
+        s.demote_failed = false;
+        self.log(|| format!("SERVICE {id} of {} demoted to a replica", name(who)));
+    }
+
+    /// Hooks mode: a follow hook of `who` ended.
+    pub fn followed(&mut self, who: Inc, ok: bool, detail: &str) {
+        self.follows
+            .entry(who)
+            .or_default()
+            .push((Instant::now(), ok));
+        if !ok {
+            self.follows_failed += 1;
+        }
+        self.log(|| {
+            format!(
+                "FOLLOW by {} {}: {detail}",
+                name(who),
+                if ok { "succeeded" } else { "FAILED" }
+            )
+        });
+    }
+
+    /// Whether the last follow hook of `who` that ended before `at` failed (SPEC §6:
+    /// the node is ineligible until one succeeds).
+    pub fn follow_failed_before(&self, who: Inc, at: Instant) -> bool {
+        self.follows.get(&who).is_some_and(|f| {
+            f.iter()
+                .rev()
+                .find(|(t, _)| *t < at)
+                .is_some_and(|(_, ok)| !ok)
+        })
     }
 
     pub fn service(&self, id: u64) -> Option<&Service> {
@@ -625,8 +795,10 @@ impl W {
         self.log(|| format!("{} gone ({why})", name(who)));
         let systemd = self.plan.layout.nodes[who.0].systemd;
         let machine = self.machine_of_place(place);
+        // Hooks mode's service is a unit of its own: it outlives its warden.
         self.services
             .iter()
+            .filter(|s| !s.hooks)
             .filter(|s| {
                 if systemd {
                     s.owner.0 == who.0 && s.machine == machine && s.boot == boot
@@ -646,10 +818,39 @@ impl W {
                 epoch,
                 replaced,
                 control,
+                read_at,
+                at,
                 ..
             } => {
                 let who = (*node, *inc);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
+                // SPEC §6: a node of priority 0 is promoted only when a pending `failover
+                // --to` names it, and one whose last follow hook failed (none succeeded
+                // since) only when a pending `failover --to NODE --force` does. The commit
+                // checked control's version: `control` is what the node read at `read_at`,
+                // and decided on.
+                let read = read_at.unwrap_or(*at);
+                let me = format!("n{}", node + 1);
+                let named = control.failover.as_ref().filter(|f| {
+                    f.to.as_deref() == Some(me.as_str()) && f.pending_at(self.wall_at(read))
+                });
+                if self.plan.priorities[*node] == 0 && named.is_none() {
+                    self.fail(format!(
+                        "{} of priority 0 committed epoch {epoch} without a pending `failover \
+                         --to {me}` (control it read: {:?})",
+                        name(who),
+                        control.failover
+                    ));
+                }
+                if self.follow_failed_before(who, read) && !named.is_some_and(|f| f.force) {
+                    self.fail(format!(
+                        "{} committed epoch {epoch} although its last follow hook failed, \
+                         without a pending `failover --to {me} --force` (control it read: \
+                         {:?})",
+                        name(who),
+                        control.failover
+                    ));
+                }
                 // SPEC 8: nobody is promoted while the cluster is paused, nor against a
                 // switchover request that is still pending (its `from`, or a standby it
                 // does not name). The commit checked control's version, so the promoted
@@ -694,7 +895,7 @@ impl W {
                             let left: Vec<u64> = self
                                 .services
                                 .iter()
-                                .filter(|s| s.owner == o)
+                                .filter(|s| s.owner == o && s.primary)
                                 .map(|s| s.id)
                                 .collect();
                             if running || !left.is_empty() {
@@ -721,7 +922,7 @@ impl W {
                     let left: Vec<String> = self
                         .services
                         .iter()
-                        .filter(|s| s.owner == o)
+                        .filter(|s| s.owner == o && s.primary)
                         .map(|s| s.describe())
                         .collect();
                     if by == o && !left.is_empty() {
