@@ -1004,15 +1004,22 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             let _ = tx.send(Input::Started(ticket, result));
                         }
                         ServiceControl::Hooks(hooks) => {
-                            // The process pinned at the commit is gone (it died while
-                            // the cluster was paused, and runs again in its demoted
-                            // role): promote, and pin, the one the pidfile names now.
-                            if hooks.pinned_running() == Some(false) {
-                                if let Err(e) = hooks.pin() {
-                                    let why = format!("cannot promote: {e}");
-                                    let _ = tx.send(Input::Started(ticket, Err(why)));
-                                    return;
-                                }
+                            // Only the process pinned at the commit is named by the
+                            // breadcrumb, so only it may be promoted under this lock: once
+                            // it is gone (it died while the cluster was paused, and runs
+                            // again in its demoted role), its successor needs a commit of
+                            // its own, which pins it.
+                            if let Some(pinned) = hooks
+                                .pinned()
+                                .filter(|_| hooks.pinned_running() == Some(false))
+                            {
+                                let why = format!(
+                                    "the service process pinned at promotion (pid {}) is \
+                                     gone; the next promotion pins the one running now",
+                                    pinned.pid
+                                );
+                                let _ = tx.send(Input::Started(ticket, Err(why)));
+                                return;
                             }
                             let result = hooks.promote(epoch).await.map(|_| None);
                             let result =

@@ -7,6 +7,16 @@
 //! watches that is polled, or one without sessions whose leases run on its own drifting
 //! clock), under a seeded fault plan (`sim/plan.rs`).
 //!
+//! A third of the seeds run hooks mode (SPEC §6): each node has an always-running service
+//! (a database, started as a replica), which `promote` makes the primary and `demote` a
+//! replica again; most of them with a `follow` hook, which each standby runs for every new
+//! active the store reports (`StoreEvent::Active`, as the real stores send it to every
+//! session, joined or not). Half of the seeds give the nodes different `[election]
+//! priority` values, 0 among them (never all 0); the store's member records carry them to
+//! the daemons' priority rule (`Event::Members`). The plan's hook faults make a node's
+//! promote or demote hook fail or hang until `hook_timeout` for a while (having done its
+//! work or not), and its follow hook fail or hang for a while or for good.
+//!
 //! Virtual time is tokio's paused clock in a current-thread runtime: time jumps to the
 //! next timer whenever every task waits, so a minute of failovers runs in milliseconds,
 //! and one thread polls everything in an order fixed by the seed. Chosen over `turmoil`
@@ -15,23 +25,38 @@
 //! the real code, which is what this simulation must not change. The daemon's `select!`
 //! is `biased` so its choice among ready branches does not depend on tokio's RNG.
 //!
-//! Invariants, checked as the world changes (`sim/world.rs`):
-//! 1. never two services up at the same instant, counting every process of them (children
-//!    whose main process exited, helpers outside the process group), and never two live
-//!    wardens reporting `active`;
+//! Invariants, checked as the world changes (`sim/world.rs`), from the world's records and
+//! the store's, not from the elector:
+//! 1. never two services up as primary at the same instant, counting every process of them
+//!    (children whose main process exited, helpers outside the process group); in hooks
+//!    mode a service is primary from a promote hook that took effect to a demote hook
+//!    that did, or its death. Never two live wardens reporting `active`;
 //! 2. no promotion over the breadcrumb of an incarnation that is not fenced (its warden
-//!    and every process of its services gone), and a node deletes its own breadcrumb only
-//!    once nothing of its service is left;
+//!    gone, and nothing of its services left as primary), and a node deletes its own
+//!    breadcrumb only once nothing of its service is left as primary. Every service is
+//!    down (or demoted) by the end of the lease the store granted, but one whose demote
+//!    hook failed: its warden keeps the breadcrumb and releases, and the next active
+//!    fences it (SPEC §4.3e);
 //! 3. epochs of successive starts and commits only grow;
-//! 4. liveness: once the faults end, some node is active within
-//!    3 × session_timeout + 30 s. A breadcrumb no fence can verify is SPEC §5's case for
-//!    `fence --confirm`: the simulated operator confirms it once nothing of it runs;
+//! 4. liveness: once the faults end, some node is active (its service up as primary)
+//!    within 3 × session_timeout + 30 s, unless no node may become active by itself:
+//!    every node is of priority 0 or has a follow hook broken for good (SPEC §6: then only
+//!    `failover --to` makes one active). A breadcrumb no fence can verify is SPEC §5's
+//!    case for `fence --confirm`: the simulated operator confirms it once nothing of it
+//!    runs;
 //! 5. the operator's commands (`sim/operator.rs`, the real `ops` functions on a session of
 //!    their own): nobody is promoted while paused, nor against a pending switchover
 //!    request (its `from`, or a standby it does not name); `warden failover` returns by
 //!    its request's deadline; a switchover in a quiet cluster succeeds; the node promoted
 //!    over a request clears it. A request counts as a fault until its deadline, a pause
-//!    until its resume, so liveness also says no request holds the cluster past its end.
+//!    until its resume, so liveness also says no request holds the cluster past its end;
+//! 6. a node of priority 0 is promoted only when a pending `failover --to` names it, and
+//!    an incarnation whose last follow hook failed (none succeeded since) only when a
+//!    pending `failover --to NODE --force` does (SPEC §6). Judged at each commit, on the
+//!    `control` it checked (the one the node read and decided on) and the follow hooks
+//!    that ended before that read: a node takes the lock only to be promoted under it,
+//!    and a join's outcome may be unknown, so the commit is where the rule shows;
+//! 7. a follow hook is told to follow another node (`WARDEN_ACTIVE_NODE`).
 //!
 //! A seed whose virtual time stands still (a daemon spinning on a deadline in the past)
 //! ends the sweep with its number after two minutes of wall time.
@@ -101,6 +126,12 @@ pub struct Outcome {
     pub hooks: bool,
     pub follows: u32,
     pub follows_failed: u32,
+    /// Hooks that failed or hung as planned (follow hooks included).
+    pub hooks_failed: u32,
+    /// Promotions of priority-0 nodes (named by `failover --to`), and of nodes whose last
+    /// follow failed (named by `failover --to --force`).
+    pub named_commits: u32,
+    pub forced_commits: u32,
     /// No node could become active by itself after the faults (priority 0 or a follow
     /// hook broken for good), so no active was required.
     pub leaderless: bool,
@@ -652,6 +683,9 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             hooks,
             follows: w.follows.values().map(|f| f.len() as u32).sum(),
             follows_failed: w.follows_failed,
+            hooks_failed: w.hooks_failed,
+            named_commits: w.named_commits,
+            forced_commits: w.forced_commits,
             leaderless,
             starts: w.starts,
             fences: w.fences,
@@ -790,6 +824,9 @@ struct Sweep {
     hooks: u64,
     follows: u64,
     follows_failed: u64,
+    hooks_failed: u64,
+    named_commits: u64,
+    forced_commits: u64,
     leaderless: u64,
     starts: u64,
     fences: u64,
@@ -807,6 +844,9 @@ impl Sweep {
         self.hooks += u64::from(out.hooks);
         self.follows += u64::from(out.follows);
         self.follows_failed += u64::from(out.follows_failed);
+        self.hooks_failed += u64::from(out.hooks_failed);
+        self.named_commits += u64::from(out.named_commits);
+        self.forced_commits += u64::from(out.forced_commits);
         self.leaderless += u64::from(out.leaderless);
         self.starts += u64::from(out.starts);
         self.fences += u64::from(out.fences);
@@ -829,6 +869,9 @@ impl Sweep {
         self.hooks += o.hooks;
         self.follows += o.follows;
         self.follows_failed += o.follows_failed;
+        self.hooks_failed += o.hooks_failed;
+        self.named_commits += o.named_commits;
+        self.forced_commits += o.forced_commits;
         self.leaderless += o.leaderless;
         self.starts += o.starts;
         self.fences += o.fences;
@@ -918,9 +961,17 @@ fn simulated_daemons_keep_every_invariant() {
         total.switched, total.quiet
     );
     println!(
-        "{} seeds in hooks mode: {} follow hooks run, {} failed; {} seeds left no node that \
-         may become active by itself (priority 0 or follow broken for good)",
-        total.hooks, total.follows, total.follows_failed, total.leaderless
+        "{} seeds in hooks mode: {} follow hooks run, {} failed; {} hooks failed or hung as \
+         planned; {} promotions of priority-0 nodes named by `failover --to`, {} of nodes \
+         whose follow failed named by `--force`; {} seeds left no node that may become \
+         active by itself (priority 0 or follow broken for good)",
+        total.hooks,
+        total.follows,
+        total.follows_failed,
+        total.hooks_failed,
+        total.named_commits,
+        total.forced_commits,
+        total.leaderless
     );
     if !total.confirmed.is_empty() {
         total.confirmed.sort();
@@ -948,7 +999,8 @@ fn simulated_daemons_keep_every_invariant() {
 /// The same seed twice gives the same run, line for line.
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in [1, 7, 4242] {
+    // Spawn mode, hooks mode without and with a follow hook (and priorities).
+    for seed in [1, 7, 4242, 9, 21] {
         let a = run_seed(seed, 3, DEFAULT_FAULTS, true);
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
         assert_eq!(a.trace, b.trace, "seed {seed}");
@@ -959,10 +1011,11 @@ fn a_seed_replays_exactly() {
 /// Hooks mode: the active's service dies while the cluster is paused and comes back in
 /// its demoted role (as a replica, as the examples' units start it). Its checks pass
 /// again, so only its pinned process tells warden that it is no longer the primary;
-/// once resumed, the active promotes it again (simulation seeds 284 and 4685: the
-/// cluster stayed without a primary behind an `active` warden).
+/// once resumed, the cluster gets a primary again: the new process is promoted after a
+/// commit of its own, which pins it (simulation seeds 284 and 4685: the cluster stayed
+/// without a primary behind an `active` warden).
 #[test]
-fn hooks_mode_promotes_again_a_service_that_restarted_during_a_pause() {
+fn hooks_mode_gets_a_primary_again_after_the_service_restarted_as_a_replica_during_a_pause() {
     for seed in 0..10 {
         let (mut plan, store_cfg) = draw_seed(seed, 3, 0);
         plan.mode = Mode::Hooks { follow: true };

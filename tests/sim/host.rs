@@ -294,6 +294,7 @@ impl SimHooks {
         let run = match fault {
             None => Run::Ok,
             Some(hang) => {
+                w.hooks_failed += 1;
                 let worked = w.rng.chance(0.5);
                 if hang {
                     Run::Hangs(worked)

@@ -1,4 +1,7 @@
-//! One seed's configuration and fault schedule, drawn from the seeded RNG before the run.
+//! One seed's configuration and fault schedule, drawn from the seeded RNG before the run:
+//! timeouts, where the nodes run, spawn or hooks mode (with or without a follow hook),
+//! each node's `[election] priority`, and the faults, the operator's commands and the
+//! hooks' failures among them.
 
 use std::fmt;
 use std::ops::RangeInclusive;

@@ -10,6 +10,13 @@
 //! NodeExists; the compare-and-deletes: read, then multi) is several requests here too, so
 //! whatever may change between them does.
 //!
+//! The events (`Session::events`) are the backend's: `control` at once and after each
+//! change; for every session, joined or not, each committed promotion once per epoch
+//! (`StoreEvent::Active`: the lock's data watched across deletions and creations, or
+//! read at each poll), so that a standby that never joins still follows each new active;
+//! and the end of the holder a join saw. `members` is the backend's two requests (list,
+//! then one multi-read), which the daemon's priority rule polls.
+//!
 //! Three stores in one model (`StoreConfig::watches`, `StoreConfig::sessions`):
 //! - ZooKeeper: sessions kept alive by the client's pings, expiring on tick boundaries once
 //!   `granted` passed without contact, and never while the ensemble has no quorum;

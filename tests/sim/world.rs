@@ -7,6 +7,13 @@
 //! group, sometimes a helper that left it with `setsid`), in a cgroup of their own or not;
 //! machines have a boot id and a machine id, places a pid namespace and a host name.
 //!
+//! In hooks mode each node's service is one always-running process where its warden runs
+//! (a unit of its own: it outlives its warden, dies with its machine, and is started
+//! again as a replica a while after a health check found it down). It is primary between
+//! a promote hook that took effect and a demote hook that did, or its death: a run as
+//! primary counts for the invariants as a spawned service's whole life does. Follow hooks
+//! are recorded as they end, per incarnation.
+//!
 //! A dead incarnation acts no more: every entry point of its host waits forever
 //! ([`World::gate`]), as do its store calls. A frozen one (SIGSTOP) acts again once thawed:
 //! its daemon's future is not polled meanwhile ([`Freezable`]), and whatever its leftover
@@ -239,6 +246,12 @@ pub struct W {
     /// succeeded (SPEC §6).
     pub follows: BTreeMap<Inc, Vec<(Instant, bool)>>,
     pub follows_failed: u32,
+    /// Promote and demote hooks that failed or hung.
+    pub hooks_failed: u32,
+    /// Promotions of a priority-0 node (named by `failover --to`), and of a node whose
+    /// last follow failed (named by `failover --to --force`).
+    pub named_commits: u32,
+    pub forced_commits: u32,
     /// Hooks mode: when each node's service, found down by its warden's health check,
     /// is started again (systemd restarts it, as a replica).
     pub db_restart_at: Vec<Option<Instant>>,
@@ -295,6 +308,9 @@ impl World {
                 must_clear: None,
                 follows: BTreeMap::new(),
                 follows_failed: 0,
+                hooks_failed: 0,
+                named_commits: 0,
+                forced_commits: 0,
                 db_restart_at: vec![None; nodes],
             })),
             store,
@@ -834,7 +850,11 @@ impl W {
                 let named = control.failover.as_ref().filter(|f| {
                     f.to.as_deref() == Some(me.as_str()) && f.pending_at(self.wall_at(read))
                 });
-                if self.plan.priorities[*node] == 0 && named.is_none() {
+                let priority_0 = self.plan.priorities[*node] == 0;
+                let follow_failed = self.follow_failed_before(who, read);
+                self.named_commits += u32::from(priority_0 && named.is_some());
+                self.forced_commits += u32::from(follow_failed && named.is_some_and(|f| f.force));
+                if priority_0 && named.is_none() {
                     self.fail(format!(
                         "{} of priority 0 committed epoch {epoch} without a pending `failover \
                          --to {me}` (control it read: {:?})",
@@ -842,7 +862,7 @@ impl W {
                         control.failover
                     ));
                 }
-                if self.follow_failed_before(who, read) && !named.is_some_and(|f| f.force) {
+                if follow_failed && !named.is_some_and(|f| f.force) {
                     self.fail(format!(
                         "{} committed epoch {epoch} although its last follow hook failed, \
                          without a pending `failover --to {me} --force` (control it read: \
