@@ -7,7 +7,7 @@
 //! fails or hangs until `hook_timeout` as the plan's hook faults say, having done its
 //! work first or not. The pidfile names the service where the warden runs.
 
-use super::plan::{between, ms, Hook, Mode};
+use super::plan::{between, ms, Hook, Mode, Plan};
 use super::world::{cgroup_id, cgroup_name, name, Inc, Reach, World, KILL_WAIT, POLL};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -283,10 +283,7 @@ impl SimHooks {
     }
 
     /// Starts a hook: its run time, and how it ends (`broken`: the plan's fault now).
-    fn begin(
-        &self,
-        broken: impl FnOnce(&super::plan::Plan, Duration) -> Option<bool>,
-    ) -> (Duration, Run) {
+    fn begin(&self, broken: impl FnOnce(&Plan, Duration) -> Option<bool>) -> (Duration, Run) {
         let mut w = self.host.world.lock();
         let now = w.now();
         let fault = broken(&w.plan, now);
