@@ -771,7 +771,13 @@ impl ZkSession {
     /// deletion from an exists-watch armed for the latest join.
     async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
         let ended = self.session_ended();
-        let control = self.follow_control(|c| events.send(StoreEvent::Control(c.clone())).is_ok());
+        // The first event must be `control` (the daemon's open waits for it): the lock is
+        // watched only once it was sent.
+        let (control_sent, control_seen) = tokio::sync::watch::channel(false);
+        let control = self.follow_control(|c| {
+            control_sent.send_replace(true);
+            events.send(StoreEvent::Control(c.clone())).is_ok()
+        });
         tokio::pin!(ended, control);
         let mut joined = self.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
@@ -781,7 +787,9 @@ impl ZkSession {
             // The lock is watched whether or not this node joined: a standby that never
             // joins (priority 0, a failed follow, paused) must still learn each new active
             // to follow it (SPEC §6). Its deletion matters only to a joined node.
+            let mut control_seen = control_seen.clone();
             let holder = async {
+                let _ = control_seen.wait_for(|sent| *sent).await;
                 let mut on_record = |data: &[u8]| {
                     if let Some(r) = super::committed(data) {
                         if r.epoch != active_sent {
