@@ -2811,6 +2811,14 @@ mod tests {
         h
     }
 
+    /// The ticket of the one action `actions` holds, a `Follow`.
+    fn follow_ticket(actions: &[Action]) -> Ticket {
+        match actions {
+            [Action::Follow { ticket, .. }] => *ticket,
+            other => panic!("expected one Follow, got {other:?}"),
+        }
+    }
+
     fn active_record(node: &str, epoch: Epoch) -> NodeRecord {
         NodeRecord {
             node_id: node.into(),
@@ -2860,11 +2868,7 @@ mod tests {
         assert!(h.drain().is_empty());
         h.now += Duration::from_millis(1);
         h.e.handle_timeout(h.now);
-        let a = h.drain();
-        let t = match a.as_slice() {
-            [Action::Follow { ticket, .. }] => *ticket,
-            other => panic!("{other:?}"),
-        };
+        let t = follow_ticket(&h.drain());
         let all = h.feed_all(Event::Followed {
             ticket: t,
             ok: true,
@@ -2920,15 +2924,9 @@ mod tests {
     #[test]
     fn rule_6_a_forced_switchover_to_an_ineligible_node_lets_it_join() {
         let mut h = following_standby();
-        let t = match h
-            .feed(Event::ActiveChanged {
-                record: active_record("n2", 7),
-            })
-            .as_slice()
-        {
-            [Action::Follow { ticket, .. }] => *ticket,
-            other => panic!("{other:?}"),
-        };
+        let t = follow_ticket(&h.feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        }));
         h.feed(Event::Followed {
             ticket: t,
             ok: false,
@@ -3118,15 +3116,9 @@ mod tests {
         // node wins the free lock; the follow then fails: its data may lack what that
         // active wrote, so it must not be promoted (SPEC §6).
         let mut h = following_standby();
-        let t = match h
-            .feed(Event::ActiveChanged {
-                record: active_record("n2", 7),
-            })
-            .as_slice()
-        {
-            [Action::Follow { ticket, .. }] => *ticket,
-            other => panic!("{other:?}"),
-        };
+        let t = follow_ticket(&h.feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        }));
         let a = h.feed(Event::LockDeleted);
         let j = H::ticket_of(&a);
         let a = h.feed(Event::Joined {

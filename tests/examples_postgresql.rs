@@ -9,7 +9,6 @@ mod common;
 
 use common::postgres::{os_user, sql_at, PgServer, PsqlSession, BIN};
 use common::*;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -333,17 +332,5 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
 /// package puts them.
 #[test]
 fn the_example_config_passes_check_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden.toml"),
-    )
-    .unwrap()
-    .replace(
-        "/usr/lib/warden/postgresql/warden-postgresql",
-        &hooks_script().display().to_string(),
-    );
-    let config = dir.path().join("warden.toml");
-    fs::write(&config, text).unwrap();
-    let out = cli(&config, &["check-config"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    assert_example_config_passes_check_config("postgresql", "warden-postgresql");
 }

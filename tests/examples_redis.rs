@@ -20,7 +20,6 @@ mod common;
 
 use common::redis::RedisServer;
 use common::*;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -618,12 +617,13 @@ fn a_priority_0_replica_is_promoted_only_when_named() {
         member(st, "n1").is_none() && active_id(st).is_none()
     });
     // "Never by itself" as far as a test can watch: three session timeouts.
-    let watch_until = Instant::now() + s.cluster.session_timeout * 3;
-    while Instant::now() < watch_until {
+    holds_for(s.cluster.session_timeout * 3, "nobody is active", || {
         let st = status_json(&s.nodes[1].config);
-        assert!(active_id(&st).is_none(), "priority 0 took the lock: {st:#}");
-        thread::sleep(Duration::from_millis(200));
-    }
+        match active_id(&st) {
+            None => Ok(()),
+            Some(_) => Err(format!("priority 0 took the lock: {st:#}")),
+        }
+    });
     let taken = prober.accepted_on(1, killed);
     assert!(
         taken.is_empty(),
@@ -651,17 +651,5 @@ fn a_priority_0_replica_is_promoted_only_when_named() {
 /// package puts them.
 #[test]
 fn the_example_config_passes_check_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let text = fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/warden.toml"),
-    )
-    .unwrap()
-    .replace(
-        "/usr/lib/warden/redis/warden-redis",
-        &hooks_script().display().to_string(),
-    );
-    let config = dir.path().join("warden.toml");
-    fs::write(&config, text).unwrap();
-    let out = cli(&config, &["check-config"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    assert_example_config_passes_check_config("redis", "warden-redis");
 }

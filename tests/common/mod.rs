@@ -1112,6 +1112,25 @@ pub fn script_fence(command: &[&str], timeout: Duration) -> String {
 /// `examples/postgresql`): `script promote|demote|follow|standby-check ENV_FILE`, the env
 /// file written from `env`, `cluster.port` the service's port, fencing by signal through
 /// the service's pidfile (after a recorder); `service.hook_timeout` and `health.interval`.
+/// `examples/<name>/warden.toml` passes `check-config` once its hook script, which the
+/// package installs as `/usr/lib/warden/<name>/<script>`, is the repository's copy.
+pub fn assert_example_config_passes_check_config(name: &str, script: &str) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    let dir = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(examples.join("warden.toml"))
+        .unwrap()
+        .replace(
+            &format!("/usr/lib/warden/{name}/{script}"),
+            &examples.join(script).display().to_string(),
+        );
+    let config = dir.path().join("warden.toml");
+    fs::write(&config, text).unwrap();
+    let out = cli(&config, &["check-config"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
 /// Sets `[election] priority` in `node`'s config.
 pub fn set_priority(node: &Node, priority: u16) {
     let text = fs::read_to_string(&node.config).unwrap();
