@@ -1051,9 +1051,16 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
             Action::ForgetService { ticket, epoch } => {
                 let mut rec = self.record(Some(epoch));
-                rec.service_pid = None;
-                rec.service_pgid = None;
-                rec.service_start_time = None;
+                // In hooks mode the service is the always-running process pinned at the
+                // commit: a demote leaves it running, so the record keeps naming it (it is
+                // all a fencer has; without it no one can fence this node, and the
+                // cluster stays without an active: found by the PostgreSQL example with
+                // ZooKeeper frozen). A spawned service's processes are gone once stopped.
+                if matches!(self.control_svc, ServiceControl::Spawn(_)) {
+                    rec.service_pid = None;
+                    rec.service_pgid = None;
+                    rec.service_start_time = None;
+                }
                 // A start again reuses the cgroup the commit named: it still finds it.
                 rec.service_cgroup = self.committed_cgroup.clone();
                 self.in_session(

@@ -48,6 +48,8 @@ fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
 struct Writer {
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<(u64, u16, Instant)>>>,
+    /// Each server's last refusal (an error, or no connection).
+    refused: Arc<Mutex<Vec<(u16, Instant)>>>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -66,7 +68,13 @@ impl Writer {
     fn start(ports: [u16; 2], base: u64) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
-        let (s, a) = (stop.clone(), acked.clone());
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let (s, a, r) = (stop.clone(), acked.clone(), refused.clone());
+        let refuse = move |port: u16| {
+            let mut r = r.lock().unwrap();
+            r.retain(|(p, _)| *p != port);
+            r.push((port, Instant::now()));
+        };
         let thread = thread::spawn(move || {
             let mut sessions: [Option<PsqlSession>; 2] = [None, None];
             let mut i = base;
@@ -75,6 +83,7 @@ impl Writer {
                 let mut taken = false;
                 for (k, port) in ports.iter().enumerate() {
                     let Some(db) = session(&mut sessions[k], *port) else {
+                        refuse(*port);
                         continue;
                     };
                     let sql = format!("INSERT INTO t VALUES ({i})");
@@ -86,6 +95,7 @@ impl Writer {
                         taken = true;
                         break;
                     }
+                    refuse(*port);
                 }
                 if !taken {
                     // Both refused (a switchover's gap): not a busy loop of refusals.
@@ -96,8 +106,25 @@ impl Writer {
         Writer {
             stop,
             acked,
+            refused,
             thread: Some(thread),
         }
+    }
+
+    /// Whether `port` refused a write after `since`.
+    fn refused_since(&self, port: u16, since: Instant) -> bool {
+        let refused = self.refused.lock().unwrap();
+        refused.iter().any(|(p, at)| *p == port && *at >= since)
+    }
+
+    /// When `port` last acknowledged a write after `since`.
+    fn last_on(&self, port: u16, since: Instant) -> Option<Instant> {
+        let acked = self.acked.lock().unwrap();
+        acked
+            .iter()
+            .rev()
+            .find(|(_, p, at)| *p == port && *at >= since)
+            .map(|(_, _, at)| *at)
     }
 
     fn acked(&self) -> usize {
@@ -181,35 +208,80 @@ fn rows(port: u16) -> Vec<u64> {
         .collect()
 }
 
+/// Two PostgreSQL servers (p1 a primary, p2 its clone), both started as standbys, each
+/// with its node config (n1, n2) on one ZooKeeper.
+struct Pair {
+    p1: PgServer,
+    p2: PgServer,
+    zk: ZkServer,
+    cluster: Cluster,
+    n1: Node,
+    n2: Node,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let p1 = PgServer::init();
+        let p2 = PgServer::clone_of(&p1);
+        p1.restart_as_standby();
+        assert_eq!(p1.in_recovery(), Some(true));
+        assert_eq!(p2.in_recovery(), Some(true));
+        let zk = ZkServer::start();
+        let cluster = Cluster::new(&zk);
+        let (n1, n2) = (pg_node(&cluster, "n1", &p1), pg_node(&cluster, "n2", &p2));
+        Pair {
+            p1,
+            p2,
+            zk,
+            cluster,
+            n1,
+            n2,
+        }
+    }
+
+    fn ports(&self) -> [u16; 2] {
+        [self.p1.port(), self.p2.port()]
+    }
+
+    /// Starts n1's warden (n1 is promoted, table `t` is created), then n2's, and waits
+    /// until n2 is a healthy standby whose server streams from p1.
+    fn start_with_n1_active(&self) -> [Warden; 2] {
+        let w1 = self.n1.start();
+        assert_eq!(wait_for_active(&self.n1.config, secs(60)).0, "n1");
+        assert_eq!(self.p1.in_recovery(), Some(false));
+        self.p1.sql("CREATE TABLE t (v bigint PRIMARY KEY)");
+        let w2 = self.n2.start();
+        wait_for_status(&self.n1.config, secs(60), "n2 is a healthy standby", |s| {
+            member_role(s, "n2").as_deref() == Some("standby")
+                && member_health(s, "n2").as_deref() == Some("healthy")
+        });
+        let p1_addr = format!("127.0.0.1 {}", self.p1.port());
+        wait_until(secs(30), "p2 streams from p1", || {
+            self.p2.streams_from().as_deref() == Some(p1_addr.as_str())
+        });
+        [w1, w2]
+    }
+}
+
 #[test]
 fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
-    let p1 = PgServer::init();
-    let p2 = PgServer::clone_of(&p1);
-    p1.restart_as_standby();
-    assert_eq!(p1.in_recovery(), Some(true));
-    assert_eq!(p2.in_recovery(), Some(true));
-    let ports = [p1.port(), p2.port()];
-    let zk = ZkServer::start();
-    let cluster = Cluster::new(&zk);
-    let (n1, n2) = (pg_node(&cluster, "n1", &p1), pg_node(&cluster, "n2", &p2));
+    let pair = Pair::new();
+    let Pair {
+        p1,
+        p2,
+        cluster,
+        n1,
+        n2,
+        ..
+    } = &pair;
+    let ports = pair.ports();
     let check = cli(&n1.config, &["check-config"]);
     assert!(check.status.success(), "{}", describe(&check));
     let sampler = Sampler::start(ports);
 
     // n1 is promoted; n2 follows it.
-    let _w1 = n1.start();
-    assert_eq!(wait_for_active(&n1.config, secs(60)).0, "n1");
-    assert_eq!(p1.in_recovery(), Some(false));
-    p1.sql("CREATE TABLE t (v bigint PRIMARY KEY)");
-    let mut w2 = n2.start();
-    wait_for_status(&n1.config, secs(60), "n2 is a healthy standby", |s| {
-        member_role(s, "n2").as_deref() == Some("standby")
-            && member_health(s, "n2").as_deref() == Some("healthy")
-    });
+    let [_w1, mut w2] = pair.start_with_n1_active();
     let p1_addr = format!("127.0.0.1 {}", p1.port());
-    wait_until(secs(30), "p2 streams from p1", || {
-        p2.streams_from().as_deref() == Some(p1_addr.as_str())
-    });
 
     // A planned switchover while the writer writes: nothing acknowledged is lost.
     let writer = Writer::start(ports, 0);
@@ -326,6 +398,107 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
     let (samples, two) = sampler.finish();
     assert!(samples > 50, "only {samples} samples");
     assert!(two.is_empty(), "two primaries at once: {two:?}");
+}
+
+/// Show-it-works 3 on PostgreSQL: the active cut off from the store (ZooKeeper frozen:
+/// it answers nothing, its session clocks stop). Its server stops taking writes by its
+/// lease end (the demote hook stops it and starts it as a standby); after the thaw one
+/// node is active and takes writes, the other streams from it, and no sample saw two
+/// primaries.
+#[test]
+fn an_active_postgresql_cut_off_from_zookeeper_stops_taking_writes_by_its_lease_end() {
+    let mut pair = Pair::new();
+    let ports = pair.ports();
+    let sampler = Sampler::start(ports);
+    let mut wardens = pair.start_with_n1_active();
+    let writer = Writer::start(ports, 0);
+    wait_until(secs(30), "the writer writes on p1", || writer.acked() >= 20);
+
+    pair.zk.freeze();
+    let frozen = Instant::now();
+    let p1_port = pair.p1.port();
+    wait_until(secs(30), "p1 refuses writes", || {
+        writer.refused_since(p1_port, frozen)
+    });
+    let lease = pair.cluster.session_timeout / 2;
+    let last = writer
+        .last_on(p1_port, frozen)
+        .map_or(Duration::ZERO, |at| at - frozen);
+    eprintln!(
+        "timing: postgresql active cut off from ZooKeeper: last write acknowledged {last:?} \
+         after the freeze (lease {lease:?})"
+    );
+    // A safety bound, with the slack of a loaded 2-core machine (as in faults_ensemble).
+    assert!(
+        last <= lease + Duration::from_millis(500),
+        "p1 took writes {last:?} after ZooKeeper froze, past its lease of {lease:?}"
+    );
+
+    pair.zk.thaw();
+    let (new, _) = wait_for_active(&pair.n1.config, secs(60));
+    let (primary, other) = if new == "n1" {
+        (&pair.p1, &pair.p2)
+    } else {
+        (&pair.p2, &pair.p1)
+    };
+    let thawed = Instant::now();
+    wait_for(secs(30), "the new active's server takes writes", || {
+        writer.first_on(primary.port(), thawed)
+    });
+    // When n2 won, its fence ended n1's warden too (SPEC §5): systemd's Restart= starts
+    // it again, and its follow makes p1 a standby of p2.
+    if new == "n2" && !process_alive(wardens[0].pid()) {
+        wardens[0] = pair.n1.start();
+    }
+    let addr = format!("127.0.0.1 {}", primary.port());
+    wait_until(
+        secs(60),
+        "the other server streams from the primary",
+        || other.streams_from().as_deref() == Some(addr.as_str()),
+    );
+    writer.finish();
+    let (samples, two) = sampler.finish();
+    assert!(samples > 50, "only {samples} samples");
+    assert!(two.is_empty(), "two primaries at once: {two:?}");
+}
+
+/// Show-it-works 4 on PostgreSQL: a priority-0 standby is never promoted by itself. The
+/// primary and its warden die; the standby, of priority 0, stays in recovery until the
+/// operator names it with `failover --to`.
+#[test]
+fn a_priority_0_postgresql_standby_is_promoted_only_when_named() {
+    let pair = Pair::new();
+    set_priority(&pair.n2, 0);
+    let [mut w1, _w2] = pair.start_with_n1_active();
+    w1.kill9();
+    pair.p1.kill9();
+    w1.wait_exit(secs(5));
+    pair.p1.wait_gone(secs(30));
+    wait_for_status(&pair.n2.config, secs(30), "n1's session is gone", |st| {
+        member(st, "n1").is_none() && active_id(st).is_none()
+    });
+    // "Never by itself" as far as a test can watch: three session timeouts.
+    holds_for(
+        pair.cluster.session_timeout * 3,
+        "nobody is active and p2 stays a standby",
+        || {
+            let st = status_json(&pair.n2.config);
+            match (active_id(&st), pair.p2.in_recovery()) {
+                (None, Some(true)) => Ok(()),
+                (active, recovery) => Err(format!(
+                    "active {active:?}, p2 in recovery {recovery:?}: {st:#}"
+                )),
+            }
+        },
+    );
+
+    let out = cli(
+        &pair.n2.config,
+        &["failover", "--to", "n2", "--timeout", "20s"],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(pair.p2.in_recovery(), Some(false), "p2 is not the primary");
+    pair.p2.sql("INSERT INTO t VALUES (1)");
 }
 
 /// The shipped node config passes `check-config` once the hooks' path is where the
