@@ -110,6 +110,71 @@ fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) ->
     )
 }
 
+/// A promote hook that records its call and then, while the shell test `when` holds, hangs
+/// in `sleep 600`; the reaper ends every such hang when the test ends.
+fn hanging_promote(cluster: &Cluster, record: &Path, when: &str) -> (PathBuf, PidFileReaper) {
+    let hung = cluster.dir().join("hung-pids");
+    let hook = hook(
+        cluster,
+        "promote-hangs.sh",
+        record,
+        "promote",
+        &format!(
+            "if {when}; then echo $$ >> '{}'; exec sleep 600; fi",
+            hung.display()
+        ),
+    );
+    let reaper = PidFileReaper {
+        file: hung,
+        marker: "sleep 600".into(),
+    };
+    (hook, reaper)
+}
+
+/// A hooks-mode node's always-running service: a `sleep` named by the node's
+/// `service.pidfile`, which warden pins at promotion and records in its breadcrumb
+/// (SPEC §4.3c) so that another node can fence it. Killed when dropped.
+struct PinnedService {
+    child: std::process::Child,
+}
+
+impl PinnedService {
+    fn start(cluster: &Cluster, node: &Node) -> PinnedService {
+        let child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let pidfile = cluster.dir().join(format!("{}-service.pid", node.id));
+        fs::write(&pidfile, format!("{}\n", child.id())).unwrap();
+        let text = fs::read_to_string(&node.config).unwrap().replacen(
+            "mode = \"hooks\"\n",
+            &format!(
+                "mode = \"hooks\"\npidfile = {}\n",
+                toml_str(&pidfile.display().to_string())
+            ),
+            1,
+        );
+        fs::write(&node.config, text).unwrap();
+        PinnedService { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it still runs (a fence by signal ends it).
+    fn runs(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for PinnedService {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn hooks_run_in_order_on_a_clean_handover() {
     let zk = ZkServer::start();
@@ -173,44 +238,15 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
     let zk = ZkServer::start();
     let cluster = Cluster::new(&zk);
     let record = cluster.dir().join("hook-calls");
-    let hung = cluster.dir().join("hung-pids");
-    let _reaper = PidFileReaper {
-        file: hung.clone(),
-        marker: "sleep 600".into(),
-    };
-    let hanging = hook(
-        &cluster,
-        "promote-hangs.sh",
-        &record,
-        "promote",
-        &format!("echo $$ >> '{}'\nexec sleep 600", hung.display()),
-    );
+    let (hanging, _reaper) = hanging_promote(&cluster, &record, "true");
     let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
     let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     hooks_mode(&n1, &hanging, &demote, "500ms");
     hooks_mode(&n2, &promote, &demote, "2s");
-    // n1's always-running service, named by its pidfile: the breadcrumb records it at the
-    // commit (SPEC §4.3c), so n2 can fence it. Without it, n1's promoted record would name
-    // no service and no method could verify it down (SPEC §5).
-    let mut service = std::process::Command::new("sleep")
-        .arg("600")
-        .spawn()
-        .unwrap();
-    let pidfile = cluster.dir().join("n1-service.pid");
-    fs::write(&pidfile, format!("{}\n", service.id())).unwrap();
-    let text = fs::read_to_string(&n1.config).unwrap();
-    fs::write(
-        &n1.config,
-        text.replace(
-            "mode = \"hooks\"\n",
-            &format!(
-                "mode = \"hooks\"\npidfile = {}\n",
-                toml_str(&pidfile.display().to_string())
-            ),
-        ),
-    )
-    .unwrap();
+    // n1's always-running service: without it, n1's promoted record would name no service
+    // and no method could verify it down (SPEC §5).
+    let mut service = PinnedService::start(&cluster, &n1);
 
     let mut w1 = n1.start();
     wait_until(secs(20), "n1 runs its promote hook", || {
@@ -222,7 +258,7 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
     let _ = wait_for_status(&n2.config, secs(30), "n2 is active", |s| {
         active_id(s).as_deref() == Some("n2")
     });
-    let hook_pid: u32 = fs::read_to_string(&hung)
+    let hook_pid: u32 = fs::read_to_string(cluster.dir().join("hung-pids"))
         .unwrap()
         .lines()
         .next()
@@ -256,9 +292,7 @@ fn a_hanging_promote_hook_is_killed_at_hook_timeout_and_the_promotion_fails() {
         cluster.fence_calls()
     );
     // n2's signal method killed n1's service by the pinned pid from the breadcrumb.
-    wait_until(secs(10), "n1's service is fenced", || {
-        service.try_wait().unwrap().is_some()
-    });
+    wait_until(secs(10), "n1's service is fenced", || !service.runs());
     let _ = w1.try_exit();
     drop(w2);
 }
@@ -629,4 +663,87 @@ fn a_priority_0_standby_follows_each_new_active() {
     wait_until(secs(30), "n3 followed n2", || {
         lines(&follows).contains(&format!("n3 n2 {e2}"))
     });
+}
+
+/// Show-it-works 3 in hooks mode: the active cut off from ZooKeeper (frozen past its
+/// lease) runs its demote hook and, its lease renewed after the thaw, promotes again under
+/// the same lock. All along its breadcrumb names its pinned service, so when n1 dies in
+/// that promotion n2 fences it by signal and the cluster has an active again. (The start
+/// again rewrote the breadcrumb without the service: n2's fence of n1 failed forever, "the
+/// record names no service process", and no node was active.)
+#[test]
+fn an_active_cut_off_from_zookeeper_past_its_lease_can_still_be_fenced_by_its_service() {
+    let mut zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let slow = cluster.dir().join("n1-promotes-slowly");
+    // Once `slow` exists, n1's promote hook hangs: the window between the breadcrumb's
+    // rewrite before a start again and that start's own record stays open.
+    let (promote, _reaper) = hanging_promote(
+        &cluster,
+        &record,
+        &format!(
+            "[ \"$WARDEN_NODE_ID\" = n1 ] && [ -e '{}' ]",
+            slow.display()
+        ),
+    );
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    // A hook_timeout above the lease: n1's hanging promote outlives the test's look at it.
+    hooks_mode(&n1, &promote, &demote, "5s");
+    hooks_mode(&n2, &promote, &demote, "5s");
+    let mut s1 = PinnedService::start(&cluster, &n1);
+    let _s2 = PinnedService::start(&cluster, &n2);
+    let w1 = n1.start();
+    let (active, epoch) = wait_for_active(&n1.config, secs(30));
+    assert_eq!(active, "n1");
+    let w2 = n2.start();
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    fs::write(&slow, "").unwrap();
+    let n1_calls = |what: &str| {
+        calls(&record)
+            .iter()
+            .filter(|c| c.node == "n1" && c.what == what)
+            .count()
+    };
+
+    zk.freeze();
+    wait_until(secs(10), "n1 demotes by its hook at its lease end", || {
+        n1_calls("demote") == 1
+    });
+    zk.thaw();
+    wait_until(secs(10), "n1 promotes again under the same lock", || {
+        n1_calls("promote") == 2
+    });
+    let client = ZkClient::connect(&zk.connect_string());
+    let breadcrumb: serde_json::Value =
+        serde_json::from_slice(&client.get(&cluster.znode("breadcrumb")).unwrap()).unwrap();
+    assert_eq!(breadcrumb["node_id"], "n1", "{breadcrumb:#}");
+    assert_eq!(
+        json_u64(&breadcrumb["epoch"]),
+        Some(epoch),
+        "{breadcrumb:#}"
+    );
+    assert_eq!(
+        json_u64(&breadcrumb["service_pid"]),
+        Some(u64::from(s1.pid())),
+        "n1's breadcrumb, rewritten for its start again, no longer names its service: \
+         {breadcrumb:#}"
+    );
+
+    // n1 dies in that promotion: n2 wins once n1's session expires, and must fence n1.
+    w1.kill9();
+    let (active, _) = wait_for_active(&n2.config, secs(20));
+    assert_eq!(active, "n2", "{}", w2.log());
+    assert!(
+        cluster.fence_calls().contains(&"n2 n1".to_string()),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    wait_until(secs(10), "n2's fence ends n1's pinned service", || {
+        !s1.runs()
+    });
+    assert!(!w2.log_mentions("names no service process"), "{}", w2.log());
 }
