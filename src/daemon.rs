@@ -13,6 +13,7 @@ use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
     Ticket, WriteOutcome,
 };
+use crate::error::{EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
 use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use crate::metrics::Metrics;
@@ -54,7 +55,8 @@ impl<H: Host> Clone for ServiceControl<H> {
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Fatal {
-    pub code: i32,
+    /// The exit code (SPEC §7): [`EXIT_USAGE`](crate::error::EXIT_USAGE), ...
+    pub code: u8,
     pub message: String,
 }
 
@@ -194,10 +196,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         );
         let own_chain = FenceChain::with_methods(own_signal, ctx, methods);
         let control_svc: ServiceControl<H> = match cfg.service.mode {
-            ServiceMode::Spawn => ServiceControl::Spawn(
-                host.spawner(&cfg)
-                    .map_err(|message| Fatal { code: 2, message })?,
-            ),
+            ServiceMode::Spawn => {
+                ServiceControl::Spawn(host.spawner(&cfg).map_err(|message| Fatal {
+                    code: EXIT_USAGE,
+                    message,
+                })?)
+            }
             ServiceMode::Hooks => ServiceControl::Hooks(host.hooks(&cfg)),
         };
         if let ServiceControl::Hooks(hooks) = &control_svc {
@@ -216,7 +220,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let standby_probe = match cfg.service.mode {
             ServiceMode::Spawn => host.standby_probe(&cfg.health, probe_env.clone()),
             ServiceMode::Hooks => host.service_probe(&cfg.health).map_err(|e| Fatal {
-                code: 2,
+                code: EXIT_USAGE,
                 message: e.to_string(),
             })?,
         };
@@ -1412,18 +1416,24 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         return;
                     }
                     Err(RegisterError::Duplicate(message)) => {
-                        let _ = tx.send(Input::Fatal(Fatal { code: 2, message }));
+                        let _ = tx.send(Input::Fatal(Fatal {
+                            code: EXIT_USAGE,
+                            message,
+                        }));
                         return;
                     }
                     Err(RegisterError::Store(StoreError::NotInitialized(message)))
                         if first_start =>
                     {
-                        let _ = tx.send(Input::Fatal(Fatal { code: 2, message }));
+                        let _ = tx.send(Input::Fatal(Fatal {
+                            code: EXIT_USAGE,
+                            message,
+                        }));
                         return;
                     }
                     Err(RegisterError::Store(e @ StoreError::Auth(_))) => {
                         let _ = tx.send(Input::Fatal(Fatal {
-                            code: 3,
+                            code: EXIT_UNREACHABLE,
                             message: e.to_string(),
                         }));
                         return;

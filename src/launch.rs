@@ -6,6 +6,7 @@ use crate::api;
 use crate::config::Config;
 use crate::coord::any::AnyConnector;
 use crate::daemon::{Daemon, Fatal};
+use crate::error::{EXIT_FAILED, EXIT_USAGE};
 use crate::host::{self, ThisHost};
 use tokio::sync::mpsc;
 
@@ -15,17 +16,22 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
     use tokio::signal::unix::{signal, SignalKind};
     // The backend the config names, with its credentials read: an unreadable or too open
     // credentials file is a configuration error (exit 2).
-    let connector =
-        AnyConnector::from_config(&cfg).map_err(|message| Fatal { code: 2, message })?;
+    let connector = AnyConnector::from_config(&cfg).map_err(|message| Fatal {
+        code: EXIT_USAGE,
+        message,
+    })?;
     // Bound before anything else, so a taken port is a start-up error (exit 2).
     let listener = match &cfg.api {
         Some(a) => Some(api::bind(a.listen).await.map_err(|e| Fatal {
-            code: 2,
+            code: EXIT_USAGE,
             message: e.to_string(),
         })?),
         None => None,
     };
-    let me = host::identity(&cfg).map_err(|message| Fatal { code: 1, message })?;
+    let me = host::identity(&cfg).map_err(|message| Fatal {
+        code: EXIT_FAILED,
+        message,
+    })?;
     let mut d = Daemon::new(cfg, me, connector, ThisHost)?;
     let _api = listener.map(|l| {
         AbortOnDrop(tokio::spawn(api::serve(
@@ -35,11 +41,11 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
         )))
     });
     let mut term = signal(SignalKind::terminate()).map_err(|e| Fatal {
-        code: 1,
+        code: EXIT_FAILED,
         message: format!("cannot install the SIGTERM handler: {e}"),
     })?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| Fatal {
-        code: 1,
+        code: EXIT_FAILED,
         message: format!("cannot install the SIGINT handler: {e}"),
     })?;
     let (stop_tx, stops) = mpsc::unbounded_channel();

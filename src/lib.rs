@@ -10,6 +10,7 @@ pub mod config;
 pub mod coord;
 pub mod daemon;
 pub mod elector;
+pub mod error;
 pub mod health;
 pub mod host;
 pub mod launch;
@@ -18,3 +19,5 @@ pub mod notify;
 pub mod ops;
 pub mod record;
 pub mod service;
+
+pub use error::Error;

@@ -1,13 +1,14 @@
-//! The `warden` command line (SPEC §7): parse, load the config, call the library, map
-//! errors to exit codes. Exit codes: 0 success; 1 the operation failed or was refused;
-//! 2 usage or configuration error; 3 coordination service unreachable or auth refused.
+//! The `warden` command line (SPEC §7): parse, load the config, call the library; the one
+//! [`Error`] a command ends with is printed once and mapped to its exit code once, in
+//! `main` (0 success; 1 the operation failed or was refused; 2 usage or configuration
+//! error; 3 coordination service unreachable or auth refused).
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use warden::config::{self, Config, LogFormat};
-use warden::coord::StoreError;
-use warden::ops;
+use warden::ops::{self, operator::OpError};
+use warden::Error;
 
 #[derive(Parser)]
 #[command(
@@ -76,151 +77,110 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    ExitCode::from(run(cli) as u8)
+    // The one place an error is printed and mapped to the exit code (SPEC §7).
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(line) = e.report() {
+                eprintln!("{line}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
-fn load(path: &std::path::Path) -> Result<Config, i32> {
-    config::load(path).map_err(|e| {
-        eprintln!("warden: {e}");
-        2
-    })
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, i32> {
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| {
-            eprintln!("warden: cannot start the async runtime: {e}");
-            1
-        })
+        .map_err(|e| Error::Local(format!("cannot start the async runtime: {e}")))
 }
 
-/// Prints a coordination error and returns its exit code.
-fn store_error(e: &StoreError) -> i32 {
-    eprintln!("warden: {e}");
-    if e.is_unreachable() {
-        3
-    } else {
-        1
-    }
-}
-
-fn run(cli: Cli) -> i32 {
+fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::CheckConfig => {
-            let cfg = match load(&cli.config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
+            let cfg = config::load(&cli.config)?;
             for w in cfg.warnings() {
                 eprintln!("warning: {w}");
             }
             print!("{}", cfg.render_masked());
-            0
+            Ok(())
         }
         Command::Run => {
-            let cfg = match load(&cli.config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
+            let cfg = config::load(&cli.config)?;
             init_logging(&cfg);
             for w in cfg.warnings() {
                 tracing::warn!("{w}");
             }
-            let rt = match runtime() {
-                Ok(rt) => rt,
-                Err(code) => return code,
-            };
-            match rt.block_on(warden::launch::run(cfg)) {
-                Ok(code) => code,
+            match runtime()?.block_on(warden::launch::run(cfg)) {
+                Ok(0) => Ok(()),
+                // Said in the log already (a second stop signal).
+                Ok(code) => Err(Error::Stopped(u8::try_from(code).unwrap_or(1))),
                 Err(fatal) => {
                     tracing::error!("{}", fatal.message);
-                    eprintln!("warden: {}", fatal.message);
-                    fatal.code
+                    Err(fatal.into())
                 }
             }
         }
         Command::Status { json } => operator(&cli.config, |cfg| async move {
-            match ops::status::snapshot(&cfg).await {
-                Ok(snap) => {
-                    if json {
-                        println!("{}", ops::status::to_json(&cfg, &snap));
-                    } else {
-                        print!("{}", ops::status::to_text(&cfg, &snap));
-                    }
-                    0
-                }
-                Err(e) => store_error(&e),
+            let snap = ops::status::snapshot(&cfg).await?;
+            if json {
+                println!("{}", ops::status::to_json(&cfg, &snap));
+            } else {
+                print!("{}", ops::status::to_text(&cfg, &snap));
             }
+            Ok(())
         }),
         Command::Init { force } => operator(&cli.config, |cfg| async move {
-            match ops::init::init(&cfg, force).await {
-                Ok(ops::init::InitOutcome::Done(lines)) => {
+            match ops::init::init(&cfg, force).await? {
+                ops::init::InitOutcome::Done(lines) => {
                     for l in lines {
                         println!("{l}");
                     }
-                    0
+                    Ok(())
                 }
-                Ok(ops::init::InitOutcome::Refused(why)) => {
-                    eprintln!("warden: {why}");
-                    1
-                }
-                Err(e) => store_error(&e),
+                ops::init::InitOutcome::Refused(why) => Err(OpError::Refused(why).into()),
             }
         }),
         Command::Failover(args) => operator(&cli.config, |cfg| async move {
-            ops::failover::failover(&cfg, &args).await
+            Ok(ops::failover::failover(&cfg, &args).await?)
         }),
         Command::Pause(args) => operator(&cli.config, |cfg| async move {
-            ops::pause::pause(&cfg, &args).await
+            Ok(ops::pause::pause(&cfg, &args).await?)
         }),
         Command::Resume(args) => operator(&cli.config, |cfg| async move {
-            ops::pause::resume(&cfg, &args).await
+            Ok(ops::pause::resume(&cfg, &args).await?)
         }),
         Command::History(args) => operator(&cli.config, |cfg| async move {
-            ops::history::history(&cfg, &args).await
+            Ok(ops::history::history(&cfg, &args).await?)
         }),
         Command::Fence(args) => operator(&cli.config, |cfg| async move {
-            ops::fence::fence(&cfg, &args).await
+            Ok(ops::fence::fence(&cfg, &args).await?)
         }),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "warden", &mut std::io::stdout());
-            0
+            Ok(())
         }
         Command::Manpage => {
             use clap::CommandFactory;
-            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("warden: cannot write the man page: {e}");
-                    1
-                }
-            }
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map_err(|e| Error::Local(format!("cannot write the man page: {e}")))
         }
-        Command::FenceLocal(args) => match runtime() {
-            Ok(rt) => rt.block_on(ops::fence_local::run(&args)),
-            Err(code) => code,
-        },
+        Command::FenceLocal(args) => runtime()?.block_on(ops::fence_local::run(&args)),
     }
 }
 
 /// Loads the config and runs an operator command on a runtime of its own.
-fn operator<F, Fut>(config: &std::path::Path, f: F) -> i32
+fn operator<F, Fut>(config: &std::path::Path, f: F) -> Result<(), Error>
 where
     F: FnOnce(Config) -> Fut,
-    Fut: std::future::Future<Output = i32>,
+    Fut: std::future::Future<Output = Result<(), Error>>,
 {
-    let cfg = match load(config) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    match runtime() {
-        Ok(rt) => rt.block_on(f(cfg)),
-        Err(code) => code,
-    }
+    let cfg = config::load(config)?;
+    runtime()?.block_on(f(cfg))
 }
 
 /// Logs go to stderr (journald), one line per event; `RUST_LOG` overrides `log.level`.

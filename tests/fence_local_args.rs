@@ -170,7 +170,7 @@ fn the_binary_exits_2_not_101_on_a_timeout_that_would_overflow() {
 async fn run_refuses_arguments_clap_cannot_check() {
     let mut args = args_for(&full_target(), Duration::from_secs(1));
     args.boot_id = "not a boot id".into();
-    assert_eq!(fence_local::run(&args).await, 2);
+    assert_eq!(exit_code(fence_local::run(&args).await), 2);
     for (machine_id, pid_ns, cgroup) in [
         (Some("not-a-machine-id"), None, None),
         (None, Some(0), None),
@@ -187,7 +187,7 @@ async fn run_refuses_arguments_clap_cannot_check() {
         }
         args.service_cgroup = cgroup.map(String::from);
         assert_eq!(
-            fence_local::run(&args).await,
+            exit_code(fence_local::run(&args).await),
             2,
             "{machine_id:?} {pid_ns:?} {cgroup:?}"
         );
@@ -199,7 +199,7 @@ async fn run_refuses_arguments_clap_cannot_check() {
         ..Target::default()
     };
     let args = args_for(&orphan_start_time, Duration::from_secs(1));
-    assert_eq!(fence_local::run(&args).await, 2);
+    assert_eq!(exit_code(fence_local::run(&args).await), 2);
 }
 
 #[tokio::test]
@@ -213,7 +213,7 @@ async fn another_boot_id_of_this_machine_means_the_reboot_fenced_it() {
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         0
     );
 }
@@ -235,7 +235,7 @@ async fn another_boot_id_without_this_machine_id_is_not_fenced() {
             ..rebooted.clone()
         };
         assert_eq!(
-            fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+            exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
             1,
             "machine id {machine_id:?}"
         );
@@ -279,7 +279,7 @@ async fn this_boot_id_in_upper_case_is_this_boot_and_its_processes_are_killed() 
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(5))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(5))).await),
         0
     );
     // Fenced by killing them, not by a "reboot" read from a differently spelled id.
@@ -296,7 +296,7 @@ async fn this_boot_id_on_another_machine_touches_nothing() {
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
     );
     assert!(warden.alive());
@@ -354,7 +354,7 @@ async fn run_kills_the_service_group_and_a_stopped_warden_and_verifies() {
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(5))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(5))).await),
         0
     );
     // Verified before it answered: nothing of the group runs (our children are zombies).
@@ -376,7 +376,7 @@ async fn run_spares_a_pid_whose_start_time_differs_and_counts_the_record_gone() 
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(2))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(2))).await),
         0
     );
     assert!(stranger.alive(), "a process with a recycled pid was killed");
@@ -386,7 +386,7 @@ async fn run_spares_a_pid_whose_start_time_differs_and_counts_the_record_gone() 
 async fn run_without_a_warden_pid_cannot_verify() {
     let target = this_boot();
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_millis(200))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_millis(200))).await),
         1
     );
 }
@@ -476,7 +476,7 @@ async fn another_pid_namespace_is_not_fenced_and_its_pids_are_not_read_as_gone()
         "unshare made no new pid namespace"
     );
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
     );
     assert!(process::is_running(sleep, None));
@@ -495,7 +495,7 @@ async fn another_pid_namespace_gets_its_verified_cgroup_killed_but_is_still_not_
     };
     // The warden pid cannot be checked from here: not fenced, but the service is down.
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(2))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(2))).await),
         1
     );
     wait_for(WAIT, "the cgroup to be empty", || {
@@ -514,7 +514,7 @@ async fn another_pid_namespace_gets_its_verified_cgroup_killed_but_is_still_not_
         ..container_record(sleep)
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
     );
     assert!(
@@ -540,7 +540,7 @@ async fn leftovers_of_a_leaderless_group_without_a_recorded_start_time_are_not_t
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
     );
     assert!(
@@ -568,11 +568,16 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
         ..this_boot()
     };
     assert_eq!(
-        fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
     );
     // Not fenced, so fence-local did not wait for it; the identified warden was killed.
     wait_for(WAIT, "the warden to die", || {
         (!warden.alive()).then_some(())
     });
+}
+
+/// The exit code `main` maps `fence-local`'s outcome to.
+fn exit_code(outcome: Result<(), warden::Error>) -> i32 {
+    outcome.map_or_else(|e| i32::from(e.exit_code()), |()| 0)
 }

@@ -295,7 +295,7 @@ fn start_warden(world: &World, who: Inc) {
         let result = task.await;
         let code = match &result {
             Ok(Ok(code)) => Some(*code),
-            Ok(Err(f)) => Some(f.code),
+            Ok(Err(f)) => Some(i32::from(f.code)),
             Err(_) => None,
         };
         if code.is_some() {

@@ -7,7 +7,7 @@
 //! deadline every daemon treats the request as withdrawn, so a command killed half-way
 //! never leaves the cluster without an active for longer than `--timeout`.
 
-use super::operator::{self, OpError, EXIT_OK};
+use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::coord::{Connector, Session};
@@ -79,35 +79,23 @@ pub struct Switched {
 
 /// Runs `warden failover`: prints the request and then the new active and the time taken;
 /// returns the exit code (SPEC §7).
-pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
-    let zk = match operator::session(cfg).await {
-        Ok(zk) => zk,
-        Err(e) => return e.report(),
-    };
+pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> {
+    let zk = operator::session(cfg).await?;
     if args.cancel {
-        return match cancel(&zk).await {
-            Ok(Some(r)) => {
-                println!(
-                    "withdrew the switchover request {} -> {} (by {}, deadline {}); the \
-                     cluster elects normally",
-                    record::printable(&r.from),
-                    record::printable(r.to.as_deref().unwrap_or("any healthy standby")),
-                    record::printable(&r.by),
-                    record::printable(&r.deadline)
-                );
-                EXIT_OK
-            }
-            Ok(None) => {
-                println!("no switchover request is pending; nothing to withdraw");
-                EXIT_OK
-            }
-            Err(e) => e.report(),
-        };
+        match cancel(&zk).await? {
+            Some(r) => println!(
+                "withdrew the switchover request {} -> {} (by {}, deadline {}); the \
+                 cluster elects normally",
+                record::printable(&r.from),
+                record::printable(r.to.as_deref().unwrap_or("any healthy standby")),
+                record::printable(&r.by),
+                record::printable(&r.deadline)
+            ),
+            None => println!("no switchover request is pending; nothing to withdraw"),
+        }
+        return Ok(());
     }
-    let requested = match request(&zk, cfg, args).await {
-        Ok(r) => r,
-        Err(e) => return e.report(),
-    };
+    let requested = request(&zk, cfg, args).await?;
     let r = &requested.request;
     println!(
         "switchover requested: {} -> {} (by {}, lapses at {}); waiting up to {}",
@@ -117,18 +105,14 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> i32 {
         r.deadline,
         humantime::format_duration(requested.timeout)
     );
-    match await_new_active(cfg, zk, &requested).await {
-        Ok(s) => {
-            println!(
-                "new active: {} (epoch {}) after {} ms",
-                s.to,
-                s.epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
-                s.took.as_millis()
-            );
-            EXIT_OK
-        }
-        Err(e) => e.report(),
-    }
+    let s = await_new_active(cfg, zk, &requested).await?;
+    println!(
+        "new active: {} (epoch {}) after {} ms",
+        s.to,
+        s.epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
+        s.took.as_millis()
+    );
+    Ok(())
 }
 
 /// `failover --cancel`: removes whatever request `control` holds, version-checked, and

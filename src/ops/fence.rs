@@ -16,7 +16,7 @@
 //! [`printable`]. A breadcrumb naming a node_id that no config could hold is unreadable
 //! (see [`crate::record::check_node_id`]), so `--confirm --unreadable` is its way out.
 
-use super::operator::{self, OpError, EXIT_FAILED, EXIT_OK};
+use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
@@ -82,38 +82,31 @@ pub struct Confirmed {
 
 /// Runs `warden fence`; prints what it did and returns the exit code (SPEC §7): 0 only
 /// if NODE was fenced, the plan printed, or the breadcrumb deleted.
-pub async fn fence(cfg: &Config, args: &FenceArgs) -> i32 {
-    let zk = match operator::session(cfg).await {
-        Ok(zk) => zk,
-        Err(e) => return e.report(),
-    };
+pub async fn fence(cfg: &Config, args: &FenceArgs) -> Result<(), OpError> {
+    let zk = operator::session(cfg).await?;
     let node = args.node.as_deref();
-    let done = match (args.confirm, args.unreadable, node) {
-        (true, true, None) => confirm_unreadable(&zk).await.map(|c| print_confirmed(&c)),
-        (true, false, Some(node)) => confirm(&zk, node).await.map(|c| print_confirmed(&c)),
+    match (args.confirm, args.unreadable, node) {
+        (true, true, None) => print_confirmed(&confirm_unreadable(&zk).await?),
+        (true, false, Some(node)) => print_confirmed(&confirm(&zk, node).await?),
         (false, false, Some(node)) if args.dry_run => {
-            plan(&zk, cfg, node, args.force).await.map(|p| {
-                println!("would fence {} with, in order:", describe(&p.target));
-                for line in &p.methods {
-                    println!("  {}", printable(line));
-                }
-                println!("(dry run: nothing was run or changed)");
-                EXIT_OK
-            })
+            let p = plan(&zk, cfg, node, args.force).await?;
+            println!("would fence {} with, in order:", describe(&p.target));
+            for line in &p.methods {
+                println!("  {}", printable(line));
+            }
+            println!("(dry run: nothing was run or changed)");
+            Ok(())
         }
-        (false, false, Some(node)) => fence_node(&zk, cfg, node, args.force)
-            .await
-            .map(|f| print_fenced(&f)),
+        (false, false, Some(node)) => print_fenced(&fence_node(&zk, cfg, node, args.force).await?),
         _ => Err(OpError::Refused(
             "use `warden fence NODE [--dry-run] [--force]`, `warden fence --confirm NODE` or \
              `warden fence --confirm --unreadable`"
                 .into(),
         )),
-    };
-    done.unwrap_or_else(|e| e.report())
+    }
 }
 
-fn print_fenced(f: &Fenced) -> i32 {
+fn print_fenced(f: &Fenced) -> Result<(), OpError> {
     let node = printable(&f.target.node_id);
     println!("{}", printable(&f.report.summary()));
     if f.report.is_fenced() {
@@ -122,17 +115,16 @@ fn print_fenced(f: &Fenced) -> i32 {
              again, which succeeds at once now; `warden fence --confirm {node}` records it as \
              down instead"
         );
-        EXIT_OK
+        Ok(())
     } else {
-        eprintln!(
-            "warden: {node} is NOT fenced: no method fenced it (see above); fix that method, \
-             or, if {node}'s host is down for good, run `warden fence --confirm {node}`"
-        );
-        EXIT_FAILED
+        Err(OpError::Failed(format!(
+            "{node} is NOT fenced: no method fenced it (see above); fix that method, or, if \
+             {node}'s host is down for good, run `warden fence --confirm {node}`"
+        )))
     }
 }
 
-fn print_confirmed(c: &Confirmed) -> i32 {
+fn print_confirmed(c: &Confirmed) -> Result<(), OpError> {
     match &c.target {
         Some(t) => println!(
             "{} confirmed down: its breadcrumb is deleted, so the next election promotes \
@@ -144,7 +136,7 @@ fn print_confirmed(c: &Confirmed) -> i32 {
              fencing"
         ),
     }
-    EXIT_OK
+    Ok(())
 }
 
 /// The chain this node would run against NODE's incarnation, after the same checks as

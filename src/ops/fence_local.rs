@@ -28,6 +28,7 @@
 //! ends it with exit 1 shortly after that whatever it is stuck in, because a timed-out ssh
 //! channel does not stop the remote command.
 
+use crate::error::Error;
 use clap::{Args, Parser};
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
@@ -43,10 +44,11 @@ use warden_fencing::{SignalName, Target, FENCE_LOCAL_FENCED, FENCE_LOCAL_MAX_TIM
 /// a second before its own deadline, so this still falls inside it.
 const WATCHDOG_GRACE: Duration = Duration::from_millis(500);
 
-/// Exit codes (SPEC §5): verified fenced; not fenced; bad arguments.
-pub const EXIT_FENCED: i32 = 0;
-pub const EXIT_NOT_FENCED: i32 = 1;
-pub const EXIT_BAD_ARGUMENTS: i32 = 2;
+/// Exit codes (SPEC §5) where this module ends the process itself, or clap does: not
+/// fenced (the watchdog); bad arguments (clap's usage errors). [`run`]'s own outcomes are
+/// [`Error`]s, which `main` maps to the same codes.
+pub const EXIT_NOT_FENCED: i32 = crate::error::EXIT_FAILED as i32;
+pub const EXIT_BAD_ARGUMENTS: i32 = crate::error::EXIT_USAGE as i32;
 
 /// The record of the incarnation to fence on this host, as `warden fence-local` takes it.
 /// Pids and start times (clock ticks since boot, `/proc/PID/stat` field 22) come from the
@@ -233,13 +235,11 @@ impl Watchdog {
     }
 }
 
-/// Runs `warden fence-local` and returns its exit code: 0 verified fenced, 1 not fenced,
-/// 2 bad arguments. Prints its findings and verdict (see the module doc).
-pub async fn run(args: &FenceLocalArgs) -> i32 {
-    if let Err(e) = args.validate() {
-        eprintln!("fence-local: {e}");
-        return EXIT_BAD_ARGUMENTS;
-    }
+/// Runs `warden fence-local`: `Ok` when verified fenced, else [`Error::NotFenced`] or
+/// [`Error::FenceLocalArguments`] (exit 1, 2). Prints its findings, and its verdict when
+/// fenced (see the module doc); `main` prints the verdict otherwise.
+pub async fn run(args: &FenceLocalArgs) -> Result<(), Error> {
+    args.validate().map_err(Error::FenceLocalArguments)?;
     // --timeout is at most an hour (parse_timeout); saturating all the same.
     let _watchdog = Watchdog::arm(args.timeout.saturating_add(WATCHDOG_GRACE));
     let host = nix::unistd::gethostname()
@@ -250,11 +250,9 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
     let now = match process::boot_id() {
         Ok(id) => id,
         Err(e) => {
-            eprintln!(
-                "fence-local: NOT fenced: cannot read the boot id of {host}: {e}; is /proc \
-                 mounted?"
-            );
-            return EXIT_NOT_FENCED;
+            return Err(Error::NotFenced(format!(
+                "NOT fenced: cannot read the boot id of {host}: {e}; is /proc mounted?"
+            )))
         }
     };
     // Unknown here (empty, 0) means neither "this boot" nor "rebooted": never fenced by
@@ -265,14 +263,13 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
     let foreign_pid_ns = match process::whereabouts(&now, &machine_id, pid_ns, &target) {
         Whereabouts::Rebooted(how) => {
             println!("{FENCE_LOCAL_FENCED}: {host}: {how}");
-            return EXIT_FENCED;
+            return Ok(());
         }
         Whereabouts::Elsewhere(why) => {
-            eprintln!(
-                "fence-local: NOT fenced on {host}: {why}. Fence that machine by a method that \
-                 reaches it, or confirm by hand with `warden fence --confirm`"
-            );
-            return EXIT_NOT_FENCED;
+            return Err(Error::NotFenced(format!(
+                "NOT fenced on {host}: {why}. Fence that machine by a method that reaches it, \
+                 or confirm by hand with `warden fence --confirm`"
+            )))
         }
         Whereabouts::ThisBoot => None,
         Whereabouts::OtherPidNamespace { recorded, here } => {
@@ -326,10 +323,12 @@ pub async fn run(args: &FenceLocalArgs) -> i32 {
             "{FENCE_LOCAL_FENCED}: nothing of the incarnation remains on {host} ({})",
             report.summary()
         );
-        EXIT_FENCED
+        Ok(())
     } else {
-        eprintln!("fence-local: NOT fenced on {host}: {}", report.summary());
-        EXIT_NOT_FENCED
+        Err(Error::NotFenced(format!(
+            "NOT fenced on {host}: {}",
+            report.summary()
+        )))
     }
 }
 

@@ -6,7 +6,7 @@
 //! earlier histories were kept. Every string from the store is shown through
 //! [`printable`].
 
-use super::operator::{self, OpError, EXIT_OK};
+use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::Session;
 use crate::record::{printable, History, HistoryEntry};
@@ -21,8 +21,8 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-/// Runs `warden history`; returns the exit code (SPEC §7).
-pub async fn history(cfg: &Config, args: &HistoryArgs) -> i32 {
+/// Runs `warden history`.
+pub async fn history(cfg: &Config, args: &HistoryArgs) -> Result<(), OpError> {
     let read = async {
         let zk = operator::session(cfg).await?;
         let history = zk
@@ -35,17 +35,13 @@ pub async fn history(cfg: &Config, args: &HistoryArgs) -> i32 {
             .map_err(OpError::store("list the earlier histories"))?;
         Ok::<_, OpError>((history, set_aside))
     };
-    match read.await {
-        Ok((history, set_aside)) => {
-            if args.json {
-                println!("{}", to_json(&history, &set_aside));
-            } else {
-                print!("{}", to_text(&cfg.cluster.name, &history, &set_aside));
-            }
-            EXIT_OK
-        }
-        Err(e) => e.report(),
+    let (history, set_aside) = read.await?;
+    if args.json {
+        println!("{}", to_json(&history, &set_aside));
+    } else {
+        print!("{}", to_text(&cfg.cluster.name, &history, &set_aside));
     }
+    Ok(())
 }
 
 /// `{"entries": [{"at", "node_id", "from", "to", "epoch", "reason"}], "unreadable_entries":

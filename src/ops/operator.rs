@@ -8,12 +8,7 @@ use crate::coord::StoreError;
 use crate::record::{self, Epoch, HistoryEntry};
 use std::time::SystemTime;
 
-/// Exit code: the operation was done.
-pub const EXIT_OK: i32 = 0;
-/// Exit code: the operation failed or was refused.
-pub const EXIT_FAILED: i32 = 1;
-/// Exit code: the coordination service is unreachable or refused authentication.
-pub const EXIT_UNREACHABLE: i32 = 3;
+use crate::error::{EXIT_FAILED, EXIT_UNREACHABLE};
 
 /// Why an operator command did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -39,18 +34,11 @@ impl OpError {
     }
 
     /// SPEC §7: 3 when ZooKeeper is unreachable or refused us, else 1.
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
             _ => EXIT_FAILED,
         }
-    }
-
-    /// Prints the one-sentence error to stderr and returns the exit code. Reasons quote
-    /// the store (node ids, hosts, records' errors), so the sentence is made printable.
-    pub fn report(&self) -> i32 {
-        eprintln!("warden: {}", record::printable(&self.to_string()));
-        self.exit_code()
     }
 }
 

@@ -6,7 +6,7 @@
 //! transition of the cluster, `running -> paused` or `paused -> running`, with the
 //! operator (`user@host`) as its node.
 
-use super::operator::{self, OpError, EXIT_OK};
+use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::Session;
 use crate::record::{self, Control};
@@ -37,35 +37,33 @@ pub enum Change {
     AlreadySo { reason: Option<String> },
 }
 
-/// Runs `warden pause`; returns the exit code (SPEC §7).
-pub async fn pause(cfg: &Config, args: &PauseArgs) -> i32 {
+/// Runs `warden pause`.
+pub async fn pause(cfg: &Config, args: &PauseArgs) -> Result<(), OpError> {
     let name = &cfg.cluster.name;
     let change = async {
         let zk = operator::session(cfg).await?;
         set_paused(&zk, args.reason.as_deref()).await
     };
-    match change.await {
-        Ok(Change::Done { reason }) => {
+    match change.await? {
+        Change::Done { reason } => {
             println!(
                 "cluster {name} paused ({}): nobody is promoted or demoted automatically until \
                  `warden resume`",
                 reason.as_deref().unwrap_or("no reason given")
             );
-            EXIT_OK
         }
-        Ok(Change::AlreadySo { reason }) => {
+        Change::AlreadySo { reason } => {
             println!(
                 "cluster {name} is already paused ({}); nothing changed",
                 record::printable(reason.as_deref().unwrap_or("no reason given"))
             );
-            EXIT_OK
         }
-        Err(e) => e.report(),
     }
+    Ok(())
 }
 
-/// Runs `warden resume`; returns the exit code (SPEC §7).
-pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
+/// Runs `warden resume`.
+pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> Result<(), OpError> {
     let name = &cfg.cluster.name;
     let change = async {
         let zk = operator::session(cfg).await?;
@@ -79,16 +77,14 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
             .filter(|f| f.pending_at(SystemTime::now()));
         Ok::<_, OpError>((change, pending))
     };
-    match change.await {
-        Ok((Change::Done { .. }, _)) => {
+    match change.await? {
+        (Change::Done { .. }, _) => {
             println!("cluster {name} resumed: the election runs normally again");
-            EXIT_OK
         }
-        Ok((Change::AlreadySo { .. }, None)) => {
+        (Change::AlreadySo { .. }, None) => {
             println!("cluster {name} is not paused; nothing changed");
-            EXIT_OK
         }
-        Ok((Change::AlreadySo { .. }, Some(f))) => {
+        (Change::AlreadySo { .. }, Some(f)) => {
             println!(
                 "cluster {name} is not paused; nothing changed. A switchover request is \
                  pending ({} -> {}, requested by {}, lapses at {}) and keeps other standbys \
@@ -98,10 +94,9 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> i32 {
                 record::printable(&f.by),
                 record::printable(&f.deadline)
             );
-            EXIT_OK
         }
-        Err(e) => e.report(),
     }
+    Ok(())
 }
 
 /// Sets `paused` with `reason`, refusing while a switchover is pending; records it in
