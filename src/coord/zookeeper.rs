@@ -282,14 +282,20 @@ impl ZkSession {
     }
 
     /// Runs a multi-op on `paths` (one per operation, in order) under the timeout.
-    async fn bounded_multi(
+    /// One multi-op, all or none: `build` adds its operations, then the commit under
+    /// `op_timeout`. `what` names it in an error; `paths` are its znodes in the order of
+    /// its operations (a failed operation's error names its znode).
+    async fn multi(
         &self,
         what: &str,
         paths: &[&str],
-        f: impl Future<Output = Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>>,
-    ) -> Result<Vec<zk::MultiWriteResult>, StoreError> {
-        match tokio::time::timeout(self.op_timeout, f).await {
-            Ok(r) => r.map_err(|e| classify_multi(e, paths)),
+        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
+    ) -> Result<(), StoreError> {
+        let mut w = self.client.new_multi_writer();
+        build(&mut w)
+            .map_err(|e| classify(e, paths.first().copied().unwrap_or(&self.paths.base)))?;
+        match tokio::time::timeout(self.op_timeout, w.commit()).await {
+            Ok(r) => r.map(|_| ()).map_err(|e| classify_multi(e, paths)),
             Err(_) => Err(StoreError::Unknown(format!(
                 "{what} got no answer within {}",
                 humantime::format_duration(self.op_timeout)
@@ -715,15 +721,13 @@ impl ZkSession {
         if doomed.is_empty() {
             return Ok(());
         }
-        let mut w = self.client.new_multi_writer();
-        for (path, version) in doomed {
-            w.add_delete(path, Some(*version))
-                .map_err(|e| classify(e, path))?;
-        }
         let paths: Vec<&str> = doomed.iter().map(|(p, _)| *p).collect();
-        self.bounded_multi("deleting", &paths, w.commit())
-            .await
-            .map(|_| ())
+        self.multi("deleting", &paths, |w| {
+            doomed
+                .iter()
+                .try_for_each(|(path, version)| w.add_delete(path, Some(*version)))
+        })
+        .await
     }
 }
 
@@ -999,36 +1003,27 @@ impl Session for ZkSession {
             return WriteOutcome::Conflict;
         };
         let data = record::to_bytes(breadcrumb);
-        let mut w = self.client.new_multi_writer();
         let opts = self.persistent();
         let lock_version = self.held_lock_version();
-        let built = (|| {
-            w.add_check_version(&self.paths.control, control_version)?;
-            w.add_set_data(
-                &self.paths.lock,
-                &data,
-                (lock_version != ANY_VERSION).then_some(lock_version),
-            )?;
-            match breadcrumb_version {
-                Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
-                None => w.add_create(&self.paths.breadcrumb, &data, &opts),
-            }
-        })();
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
+        let paths = [
+            self.paths.control.as_str(),
+            &self.paths.lock,
+            &self.paths.breadcrumb,
+        ];
         let outcome = write_outcome(
-            self.bounded_multi(
-                "committing the promotion",
-                &[
-                    &self.paths.control,
+            self.multi("committing the promotion", &paths, |w| {
+                w.add_check_version(&self.paths.control, control_version)?;
+                w.add_set_data(
                     &self.paths.lock,
-                    &self.paths.breadcrumb,
-                ],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
+                    &data,
+                    (lock_version != ANY_VERSION).then_some(lock_version),
+                )?;
+                match breadcrumb_version {
+                    Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
+                    None => w.add_create(&self.paths.breadcrumb, &data, &opts),
+                }
+            })
+            .await,
         );
         if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
             self.hold_lock_version(lock_version + 1);
@@ -1038,21 +1033,13 @@ impl Session for ZkSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let data = record::to_bytes(member);
-        let mut w = self.client.new_multi_writer();
-        let built = w
-            .add_check_version(&self.paths.lock, self.held_lock_version())
-            .and_then(|_| w.add_set_data(&self.paths.member(&member.node.node_id), &data, None));
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
+        let me = self.paths.member(&member.node.node_id);
         write_outcome(
-            self.bounded_multi(
-                "renewing the lease",
-                &[&self.paths.lock, &self.paths.member(&member.node.node_id)],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
+            self.multi("renewing the lease", &[&self.paths.lock, &me], |w| {
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
+                w.add_set_data(&me, &data, None)
+            })
+            .await,
         )
     }
 
@@ -1065,21 +1052,13 @@ impl Session for ZkSession {
             _ => return WriteOutcome::Conflict,
         }
         let new = record::to_bytes(record);
-        let mut w = self.client.new_multi_writer();
-        let built = w
-            .add_check_version(&self.paths.lock, self.held_lock_version())
-            .and_then(|_| w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version)));
-        if let Err(e) = built {
-            return write_outcome(Err(classify(e, &self.paths.base)));
-        }
+        let paths = [self.paths.lock.as_str(), &self.paths.breadcrumb];
         write_outcome(
-            self.bounded_multi(
-                "recording the service",
-                &[&self.paths.lock, &self.paths.breadcrumb],
-                w.commit(),
-            )
-            .await
-            .map(|_| ()),
+            self.multi("recording the service", &paths, |w| {
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
+                w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version))
+            })
+            .await,
         )
     }
 
@@ -1100,22 +1079,18 @@ impl Session for ZkSession {
     ) -> Result<(), StoreError> {
         let version = znode_version(version)
             .ok_or_else(|| StoreError::Rejected(format!("no version {version} of a znode")))?;
-        let mut w = self.client.new_multi_writer();
-        let built = (|| {
-            if check_lock {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-            }
-            w.add_delete(&self.paths.breadcrumb, Some(version))
-        })();
-        built.map_err(|e| classify(e, &self.paths.breadcrumb))?;
         let paths: &[&str] = if check_lock {
             &[&self.paths.lock, &self.paths.breadcrumb]
         } else {
             &[&self.paths.breadcrumb]
         };
-        self.bounded_multi("deleting the breadcrumb", paths, w.commit())
-            .await
-            .map(|_| ())
+        self.multi("deleting the breadcrumb", paths, |w| {
+            if check_lock {
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
+            }
+            w.add_delete(&self.paths.breadcrumb, Some(version))
+        })
+        .await
     }
 
     async fn release(&self) -> Result<(), StoreError> {
@@ -1280,14 +1255,12 @@ impl Session for ZkSession {
             return Ok(None);
         };
         let copy = self.set_aside_path("old");
-        let mut w = self.client.new_multi_writer();
         let opts = self.persistent();
-        w.add_create(&copy, &data, &opts)
-            .map_err(|e| classify(e, &copy))?;
-        w.add_delete(path, Some(stat.version))
-            .map_err(|e| classify(e, path))?;
-        self.bounded_multi("moving history aside", &[&copy, path], w.commit())
-            .await?;
+        self.multi("moving history aside", &[&copy, path], |w| {
+            w.add_create(&copy, &data, &opts)?;
+            w.add_delete(path, Some(stat.version))
+        })
+        .await?;
         Ok(Some((copy, newest)))
     }
 }
