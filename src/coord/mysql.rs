@@ -540,15 +540,7 @@ impl MysqlSession {
                     return Ok(false);
                 }
             }
-            let current: Option<i64> = tx
-                .exec_first(
-                    format!(
-                        "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
-                        t.kv
-                    ),
-                    (&cluster, BREADCRUMB),
-                )
-                .await?;
+            let current = locked_version(&mut tx, &t.kv, &cluster, BREADCRUMB).await?;
             if current != version {
                 return Ok(false);
             }
@@ -790,27 +782,11 @@ impl Session for MysqlSession {
         outcome(
             i.run("committing the promotion", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let control: Option<i64> = tx
-                    .exec_first(
-                        format!(
-                            "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
-                            t.kv
-                        ),
-                        (&cluster, CONTROL),
-                    )
-                    .await?;
+                let control = locked_version(&mut tx, &t.kv, &cluster, CONTROL).await?;
                 if control != Some(cv) {
                     return Ok(false);
                 }
-                let current: Option<i64> = tx
-                    .exec_first(
-                        format!(
-                            "SELECT version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
-                            t.kv
-                        ),
-                        (&cluster, BREADCRUMB),
-                    )
-                    .await?;
+                let current = locked_version(&mut tx, &t.kv, &cluster, BREADCRUMB).await?;
                 if current != bv {
                     return Ok(false);
                 }
@@ -1256,4 +1232,19 @@ impl Session for MysqlSession {
         }
         Ok(Some((i.path(&copy), newest)))
     }
+}
+
+/// The version of row `name` of the kv table `kv` (`None`: absent), locked until the end
+/// of the transaction `tx`: what every compare-and-set here checks first.
+async fn locked_version(
+    tx: &mut mysql_async::Transaction<'_>,
+    kv: &str,
+    cluster: &str,
+    name: &str,
+) -> Result<Option<i64>, mysql_async::Error> {
+    tx.exec_first(
+        format!("SELECT version FROM {kv} WHERE cluster = ? AND name = ? FOR UPDATE"),
+        (cluster, name),
+    )
+    .await
 }
