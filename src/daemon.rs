@@ -51,14 +51,7 @@ impl<H: Host> Clone for ServiceControl<H> {
     }
 }
 
-/// A fatal start-up or run-time error, with the exit code of SPEC §7.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Fatal {
-    /// The exit code (SPEC §7): [`EXIT_USAGE`](crate::error::EXIT_USAGE), ...
-    pub code: u8,
-    pub message: String,
-}
+pub use crate::error::Fatal;
 
 /// What reaches the loop.
 enum Input<S, R> {

@@ -5,8 +5,6 @@
 
 use crate::config::ConfigError;
 use crate::coord::StoreError;
-use crate::daemon::Fatal;
-use crate::ops::operator::OpError;
 use crate::record;
 
 /// Exit code: the operation failed or was refused.
@@ -15,6 +13,47 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code: the coordination service is unreachable or refused authentication.
 pub const EXIT_UNREACHABLE: u8 = 3;
+
+/// A fatal start-up or run-time error, with the exit code of SPEC §7.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Fatal {
+    /// The exit code (SPEC §7): [`EXIT_USAGE`], [`EXIT_FAILED`] or [`EXIT_UNREACHABLE`]
+    pub code: u8,
+    pub message: String,
+}
+
+/// Why an operator command did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// A rule of SPEC §5 or §8 forbids it now; the text says why and what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// It was tried and did not work (a fence that failed, a switchover that timed out).
+    #[error("{0}")]
+    Failed(String),
+    /// The coordination service did not answer as needed while doing `doing`.
+    #[error("could not {doing}: {source}")]
+    Store {
+        doing: &'static str,
+        source: StoreError,
+    },
+}
+
+impl OpError {
+    /// The coordination error met while doing `doing` (e.g. "read the cluster").
+    pub fn store(doing: &'static str) -> impl FnOnce(StoreError) -> OpError {
+        move |source| OpError::Store { doing, source }
+    }
+
+    /// SPEC §7: 3 when ZooKeeper is unreachable or refused us, else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
+            _ => EXIT_FAILED,
+        }
+    }
+}
 
 /// Why a command did not succeed; [`exit_code`](Error::exit_code) is its SPEC §7 code.
 #[derive(Debug, thiserror::Error)]

@@ -4,43 +4,11 @@
 
 use crate::config::Config;
 use crate::coord::Session;
-use crate::coord::StoreError;
 use crate::record::{self, Epoch, HistoryEntry};
 use std::time::SystemTime;
 
-use crate::error::{EXIT_FAILED, EXIT_UNREACHABLE};
-
-/// Why an operator command did not do what it was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum OpError {
-    /// A rule of SPEC §5 or §8 forbids it now; the text says why and what to do.
-    #[error("{0}")]
-    Refused(String),
-    /// It was tried and did not work (a fence that failed, a switchover that timed out).
-    #[error("{0}")]
-    Failed(String),
-    /// The coordination service did not answer as needed while doing `doing`.
-    #[error("could not {doing}: {source}")]
-    Store {
-        doing: &'static str,
-        source: StoreError,
-    },
-}
-
-impl OpError {
-    /// The coordination error met while doing `doing` (e.g. "read the cluster").
-    pub fn store(doing: &'static str) -> impl FnOnce(StoreError) -> OpError {
-        move |source| OpError::Store { doing, source }
-    }
-
-    /// SPEC §7: 3 when ZooKeeper is unreachable or refused us, else 1.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
-            _ => EXIT_FAILED,
-        }
-    }
-}
+// The operator commands' error lives with the one error of every command.
+pub use crate::error::OpError;
 
 /// Opens the command's session to the cluster, bounded by `connect_timeout`.
 pub async fn session(cfg: &Config) -> Result<super::StoreSession, OpError> {
@@ -110,6 +78,7 @@ pub async fn record<S: Session>(zk: &S, entry: &HistoryEntry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coord::StoreError;
 
     #[test]
     fn identity_is_user_at_host() {
