@@ -23,6 +23,7 @@ hooks="$here/examples/redis/warden-redis"
 dir=$(mktemp -d /tmp/warden-demo-redis.XXXXXX)
 pids=()
 cleanup() {
+  local status=$?
   set +e
   for p in "${pids[@]}"; do
     kill -CONT "$p" 2>/dev/null
@@ -31,7 +32,8 @@ cleanup() {
   for n in n1 n2; do
     [ -f "$dir/$n/redis.pid" ] && kill -KILL "$(cat "$dir/$n/redis.pid")" 2>/dev/null
   done
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $dir"; else rm -rf "$dir"; fi
+  # A failed demo keeps its logs: the message that failed it points there.
+  if [ "${KEEP:-0}" = 1 ] || [ "$status" != 0 ]; then echo "kept $dir"; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

@@ -29,6 +29,7 @@ service="$here/target/debug/warden-journal-service"
 dir=$(mktemp -d /tmp/warden-demo.XXXXXX)
 pids=()
 cleanup() {
+  local status=$?
   set +e
   for p in "${pids[@]}"; do
     kill -CONT "$p" 2>/dev/null
@@ -36,7 +37,8 @@ cleanup() {
   done
   # The services die with their wardens (parent-death signal); make sure anyway.
   pkill -KILL -f "$dir/n[12].journal" 2>/dev/null
-  if [ "${KEEP:-0}" = 1 ]; then
+  # A failed demo keeps its logs: the message that failed it points there.
+  if [ "${KEEP:-0}" = 1 ] || [ "$status" != 0 ]; then
     echo "kept $dir"
   else
     rm -rf "$dir"
