@@ -576,3 +576,50 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
         (!warden.alive()).then_some(())
     });
 }
+
+#[tokio::test]
+async fn a_promoted_record_without_service_is_fenced_by_killing_what_listens_on_its_port() {
+    require("/usr/bin/python3", "python3");
+    // The old service: a listener on a loopback port, found through /proc/net/tcp and the
+    // socket inodes among its open files.
+    let mut service = Group(
+        Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import socket, sys, time\n\
+                 s = socket.socket()\n\
+                 s.bind(('127.0.0.1', 0))\n\
+                 s.listen()\n\
+                 print(s.getsockname()[1], flush=True)\n\
+                 time.sleep(1000)\n",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn python3"),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(service.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line.trim().parse().expect("the listener printed its port");
+    assert_eq!(process::listeners_on_port(port), vec![service.pid()]);
+    let mut warden = Group::spawn("exec sleep 1000");
+    let target = Target {
+        pid: Some(warden.pid()),
+        start_time: Some(warden.start_time()),
+        epoch: Some(7),
+        port: Some(port),
+        ..this_boot()
+    };
+    assert_eq!(
+        fence_local::run(&args_for(&target, Duration::from_secs(5))).await,
+        0
+    );
+    assert!(!service.alive(), "the listener on port {port} survived");
+    assert!(!warden.alive(), "the recorded warden survived");
+    assert!(process::listeners_on_port(port).is_empty());
+}
