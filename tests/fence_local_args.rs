@@ -560,13 +560,7 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
         l.local_addr().unwrap().port()
     };
     let mut warden = Group::spawn("exec sleep 1000");
-    let target = Target {
-        pid: Some(warden.pid()),
-        start_time: Some(warden.start_time()),
-        epoch: Some(7),
-        port: Some(port),
-        ..this_boot()
-    };
+    let target = promoted_without_service(&warden, port);
     assert_eq!(
         fence_local::run(&args_for(&target, Duration::from_secs(1))).await,
         1
@@ -577,44 +571,48 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
     });
 }
 
-#[tokio::test]
-async fn a_promoted_record_without_service_is_fenced_by_killing_what_listens_on_its_port() {
-    require("/usr/bin/python3", "python3");
-    // The old service: a listener on a loopback port, found through /proc/net/tcp and the
-    // socket inodes among its open files.
-    let mut service = Group(
-        Command::new("/usr/bin/python3")
-            .args([
-                "-c",
-                "import socket, sys, time\n\
-                 s = socket.socket()\n\
-                 s.bind(('127.0.0.1', 0))\n\
-                 s.listen()\n\
-                 print(s.getsockname()[1], flush=True)\n\
-                 time.sleep(1000)\n",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("spawn python3"),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(service.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let port: u16 = line.trim().parse().expect("the listener printed its port");
-    assert_eq!(process::listeners_on_port(port), vec![service.pid()]);
-    let mut warden = Group::spawn("exec sleep 1000");
-    let target = Target {
+/// A process leading its own group that holds a listening socket on a loopback port: the
+/// test binds it, the child inherits it across exec, and the test's copy is closed.
+fn listening_group() -> (Group, u16) {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fd = listener.as_raw_fd();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "exec sleep 1000"])
+        .stdin(Stdio::null())
+        .process_group(0);
+    // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the child's copy.
+    unsafe {
+        cmd.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let group = Group(cmd.spawn().expect("spawn /bin/sh"));
+    drop(listener);
+    (group, port)
+}
+
+/// The record of a promoted node whose breadcrumb names no service, only its warden and
+/// the service's port.
+fn promoted_without_service(warden: &Group, port: u16) -> Target {
+    Target {
         pid: Some(warden.pid()),
         start_time: Some(warden.start_time()),
         epoch: Some(7),
         port: Some(port),
         ..this_boot()
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_promoted_record_without_service_is_fenced_by_killing_what_listens_on_its_port() {
+    // The old service: found through /proc/net/tcp and the socket among its open files.
+    let (mut service, port) = listening_group();
+    assert_eq!(process::listeners_on_port(port), vec![service.pid()]);
+    let mut warden = Group::spawn("exec sleep 1000");
+    let target = promoted_without_service(&warden, port);
     assert_eq!(
         fence_local::run(&args_for(&target, Duration::from_secs(5))).await,
         0

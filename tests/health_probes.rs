@@ -227,6 +227,33 @@ async fn exec_probe_passes_on_exit_0_only() {
     assert_eq!(fail.detail, "exec false: exit status 1");
 }
 
+/// Checks `server` with `probe` (rise 1, fall 2): healthy on its 200, unhealthy once it
+/// answers 500, healthy again on 204. Returns the head of the first request.
+async fn follows_the_status(server: &HttpServer, probe: Probe) -> String {
+    let (tx, mut rx) = mpsc::channel(8);
+    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx, None);
+
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Healthy, "{}", change.detail);
+    assert_eq!(
+        change.detail,
+        format!("http {}: 200 Status 200", server.url)
+    );
+    let head = server.requests.lock().unwrap()[0].clone();
+
+    server.status.store(500, Ordering::SeqCst);
+    let change = next_change(&mut rx).await;
+    assert_eq!(change.health, Health::Unhealthy);
+    assert_eq!(
+        change.detail,
+        format!("http {}: 500 Status 500", server.url)
+    );
+
+    server.status.store(204, Ordering::SeqCst);
+    assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
+    head
+}
+
 #[tokio::test]
 async fn http_probe_wants_a_2xx_answer() {
     let server = http_server("/ws/v1/cluster/info?x=1").await;
@@ -235,17 +262,7 @@ async fn http_probe_wants_a_2xx_answer() {
         url: Some(server.url.clone()),
         ..HealthConfig::default()
     };
-    let probe = Probe::service(&config).unwrap();
-    let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx, None);
-
-    let change = next_change(&mut rx).await;
-    assert_eq!(change.health, Health::Healthy);
-    assert_eq!(
-        change.detail,
-        format!("http {}: 200 Status 200", server.url)
-    );
-    let head = server.requests.lock().unwrap()[0].clone();
+    let head = follows_the_status(&server, Probe::service(&config).unwrap()).await;
     assert!(
         head.starts_with("GET /ws/v1/cluster/info?x=1 HTTP/1.1\r\n"),
         "{head}"
@@ -258,17 +275,6 @@ async fn http_probe_wants_a_2xx_answer() {
         .unwrap()
         .to_string();
     assert!(head.contains(&format!("\r\nHost: {host}\r\n")), "{head}");
-
-    server.status.store(500, Ordering::SeqCst);
-    let change = next_change(&mut rx).await;
-    assert_eq!(change.health, Health::Unhealthy);
-    assert_eq!(
-        change.detail,
-        format!("http {}: 500 Status 500", server.url)
-    );
-
-    server.status.store(204, Ordering::SeqCst);
-    assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
 }
 
 #[tokio::test]
@@ -277,28 +283,10 @@ async fn https_probe_is_healthy_when_health_ca_file_names_the_servers_ca() {
     let dir = tempfile::tempdir().unwrap();
     let ca_file = ca.write_pem(dir.path());
     let server = https_server("/ws/v1/cluster/info", ca.server(&["127.0.0.1"])).await;
-    let probe = https_probe(&server.url, Some(&ca_file));
-    let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx, None);
-
-    let change = next_change(&mut rx).await;
-    assert_eq!(change.health, Health::Healthy, "{}", change.detail);
-    assert_eq!(
-        change.detail,
-        format!("http {}: 200 Status 200", server.url)
-    );
-    let head = server.requests.lock().unwrap()[0].clone();
+    let head = follows_the_status(&server, https_probe(&server.url, Some(&ca_file))).await;
     assert!(
         head.starts_with("GET /ws/v1/cluster/info HTTP/1.1\r\n"),
         "{head}"
-    );
-
-    server.status.store(503, Ordering::SeqCst);
-    let change = next_change(&mut rx).await;
-    assert_eq!(change.health, Health::Unhealthy);
-    assert_eq!(
-        change.detail,
-        format!("http {}: 503 Status 503", server.url)
     );
 }
 
