@@ -258,6 +258,9 @@ pub struct HealthConfig {
     /// http: a 2xx answer is healthy.
     #[serde(default)]
     pub url: Option<String>,
+    /// http with an https URL: a PEM file of CA certificates trusted besides the host's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     /// exec: exit 0 is healthy.
     #[serde(default)]
     pub command: Vec<String>,
@@ -285,6 +288,7 @@ impl Default for HealthConfig {
             kind: HealthKind::None,
             address: None,
             url: None,
+            ca_file: None,
             command: Vec::new(),
             interval: default_health_interval(),
             timeout: default_health_timeout(),
@@ -1227,6 +1231,7 @@ const HEALTH: &[Field] = &[
     opt("kind", Kind::Choice(&["exec", "tcp", "http", "none"])),
     opt("address", Kind::Str),
     opt("url", Kind::Str),
+    opt("ca_file", Kind::Str),
     opt("command", Kind::StrList),
     opt("interval", Kind::Duration),
     opt("timeout", Kind::Duration),
@@ -1989,13 +1994,27 @@ impl Source<'_> {
                 return Err(self.invalid(&p("address"), format!("= \"{address}\" {reason}")));
             }
         }
+        let mut https = false;
         if let Some(url) = &h.url {
-            let rest = url.strip_prefix("http://").unwrap_or("");
-            if rest.is_empty() || rest.starts_with('/') {
+            match crate::health::HttpUrl::parse(url) {
+                Ok(parsed) => https = parsed.is_https(),
+                Err(reason) => {
+                    return Err(self.invalid(&p("url"), format!("= {} {reason}", quoted(url))))
+                }
+            }
+        }
+        if let Some(file) = &h.ca_file {
+            // Refused rather than ignored, like a key of another kind above: the operator
+            // believes the check verifies the service against that CA.
+            if !https {
                 return Err(self.invalid(
-                    &p("url"),
-                    format!("= \"{url}\" must be a plain http:// URL with a host, such as \"http://127.0.0.1:8088/health\""),
+                    &p("ca_file"),
+                    "applies only to kind = \"http\" with an https:// url (remove it, or \
+                     write the url with https://)",
                 ));
+            }
+            if file.as_os_str().is_empty() {
+                return Err(self.invalid(&p("ca_file"), "must name a file: it is empty"));
             }
         }
         if h.kind == HealthKind::Exec {
@@ -2394,6 +2413,18 @@ fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigError> {
     }
     if c.health.kind == HealthKind::Exec {
         programs.push((health.key("command"), &c.health.command));
+    }
+    if let Some(file) = &c.health.ca_file {
+        let key = health.key("ca_file");
+        crate::health::read_ca_file(file).map_err(|e| match e {
+            crate::health::CaFileError::Unreadable(error) => ConfigError::UnreadableFile {
+                at: Some(source.at(&key)),
+                key: key.to_string(),
+                file: file.clone(),
+                error,
+            },
+            invalid => source.invalid(&key, format!("names {}, which {invalid}", shown_path(file))),
+        })?;
     }
     for (i, method) in c.fence.iter().enumerate() {
         let p = KeyPath::of(&["fence"]).index(i);
@@ -3304,9 +3335,8 @@ command = ["/bin/true"]
             "/etc/warden/warden.toml:15:1: `health.address` is required with kind = \"tcp\""
         );
         assert!(health("kind = \"tcp\"\naddress = \"localhost\"").contains("is not host:port"));
-        assert!(
-            health("kind = \"http\"\nurl = \"https://x/\"").contains("must be a plain http:// URL")
-        );
+        assert!(health("kind = \"http\"\nurl = \"ftp://x/\"")
+            .contains("`health.url` = \"ftp://x/\" has scheme \"ftp\""));
         assert!(
             health("kind = \"exec\"").contains("`health.command` is required with kind = \"exec\"")
         );
@@ -3322,6 +3352,60 @@ command = ["/bin/true"]
             "{BASE}\n[health]\nkind = \"http\"\nurl = \"http://127.0.0.1:8088/ws\"\n"
         ));
         assert_eq!(c.health.kind, HealthKind::Http);
+        let c = ok(&format!(
+            "{BASE}\n[health]\nkind = \"http\"\nurl = \"https://rm1:8090/ws\"\nca_file = \"/etc/warden/ca.pem\"\n"
+        ));
+        assert_eq!(c.health.ca_file, Some(PathBuf::from("/etc/warden/ca.pem")));
+        assert!(
+            health("kind = \"http\"\nurl = \"http://rm1/\"\nca_file = \"/ca.pem\"")
+                .contains("`health.ca_file` applies only to kind = \"http\" with an https:// url")
+        );
+        assert!(
+            health("kind = \"tcp\"\naddress = \"rm1:80\"\nca_file = \"/ca.pem\"")
+                .contains("`health.ca_file` applies only to kind = \"http\"")
+        );
+        assert!(
+            health("kind = \"http\"\nurl = \"https://rm1/\"\nca_file = \"\"")
+                .contains("`health.ca_file` must name a file: it is empty")
+        );
+    }
+
+    #[test]
+    fn a_health_ca_file_must_hold_a_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let path = dir.path().join("warden.toml");
+        std::fs::write(
+            &path,
+            on_disk(&format!(
+                "{BASE}\n[health]\nkind = \"http\"\nurl = \"https://127.0.0.1:8090/\"\nca_file = \"{}\"\n",
+                ca.display()
+            )),
+        )
+        .unwrap();
+        let m = load(&path).unwrap_err().to_string();
+        assert!(
+            m.contains(&format!(
+                ":18:11: `health.ca_file`: cannot read {}: No such file or directory",
+                ca.display()
+            )),
+            "{m}"
+        );
+        std::fs::write(&ca, "not a certificate\n").unwrap();
+        let m = load(&path).unwrap_err().to_string();
+        assert!(
+            m.contains(&format!(
+                "`health.ca_file` names {}, which holds no certificate",
+                ca.display()
+            )),
+            "{m}"
+        );
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        assert_eq!(
+            load(&path).unwrap().health.ca_file.as_deref(),
+            Some(ca.as_path())
+        );
     }
 
     #[test]

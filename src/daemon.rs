@@ -147,6 +147,9 @@ pub struct Daemon<C: Connector, H: Host> {
     standby_ok: bool,
     /// Hooks mode: whether the service's own check says healthy.
     service_ok: bool,
+    /// The check of the service itself (`health.kind`), built once at start so that a
+    /// probe that cannot be built (an unreadable `health.ca_file`) stops warden there.
+    service_probe: H::Probe,
     service_check: Option<CheckerHandle>,
     /// Hooks mode: the task that looks, every health interval, whether the promoted
     /// service's pinned process still runs.
@@ -210,12 +213,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
         // mode: the service always runs, so its own health check decides both.
         let probe_env = ProbeEnv::default();
+        let service_probe = host.service_probe(&cfg.health).map_err(|e| Fatal {
+            code: EXIT_USAGE,
+            message: e.to_string(),
+        })?;
         let standby_probe = match cfg.service.mode {
             ServiceMode::Spawn => host.standby_probe(&cfg.health, probe_env.clone()),
-            ServiceMode::Hooks => host.service_probe(&cfg.health).map_err(|e| Fatal {
-                code: EXIT_USAGE,
-                message: e.to_string(),
-            })?,
+            ServiceMode::Hooks => service_probe.clone(),
         };
         let eligible_now = standby_probe.is_none();
         let hooks_probe = (cfg.service.mode == ServiceMode::Hooks && !eligible_now)
@@ -286,6 +290,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             standby_check: None,
             standby_ok: true,
             service_ok: eligible_now,
+            service_probe,
             service_check: None,
             pin_watch: None,
             exit_code: None,
@@ -610,10 +615,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 
     fn start_service_check(&mut self) {
-        let probe = match self.host.service_probe(&self.cfg.health) {
-            Ok(p) if !p.is_none() => p,
-            _ => return,
-        };
+        if self.service_probe.is_none() {
+            return;
+        }
+        let probe = self.service_probe.clone();
         self.service_check =
             Some(self.checker(probe, self.cfg.health.start_grace, Input::ServiceHealth));
     }

@@ -1,7 +1,8 @@
 //! Health checks and their rise/fall hysteresis (SPEC §2 `[health]`, §4.6).
 //!
 //! A [`Probe`] answers one question once, within a timeout: `exec` (exit 0), `tcp`
-//! (connect), `http` (a 2xx answer to GET) or `none` (always healthy). A checker task
+//! (connect), `http` (a 2xx answer to GET, over TLS for an https URL) or `none` (always
+//! healthy). A checker task
 //! ([`spawn_checker`]) probes every `interval` and feeds the results through a
 //! [`Hysteresis`], so one slow answer does not demote an active and one lucky answer does
 //! not make a broken node eligible; it sends only changes of [`Health`].
@@ -11,27 +12,34 @@
 //! passes. Passes during the grace count, so a service that comes up quickly is healthy
 //! after `rise` passes without waiting for the grace to end.
 
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper::header::{ACCEPT, CONNECTION, HOST, USER_AGENT};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_rustls::TlsConnector;
 use tracing::{debug, info, warn};
 
 use crate::config::{HealthConfig, HealthKind};
 use crate::record::Health;
 use crate::service::{io_reason, run_command, HookError};
+use warden_fencing::files::read_regular_file;
 
 /// `tokio::time::interval` cannot tick at a zero period, and probing faster than this only
 /// burns CPU; a shorter configured interval is raised to it.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
-
-/// The most of an HTTP answer read while looking for its status line. A status line is a
-/// few dozen bytes; a server sending more without a line break is not answering HTTP.
-const MAX_STATUS_LINE: usize = 8 * 1024;
 
 /// A health check configuration is incomplete or invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,8 +53,12 @@ pub enum HealthError {
     BadAddress(String),
     #[error("health.kind = \"http\" needs health.url, e.g. \"http://127.0.0.1:8088/health\"")]
     MissingUrl,
-    #[error("health.url {url:?}: {reason}")]
+    #[error("health.url {url:?} {reason}")]
     BadUrl { url: String, reason: String },
+    #[error("health.ca_file {}: {reason}", .file.display())]
+    CaFile { file: PathBuf, reason: String },
+    #[error("cannot set up TLS for the https health check: {0}")]
+    Tls(String),
 }
 
 /// One way to ask "is it healthy?".
@@ -59,7 +71,7 @@ pub enum Probe {
     /// A TCP connection to `address` (`host:port`) succeeds.
     Tcp { address: String },
     /// `GET` of the URL answers 2xx.
-    Http(HttpUrl),
+    Http(HttpProbe),
 }
 
 /// The variables an `exec` probe's command is given, as the daemon last set them (SPEC §6:
@@ -88,19 +100,48 @@ impl PartialEq for ProbeEnv {
 
 impl Eq for ProbeEnv {}
 
-/// A parsed `http://` URL.
+/// A parsed `http://` or `https://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpUrl {
     /// As configured, for messages.
     pub url: String,
-    /// For the `Host` header: host and port as written in the URL.
+    /// For the `Host` header: the host, and the port unless it is the scheme's own.
     authority: String,
     /// To connect to: a name or an IP address (IPv6 without brackets).
     host: String,
     port: u16,
     /// Path and query, starting with `/`.
     target: String,
+    /// https: the name the server's certificate must hold.
+    server_name: Option<ServerName<'static>>,
 }
+
+/// An `http` check: its URL and, for https, the TLS client that verifies the server.
+#[derive(Clone)]
+pub struct HttpProbe {
+    url: HttpUrl,
+    /// `health.ca_file`, for messages.
+    ca_file: Option<PathBuf>,
+    tls: Option<TlsConnector>,
+}
+
+impl fmt::Debug for HttpProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpProbe")
+            .field("url", &self.url)
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two checks are the same when they ask the same URL trusting the same CA file.
+impl PartialEq for HttpProbe {
+    fn eq(&self, other: &Self) -> bool {
+        self.url == other.url && self.ca_file == other.ca_file
+    }
+}
+
+impl Eq for HttpProbe {}
 
 /// The result of one probe: whether it passed, and what was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,12 +185,7 @@ impl Probe {
             }
             HealthKind::Http => {
                 let url = config.url.as_deref().ok_or(HealthError::MissingUrl)?;
-                HttpUrl::parse(url)
-                    .map(Probe::Http)
-                    .map_err(|reason| HealthError::BadUrl {
-                        url: url.to_string(),
-                        reason,
-                    })
+                HttpProbe::new(url, config.ca_file.as_deref()).map(Probe::Http)
             }
         }
     }
@@ -174,7 +210,7 @@ impl Probe {
             Probe::None => "none".to_string(),
             Probe::Exec { command, .. } => format!("exec {}", command.join(" ")),
             Probe::Tcp { address } => format!("tcp {address}"),
-            Probe::Http(url) => format!("http {}", url.url),
+            Probe::Http(http) => format!("http {}", http.url()),
         }
     }
 
@@ -200,7 +236,7 @@ impl Probe {
                     Err(_) => Err(timed_out(timeout)),
                 }
             }
-            Probe::Http(url) => match tokio::time::timeout(timeout, http_get(url)).await {
+            Probe::Http(http) => match tokio::time::timeout(timeout, http.get()).await {
                 Ok(Ok((status, reason))) if (200..300).contains(&status) => {
                     Ok(format!("{status} {reason}").trim_end().to_string())
                 }
@@ -241,134 +277,326 @@ fn check_host_port(address: &str) -> Result<(), HealthError> {
 }
 
 impl HttpUrl {
-    /// Parses `http://host[:port][/path][?query]`. `https` is refused: warden speaks plain
-    /// HTTP only, to keep TLS out of the supervisor.
-    pub fn parse(url: &str) -> Result<HttpUrl, String> {
-        let lower = url.to_ascii_lowercase();
-        if lower.starts_with("https://") {
+    /// Parses an `http://` or `https://` URL (`host[:port][/path][?query]`; the fragment
+    /// is dropped, as browsers do). Returns why it cannot be used otherwise.
+    pub fn parse(text: &str) -> Result<HttpUrl, String> {
+        let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+        let https = match url.scheme() {
+            "http" => false,
+            "https" => true,
+            other => {
+                return Err(format!(
+                    "has scheme {other:?}: write http:// or https://, as in \
+                     \"http://127.0.0.1:8088/health\""
+                ))
+            }
+        };
+        if !url.username().is_empty() || url.password().is_some() {
             return Err(
-                "https is not supported; point the check at a plain http endpoint \
-                        (a loopback port), or use kind = \"exec\" with a client such as curl"
+                "contains a user name or password, which the check never sends: \
+                        remove it from the URL"
                     .to_string(),
             );
         }
-        if !lower.starts_with("http://") {
-            return Err("must start with http://".to_string());
-        }
-        let rest = &url["http://".len()..];
-        let (authority, target) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        // The fragment is for browsers, never sent.
-        let target = target.split('#').next().unwrap_or("/");
-        let target = match target {
-            "" => "/".to_string(),
-            t if t.starts_with('?') => format!("/{t}"),
-            t => t.to_string(),
-        };
-        if target.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("the path contains spaces or control characters".to_string());
-        }
-        if authority.contains('@') {
-            return Err("user names and passwords in the URL are not supported".to_string());
-        }
-        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let (host, after) = v6
-                .split_once(']')
-                .ok_or_else(|| "unclosed '[' in the host".to_string())?;
-            let port = match after {
-                "" => None,
-                p => Some(
-                    p.strip_prefix(':')
-                        .ok_or_else(|| format!("unexpected {p:?} after the host"))?,
-                ),
-            };
-            (host, port)
-        } else {
-            match authority.rsplit_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (authority, None),
+        let (host, server_name) = match url.host() {
+            None => return Err("names no host".to_string()),
+            Some(url::Host::Domain(name)) => {
+                let server_name = if https {
+                    Some(ServerName::try_from(name.to_string()).map_err(|_| {
+                        format!("has host {name:?}, which is not a name a certificate can hold")
+                    })?)
+                } else {
+                    None
+                };
+                (name.to_string(), server_name)
             }
+            Some(url::Host::Ipv4(ip)) => (ip.to_string(), https.then(|| IpAddr::V4(ip).into())),
+            Some(url::Host::Ipv6(ip)) => (ip.to_string(), https.then(|| IpAddr::V6(ip).into())),
         };
-        if host.is_empty() {
-            return Err("no host".to_string());
-        }
-        let port = match port {
-            None => 80,
-            Some(p) => p
-                .parse::<u16>()
-                .map_err(|_| format!("port {p:?} is not a number from 0 to 65535"))?,
+        let Some(port) = url.port_or_known_default() else {
+            return Err("names no port".to_string());
+        };
+        let authority = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => return Err("names no host".to_string()),
         };
         Ok(HttpUrl {
-            url: url.to_string(),
-            authority: authority.to_string(),
-            host: host.to_string(),
+            url: text.to_string(),
+            authority,
+            host,
             port,
-            target,
+            target: url[url::Position::BeforePath..url::Position::AfterQuery].to_string(),
+            server_name,
         })
     }
+
+    /// Whether the check speaks TLS.
+    pub fn is_https(&self) -> bool {
+        self.server_name.is_some()
+    }
 }
 
-/// A minimal HTTP/1.1 GET: sends the request, reads only the status line. Returns the
-/// status code and reason phrase, or why there was none.
-async fn http_get(url: &HttpUrl) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect((url.host.as_str(), url.port))
-        .await
-        .map_err(|e| io_reason(&e))?;
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: warden/{}\r\nAccept: */*\r\n\
-         Connection: close\r\n\r\n",
-        url.target,
-        url.authority,
-        env!("CARGO_PKG_VERSION")
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("sending the request failed: {}", io_reason(&e)))?;
-    let mut head = Vec::with_capacity(256);
-    let mut chunk = [0u8; 512];
-    let line_end = loop {
-        if let Some(i) = head.windows(2).position(|w| w == b"\r\n") {
-            break i;
+/// Why `health.ca_file` cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaFileError {
+    #[error("cannot read it: {}", io_reason(.0))]
+    Unreadable(io::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The largest `health.ca_file`. A private CA's certificate is a few KiB; a whole system
+/// bundle (every CA a distribution trusts) is about 220 KiB.
+pub const MAX_CA_FILE_BYTES: u64 = 4 << 20;
+
+/// The CA certificates of `health.ca_file` (PEM; other blocks, such as a key, are skipped).
+/// Each is parsed as a trust anchor here, so that a wrong file is refused by
+/// `check-config` and at start, not found out at every check.
+pub fn read_ca_file(file: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileError> {
+    let bytes = read_regular_file(file, MAX_CA_FILE_BYTES).map_err(CaFileError::Unreadable)?;
+    let mut certs = Vec::new();
+    for (i, cert) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
+        let n = i + 1;
+        let cert = cert.map_err(|e| {
+            CaFileError::Invalid(format!("its certificate {n} is not valid PEM ({e})"))
+        })?;
+        rustls::RootCertStore::empty()
+            .add(cert.clone())
+            .map_err(|e| {
+                CaFileError::Invalid(format!(
+                    "its certificate {n} is not a usable CA certificate ({e})"
+                ))
+            })?;
+        certs.push(cert);
+    }
+    if certs.is_empty() {
+        return Err(CaFileError::Invalid(
+            "holds no certificate (no -----BEGIN CERTIFICATE----- block): it must hold the \
+             CA certificate in PEM form"
+                .to_string(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The TLS client of an https check: this host's trusted CAs (as OpenSSL finds them,
+/// `SSL_CERT_FILE` and `SSL_CERT_DIR` included) and those of `ca_file`.
+fn tls_connector(ca_file: Option<&Path>) -> Result<TlsConnector, HealthError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        warn!(error = %e, "cannot load some of this host's trusted CA certificates; https health checks trust the others");
+    }
+    roots.add_parsable_certificates(native.certs);
+    if let Some(file) = ca_file {
+        let ca_error = |reason: String| HealthError::CaFile {
+            file: file.to_path_buf(),
+            reason,
+        };
+        for cert in read_ca_file(file).map_err(|e| ca_error(e.to_string()))? {
+            roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
         }
-        if head.len() > MAX_STATUS_LINE {
-            return Err("the answer is not HTTP (no status line)".to_string());
-        }
-        let n = stream
-            .read(&mut chunk)
+    }
+    if roots.is_empty() {
+        warn!(
+            "this host trusts no CA certificate (is ca-certificates installed?); an https \
+             health check fails until health.ca_file names the CA of the service's certificate"
+        );
+    }
+    // The provider is named, not left to rustls's process-wide default, which is
+    // ambiguous (and panics) when another crate enables a second one.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| HealthError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+impl HttpProbe {
+    /// The check of `url`; an https one trusts this host's CAs and those in `ca_file`
+    /// (which an http one does not use).
+    pub fn new(url: &str, ca_file: Option<&Path>) -> Result<HttpProbe, HealthError> {
+        let parsed = HttpUrl::parse(url).map_err(|reason| HealthError::BadUrl {
+            url: url.to_string(),
+            reason,
+        })?;
+        let tls = match parsed.is_https() {
+            true => Some(tls_connector(ca_file)?),
+            false => None,
+        };
+        Ok(HttpProbe {
+            url: parsed,
+            ca_file: ca_file.map(Path::to_path_buf),
+            tls,
+        })
+    }
+
+    /// The URL as configured.
+    pub fn url(&self) -> &str {
+        &self.url.url
+    }
+
+    /// One `GET`: connects, shakes hands for https, sends the request and reads the head
+    /// of the answer. Returns its status code and reason phrase, or why there was none.
+    async fn get(&self) -> Result<(u16, String), String> {
+        let tcp = TcpStream::connect((self.url.host.as_str(), self.url.port))
             .await
-            .map_err(|e| format!("reading the answer failed: {}", io_reason(&e)))?;
-        if n == 0 {
-            return Err("connection closed without an answer".to_string());
+            .map_err(|e| io_reason(&e))?;
+        match (&self.tls, &self.url.server_name) {
+            (Some(tls), Some(name)) => {
+                let stream = tls
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| self.handshake_failure(&e))?;
+                self.exchange(stream).await
+            }
+            _ => self.exchange(tcp).await,
         }
-        head.extend_from_slice(&chunk[..n]);
-    };
-    parse_status_line(&head[..line_end])
+    }
+
+    async fn exchange<S>(&self, stream: S) -> Result<(u16, String), String>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        // Header names as HTTP/1.1 clients have always written them (`Host`): some
+        // embedded status pages match them case-sensitively.
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .title_case_headers(true)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(answer_failure)?;
+        let request = hyper::Request::get(self.url.target.as_str())
+            .header(HOST, self.url.authority.as_str())
+            .header(USER_AGENT, concat!("warden/", env!("CARGO_PKG_VERSION")))
+            .header(ACCEPT, "*/*")
+            // One connection per check: a check must see whether the service still
+            // accepts connections, which a kept-alive one would hide.
+            .header(CONNECTION, "close")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("cannot build the request: {e}"))?;
+        let answer = sender.send_request(request);
+        tokio::pin!(answer);
+        // The connection is driven here rather than in a task of its own, so that the
+        // check's timeout ends it together with the check.
+        let mut conn = Box::pin(conn);
+        let first = tokio::select! {
+            biased;
+            answer = &mut answer => Ok(answer),
+            ended = &mut conn => Err(ended),
+        };
+        let response = match first {
+            Ok(answer) => answer.map_err(answer_failure)?,
+            Err(ended) => {
+                // An answer that came before the end waits in `answer`; a request still
+                // pending fails once the connection is dropped.
+                drop(conn);
+                match (answer.await, ended) {
+                    (Ok(response), _) => response,
+                    // The connection's own error: the request only learnt that it ended.
+                    (Err(e), Err(ended)) if e.is_user() => return Err(answer_failure(ended)),
+                    (Err(e), Ok(())) if e.is_user() => {
+                        return Err("connection closed without an answer".to_string())
+                    }
+                    (Err(e), _) => return Err(answer_failure(e)),
+                }
+            }
+        };
+        let status = response.status();
+        // hyper keeps the reason phrase only where it is not the standard one.
+        let reason = match response.extensions().get::<hyper::ext::ReasonPhrase>() {
+            Some(reason) => String::from_utf8_lossy(reason.as_bytes())
+                .trim()
+                .to_string(),
+            None => status.canonical_reason().unwrap_or_default().to_string(),
+        };
+        Ok((status.as_u16(), reason))
+    }
+
+    /// What a failed TLS handshake means, and what to do about it.
+    fn handshake_failure(&self, e: &io::Error) -> String {
+        let Some(tls) = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        else {
+            return format!("the TLS handshake failed: {}", io_reason(e));
+        };
+        match tls {
+            rustls::Error::InvalidCertificate(cert) => self.certificate_refused(cert),
+            rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => {
+                format!(
+                    "the TLS handshake failed ({tls}): does the server speak https on port {}? \
+                     For plain HTTP write the url with http://",
+                    self.url.port
+                )
+            }
+            other => format!("the TLS handshake failed: {other}"),
+        }
+    }
+
+    fn certificate_refused(&self, cert: &rustls::CertificateError) -> String {
+        use rustls::CertificateError as C;
+        match cert {
+            C::UnknownIssuer => match &self.ca_file {
+                None => "the server's certificate is not signed by a CA this host trusts \
+                         (UnknownIssuer): set health.ca_file to the PEM file of the CA that \
+                         signed it"
+                    .to_string(),
+                Some(file) => format!(
+                    "the server's certificate is signed by no CA of health.ca_file ({}) nor \
+                     of this host (UnknownIssuer): point health.ca_file at the PEM file of \
+                     the CA that signed it",
+                    file.display()
+                ),
+            },
+            C::BadSignature => format!(
+                "the server's certificate names as its issuer a CA that {} trusts, but that \
+                 CA did not sign it (BadSignature; a CA made anew keeps its name but not its \
+                 key): point health.ca_file at the PEM file of the CA that signed it",
+                match &self.ca_file {
+                    None => "this host".to_string(),
+                    Some(file) => format!("health.ca_file ({}) or this host", file.display()),
+                }
+            ),
+            C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+                "the server's certificate does not name host {} ({cert}): write in \
+                 health.url a host name the certificate holds",
+                self.url.host
+            ),
+            C::Expired
+            | C::ExpiredContext { .. }
+            | C::NotValidYet
+            | C::NotValidYetContext { .. } => {
+                format!(
+                    "the server's certificate is not valid now ({cert}): renew it, or check \
+                     this host's clock"
+                )
+            }
+            other => format!("the server's certificate was refused ({other})"),
+        }
+    }
 }
 
-/// `HTTP/1.1 200 OK` -> (200, "OK").
-fn parse_status_line(line: &[u8]) -> Result<(u16, String), String> {
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    let code = parts.next().unwrap_or_default();
-    let reason = parts.next().unwrap_or_default().trim().to_string();
-    if !version.starts_with("HTTP/") {
-        return Err(format!("the answer is not HTTP: {:?}", truncate(&line, 80)));
+/// What a failed exchange after connecting means.
+fn answer_failure(e: hyper::Error) -> String {
+    if e.is_parse() {
+        return format!("the answer is not HTTP ({e})");
     }
-    match code.parse::<u16>() {
-        Ok(code) if (100..600).contains(&code) => Ok((code, reason)),
-        _ => Err(format!("bad HTTP status line: {:?}", truncate(&line, 80))),
+    if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+        return "connection closed without an answer".to_string();
     }
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return format!("the connection failed: {}", io_reason(io));
+        }
+        source = cause.source();
     }
+    e.to_string()
 }
 
 /// Rise/fall hysteresis over a stream of pass/fail results. Pure: no clock, no I/O.
@@ -609,6 +837,7 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port), ("127.0.0.1", 8088));
         assert_eq!(u.authority, "127.0.0.1:8088");
         assert_eq!(u.target, "/ws/v1/cluster/info?x=1");
+        assert!(!u.is_https());
         let u = HttpUrl::parse("HTTP://example.com").unwrap();
         assert_eq!(
             (u.host.as_str(), u.port, u.target.as_str()),
@@ -619,28 +848,78 @@ mod tests {
             (u.host.as_str(), u.port, u.target.as_str()),
             ("::1", 9000, "/?q")
         );
-        assert!(HttpUrl::parse("https://x/")
+        assert_eq!(u.authority, "[::1]:9000");
+        let u = HttpUrl::parse("https://rm1.example.com/ws/v1/cluster/info").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("rm1.example.com", 443));
+        assert_eq!(u.authority, "rm1.example.com");
+        assert_eq!(
+            u.server_name,
+            Some(ServerName::try_from("rm1.example.com").unwrap())
+        );
+        let u = HttpUrl::parse("https://127.0.0.1:8090/").unwrap();
+        assert_eq!(
+            u.server_name,
+            Some(ServerName::IpAddress(
+                "127.0.0.1".parse::<IpAddr>().unwrap().into()
+            ))
+        );
+        assert!(HttpUrl::parse("ftp://x/")
             .unwrap_err()
-            .contains("https is not supported"));
-        assert!(HttpUrl::parse("ftp://x/").is_err());
+            .contains("has scheme \"ftp\""));
+        assert!(HttpUrl::parse("127.0.0.1:8088/health").is_err());
         assert!(HttpUrl::parse("http://:80/").is_err());
         assert!(HttpUrl::parse("http://x:99999/").is_err());
-        assert!(HttpUrl::parse("http://u:p@x/").is_err());
+        assert!(HttpUrl::parse("http://u:p@x/")
+            .unwrap_err()
+            .contains("user name or password"));
     }
 
-    #[test]
-    fn status_lines() {
+    /// The status and reason phrase of `answer`, as the check reads them from a server
+    /// that sends it.
+    async fn answered(answer: &'static str) -> Result<(u16, String), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let probe = HttpProbe::new("http://127.0.0.1:1/health", None).unwrap();
+        let (client, mut server) = tokio::io::duplex(4096);
+        let serve = tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let _ = server.read(&mut request).await;
+            let _ = server.write_all(answer.as_bytes()).await;
+            let _ = server.shutdown().await;
+        });
+        let got = probe.exchange(client).await;
+        let _ = serve.await;
+        got
+    }
+
+    #[tokio::test]
+    async fn status_lines() {
         assert_eq!(
-            parse_status_line(b"HTTP/1.1 200 OK"),
+            answered("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await,
             Ok((200, "OK".into()))
         );
         assert_eq!(
-            parse_status_line(b"HTTP/1.0 503 Service Unavailable"),
+            answered("HTTP/1.0 503 Service Unavailable\r\n\r\n").await,
             Ok((503, "Service Unavailable".into()))
         );
-        assert_eq!(parse_status_line(b"HTTP/1.1 204"), Ok((204, String::new())));
-        assert!(parse_status_line(b"SSH-2.0-OpenSSH").is_err());
-        assert!(parse_status_line(b"HTTP/1.1 abc").is_err());
+        assert_eq!(
+            answered("HTTP/1.1 200 Status 200\r\n\r\n").await,
+            Ok((200, "Status 200".into()))
+        );
+        assert_eq!(
+            answered("HTTP/1.1 204\r\n\r\n").await,
+            Ok((204, String::new()))
+        );
+        let ssh = answered("SSH-2.0-OpenSSH\r\n").await;
+        assert!(
+            ssh.as_ref()
+                .is_err_and(|e| e.starts_with("the answer is not HTTP")),
+            "{ssh:?}"
+        );
+        assert!(answered("HTTP/1.1 abc\r\n\r\n").await.is_err());
+        assert_eq!(
+            answered("").await,
+            Err("connection closed without an answer".into())
+        );
     }
 
     #[test]

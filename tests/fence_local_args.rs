@@ -560,13 +560,7 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
         l.local_addr().unwrap().port()
     };
     let mut warden = Group::spawn("exec sleep 1000");
-    let target = Target {
-        pid: Some(warden.pid()),
-        start_time: Some(warden.start_time()),
-        epoch: Some(7),
-        port: Some(port),
-        ..this_boot()
-    };
+    let target = promoted_without_service(&warden, port);
     assert_eq!(
         exit_code(fence_local::run(&args_for(&target, Duration::from_secs(1))).await),
         1
@@ -575,6 +569,57 @@ async fn a_promoted_record_without_service_is_not_fenced_when_nothing_listens_on
     wait_for(WAIT, "the warden to die", || {
         (!warden.alive()).then_some(())
     });
+}
+
+/// A process leading its own group that holds a listening socket on a loopback port: the
+/// test binds it, the child inherits it across exec, and the test's copy is closed.
+fn listening_group() -> (Group, u16) {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fd = listener.as_raw_fd();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "exec sleep 1000"])
+        .stdin(Stdio::null())
+        .process_group(0);
+    // SAFETY: fcntl is async-signal-safe; it clears close-on-exec on the child's copy.
+    unsafe {
+        cmd.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        });
+    }
+    let group = Group(cmd.spawn().expect("spawn /bin/sh"));
+    drop(listener);
+    (group, port)
+}
+
+/// The record of a promoted node whose breadcrumb names no service, only its warden and
+/// the service's port.
+fn promoted_without_service(warden: &Group, port: u16) -> Target {
+    Target {
+        pid: Some(warden.pid()),
+        start_time: Some(warden.start_time()),
+        epoch: Some(7),
+        port: Some(port),
+        ..this_boot()
+    }
+}
+
+#[tokio::test]
+async fn a_promoted_record_without_service_is_fenced_by_killing_what_listens_on_its_port() {
+    // The old service: found through /proc/net/tcp and the socket among its open files.
+    let (mut service, port) = listening_group();
+    assert_eq!(process::listeners_on_port(port), vec![service.pid()]);
+    let mut warden = Group::spawn("exec sleep 1000");
+    let target = promoted_without_service(&warden, port);
+    assert_eq!(
+        exit_code(fence_local::run(&args_for(&target, Duration::from_secs(5))).await),
+        0
+    );
+    assert!(!service.alive(), "the listener on port {port} survived");
+    assert!(!warden.alive(), "the recorded warden survived");
+    assert!(process::listeners_on_port(port).is_empty());
 }
 
 /// The exit code `main` maps `fence-local`'s outcome to.

@@ -10,7 +10,7 @@
 //!
 //! Where the hierarchy is (`/sys/fs/cgroup` on unified hosts, `/sys/fs/cgroup/unified` on
 //! hybrid ones) is read from `/proc/self/mountinfo`; a process's cgroup is the `0::` line
-//! of `/proc/PID/cgroup`. Records name a cgroup by its path relative to the hierarchy's
+//! of `/proc/PID/cgroup`. procfs parses both. Records name a cgroup by its path relative to the hierarchy's
 //! root (`/system.slice/warden.service/service-42`), which is the same on every process
 //! of one host whatever the mount point.
 //!
@@ -24,6 +24,9 @@ use nix::unistd::Pid;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+
+use procfs::process::{MountInfo, Process};
+use procfs::ProcessCGroups;
 
 /// The mount point of the cgroup v2 hierarchy, from `/proc/self/mountinfo`; `None` on a
 /// host without one (cgroup v1 only).
@@ -46,25 +49,24 @@ pub fn parse_unified_mount(mountinfo: &str) -> Option<PathBuf> {
 /// Every cgroup2 mount in the text of a `mountinfo` file, as (the cgroup it shows, where it
 /// is mounted). A mount whose root is not `/` (a container's view bind-mounted from a
 /// subtree) shows only the cgroups below that root, under other names.
+///
+/// The callers read the file themselves and procfs's `MountInfo` parses it line by line:
+/// `Process::mountinfo` fails on the whole file when one line, of any mount, is beyond
+/// its parser, and that must not hide the cgroup2 mount.
 fn parse_unified_mounts(mountinfo: &str) -> Vec<(String, PathBuf)> {
     mountinfo
         .lines()
-        .filter_map(|line| {
-            // "36 25 0:30 / /sys/fs/cgroup rw,... shared:9 - cgroup2 cgroup2 rw,..."
-            let (left, right) = line.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            if fstype != "cgroup2" {
-                return None;
-            }
-            let mut fields = left.split_whitespace();
-            let root = unescape_mountinfo(fields.nth(3)?);
-            let mount_point = fields.next()?;
-            Some((root, PathBuf::from(unescape_mountinfo(mount_point))))
+        .filter_map(|line| MountInfo::from_line(line).ok())
+        .filter(|m| m.fs_type == "cgroup2")
+        .filter_map(|m| {
+            let mount_point = unescape_mountinfo(m.mount_point.to_str()?);
+            Some((unescape_mountinfo(&m.root), PathBuf::from(mount_point)))
         })
         .collect()
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal.
+/// mountinfo escapes space, tab, newline and backslash as `\ooo` octal. By hand: procfs
+/// hands out the root and mount point as escaped.
 fn unescape_mountinfo(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -94,21 +96,21 @@ fn unescape_mountinfo(s: &str) -> String {
 /// the hierarchy's root, e.g. `/system.slice/warden.service`. `None` when the process is
 /// gone or the host has no cgroup v2 hierarchy.
 pub fn of_pid(pid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    parse_proc_cgroup(&text)
+    let process = Process::new(i32::try_from(pid).ok()?).ok()?;
+    unified_path(&process.cgroups().ok()?)
 }
 
 /// This process's cgroup v2 path.
 pub fn own() -> Option<String> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    parse_proc_cgroup(&text)
+    unified_path(&Process::myself().ok()?.cgroups().ok()?)
 }
 
-/// The `0::` line of a `/proc/PID/cgroup` text.
-pub fn parse_proc_cgroup(text: &str) -> Option<String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(|p| p.trim_end().to_string())
+/// The cgroup v2 line (hierarchy 0, no controllers) of a process's cgroups.
+fn unified_path(cgroups: &ProcessCGroups) -> Option<String> {
+    cgroups
+        .into_iter()
+        .find(|c| c.hierarchy == 0 && c.controllers.is_empty())
+        .map(|c| c.pathname.trim_end().to_string())
         .filter(|p| p.starts_with('/'))
 }
 
@@ -404,6 +406,12 @@ mod tests {
             parse_unified_mount("31 23 0:28 / /sys rw - sysfs sysfs rw\n"),
             None
         );
+    }
+
+    /// The cgroup v2 path in a `/proc/PID/cgroup` text, as procfs parses it.
+    fn parse_proc_cgroup(text: &str) -> Option<String> {
+        use procfs::FromBufRead;
+        unified_path(&ProcessCGroups::from_buf_read(text.as_bytes()).ok()?)
     }
 
     #[test]

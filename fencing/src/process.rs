@@ -13,6 +13,9 @@ use crate::Target;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
+use procfs::net::{TcpNetEntry, TcpState};
+use procfs::process::{FDTarget, Process};
+use procfs::ProcError;
 use std::fmt;
 use std::fs;
 use std::io;
@@ -25,11 +28,25 @@ use tokio::time::Instant;
 /// well under a millisecond on a normal host.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// A `procfs` error as the `io::Error` it stands for, so that messages read as before
+/// ("No such file or directory"): procfs turns ENOENT and EACCES into variants of its own.
+fn io_error(e: ProcError) -> io::Error {
+    match e {
+        ProcError::Io(e, _) => e,
+        ProcError::NotFound(_) => io::Error::from_raw_os_error(libc::ENOENT),
+        ProcError::PermissionDenied(_) => io::Error::from_raw_os_error(libc::EACCES),
+        other => io::Error::other(other.to_string()),
+    }
+}
+
 /// This host's boot id (`/proc/sys/kernel/random/boot_id`): a random UUID the kernel picks
 /// at every boot, so a record carrying another one was written before the last reboot.
 pub fn boot_id() -> io::Result<String> {
     let path = "/proc/sys/kernel/random/boot_id";
-    let id = fs::read_to_string(path)?.trim().to_string();
+    let id = procfs::sys::kernel::random::boot_id()
+        .map_err(io_error)?
+        .trim()
+        .to_string();
     if id.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -64,6 +81,10 @@ pub fn machine_id() -> io::Result<String> {
 
 /// The inode of this process's pid namespace (`/proc/self/ns/pid`): processes in other
 /// pid namespaces (another container on the same kernel) are not visible by our pids.
+///
+/// One `stat` of the link, by hand: procfs's `Process::namespaces` stats every namespace
+/// of the process (ten of them) and fails when any one cannot be read, where only the pid
+/// namespace matters here.
 pub fn pid_ns() -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     Ok(fs::metadata("/proc/self/ns/pid")?.ino())
@@ -239,7 +260,7 @@ pub fn deadline_after(from: Instant, d: Duration) -> Instant {
         .unwrap_or(from)
 }
 
-/// The fields of `/proc/PID/stat` that fencing needs.
+/// The fields of `/proc/PID/stat` (parsed by procfs) that fencing needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcStat {
     /// Field 3: `R`, `S`, `D`, `T`, `Z` (zombie), `X` (dead), ...
@@ -259,22 +280,20 @@ impl ProcStat {
     pub fn is_exited(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
+
+    fn of(stat: &procfs::process::Stat) -> Option<ProcStat> {
+        Some(ProcStat {
+            state: stat.state,
+            ppid: u32::try_from(stat.ppid).ok()?,
+            pgid: u32::try_from(stat.pgrp).ok()?,
+            start_time: stat.starttime,
+        })
+    }
 }
 
-/// Parses the text of `/proc/PID/stat`. The command name (field 2) is in parentheses and
-/// may itself contain spaces and parentheses, so the fields are counted from the LAST
-/// `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields[0] is field 3 of the file.
-    let field = |n: usize| fields.get(n - 3).copied();
-    Some(ProcStat {
-        state: field(3)?.chars().next()?,
-        ppid: field(4)?.parse().ok()?,
-        pgid: field(5)?.parse().ok()?,
-        start_time: field(22)?.parse().ok()?,
-    })
+/// The stat of a process opened by procfs, or `None` once it is gone.
+fn stat_of(process: &Process) -> Option<ProcStat> {
+    ProcStat::of(&process.stat().ok()?)
 }
 
 /// `/proc/PID/stat` of a process, or `None` when there is no such process (or `/proc`
@@ -283,7 +302,7 @@ pub fn stat(pid: u32) -> Option<ProcStat> {
     if pid == 0 {
         return None;
     }
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    stat_of(&Process::new(i32::try_from(pid).ok()?).ok()?)
 }
 
 /// The start time of a process in clock ticks since boot (`/proc/PID/stat` field 22).
@@ -305,14 +324,16 @@ pub fn is_running(pid: u32, start_time: Option<u64>) -> bool {
     }
 }
 
-/// Every pid that is a process (not a thread: `/proc` lists only thread group leaders at
-/// its top level).
-fn all_pids() -> Vec<u32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect()
+/// Every process (not a thread: `/proc` lists only thread group leaders at its top
+/// level) with its pid; one that ends during the scan is left out.
+fn all_processes() -> impl Iterator<Item = (u32, Process)> {
+    procfs::process::all_processes()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let p = p.ok()?;
+            Some((u32::try_from(p.pid).ok()?, p))
+        })
 }
 
 /// The live (non-zombie) processes whose process group is `pgid`, sorted.
@@ -320,71 +341,59 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     if pgid == 0 {
         return Vec::new();
     }
-    let mut pids: Vec<u32> = all_pids()
-        .into_iter()
-        .filter(|&pid| stat(pid).is_some_and(|s| s.pgid == pgid && !s.is_exited()))
+    let mut pids: Vec<u32> = all_processes()
+        .filter(|(_, p)| stat_of(p).is_some_and(|s| s.pgid == pgid && !s.is_exited()))
+        .map(|(pid, _)| pid)
         .collect();
     pids.sort_unstable();
     pids
 }
 
-/// The socket inodes in LISTEN state (`st` = `0A`) on local port `port`, from the text of
-/// `/proc/net/tcp` or `/proc/net/tcp6`.
-pub fn parse_listen_inodes(text: &str, port: u16) -> Vec<u64> {
-    const TCP_LISTEN: &str = "0A";
-    text.lines()
-        .skip(1) // the header
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            let local_port = f.get(1)?.rsplit(':').next()?;
-            let local_port = u16::from_str_radix(local_port, 16).ok()?;
-            if local_port != port || *f.get(3)? != TCP_LISTEN {
-                return None;
-            }
-            f.get(9)?.parse().ok().filter(|&inode| inode != 0)
-        })
-        .collect()
+/// The inodes of the sockets among `entries` (of `/proc/net/tcp` or `/proc/net/tcp6`)
+/// that listen on local port `port`, sorted.
+fn listen_inodes(entries: &[TcpNetEntry], port: u16) -> Vec<u64> {
+    let mut inodes: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.state == TcpState::Listen && e.local_address.port() == port)
+        .map(|e| e.inode)
+        .filter(|&inode| inode != 0)
+        .collect();
+    inodes.sort_unstable();
+    inodes
 }
 
 /// The processes holding a listening TCP socket (IPv4 or IPv6) on `port`, sorted.
 ///
-/// Reads `/proc/net/tcp{,6}` and matches their inodes against the `socket:[INODE]` links
-/// in `/proc/*/fd`, so that no `fuser` or `ss` is needed on the host. Only this network
-/// namespace is visible, and only the file descriptors of processes this process may
-/// inspect: run as root (or as the service's user) to see the service's sockets.
+/// Reads `/proc/net/tcp{,6}` and matches their inodes against the sockets among the open
+/// files of every process (`/proc/*/fd`), so that no `fuser` or `ss` is needed on the
+/// host. Only this network namespace is visible, and only the file descriptors of
+/// processes this process may inspect: run as root (or as the service's user) to see the
+/// service's sockets.
 pub fn listeners_on_port(port: u16) -> Vec<u32> {
-    let mut inodes: Vec<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
+    let entries: Vec<TcpNetEntry> = [procfs::net::tcp(), procfs::net::tcp6()]
+        .into_iter()
         // tcp6 is absent when IPv6 is disabled; nothing listens there then.
-        .filter_map(|p| fs::read_to_string(p).ok())
-        .flat_map(|text| parse_listen_inodes(&text, port))
+        .filter_map(Result::ok)
+        .flatten()
         .collect();
+    let inodes = listen_inodes(&entries, port);
     if inodes.is_empty() {
         return Vec::new();
     }
-    inodes.sort_unstable();
-    let mut pids: Vec<u32> = all_pids()
-        .into_iter()
-        .filter(|pid| {
-            let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let mut pids: Vec<u32> = all_processes()
+        .filter(|(_, p)| {
+            let Ok(fds) = p.fd() else {
                 return false;
             };
-            fds.filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
-                .filter_map(|link| socket_inode(&link))
-                .any(|inode| inodes.binary_search(&inode).is_ok())
+            fds.filter_map(Result::ok).any(|fd| match fd.target {
+                FDTarget::Socket(inode) => inodes.binary_search(&inode).is_ok(),
+                _ => false,
+            })
         })
+        .map(|(pid, _)| pid)
         .collect();
     pids.sort_unstable();
     pids
-}
-
-fn socket_inode(link: &Path) -> Option<u64> {
-    link.to_str()?
-        .strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
 }
 
 /// What [`terminate_incarnation`] may act on besides the processes recorded in the
@@ -1194,6 +1203,12 @@ pub(crate) fn join_pids(pids: &[u32]) -> String {
 mod tests {
     use super::*;
 
+    /// A `/proc/PID/stat` text as procfs parses it.
+    fn parse_stat(text: &str) -> Option<ProcStat> {
+        use procfs::FromRead;
+        ProcStat::of(&procfs::process::Stat::from_read(text.as_bytes()).ok()?)
+    }
+
     #[test]
     fn stat_fields_are_counted_after_the_last_parenthesis() {
         // comm may hold spaces and parentheses: "(a) (b c)".
@@ -1214,10 +1229,12 @@ mod tests {
 
     #[test]
     fn zombie_and_dead_states_count_as_exited() {
-        let zombie = "7 (x) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
+        // A zombie's stat as Linux 6.1 shows it.
+        let zombie = "7 (x) Z 1 7 7 0 -1 4227084 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0 \
+                      18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0";
         assert!(parse_stat(zombie).unwrap().is_exited());
-        let dead = "7 (x) X 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 55 0 0";
-        assert!(parse_stat(dead).unwrap().is_exited());
+        let dead = zombie.replacen(" Z ", " X ", 1);
+        assert!(parse_stat(&dead).unwrap().is_exited());
     }
 
     #[test]
@@ -1233,20 +1250,23 @@ mod tests {
    1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 222 1 0000000000000000 20 4 30 10 -1
    2: 00000000:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 333 1 0000000000000000 100 0 0 10 0
 ";
-        assert_eq!(parse_listen_inodes(tcp, 8080), vec![111]);
-        assert_eq!(parse_listen_inodes(tcp, 8081), vec![333]);
-        assert!(parse_listen_inodes(tcp, 22).is_empty());
+        let parse = |text: &str| {
+            use procfs::FromBufReadSI;
+            procfs::net::TcpNetEntries::from_buf_read(
+                text.as_bytes(),
+                procfs::current_system_info(),
+            )
+            .unwrap()
+            .0
+        };
+        let tcp = parse(tcp);
+        assert_eq!(listen_inodes(&tcp, 8080), vec![111]);
+        assert_eq!(listen_inodes(&tcp, 8081), vec![333]);
+        assert!(listen_inodes(&tcp, 22).is_empty());
         let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 444 1 0000000000000000 100 0 0 10 0
 ";
-        assert_eq!(parse_listen_inodes(tcp6, 8080), vec![444]);
-    }
-
-    #[test]
-    fn socket_links_yield_their_inode() {
-        assert_eq!(socket_inode(Path::new("socket:[12345]")), Some(12345));
-        assert_eq!(socket_inode(Path::new("pipe:[12345]")), None);
-        assert_eq!(socket_inode(Path::new("/dev/null")), None);
+        assert_eq!(listen_inodes(&parse(tcp6), 8080), vec![444]);
     }
 
     #[test]

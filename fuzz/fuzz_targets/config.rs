@@ -129,8 +129,8 @@ fn accepted(cfg: &Config) {
     }
 }
 
-/// Whether the files `load` reads for this config (auth file, ssh identity and known_hosts)
-/// are outside `/proc`, `/sys` and `/dev`: a fuzzed config may name `/proc/kmsg`, a regular
+/// Whether the files `load` reads for this config (auth file, ssh identity and known_hosts,
+/// health CA file) are outside `/proc`, `/sys` and `/dev`: a fuzzed config may name `/proc/kmsg`, a regular
 /// file of mode 0400 that the loader would read, consuming the host's kernel log.
 fn names_only_plain_files(cfg: &Config) -> bool {
     let mut files: Vec<&Path> = cfg
@@ -140,6 +140,7 @@ fn names_only_plain_files(cfg: &Config) -> bool {
         .iter()
         .map(PathBuf::as_path)
         .collect();
+    files.extend(cfg.health.ca_file.as_deref());
     for method in &cfg.fence {
         if let FenceMethod::Ssh(m) = method {
             files.push(&m.identity_file);
