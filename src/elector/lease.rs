@@ -1,0 +1,105 @@
+//! The lease (SPEC §4 "The lease", §4.4): renewals, the doubt when one fails or is late,
+//! and the demotion and kill it forces before the lease ends.
+
+use super::{service::Svc, Action, Elector, Phase, StopCause, Ticket, RETRY_DELAY};
+use crate::record::WriteOutcome;
+use std::time::{Duration, Instant};
+
+/// The lease: how long our service may run without a fresh acknowledged write.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Lease {
+    /// Lease end; `None` before the first acknowledged write of this holding.
+    pub(super) end: Option<Instant>,
+    /// When the next renewal is due.
+    pub(super) next_renewal: Option<Instant>,
+    /// The renewal in flight and the instant it was sent.
+    pub(super) in_flight: Option<(Ticket, Instant)>,
+    /// A renewal failed or is late: the lease is in doubt (role `neutral`).
+    pub(super) doubt: bool,
+    /// SIGKILL was already ordered for this lease end.
+    pub(super) killed: bool,
+}
+
+impl Elector {
+    /// The lease: half the session timeout in force.
+    pub(super) fn lease_len(&self) -> Duration {
+        self.session_timeout() / 2
+    }
+
+    /// Renewals are due every sixth of the session timeout in force.
+    pub(super) fn renewal_interval(&self) -> Duration {
+        self.session_timeout() / 6
+    }
+
+    pub(super) fn on_renewed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        let Some((t, sent)) = self.lease.in_flight else {
+            return;
+        };
+        if t != ticket || !matches!(self.phase, Phase::Holding { .. }) {
+            return;
+        }
+        self.lease.in_flight = None;
+        match outcome {
+            WriteOutcome::Done => {
+                let end = sent + self.lease_len();
+                self.lease.end = Some(self.lease.end.map_or(end, |e| e.max(end)));
+                if self.lease.doubt {
+                    self.reason = "lease renewed".into();
+                }
+                self.lease.doubt = false;
+                self.lease.killed = false;
+                self.lease.next_renewal = Some(sent + self.renewal_interval());
+                self.start_if_due(now);
+            }
+            WriteOutcome::Conflict => {
+                self.reason = "the lock is no longer ours".into();
+                self.lock_lost(now);
+            }
+            WriteOutcome::Unknown => {
+                self.lease.doubt = true;
+                self.reason = "a lease renewal failed".into();
+                self.lease.next_renewal = Some(now + RETRY_DELAY);
+            }
+        }
+    }
+
+    /// The lease end, if the lease is still valid: a start is allowed up to it.
+    pub(super) fn lease_left(&self, now: Instant) -> Option<Instant> {
+        let end = self.lease.end?;
+        (now < end).then_some(end)
+    }
+
+    /// §4.4: the service must be down by the lease end. Once a renewal failed or is late,
+    /// demotion starts at lease end less the graceful stop (at once if that is past); at
+    /// the lease end whatever remains is killed, renewal doubt or not.
+    pub(super) fn lease_timers(&mut self, now: Instant) {
+        let Some(end) = self.lease.end else { return };
+        if let Phase::Holding { .. } = self.phase {
+            if let Some((_, sent)) = self.lease.in_flight {
+                if now >= sent + self.renewal_interval() && !self.lease.doubt {
+                    self.lease.doubt = true;
+                    self.reason = "a lease renewal is late".into();
+                }
+            }
+            if self.lease.in_flight.is_none() && self.lease.next_renewal.is_some_and(|t| now >= t) {
+                let ticket = self.ticket();
+                self.lease.in_flight = Some((ticket, now));
+                self.lease.next_renewal = None;
+                self.actions.push_back(Action::Renew { ticket });
+            }
+        }
+        let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
+        if self.lease.doubt && now >= demote_at && self.svc_running() {
+            self.reason = "the lease is ending without a renewal; demoting".into();
+            self.stop_service(StopCause::Forced);
+        }
+        if now >= end && self.svc != Svc::Down && !self.lease.killed {
+            self.lease.killed = true;
+            self.notice(
+                true,
+                "the lease ended with the service still running; killing it".into(),
+            );
+            self.actions.push_back(Action::KillService);
+        }
+    }
+}
