@@ -5,6 +5,7 @@ use super::{
     lease::Lease, service::Svc, Action, Elector, Phase, Step, StopCause, Ticket, LOST_DATA_RETRY,
     MAX_REJOIN_DELAY,
 };
+use crate::record::Epoch;
 use std::time::Instant;
 
 /// Why we leave the lock; decides the back-off and what the breadcrumb needs.
@@ -143,22 +144,27 @@ impl Elector {
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}
-            Svc::Down => {
-                if self.breadcrumb_written && why != Leave::PromotionFailed && !self.own_leftovers {
-                    let ticket = self.ticket();
-                    self.phase = Phase::Holding {
-                        epoch,
-                        step: Step::Leaving {
-                            why,
-                            deleting: Some(ticket),
-                        },
-                    };
-                    self.actions
-                        .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
-                } else {
-                    self.release(why);
-                }
-            }
+            Svc::Down => self.delete_breadcrumb_then_release(epoch, why, !self.own_leftovers),
+        }
+    }
+
+    /// The service is down on the way out: delete our breadcrumb first if we wrote it, the
+    /// service is known to be gone (`clean`) and the promotion did not fail (§4.3e keeps
+    /// it, so that whoever wins fences this node); then release.
+    pub(super) fn delete_breadcrumb_then_release(&mut self, epoch: Epoch, why: Leave, clean: bool) {
+        if clean && self.breadcrumb_written && why != Leave::PromotionFailed {
+            let ticket = self.ticket();
+            self.phase = Phase::Holding {
+                epoch,
+                step: Step::Leaving {
+                    why,
+                    deleting: Some(ticket),
+                },
+            };
+            self.actions
+                .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
+        } else {
+            self.release(why);
         }
     }
 

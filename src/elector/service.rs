@@ -17,6 +17,17 @@ pub(super) enum Svc {
 }
 
 impl Elector {
+    /// The breadcrumb is ours and the service follows the lease (§4.3d, §4.4).
+    fn in_serving_step(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            }
+        )
+    }
+
     pub(super) fn on_service_started(&mut self, ticket: Ticket, now: Instant) {
         let Svc::Starting(t, pending) = self.svc else {
             return;
@@ -37,11 +48,7 @@ impl Elector {
             self.lease_timers(now);
             return;
         }
-        if let Phase::Holding {
-            step: Step::Serving,
-            ..
-        } = self.phase
-        {
+        if self.in_serving_step() {
             self.reason = "service started; recording its identity".into();
             self.service_recorded = false;
             self.record_service();
@@ -86,13 +93,7 @@ impl Elector {
             return;
         }
         self.forgetting = None;
-        if !matches!(
-            self.phase,
-            Phase::Holding {
-                step: Step::Serving,
-                ..
-            }
-        ) {
+        if !self.in_serving_step() {
             return;
         }
         match outcome {
@@ -100,15 +101,20 @@ impl Elector {
                 self.names_earlier_start = false;
                 self.start_if_due(now);
             }
-            WriteOutcome::Unknown => {
-                // Retried while the lease holds; nothing starts until it is done.
-                self.record_retry_at = Some(now + RETRY_DELAY);
-            }
-            WriteOutcome::Conflict => {
-                self.reason =
-                    "the breadcrumb is no longer ours; the lock may have been lost".into();
-                self.lock_lost(now);
-            }
+            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
+        }
+    }
+
+    /// A breadcrumb rewrite (naming the service, or naming none) was not acknowledged. An
+    /// unknown outcome is retried while the lease holds: nothing starts until it is done,
+    /// and the lease timers take the service down if the store stays silent. A conflict
+    /// means the breadcrumb is not ours any more.
+    fn rewrite_failed(&mut self, outcome: WriteOutcome, now: Instant) {
+        if outcome == WriteOutcome::Conflict {
+            self.reason = "the breadcrumb is no longer ours; the lock may have been lost".into();
+            self.lock_lost(now);
+        } else {
+            self.record_retry_at = Some(now + RETRY_DELAY);
         }
     }
 
@@ -122,14 +128,7 @@ impl Elector {
             return;
         }
         self.recording = None;
-        if !matches!(
-            self.phase,
-            Phase::Holding {
-                step: Step::Serving,
-                ..
-            }
-        ) || self.svc != Svc::Up
-        {
+        if !self.in_serving_step() || self.svc != Svc::Up {
             return;
         }
         match outcome {
@@ -146,16 +145,7 @@ impl Elector {
                     self.actions.push_back(Action::ClearFailover { request });
                 }
             }
-            WriteOutcome::Unknown => {
-                // Retried while the lease holds; the lease timers take the service down if
-                // the store stays silent.
-                self.record_retry_at = Some(now + RETRY_DELAY);
-            }
-            WriteOutcome::Conflict => {
-                self.reason =
-                    "the breadcrumb is no longer ours; the lock may have been lost".into();
-                self.lock_lost(now);
-            }
+            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
         }
     }
 
@@ -174,11 +164,7 @@ impl Elector {
         }
         self.svc = Svc::Down;
         self.reason = format!("promotion failed: {reason}");
-        if let Phase::Holding {
-            step: Step::Serving,
-            ..
-        } = self.phase
-        {
+        if self.in_serving_step() {
             if self.lease_left(now).is_none() {
                 // The lease ran out before the start: wait for a renewal, as in §4.4.
                 self.lease.doubt = true;
@@ -201,13 +187,7 @@ impl Elector {
             _ => return,
         }
         self.service_recorded = false;
-        let serving = matches!(
-            self.phase,
-            Phase::Holding {
-                step: Step::Serving,
-                ..
-            }
-        );
+        let serving = self.in_serving_step();
         if !serving {
             self.stop_service(StopCause::Demote);
             return;
@@ -257,20 +237,7 @@ impl Elector {
                 epoch,
                 step: Step::Leaving { why, .. },
             } => {
-                if clean && self.breadcrumb_written && why != Leave::PromotionFailed {
-                    let ticket = self.ticket();
-                    self.phase = Phase::Holding {
-                        epoch,
-                        step: Step::Leaving {
-                            why,
-                            deleting: Some(ticket),
-                        },
-                    };
-                    self.actions
-                        .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
-                } else {
-                    self.release(why);
-                }
+                self.delete_breadcrumb_then_release(epoch, why, clean);
             }
             Phase::Holding {
                 step: Step::Serving,
@@ -304,13 +271,7 @@ impl Elector {
         if healthy || self.svc != Svc::Up {
             return;
         }
-        if !matches!(
-            self.phase,
-            Phase::Holding {
-                step: Step::Serving,
-                ..
-            }
-        ) {
+        if !self.in_serving_step() {
             return;
         }
         if self.control.paused {
