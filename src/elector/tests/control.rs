@@ -140,11 +140,8 @@ fn a_lapsed_switchover_request_is_cleared_by_the_next_active() {
     assert_eq!(a, vec![], "a request naming another node keeps us out");
     let a = h.advance(Duration::from_secs(2));
     let j = H::ticket_of(&a);
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 4 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+    let r = h.held(j, 4);
+    let a = h.read(r, BreadcrumbView::Absent);
     let a = h.feed(Event::Committed {
         ticket: H::ticket_of(&a),
         outcome: WriteOutcome::Done,

@@ -258,11 +258,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
         control: request.clone(),
     });
     let j = H::ticket_of(&a);
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 7 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.held(j, 7);
     h.now = lapses_at;
     let a = h.feed(Event::StateRead {
         ticket: r,
@@ -292,11 +288,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
         control: request.clone(),
     });
     let j = H::ticket_of(&a);
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 7 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.held(j, 7);
     let a = h.feed(Event::StateRead {
         ticket: r,
         result: Ok(Box::new(ClusterState {
@@ -334,11 +326,7 @@ fn rule_6_a_follow_that_fails_while_the_lock_is_taken_keeps_the_node_from_promot
     }));
     let a = h.feed(Event::LockDeleted);
     let j = H::ticket_of(&a);
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 9 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.held(j, 9);
     h.feed(Event::Followed {
         ticket: t,
         ok: false,

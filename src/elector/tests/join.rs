@@ -88,6 +88,26 @@ fn rule_4_2_results_with_stale_tickets_are_ignored() {
     assert_eq!(h.e.epoch(), None);
 }
 
+/// The join `ticket` wins the lock at `epoch`, fencing n2 fails, the lock is released.
+fn fence_fails(h: &mut H, ticket: Ticket, epoch: Epoch) {
+    let r = h.held(ticket, epoch);
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "x", Some(1)),
+            version: Version::new(0),
+        },
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: false,
+        summary: "no".into(),
+    });
+    h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+}
+
 #[test]
 fn rule_4_8_rejoin_delay_doubles_up_to_30s_and_resets_after_60s_stable() {
     let mut h = H::new();
@@ -101,25 +121,7 @@ fn rule_4_8_rejoin_delay_doubles_up_to_30s_and_resets_after_60s_stable() {
             }
             _ => h.session(),
         };
-        let a = h.feed(Event::Joined {
-            ticket: j,
-            outcome: JoinOutcome::Held { epoch: 100 },
-        });
-        let a = h.read(
-            H::ticket_of(&a),
-            BreadcrumbView::Record {
-                record: record("n2", "x", Some(1)),
-                version: Version::new(0),
-            },
-        );
-        let a = h.feed(Event::FenceDone {
-            ticket: H::ticket_of(&a),
-            fenced: false,
-            summary: "no".into(),
-        });
-        h.feed(Event::Released {
-            ticket: H::ticket_of(&a),
-        });
+        fence_fails(&mut h, j, 100);
         h.feed(Event::SessionStarted {
             granted: None,
             control: ControlView::default(),
@@ -138,25 +140,7 @@ fn rule_4_8_rejoin_delay_doubles_up_to_30s_and_resets_after_60s_stable() {
     });
     h.advance(STABLE_RESET);
     let a = h.feed(Event::LockDeleted);
-    let a = h.feed(Event::Joined {
-        ticket: H::ticket_of(&a),
-        outcome: JoinOutcome::Held { epoch: 200 },
-    });
-    let a = h.read(
-        H::ticket_of(&a),
-        BreadcrumbView::Record {
-            record: record("n2", "x", Some(1)),
-            version: Version::new(0),
-        },
-    );
-    let a = h.feed(Event::FenceDone {
-        ticket: H::ticket_of(&a),
-        fenced: false,
-        summary: "no".into(),
-    });
-    h.feed(Event::Released {
-        ticket: H::ticket_of(&a),
-    });
+    fence_fails(&mut h, H::ticket_of(&a), 200);
     assert_eq!(h.e.out_until.unwrap() - h.now, Duration::from_secs(1));
 }
 

@@ -176,11 +176,8 @@ fn rule_4_the_lease_follows_a_granted_session_timeout_below_the_configured_one()
         "{a:?}"
     );
     assert_eq!(h.e.session_timeout(), T / 3);
-    let a = h.feed(Event::Joined {
-        ticket: H::ticket_of(&strip(a)),
-        outcome: JoinOutcome::Held { epoch: 2 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+    let r = h.held(H::ticket_of(&strip(a)), 2);
+    let a = h.read(r, BreadcrumbView::Absent);
     let sent = h.now;
     let a = h.feed(Event::Committed {
         ticket: H::ticket_of(&a),

@@ -136,21 +136,52 @@ impl H {
         })
     }
 
-    /// Session, lock won with `epoch`, empty breadcrumb, commit acknowledged, service up.
-    fn active(&mut self, epoch: Epoch) {
-        let j = self.session();
+    /// Answers the join `ticket`: the lock is ours at `epoch`. Returns the state read's
+    /// ticket.
+    fn held(&mut self, ticket: Ticket, epoch: Epoch) -> Ticket {
         let a = self.feed(Event::Joined {
-            ticket: j,
+            ticket,
             outcome: JoinOutcome::Held { epoch },
         });
-        let r = H::ticket_of(&a);
+        assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+        H::ticket_of(&a)
+    }
+
+    /// Session, lock won at `epoch`: the state read is out; returns its ticket.
+    fn won(&mut self, epoch: Epoch) -> Ticket {
+        let j = self.session();
+        self.held(j, epoch)
+    }
+
+    /// Won the lock at `epoch`, the breadcrumb read empty: the commit is out; returns its
+    /// ticket.
+    fn committing(&mut self, epoch: Epoch) -> Ticket {
+        let r = self.won(epoch);
         let a = self.read(r, BreadcrumbView::Absent);
-        let c = H::ticket_of(&a);
+        assert!(
+            matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+            "{a:?}"
+        );
+        H::ticket_of(&a)
+    }
+
+    /// Won the lock at `epoch` and committed: the start is in flight; returns its ticket.
+    fn starting(&mut self, epoch: Epoch) -> Ticket {
+        let c = self.committing(epoch);
         let a = self.feed(Event::Committed {
             ticket: c,
             outcome: WriteOutcome::Done,
         });
-        let s = H::ticket_of(&a);
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { .. }]),
+            "{a:?}"
+        );
+        H::ticket_of(&a)
+    }
+
+    /// Won the lock at `epoch`, committed, the service up and recorded: active.
+    fn active(&mut self, epoch: Epoch) {
+        let s = self.starting(epoch);
         let a = self.feed(Event::ServiceStarted { ticket: s });
         self.recorded(&a);
         assert_eq!(self.e.role(), Role::Active);
@@ -158,15 +189,8 @@ impl H {
 
     /// Acknowledges the `RecordService` among `actions`; returns what follows.
     fn recorded(&mut self, actions: &[Action]) -> Vec<Action> {
-        let ticket = actions
-            .iter()
-            .find_map(|a| match a {
-                Action::RecordService { ticket, .. } => Some(*ticket),
-                _ => None,
-            })
-            .expect("a RecordService action");
         self.feed(Event::ServiceRecorded {
-            ticket,
+            ticket: H::ticket_of_record(actions),
             outcome: WriteOutcome::Done,
         })
     }
@@ -181,23 +205,4 @@ fn strip(actions: Vec<Action>) -> Vec<Action> {
 
 fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
     actions.iter().any(f)
-}
-
-/// Won the lock and committed; the start is in flight.
-fn starting(h: &mut H, epoch: Epoch) -> Ticket {
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
-    let a = h.feed(Event::Committed {
-        ticket: H::ticket_of(&a),
-        outcome: WriteOutcome::Done,
-    });
-    assert!(
-        matches!(a.as_slice(), [Action::StartService { .. }]),
-        "{a:?}"
-    );
-    H::ticket_of(&a)
 }

@@ -63,12 +63,7 @@ fn rule_4_3_empty_breadcrumb_commit_then_start_with_the_epoch() {
 #[test]
 fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 7 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(7);
     let a = h.feed(Event::StateRead {
         ticket: r,
         result: Ok(Box::new(ClusterState {
@@ -88,12 +83,7 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
 #[test]
 fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 20 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(20);
     let old = record("n2", "inc-9", Some(10));
     let a = h.read(
         r,
@@ -132,12 +122,7 @@ fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
 #[test]
 fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 20 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(20);
     let a = h.read(
         r,
         BreadcrumbView::Record {
@@ -176,12 +161,7 @@ fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
 #[test]
 fn rule_4_3b_an_older_incarnation_of_this_node_is_fenced_locally() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 20 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(20);
     let old = on_this_boot(record("n1", "inc-0", Some(10)));
     let a = h.read(
         r,
@@ -208,13 +188,9 @@ fn on_this_boot(mut r: NodeRecord) -> NodeRecord {
 /// The order for a breadcrumb of this node id written as `r`.
 fn order_for(r: NodeRecord) -> FenceOrder {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 20 },
-    });
+    let read = h.won(20);
     let a = h.read(
-        H::ticket_of(&a),
+        read,
         BreadcrumbView::Record {
             record: r,
             version: Version::new(1),
@@ -263,14 +239,10 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
     let rel = H::ticket_of(&a);
     h.feed(Event::Released { ticket: rel });
     h.advance(Duration::from_secs(31));
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 9 },
-    });
+    let r = h.won(9);
     let mine = record("n1", "inc-1", Some(3));
     let a = h.read(
-        H::ticket_of(&a),
+        r,
         BreadcrumbView::Record {
             record: mine.clone(),
             version: Version::new(2),
@@ -285,12 +257,7 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
 #[test]
 fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 20 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(20);
     let a = h.read(
         r,
         BreadcrumbView::Unreadable {
@@ -313,13 +280,7 @@ fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
 #[test]
 fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 30 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
-    let c = H::ticket_of(&a);
+    let c = h.committing(30);
     let a = h.feed(Event::Committed {
         ticket: c,
         outcome: WriteOutcome::Conflict,
@@ -353,12 +314,7 @@ fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
 #[test]
 fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 5 },
-    });
-    let r = H::ticket_of(&a);
+    let r = h.won(5);
     let all = h.feed_all(Event::StateRead {
         ticket: r,
         result: Ok(Box::new(ClusterState {
@@ -382,13 +338,9 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
 #[test]
 fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 5 },
-    });
+    let r = h.won(5);
     let all = h.feed_all(Event::StateRead {
-        ticket: H::ticket_of(&a),
+        ticket: r,
         result: Ok(Box::new(ClusterState {
             breadcrumb: BreadcrumbView::Absent,
             control: ControlView::default(),
@@ -436,17 +388,7 @@ fn rule_3a_a_standby_learns_the_holders_committed_epoch_and_a_lost_store_is_wait
 #[test]
 fn rule_4_3e_failed_promotion_keeps_the_breadcrumb_and_backs_off() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 1 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
-    let a = h.feed(Event::Committed {
-        ticket: H::ticket_of(&a),
-        outcome: WriteOutcome::Done,
-    });
-    let s = H::ticket_of(&a);
+    let s = h.starting(1);
     let a = h.feed(Event::StartFailed {
         ticket: s,
         reason: "exec failed".into(),
@@ -485,14 +427,9 @@ fn rule_4_3e_failed_promotion_keeps_the_breadcrumb_and_backs_off() {
 #[test]
 fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 6 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+    let c = h.committing(6);
     let a = h.feed(Event::CommitAborted {
-        ticket: H::ticket_of(&a),
+        ticket: c,
         reason: "the pidfile /run/x.pid holds \"garbage\"".into(),
     });
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
@@ -511,13 +448,7 @@ fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing()
 #[test]
 fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 8 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
-    let c = H::ticket_of(&a);
+    let c = h.committing(8);
     let a = h.feed(Event::StopRequested);
     assert_eq!(
         a,
@@ -544,13 +475,7 @@ fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
 
     // Acknowledged: the same, without the read; never a start.
     let mut h = H::new();
-    let j = h.session();
-    let a = h.feed(Event::Joined {
-        ticket: j,
-        outcome: JoinOutcome::Held { epoch: 8 },
-    });
-    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
-    let c = H::ticket_of(&a);
+    let c = h.committing(8);
     h.feed(Event::StopRequested);
     let a = h.feed(Event::Committed {
         ticket: c,

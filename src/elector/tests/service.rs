@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn rule_4_3d_not_active_until_the_service_identity_is_recorded() {
     let mut h = H::new();
-    let s = starting(&mut h, 5);
+    let s = h.starting(5);
     let a = h.feed(Event::ServiceStarted { ticket: s });
     let r = H::ticket_of_record(&a);
     assert_eq!(h.e.role(), Role::Promoting);
@@ -120,7 +120,7 @@ fn rule_4_3d_a_late_record_of_a_stopped_service_never_makes_the_next_copy_active
     // Simulation seed 880: record unknown, lease in doubt, service stopped, renewal
     // back, a new copy started; then the first record's answer arrived.
     let mut h = H::new();
-    let s = starting(&mut h, 5);
+    let s = h.starting(5);
     let a = h.feed(Event::ServiceStarted { ticket: s });
     let r1 = H::ticket_of_record(&a);
     // The lease ends without a renewal answer: forced stop.
@@ -179,7 +179,7 @@ fn rule_4_3d_a_late_record_of_a_stopped_service_never_makes_the_next_copy_active
 #[test]
 fn rule_4_3d_a_rejected_service_record_means_the_lock_is_lost() {
     let mut h = H::new();
-    let s = starting(&mut h, 5);
+    let s = h.starting(5);
     let a = h.feed(Event::ServiceStarted { ticket: s });
     let a = h.feed(Event::ServiceRecorded {
         ticket: H::ticket_of_record(&a),
@@ -246,7 +246,7 @@ fn rule_6_a_service_whose_main_process_exited_is_stopped_before_the_breadcrumb_g
 fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
     // Simulation seed 6121: the stop answered "not running" and the start leaked.
     let mut h = H::new();
-    let s = starting(&mut h, 7);
+    let s = h.starting(7);
     let a = h.feed(Event::StopRequested);
     assert_eq!(a, vec![], "no stop while the start is in flight: {a:?}");
     let a = h.feed(Event::ServiceStarted { ticket: s });
@@ -273,7 +273,7 @@ fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
 fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
     // Simulation seed 8994: frozen between the lease check and the spawn.
     let mut h = H::new();
-    let s = starting(&mut h, 7);
+    let s = h.starting(7);
     let end = h.e.lease.end.unwrap();
     h.now = end + Duration::from_millis(10);
     h.e.handle_timeout(h.now);
