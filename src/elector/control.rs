@@ -1,7 +1,9 @@
 //! `control` as the election reads it (SPEC §8): pause, and switchover requests with their
 //! deadlines.
 
-use super::{leave::Leave, ControlView, Elector, FailoverView, Phase, Step, MAX_SWITCHOVER};
+use super::{
+    leave::Leave, ControlView, Elector, FailoverView, Phase, Reason, Step, MAX_SWITCHOVER,
+};
 use std::time::Instant;
 
 impl Elector {
@@ -11,11 +13,11 @@ impl Elector {
         // A fresh view: a request still in it, lapsed or not, is judged anew.
         self.lapsed_failover = None;
         if self.control.paused != was_paused {
-            self.reason = if self.control.paused {
-                "the cluster was paused".into()
+            self.reason = Some(if self.control.paused {
+                Reason::Paused
             } else {
-                "the cluster was resumed".into()
-            };
+                Reason::Resumed
+            });
         }
         match self.phase {
             Phase::Idle => self.try_join(now),
@@ -30,7 +32,7 @@ impl Elector {
                         .as_ref()
                         .is_some_and(|f| f.from == self.cfg.node_id && now < f.lapses_at);
                 if cede {
-                    self.reason = "a planned switchover asked this node to step down".into();
+                    self.reason = Some(Reason::SwitchoverStepsUsDown);
                     self.leave(Leave::Cede);
                 }
             }
@@ -69,17 +71,17 @@ impl Elector {
     }
 
     /// A pending switchover keeps us out when it asks us to step down or names another node.
-    pub(super) fn switchover_excludes_us(&self, now: Instant) -> Option<String> {
+    pub(super) fn switchover_excludes_us(&self, now: Instant) -> Option<Reason> {
         let f = self.control.failover.as_ref()?;
         if now >= f.lapses_at {
             return None;
         }
         if f.from == self.cfg.node_id {
-            return Some("a planned switchover moves the active away from this node".into());
+            return Some(Reason::SwitchoverMovesAway);
         }
         match &f.to {
             Some(to) if *to != self.cfg.node_id => {
-                Some(format!("a planned switchover names {to} as the new active"))
+                Some(Reason::SwitchoverNamesAnother { to: to.clone() })
             }
             _ => None,
         }

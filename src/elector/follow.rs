@@ -1,7 +1,7 @@
 //! SPEC §6 `follow` and `priority`: standbys follow each new active, and a node steps back
 //! for one of higher priority or when its follow failed.
 
-use super::{service::Svc, Action, Elector, Phase, Ticket};
+use super::{service::Svc, Action, Elector, Phase, Reason, Ticket};
 use crate::record::{Health, MemberRecord, NodeRecord, Role};
 use std::time::Instant;
 
@@ -39,20 +39,17 @@ impl Elector {
     /// switchover names it; or it is of priority 0 and no switchover names it. Checked
     /// again once the lock is ours and once the state is read, since a request may lapse
     /// or a follow fail after the join went out (simulation seeds 1355 and 352).
-    pub(super) fn takeover_refusal(&self, now: Instant) -> Option<String> {
+    pub(super) fn takeover_refusal(&self, now: Instant) -> Option<Reason> {
         if !self.forced_target(now) {
             if let Some(why) = &self.follow_failed {
-                return Some(format!("{why}: not promoting until a follow succeeds"));
+                return Some(Reason::NotFollowing(why.clone()));
             }
             if !self.eligible {
-                return Some("no longer eligible: not promoting".into());
+                return Some(Reason::NotEligible);
             }
         }
         if self.cfg.priority == 0 && !self.named_target(now) {
-            return Some(
-                "priority 0 and no pending switchover names this node any more: not promoting"
-                    .into(),
-            );
+            return Some(Reason::Priority0NotNamed);
         }
         None
     }
@@ -104,19 +101,20 @@ impl Elector {
             self.followed = epoch;
             if self.follow_failed.take().is_some() {
                 self.notice(false, format!("the follow hook succeeded: {detail}"));
-                self.reason = "following the active again".into();
+                self.reason = Some(Reason::FollowingAgain);
             }
             // A newer active may have come meanwhile; else this node may join again.
             self.follow_now();
             self.try_join(now);
         } else {
             // SPEC §6: ineligible until a follow succeeds, retried every rejoin_delay.
-            let why = format!("the follow hook failed: {detail}");
-            if self.follow_failed.as_deref() != Some(why.as_str()) {
-                self.notice(true, why.clone());
+            let why = Reason::FollowFailed(detail);
+            let words = why.to_string();
+            if self.follow_failed.as_deref() != Some(words.as_str()) {
+                self.notice(true, words.clone());
             }
-            self.reason = why.clone();
-            self.follow_failed = Some(why);
+            self.reason = Some(why);
+            self.follow_failed = Some(words);
             self.follow_retry_at = Some(now + self.cfg.rejoin_delay);
         }
     }

@@ -2,8 +2,8 @@
 //! means.
 
 use super::{
-    lease::Lease, leave::Leave, service::Svc, Action, ControlView, Elector, Phase, Step, Ticket,
-    LOST_DATA_RETRY, RETRY_DELAY,
+    lease::Lease, leave::Leave, service::Svc, Action, ControlView, Elector, Phase, Reason, Step,
+    Ticket, LOST_DATA_RETRY, RETRY_DELAY,
 };
 use crate::record::JoinOutcome;
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ impl Elector {
             // The session drop finished the release for us.
             self.after_release(why, now);
         } else {
-            self.reason = "the coordination session was lost".into();
+            self.reason = Some(Reason::SessionLost);
             self.force_stop();
         }
         if !matches!(self.phase, Phase::Exited) {
@@ -94,13 +94,13 @@ impl Elector {
                 self.breadcrumb_written = false;
                 self.lease = Lease::default();
                 if !self.may_join(now) || self.stopping {
-                    self.reason = "holding the lock but no longer eligible".into();
+                    self.reason = Some(Reason::NoLongerEligible);
                     self.leave(Leave::StandAside);
                 } else if let Some(why) = self.takeover_refusal(now) {
-                    self.reason = why;
+                    self.reason = Some(why);
                     self.leave(Leave::StandAside);
                 } else {
-                    self.reason = "won the lock".into();
+                    self.reason = Some(Reason::WonTheLock);
                     self.read_state(epoch, None);
                 }
             }
@@ -108,16 +108,17 @@ impl Elector {
                 self.must_rejoin = false;
                 self.phase = Phase::Standby;
                 self.epoch_seen = self.epoch_seen.max(epoch);
-                self.reason = "another node holds the lock".into();
+                self.reason = Some(Reason::AnotherNodeHolds);
             }
             JoinOutcome::LostData(why) => {
                 // No lock was taken: look again, quietly after the first time.
                 self.must_rejoin = false;
                 self.phase = Phase::Idle;
                 self.retry_at = Some(now + LOST_DATA_RETRY);
-                if self.reason != why {
-                    self.notice(true, why.clone());
-                    self.reason = why;
+                let why = Reason::StoreLostData(why);
+                if self.reason.as_ref() != Some(&why) {
+                    self.notice(true, why.to_string());
+                    self.reason = Some(why);
                 }
             }
             JoinOutcome::Unknown => {
@@ -134,7 +135,7 @@ impl Elector {
         match self.phase {
             Phase::Standby => {
                 self.phase = Phase::Idle;
-                self.reason = "the lock was released".into();
+                self.reason = Some(Reason::LockReleased);
                 self.try_join(now);
             }
             Phase::Holding { .. } => self.lock_lost(now),

@@ -1,7 +1,7 @@
 //! The lease (SPEC §4 "The lease", §4.4): renewals, the doubt when one fails or is late,
 //! and the demotion and kill it forces before the lease ends.
 
-use super::{service::Svc, Action, Elector, Phase, StopCause, Ticket, RETRY_DELAY};
+use super::{service::Svc, Action, Elector, Phase, Reason, StopCause, Ticket, RETRY_DELAY};
 use crate::record::WriteOutcome;
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ impl Elector {
                 let end = sent + self.lease_len();
                 self.lease.end = Some(self.lease.end.map_or(end, |e| e.max(end)));
                 if self.lease.doubt {
-                    self.reason = "lease renewed".into();
+                    self.reason = Some(Reason::LeaseRenewed);
                 }
                 self.lease.doubt = false;
                 self.lease.killed = false;
@@ -52,12 +52,12 @@ impl Elector {
                 self.start_if_due(now);
             }
             WriteOutcome::Conflict => {
-                self.reason = "the lock is no longer ours".into();
+                self.reason = Some(Reason::LockNotOurs);
                 self.lock_lost(now);
             }
             WriteOutcome::Unknown => {
                 self.lease.doubt = true;
-                self.reason = "a lease renewal failed".into();
+                self.reason = Some(Reason::RenewalFailed);
                 self.lease.next_renewal = Some(now + RETRY_DELAY);
             }
         }
@@ -78,7 +78,7 @@ impl Elector {
             if let Some((_, sent)) = self.lease.in_flight {
                 if now >= sent + self.renewal_interval() && !self.lease.doubt {
                     self.lease.doubt = true;
-                    self.reason = "a lease renewal is late".into();
+                    self.reason = Some(Reason::RenewalLate);
                 }
             }
             if self.lease.in_flight.is_none() && self.lease.next_renewal.is_some_and(|t| now >= t) {
@@ -90,7 +90,7 @@ impl Elector {
         }
         let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
         if self.lease.doubt && now >= demote_at && self.svc_running() {
-            self.reason = "the lease is ending without a renewal; demoting".into();
+            self.reason = Some(Reason::LeaseEnding);
             self.stop_service(StopCause::Forced);
         }
         if now >= end && self.svc != Svc::Down && !self.lease.killed {

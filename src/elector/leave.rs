@@ -2,8 +2,8 @@
 //! demotion was clean, release, back off after a failure, exit on shutdown.
 
 use super::{
-    lease::Lease, service::Svc, Action, Elector, Phase, Step, StopCause, Ticket, LOST_DATA_RETRY,
-    MAX_REJOIN_DELAY,
+    lease::Lease, service::Svc, Action, Elector, Phase, Reason, Step, StopCause, Ticket,
+    LOST_DATA_RETRY, MAX_REJOIN_DELAY,
 };
 use crate::record::Epoch;
 use std::time::Instant;
@@ -78,7 +78,7 @@ impl Elector {
             return;
         }
         self.stopping = true;
-        self.reason = "shutting down".into();
+        self.reason = Some(Reason::ShuttingDown);
         match self.phase {
             Phase::Holding {
                 step: Step::Leaving { .. },
@@ -114,7 +114,7 @@ impl Elector {
 
     /// The lock vanished or is not ours (§4.4): demote, then join again.
     pub(super) fn lock_lost(&mut self, now: Instant) {
-        self.reason = "the lock is no longer ours".into();
+        self.reason = Some(Reason::LockNotOurs);
         self.forget_record();
         self.lease.in_flight = None;
         self.lease.next_renewal = None;

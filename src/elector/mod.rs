@@ -28,6 +28,7 @@ mod join;
 mod lease;
 mod leave;
 mod promote;
+mod reason;
 mod role;
 mod service;
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
 use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Role};
 use lease::Lease;
 use leave::Leave;
+pub use reason::Reason;
 use service::Svc;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -319,7 +321,7 @@ pub enum Action {
         from: Role,
         to: Role,
         epoch: Option<Epoch>,
-        reason: String,
+        reason: Reason,
     },
     /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
     Follow { ticket: Ticket, active: NodeRecord },
@@ -449,7 +451,7 @@ pub struct Elector {
     rival_waited: bool,
     stopping: bool,
     /// The reason for the next transition.
-    reason: String,
+    reason: Option<Reason>,
     next_ticket: Ticket,
     actions: VecDeque<Action>,
 }
@@ -490,7 +492,7 @@ impl Elector {
             rival_waited: false,
             forgetting: None,
             stopping: false,
-            reason: String::new(),
+            reason: None,
             next_ticket: 1,
             actions: VecDeque::new(),
         };
@@ -655,7 +657,7 @@ impl Elector {
             Event::Members { members } => self.on_members(&members),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
-                self.reason = detail;
+                self.reason = Some(Reason::Eligibility(detail));
                 if eligible {
                     self.try_join(now);
                 }
@@ -701,7 +703,9 @@ impl Elector {
         }
         if let Some(f) = &self.control.failover {
             if now >= f.lapses_at {
-                self.reason = format!("the switchover request from {} lapsed", f.from);
+                self.reason = Some(Reason::SwitchoverLapsed {
+                    from: f.from.clone(),
+                });
                 self.lapsed_failover = self.control.failover.take();
                 self.try_join(now);
             }

@@ -2,8 +2,8 @@
 //! epoch that is not new (§3, §3a), fence the old active (§5), commit the breadcrumb.
 
 use super::{
-    lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOrder, Phase, Step, Ticket,
-    RETRY_DELAY,
+    lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOrder, Phase, Reason, Step,
+    Ticket, RETRY_DELAY,
 };
 use crate::record::{BreadcrumbView, Epoch, Version, WriteOutcome};
 use std::time::Instant;
@@ -54,7 +54,7 @@ impl Elector {
         self.control = self.bounded(state.control.clone(), now);
         // 3a: paused, or a switchover that names another node.
         if state.control.paused {
-            self.reason = "the cluster is paused".into();
+            self.reason = Some(Reason::FoundPaused);
             self.leave(Leave::StandAside);
             return;
         }
@@ -62,7 +62,7 @@ impl Elector {
             .switchover_excludes_us(now)
             .or_else(|| self.takeover_refusal(now))
         {
-            self.reason = why;
+            self.reason = Some(why);
             self.leave(Leave::StandAside);
             return;
         }
@@ -155,23 +155,18 @@ impl Elector {
         else {
             return;
         };
-        let confirm = match target {
-            Some(node) => format!("warden fence --confirm {node}"),
-            None => "warden fence --confirm --unreadable".to_string(),
-        };
         if t != ticket {
             return;
         }
         if fenced {
             self.own_leftovers = false;
-            self.reason = format!("fenced the old active: {summary}");
+            self.reason = Some(Reason::Fenced(summary));
             self.commit(epoch, breadcrumb_version, control_version, now);
         } else {
-            self.reason = format!(
-                "fencing failed, not promoting: {summary}. If the old active is powered off \
-                 or its service is certainly stopped, record that with `{confirm}`; otherwise \
-                 fix the fence method"
-            );
+            self.reason = Some(Reason::FenceFailed {
+                summary,
+                target: target.clone(),
+            });
             self.leave(Leave::FenceFailed);
         }
     }
@@ -193,7 +188,7 @@ impl Elector {
             WriteOutcome::Done => self.committed(epoch, sent, now),
             WriteOutcome::Conflict if self.stopping => self.leave(Leave::Stop),
             WriteOutcome::Conflict => {
-                self.reason = "the breadcrumb or control changed; reading again".into();
+                self.reason = Some(Reason::StateChanged);
                 self.read_state(epoch, None);
             }
             WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
@@ -212,7 +207,7 @@ impl Elector {
             return;
         }
         // Nothing was written or started: release and back off like a failed promotion.
-        self.reason = format!("promotion failed: {reason}");
+        self.reason = Some(Reason::PromotionFailed(reason));
         self.leave(Leave::PromotionFailed);
     }
 
@@ -242,16 +237,12 @@ impl Elector {
             }
             FenceOrder::Unreadable => None,
         };
-        self.reason = match &order {
-            FenceOrder::Node(r) => format!("fencing the old active {}", r.node_id),
-            FenceOrder::Unreadable => "fencing an unknown old active".into(),
-            FenceOrder::OwnLeftovers(_) => {
-                "fencing leftovers of an earlier warden process on this node".into()
-            }
-            FenceOrder::OwnService(_) => {
-                "fencing this node's own service, which an earlier stop left running".into()
-            }
-        };
+        self.reason = Some(match &order {
+            FenceOrder::Node(r) => Reason::FencingNode(r.node_id.clone()),
+            FenceOrder::Unreadable => Reason::FencingUnknown,
+            FenceOrder::OwnLeftovers(_) => Reason::FencingOwnLeftovers,
+            FenceOrder::OwnService(_) => Reason::FencingOwnService,
+        });
         self.phase = Phase::Holding {
             epoch,
             step: Step::Fencing {
@@ -276,9 +267,7 @@ impl Elector {
         let seen = self.epoch_seen.max(state.members_epoch_seen);
         self.epoch_seen = seen;
         if let Some(seen) = seen.filter(|&s| epoch <= s) {
-            self.reason = format!(
-                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above                  epoch {seen}, which a node of this cluster has seen (the store was wiped,                  restarted without persistence, or restored from an old backup or snapshot);                  no node promotes until you have checked that no old active still serves and                  run `warden init --force`, which sets the epoch counter above every epoch seen"
-            );
+            self.reason = Some(Reason::EpochSeenBefore { epoch, seen });
             self.leave(Leave::LostData);
             return false;
         }
@@ -286,17 +275,7 @@ impl Elector {
         self.epoch_seen = self.epoch_seen.max(newest);
         match newest {
             Some(n) if epoch <= n => {
-                self.reason = format!(
-                    "refusing to promote: the lock's epoch {epoch} is not above the recorded \
-                     epoch {n} (in the breadcrumb or history); the ensemble may have been \
-                     restored from an old snapshot, and an old active may still hold the newer \
-                     epoch. Once you have checked that every old active is down, stop every \
-                     warden of the cluster and run `warden init --force`: on your word, as \
-                     with `fence --confirm`, it deletes the breadcrumb and control and moves \
-                     a history with an epoch above the ensemble's zxid to history.old-<time>, \
-                     so the next active gets a lower epoch than before (a resource that \
-                     refuses stale epochs must be told)"
-                );
+                self.reason = Some(Reason::StaleEpoch { epoch, recorded: n });
                 self.leave(Leave::StaleEpoch);
                 false
             }

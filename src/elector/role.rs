@@ -1,7 +1,7 @@
 //! The role reported to operators (SPEC §4), derived from phase, service and lease after
 //! every input, and the transition that says why it changed.
 
-use super::{service::Svc, Action, Elector, Phase, Step, STABLE_RESET};
+use super::{service::Svc, Action, Elector, Phase, Reason, Step, STABLE_RESET};
 use crate::record::Role;
 use std::time::Instant;
 
@@ -77,29 +77,12 @@ impl Elector {
         }
         self.role = role;
         // A reason explains one transition; the next one needs its own.
-        let reason = if self.reason.is_empty() {
-            default_reason(from, role).to_string()
-        } else {
-            std::mem::take(&mut self.reason)
-        };
+        let reason = self.reason.take().unwrap_or(Reason::Unexplained(role));
         self.actions.push_back(Action::Transition {
             from,
             to: role,
             epoch: self.epoch(),
             reason,
         });
-    }
-}
-
-/// Words for a transition that no input explained.
-fn default_reason(from: Role, to: Role) -> &'static str {
-    match (from, to) {
-        (_, Role::Standby) => "in the election",
-        (_, Role::Ineligible) => "out of the election",
-        (_, Role::Active) => "serving",
-        (_, Role::Neutral) => "the lease is in doubt",
-        (_, Role::Demoting) => "demoting",
-        (_, Role::Promoting) => "promoting",
-        (_, Role::Fencing) => "fencing",
     }
 }

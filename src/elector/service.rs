@@ -1,7 +1,7 @@
 //! The managed service under the lock (SPEC §4.3d, §4.7, §6): start it while the lease
 //! holds, record its identity, stop it, and what its exit or ill health means.
 
-use super::{leave::Leave, Action, Elector, Phase, Step, StopCause, Ticket, RETRY_DELAY};
+use super::{leave::Leave, Action, Elector, Phase, Reason, Step, StopCause, Ticket, RETRY_DELAY};
 use crate::record::{Role, WriteOutcome};
 use std::time::Instant;
 
@@ -49,7 +49,7 @@ impl Elector {
             return;
         }
         if self.in_serving_step() {
-            self.reason = "service started; recording its identity".into();
+            self.reason = Some(Reason::ServiceStarted);
             self.service_recorded = false;
             self.record_service();
             // A start that raced the lease end is stopped by the lease timers below.
@@ -111,7 +111,7 @@ impl Elector {
     /// means the breadcrumb is not ours any more.
     fn rewrite_failed(&mut self, outcome: WriteOutcome, now: Instant) {
         if outcome == WriteOutcome::Conflict {
-            self.reason = "the breadcrumb is no longer ours; the lock may have been lost".into();
+            self.reason = Some(Reason::BreadcrumbNotOurs);
             self.lock_lost(now);
         } else {
             self.record_retry_at = Some(now + RETRY_DELAY);
@@ -135,7 +135,7 @@ impl Elector {
             WriteOutcome::Done => {
                 self.service_recorded = true;
                 self.names_earlier_start = true;
-                self.reason = "service promoted".into();
+                self.reason = Some(Reason::ServicePromoted);
                 let pending = self
                     .control
                     .failover
@@ -163,7 +163,7 @@ impl Elector {
             return;
         }
         self.svc = Svc::Down;
-        self.reason = format!("promotion failed: {reason}");
+        self.reason = Some(Reason::PromotionFailed(reason));
         if self.in_serving_step() {
             if self.lease_left(now).is_none() {
                 // The lease ran out before the start: wait for a renewal, as in §4.4.
@@ -203,7 +203,7 @@ impl Elector {
             self.stop_service(StopCause::Demote);
             return;
         }
-        self.reason = format!("the service exited: {reason}");
+        self.reason = Some(Reason::ServiceExited(reason));
         self.leave(Leave::ServiceFailed);
     }
 
@@ -248,7 +248,7 @@ impl Elector {
                 } else {
                     // Never a second copy beside one that would not die: give up the
                     // lock and keep the breadcrumb, so whoever wins fences it first.
-                    self.reason = format!("the service could not be stopped: {detail}");
+                    self.reason = Some(Reason::StopFailed(detail));
                     self.leave(Leave::ServiceFailed);
                 }
             }
@@ -283,7 +283,7 @@ impl Elector {
             );
             return;
         }
-        self.reason = format!("the service is unhealthy: {detail}");
+        self.reason = Some(Reason::Unhealthy(detail));
         self.leave(Leave::ServiceFailed);
     }
 

@@ -8,6 +8,7 @@ mod join;
 mod lease;
 mod leave;
 mod promote;
+mod reason;
 mod service;
 
 use super::*;

@@ -138,7 +138,7 @@ fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
     });
     assert!(
         has(&all, |a| matches!(a, Action::Transition { reason, .. }
-            if reason.contains("fence --confirm"))),
+            if reason.to_string().contains("fence --confirm"))),
         "{all:?}"
     );
     let a = strip(all);
@@ -328,7 +328,7 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
     assert!(
         has(
             &all,
-            |a| matches!(a, Action::Transition { reason, .. } if reason.contains("not above"))
+            |a| matches!(a, Action::Transition { reason, .. } if reason.to_string().contains("not above"))
         ),
         "{all:?}"
     );
@@ -351,7 +351,7 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
     });
     assert!(
         has(&all, |a| matches!(a, Action::Transition { reason, .. }
-            if reason.contains("lost data") && reason.contains("init --force"))),
+            if reason.to_string().contains("lost data") && reason.to_string().contains("init --force"))),
         "{all:?}"
     );
     assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
