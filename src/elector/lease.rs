@@ -1,7 +1,7 @@
 //! The lease (SPEC §4 "The lease", §4.4): renewals, the doubt when one fails or is late,
 //! and the demotion and kill it forces before the lease ends.
 
-use super::{service::Svc, Action, Elector, Phase, Reason, StopCause, Ticket, RETRY_DELAY};
+use super::{timer::Timer, Elector, Phase, Reason, Ticket, RETRY_DELAY};
 use crate::record::WriteOutcome;
 use std::time::{Duration, Instant};
 
@@ -71,35 +71,9 @@ impl Elector {
 
     /// §4.4: the service must be down by the lease end. Once a renewal failed or is late,
     /// demotion starts at lease end less the graceful stop (at once if that is past); at
-    /// the lease end whatever remains is killed, renewal doubt or not.
+    /// the lease end whatever remains is killed, renewal doubt or not. The four deadlines
+    /// are in `timer.rs`'s table.
     pub(super) fn lease_timers(&mut self, now: Instant) {
-        let Some(end) = self.lease.end else { return };
-        if let Phase::Holding { .. } = self.phase {
-            if let Some((_, sent)) = self.lease.in_flight {
-                if now >= sent + self.renewal_interval() && !self.lease.doubt {
-                    self.lease.doubt = true;
-                    self.reason = Some(Reason::RenewalLate);
-                }
-            }
-            if self.lease.in_flight.is_none() && self.lease.next_renewal.is_some_and(|t| now >= t) {
-                let ticket = self.ticket();
-                self.lease.in_flight = Some((ticket, now));
-                self.lease.next_renewal = None;
-                self.actions.push_back(Action::Renew { ticket });
-            }
-        }
-        let demote_at = end.checked_sub(self.cfg.demote_grace).unwrap_or(end);
-        if self.lease.doubt && now >= demote_at && self.svc_running() {
-            self.reason = Some(Reason::LeaseEnding);
-            self.stop_service(StopCause::Forced);
-        }
-        if now >= end && self.svc != Svc::Down && !self.lease.killed {
-            self.lease.killed = true;
-            self.notice(
-                true,
-                "the lease ended with the service still running; killing it".into(),
-            );
-            self.actions.push_back(Action::KillService);
-        }
+        self.fire_due(&Timer::LEASE, now);
     }
 }

@@ -19,8 +19,9 @@
 //! The rules live in one file per concern, each an `impl Elector` block: `join.rs` (sessions
 //! and the lock), `promote.rs` (read, fence, commit), `service.rs` (start, record, stop),
 //! `lease.rs` (renewals and the deadlines they set), `leave.rs` (demote, release, back off),
-//! `control.rs` (pause and switchover), `follow.rs` (follow and priority) and `role.rs` (the
-//! reported role and its transitions). The unit tests are in `tests/`, one file per concern.
+//! `control.rs` (pause and switchover), `follow.rs` (follow and priority), `role.rs` (the
+//! reported role and its transitions) and `timer.rs` (every deadline, as one table). The
+//! unit tests are in `tests/`, one file per concern.
 
 mod control;
 mod follow;
@@ -33,6 +34,7 @@ mod role;
 mod service;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
 use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Role};
@@ -42,6 +44,7 @@ pub use reason::Reason;
 use service::Svc;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use timer::Timer;
 
 /// The longest rejoin delay after repeated failures (SPEC §4.8).
 pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
@@ -580,42 +583,13 @@ impl Elector {
         self.actions.pop_front()
     }
 
-    /// The next instant at which [`Elector::handle_timeout`] has work to do.
+    /// The next instant at which [`Elector::handle_timeout`] has work to do: the earliest
+    /// of the armed timers (`timer.rs`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut consider = |i: Option<Instant>| {
-            if let Some(i) = i {
-                t = Some(t.map_or(i, |t| t.min(i)));
-            }
-        };
-        consider(self.retry_at);
-        consider(self.record_retry_at);
-        consider(self.follow_retry_at);
-        if matches!(self.phase, Phase::Idle) {
-            consider(self.out_until);
-        }
-        if let Some(f) = &self.control.failover {
-            consider(Some(f.lapses_at));
-        }
-        if let Phase::Holding { .. } = self.phase {
-            consider(self.lease.next_renewal);
-            if let Some((_, sent)) = self.lease.in_flight {
-                // Only until it is declared late: an instant that handle_timeout does not
-                // consume would spin the driver.
-                if !self.lease.doubt {
-                    consider(Some(sent + self.renewal_interval()));
-                }
-            }
-        }
-        if let Some(end) = self.lease.end {
-            if self.lease.doubt && self.svc_running() {
-                consider(Some(end.checked_sub(self.cfg.demote_grace).unwrap_or(end)));
-            }
-            if self.svc != Svc::Down && !self.lease.killed {
-                consider(Some(end));
-            }
-        }
-        t
+        Timer::ALL
+            .into_iter()
+            .filter_map(|t| self.deadline(t))
+            .min()
     }
 
     /// Feeds one event.
@@ -673,48 +647,7 @@ impl Elector {
 
     /// Acts on every deadline that has passed; harmless when none has.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.retry_at.is_some_and(|t| now >= t) {
-            self.retry_at = None;
-            match self.phase {
-                Phase::Idle => self.try_join(now),
-                Phase::Holding {
-                    step:
-                        Step::Reading {
-                            ticket,
-                            unknown_commit,
-                        },
-                    epoch,
-                } => {
-                    // Re-issue the read under a fresh ticket.
-                    let _ = ticket;
-                    self.read_state(epoch, unknown_commit);
-                }
-                _ => {}
-            }
-        }
-        if self.follow_retry_at.is_some_and(|t| now >= t) {
-            self.follow_retry_at = None;
-            self.follow_now();
-        }
-        if self.record_retry_at.is_some_and(|t| now >= t) {
-            self.record_retry_at = None;
-            self.record_service();
-            self.start_if_due(now);
-        }
-        if let Some(f) = &self.control.failover {
-            if now >= f.lapses_at {
-                self.reason = Some(Reason::SwitchoverLapsed {
-                    from: f.from.clone(),
-                });
-                self.lapsed_failover = self.control.failover.take();
-                self.try_join(now);
-            }
-        }
-        if matches!(self.phase, Phase::Idle) && self.out_until.is_some_and(|t| now >= t) {
-            self.out_until = None;
-            self.try_join(now);
-        }
-        self.lease_timers(now);
+        self.fire_due(&Timer::ALL, now);
         self.after_input(now);
     }
 
