@@ -11,7 +11,7 @@ use crate::config::{Config, ServiceMode};
 use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
-    Ticket, WriteOutcome,
+    Reason, Ticket, WriteOutcome,
 };
 use crate::error::{EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
@@ -1327,22 +1327,29 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         from: Role,
         to: Role,
         epoch: Option<Epoch>,
-        reason: String,
+        reason: Reason,
         now: Instant,
     ) {
         let took = now.duration_since(self.role_since);
         self.role_since = now;
         let took_ms = took.as_millis() as u64;
+        // A planned switchover is the operator's wish, not trouble.
+        let planned = matches!(
+            reason,
+            Reason::SwitchoverStepsUsDown
+                | Reason::SwitchoverMovesAway
+                | Reason::SwitchoverNamesAnother { .. }
+        );
+        // No promotion until an operator acts.
+        let refused = matches!(
+            reason,
+            Reason::FenceFailed { .. } | Reason::EpochSeenBefore { .. } | Reason::StaleEpoch { .. }
+        );
         match to {
-            // A planned switchover is the operator's wish, not trouble.
-            Role::Neutral | Role::Demoting
-                if from == Role::Active && !reason.starts_with("a planned switchover") =>
-            {
+            Role::Neutral | Role::Demoting if from == Role::Active && !planned => {
                 warn!(%from, %to, epoch, %reason, took_ms, "transition")
             }
-            _ if reason.starts_with("fencing failed") || reason.starts_with("refusing") => {
-                error!(%from, %to, epoch, %reason, took_ms, "transition")
-            }
+            _ if refused => error!(%from, %to, epoch, %reason, took_ms, "transition"),
             _ => info!(%from, %to, epoch, %reason, took_ms, "transition"),
         }
         let m = self.member();
@@ -1356,7 +1363,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             from: from.to_string(),
             to: to.to_string(),
             epoch,
-            reason,
+            reason: reason.to_string(),
         };
         let significant = !matches!(
             (from, to),

@@ -1,0 +1,121 @@
+//! SPEC §6 `follow` and `priority`: standbys follow each new active, and a node steps back
+//! for one of higher priority or when its follow failed.
+
+use super::{service::Svc, Action, Elector, Phase, Reason, Ticket};
+use crate::record::{Health, MemberRecord, NodeRecord, Role};
+use std::time::Instant;
+
+impl Elector {
+    /// SPEC §6 `priority`: a healthy standby of higher priority among the members makes
+    /// this node let it try first for a free lock; said once each time that changes.
+    pub(super) fn on_members(&mut self, members: &[MemberRecord]) {
+        let rivals: Vec<&str> = members
+            .iter()
+            .filter(|m| {
+                m.node.node_id != self.cfg.node_id
+                    && m.role == Role::Standby
+                    && m.health == Health::Healthy
+                    && m.priority.unwrap_or(100) > self.cfg.priority
+            })
+            .map(|m| m.node.node_id.as_str())
+            .collect();
+        let higher = !rivals.is_empty();
+        if higher && !self.higher_rival {
+            self.notice(
+                false,
+                format!(
+                    "standbys of higher priority than {}: {}; they try first when the lock is \
+                     free",
+                    self.cfg.priority,
+                    rivals.join(", ")
+                ),
+            );
+        }
+        self.higher_rival = higher;
+    }
+
+    /// Why this node, holding the lock, must not promote although the cluster would let
+    /// it (SPEC §6): its follow hook failed last, or it is not eligible, and no forced
+    /// switchover names it; or it is of priority 0 and no switchover names it. Checked
+    /// again once the lock is ours and once the state is read, since a request may lapse
+    /// or a follow fail after the join went out (simulation seeds 1355 and 352).
+    pub(super) fn takeover_refusal(&self, now: Instant) -> Option<Reason> {
+        if !self.forced_target(now) {
+            if let Some(why) = &self.follow_failed {
+                return Some(Reason::NotFollowing(why.clone()));
+            }
+            if !self.eligible {
+                return Some(Reason::NotEligible);
+            }
+        }
+        if self.cfg.priority == 0 && !self.named_target(now) {
+            return Some(Reason::Priority0NotNamed);
+        }
+        None
+    }
+
+    /// SPEC §6: another node committed its promotion. A standby with a `follow` hook
+    /// points its service at it (once per epoch; a newer active replaces one not yet
+    /// followed).
+    pub(super) fn on_active_changed(&mut self, record: NodeRecord) {
+        self.epoch_seen = self.epoch_seen.max(record.epoch);
+        if self.is_ours(&record) || record.epoch.is_none() {
+            return;
+        }
+        if record.epoch <= self.active.as_ref().and_then(|a| a.epoch) {
+            return;
+        }
+        // Kept without a follow hook too: every hook is told the active (SPEC §6).
+        self.active = Some(record);
+        if self.cfg.follow {
+            self.follow_now();
+        }
+    }
+
+    /// Runs `follow` for the newest active, unless one runs, this node holds the lock, or
+    /// it follows that epoch already.
+    pub(super) fn follow_now(&mut self) {
+        let Some(active) = self.active.clone() else {
+            return;
+        };
+        if self.following.is_some()
+            || matches!(self.phase, Phase::Holding { .. } | Phase::Exited)
+            || self.svc != Svc::Down
+            || (self.followed == active.epoch && self.follow_failed.is_none())
+        {
+            return;
+        }
+        let ticket = self.ticket();
+        self.following = Some(ticket);
+        self.follow_retry_at = None;
+        self.actions.push_back(Action::Follow { ticket, active });
+    }
+
+    pub(super) fn on_followed(&mut self, ticket: Ticket, ok: bool, detail: String, now: Instant) {
+        if self.following != Some(ticket) {
+            return;
+        }
+        self.following = None;
+        let epoch = self.active.as_ref().and_then(|a| a.epoch);
+        if ok {
+            self.followed = epoch;
+            if self.follow_failed.take().is_some() {
+                self.notice(false, format!("the follow hook succeeded: {detail}"));
+                self.reason = Some(Reason::FollowingAgain);
+            }
+            // A newer active may have come meanwhile; else this node may join again.
+            self.follow_now();
+            self.try_join(now);
+        } else {
+            // SPEC §6: ineligible until a follow succeeds, retried every rejoin_delay.
+            let why = Reason::FollowFailed(detail);
+            let words = why.to_string();
+            if self.follow_failed.as_deref() != Some(words.as_str()) {
+                self.notice(true, words.clone());
+            }
+            self.reason = Some(why);
+            self.follow_failed = Some(words);
+            self.follow_retry_at = Some(now + self.cfg.rejoin_delay);
+        }
+    }
+}

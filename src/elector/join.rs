@@ -1,0 +1,186 @@
+//! Sessions and the lock (SPEC §4.1, §4.2): who may join, when, and what a join's outcome
+//! means.
+
+use super::{
+    lease::Lease, leave::Leave, service::Svc, Action, ControlView, Elector, Phase, Reason, Step,
+    Ticket, LOST_DATA_RETRY, RETRY_DELAY,
+};
+use crate::record::JoinOutcome;
+use std::time::{Duration, Instant};
+
+impl Elector {
+    pub(super) fn on_session_started(
+        &mut self,
+        control: ControlView,
+        granted: Option<Duration>,
+        now: Instant,
+    ) {
+        if !matches!(self.phase, Phase::Connecting) {
+            return;
+        }
+        self.granted = granted;
+        if let Some(g) = granted.filter(|g| *g < self.cfg.session_timeout) {
+            self.notice(
+                true,
+                format!(
+                    "the coordination service granted a session timeout of {} instead of the \
+                     configured {}; the lease and renewals follow the granted one (raise the \
+                     server's maxSessionTimeout, or lower session_timeout to match)",
+                    humantime::format_duration(g),
+                    humantime::format_duration(self.cfg.session_timeout)
+                ),
+            );
+        }
+        if let Some(g) = granted.filter(|g| *g > self.cfg.session_timeout) {
+            self.notice(
+                true,
+                format!(
+                    "the coordination service granted a session timeout of {} instead of the \
+                     configured {} (its minSessionTimeout): a dead node is noticed only after \
+                     {0}; lower the ensemble's tickTime or minSessionTimeout, or raise \
+                     session_timeout to match",
+                    humantime::format_duration(g),
+                    humantime::format_duration(self.cfg.session_timeout)
+                ),
+            );
+        }
+        self.control = self.bounded(control, now);
+        self.phase = Phase::Idle;
+        if self.stopping {
+            self.exit_when_down();
+            return;
+        }
+        self.try_join(now);
+    }
+
+    pub(super) fn on_session_lost(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Connecting | Phase::Exited) {
+            return;
+        }
+        self.retry_at = None;
+        self.must_rejoin = false;
+        self.lease.in_flight = None;
+        self.lease.next_renewal = None;
+        self.breadcrumb_written = false;
+        self.forget_record();
+        let was_releasing = matches!(self.phase, Phase::Releasing { .. });
+        if let Phase::Releasing { why, .. } = self.phase {
+            // The session drop finished the release for us.
+            self.after_release(why, now);
+        } else {
+            self.reason = Some(Reason::SessionLost);
+            self.force_stop();
+        }
+        if !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Connecting;
+            self.actions.push_back(Action::Connect);
+        }
+        if was_releasing && self.stopping {
+            self.exit_when_down();
+        }
+    }
+
+    pub(super) fn on_joined(&mut self, ticket: Ticket, outcome: JoinOutcome, now: Instant) {
+        if self.phase != (Phase::Joining { ticket }) {
+            return;
+        }
+        match outcome {
+            JoinOutcome::Held { epoch } => {
+                self.must_rejoin = false;
+                self.phase = Phase::Holding {
+                    epoch,
+                    step: Step::Serving, // replaced at once below
+                };
+                self.breadcrumb_written = false;
+                self.lease = Lease::default();
+                if !self.may_join(now) || self.stopping {
+                    self.reason = Some(Reason::NoLongerEligible);
+                    self.leave(Leave::StandAside);
+                } else if let Some(why) = self.takeover_refusal(now) {
+                    self.reason = Some(why);
+                    self.leave(Leave::StandAside);
+                } else {
+                    self.reason = Some(Reason::WonTheLock);
+                    self.read_state(epoch, None);
+                }
+            }
+            JoinOutcome::Exists { epoch } => {
+                self.must_rejoin = false;
+                self.phase = Phase::Standby;
+                self.epoch_seen = self.epoch_seen.max(epoch);
+                self.reason = Some(Reason::AnotherNodeHolds);
+            }
+            JoinOutcome::LostData(why) => {
+                // No lock was taken: look again, quietly after the first time.
+                self.must_rejoin = false;
+                self.phase = Phase::Idle;
+                self.retry_at = Some(now + LOST_DATA_RETRY);
+                let why = Reason::StoreLostData(why);
+                if self.reason.as_ref() != Some(&why) {
+                    self.notice(true, why.to_string());
+                    self.reason = Some(why);
+                }
+            }
+            JoinOutcome::Unknown => {
+                // The create may have gone through: find out by joining again, even if we
+                // no longer want the lock (a held lock we do not know of would block all).
+                self.must_rejoin = true;
+                self.phase = Phase::Idle;
+                self.retry_at = Some(now + RETRY_DELAY);
+            }
+        }
+    }
+
+    pub(super) fn on_lock_deleted(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Standby => {
+                self.phase = Phase::Idle;
+                self.reason = Some(Reason::LockReleased);
+                self.try_join(now);
+            }
+            Phase::Holding { .. } => self.lock_lost(now),
+            _ => {}
+        }
+    }
+
+    /// Whether this node may enter the election now (§4.1, §4.8, §8).
+    pub(super) fn may_join(&self, now: Instant) -> bool {
+        ((self.eligible && self.follow_failed.is_none()) || self.forced_target(now))
+            && !self.control.paused
+            && self.out_until.is_none_or(|t| now >= t)
+            && self.switchover_excludes_us(now).is_none()
+            && self.svc == Svc::Down
+            && !self.stopping
+    }
+
+    pub(super) fn try_join(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Idle) {
+            return;
+        }
+        if self.must_rejoin && self.svc == Svc::Down && !self.stopping {
+            // fall through: join to learn whether an earlier create made the lock ours
+        } else if !self.may_join(now) {
+            return;
+        }
+        if self.retry_at.is_some() && !self.must_rejoin {
+            return;
+        }
+        if !self.must_rejoin && !self.named_target(now) {
+            // SPEC §6: priority 0 never takes the lock by itself; a lower priority lets a
+            // healthy higher one try first, once, for a renewal interval.
+            if self.cfg.priority == 0 {
+                return;
+            }
+            if self.higher_rival && !self.rival_waited {
+                self.rival_waited = true;
+                self.retry_at = Some(now + self.cfg.renewal_interval());
+                return;
+            }
+        }
+        self.retry_at = None;
+        self.rival_waited = false;
+        let ticket = self.ticket();
+        self.phase = Phase::Joining { ticket };
+        self.actions.push_back(Action::Join { ticket });
+    }
+}

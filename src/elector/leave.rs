@@ -1,0 +1,214 @@
+//! Leaving the lock (SPEC §4.3e, §4.4, §4.5, §4.8): demote, delete our breadcrumb when the
+//! demotion was clean, release, back off after a failure, exit on shutdown.
+
+use super::{
+    lease::Lease, service::Svc, Action, Elector, Phase, Reason, Step, StopCause, Ticket,
+    LOST_DATA_RETRY, MAX_REJOIN_DELAY,
+};
+use crate::record::Epoch;
+use std::time::Instant;
+
+/// Why we leave the lock; decides the back-off and what the breadcrumb needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Leave {
+    /// The service turned unhealthy or exited while active: a failure (§4.8).
+    ServiceFailed,
+    /// Promotion failed: a failure; keep the breadcrumb so this node gets fenced (§4.3e).
+    PromotionFailed,
+    /// Fencing failed: a failure; nothing was started.
+    FenceFailed,
+    /// The epoch is not above the recorded one: a failure (the ensemble went back in time).
+    StaleEpoch,
+    /// The epoch is not above one a member has seen: the store lost data (SPEC §3a). Not
+    /// this node's failure: look again soon, and promote once `init --force` has run.
+    LostData,
+    /// Paused, a switchover names another node, or not eligible any more: no failure.
+    StandAside,
+    /// A planned switchover away from us: stay out until the request ends.
+    Cede,
+    /// Shutdown.
+    Stop,
+}
+
+impl Leave {
+    fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Leave::ServiceFailed | Leave::PromotionFailed | Leave::FenceFailed | Leave::StaleEpoch
+        )
+    }
+}
+
+impl Elector {
+    pub(super) fn on_breadcrumb_deleted(&mut self, ticket: Ticket) {
+        let Phase::Holding {
+            step:
+                Step::Leaving {
+                    why,
+                    deleting: Some(t),
+                },
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.breadcrumb_written = false;
+        self.release(why);
+    }
+
+    pub(super) fn on_released(&mut self, ticket: Ticket, now: Instant) {
+        let Phase::Releasing { ticket: t, why } = self.phase else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.after_release(why, now);
+        if !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Connecting;
+            self.actions.push_back(Action::Connect);
+        }
+    }
+
+    pub(super) fn on_stop_requested(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.reason = Some(Reason::ShuttingDown);
+        match self.phase {
+            Phase::Holding {
+                step: Step::Leaving { .. },
+                ..
+            }
+            | Phase::Releasing { .. } => {
+                // Already leaving; the release ends in an exit now.
+            }
+            Phase::Holding {
+                step: Step::Committing { .. },
+                ..
+            }
+            | Phase::Holding {
+                step:
+                    Step::Reading {
+                        unknown_commit: Some(_),
+                        ..
+                    },
+                ..
+            } => {
+                // A commit whose answer is still out may have written our breadcrumb:
+                // learn its outcome first, so that a clean stop deletes it and nobody
+                // needs to fence this node (simulation seed 1744).
+            }
+            Phase::Holding { .. } => self.leave(Leave::Stop),
+            Phase::Joining { .. } => {
+                // The lock may be ours in a moment; dropping the session removes it.
+                self.exit_when_down();
+            }
+            _ => self.exit_when_down(),
+        }
+    }
+
+    /// The lock vanished or is not ours (§4.4): demote, then join again.
+    pub(super) fn lock_lost(&mut self, now: Instant) {
+        self.reason = Some(Reason::LockNotOurs);
+        self.forget_record();
+        self.lease.in_flight = None;
+        self.lease.next_renewal = None;
+        self.breadcrumb_written = false;
+        self.force_stop();
+        if self.svc == Svc::Down {
+            self.phase = Phase::Idle;
+            self.try_join(now);
+        } else {
+            self.phase = Phase::LockLost;
+        }
+    }
+
+    /// Leave the lock: demote if needed, delete our breadcrumb if the demotion was clean,
+    /// release (§4.3e, §4.4, §4.5, §8).
+    pub(super) fn leave(&mut self, why: Leave) {
+        let Phase::Holding { epoch, .. } = self.phase else {
+            return;
+        };
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Leaving {
+                why,
+                deleting: None,
+            },
+        };
+        match self.svc {
+            Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
+            Svc::Stopping(..) => {}
+            Svc::Down => self.delete_breadcrumb_then_release(epoch, why, !self.own_leftovers),
+        }
+    }
+
+    /// The service is down on the way out: delete our breadcrumb first if we wrote it, the
+    /// service is known to be gone (`clean`) and the promotion did not fail (§4.3e keeps
+    /// it, so that whoever wins fences this node); then release.
+    pub(super) fn delete_breadcrumb_then_release(&mut self, epoch: Epoch, why: Leave, clean: bool) {
+        if clean && self.breadcrumb_written && why != Leave::PromotionFailed {
+            let ticket = self.ticket();
+            self.phase = Phase::Holding {
+                epoch,
+                step: Step::Leaving {
+                    why,
+                    deleting: Some(ticket),
+                },
+            };
+            self.actions
+                .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
+        } else {
+            self.release(why);
+        }
+    }
+
+    pub(super) fn release(&mut self, why: Leave) {
+        let ticket = self.ticket();
+        self.lease = Lease::default();
+        self.breadcrumb_written = false;
+        self.forget_record();
+        self.phase = Phase::Releasing { ticket, why };
+        self.actions.push_back(Action::Release { ticket });
+    }
+
+    pub(super) fn after_release(&mut self, why: Leave, now: Instant) {
+        if why == Leave::LostData {
+            self.out_until = Some(now + LOST_DATA_RETRY);
+        }
+        if why.is_failure() {
+            self.failures = self.failures.saturating_add(1);
+            let factor = 1u32 << (self.failures - 1).min(16);
+            let delay = self
+                .cfg
+                .rejoin_delay
+                .saturating_mul(factor)
+                .min(MAX_REJOIN_DELAY);
+            self.out_until = Some(now + delay);
+            self.notice(
+                false,
+                format!(
+                    "staying out of the election for {} ({} failure(s) in a row)",
+                    humantime::format_duration(delay),
+                    self.failures
+                ),
+            );
+        }
+        if self.stopping || why == Leave::Stop {
+            self.stopping = true;
+            self.exit_when_down();
+        }
+    }
+
+    pub(super) fn exit_when_down(&mut self) {
+        if self.svc == Svc::Down && !matches!(self.phase, Phase::Exited) {
+            self.phase = Phase::Exited;
+            self.actions.push_back(Action::Exit { code: 0 });
+        }
+    }
+}

@@ -1,0 +1,667 @@
+//! The election as a pure state machine (SPEC §4).
+//!
+//! This module does no I/O and reads no clock: every input is a [`Event`] passed to
+//! [`Elector::handle`] with the current time, and [`Elector::handle_timeout`] is called when
+//! the instant from [`Elector::poll_timeout`] has passed. After every input the driver drains
+//! [`Elector::poll_action`] and carries each [`Action`] out; an action whose result matters
+//! carries a [`Ticket`], and its result comes back as an event with the same ticket. A result
+//! with any other ticket is stale (an older session, an abandoned step) and is ignored, which
+//! is how "never act on the old session's events" holds.
+//!
+//! Three things move independently and are kept apart on purpose:
+//! - the *phase*: where we are in the election (connecting, standby, holding the lock, ...);
+//! - the *service*: down, starting, up or stopping;
+//! - the *lease*: until when the service may run, from the send time of the last
+//!   acknowledged renewal write.
+//!
+//! The role reported to operators is derived from the three after every input.
+//!
+//! The rules live in one file per concern, each an `impl Elector` block: `join.rs` (sessions
+//! and the lock), `promote.rs` (read, fence, commit), `service.rs` (start, record, stop),
+//! `lease.rs` (renewals and the deadlines they set), `leave.rs` (demote, release, back off),
+//! `control.rs` (pause and switchover), `follow.rs` (follow and priority), `role.rs` (the
+//! reported role and its transitions) and `timer.rs` (every deadline, as one table). The
+//! unit tests are in `tests/`, one file per concern.
+
+mod control;
+mod follow;
+mod join;
+mod lease;
+mod leave;
+mod promote;
+mod reason;
+mod role;
+mod service;
+#[cfg(test)]
+mod tests;
+mod timer;
+
+pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
+use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Role};
+use lease::Lease;
+use leave::Leave;
+pub use reason::Reason;
+use service::Svc;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use timer::Timer;
+
+/// The longest rejoin delay after repeated failures (SPEC §4.8).
+pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
+/// Stable standby or active for this long resets the rejoin back-off (SPEC §4.8).
+pub const STABLE_RESET: Duration = Duration::from_secs(60);
+/// The longest a switchover request can hold the cluster (`failover --timeout` allows
+/// no more). A daemon counts it from the moment it first saw the request, on its own
+/// clock, so a request written with a deadline far in the future (an operator host with a
+/// skewed clock, a hand-edited znode) lapses anyway (SPEC §8, §9).
+pub const MAX_SWITCHOVER: Duration = Duration::from_secs(3600);
+/// Retry delay after a store call whose outcome is unknown (connection loss, timeout).
+/// Short, because the client reconnects by itself within the session and a standby waits
+/// on us meanwhile; long enough not to spin on a dead connection.
+pub const RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// How often a node looks again while the store has lost data (SPEC §3a): nothing
+/// promotes until `warden init --force`, and the cluster should come back soon after it.
+pub const LOST_DATA_RETRY: Duration = Duration::from_secs(1);
+
+/// Identifies one action's result. Results with a ticket the elector no longer waits for
+/// are ignored.
+pub type Ticket = u64;
+
+/// What the elector needs to know about itself.
+#[derive(Clone, Debug)]
+pub struct ElectorConfig {
+    pub node_id: String,
+    /// Random per warden process start; tells our own breadcrumb from an older process's.
+    pub incarnation: String,
+    pub session_timeout: Duration,
+    pub rejoin_delay: Duration,
+    /// How long a graceful demotion may take: `stop_timeout` (spawn) or `hook_timeout` (hooks).
+    pub demote_grace: Duration,
+    /// This warden's machine, boot and pid namespace: a breadcrumb of this node from
+    /// anywhere else is another machine's, fenced by the whole chain (SPEC §5).
+    pub host: HostIdentity,
+    /// Hooks mode with a `follow` hook (SPEC §6): standbys follow each new active.
+    pub follow: bool,
+    /// `[election] priority` (SPEC §6): 0 never takes the lock by itself.
+    pub priority: u16,
+}
+
+impl ElectorConfig {
+    /// The lease is valid for half the session timeout after the send time of the last
+    /// acknowledged renewal (SPEC §4 "The lease").
+    pub fn lease(&self) -> Duration {
+        self.session_timeout / 2
+    }
+
+    /// Renewals are sent every sixth of the session timeout.
+    pub fn renewal_interval(&self) -> Duration {
+        self.session_timeout / 6
+    }
+}
+
+/// The `control` znode as the election sees it; the driver turns the wall-clock deadline
+/// of a failover request into an instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControlView {
+    pub paused: bool,
+    pub failover: Option<FailoverView>,
+}
+
+/// A planned switchover request (SPEC §8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailoverView {
+    pub from: String,
+    pub to: Option<String>,
+    /// The deadline as written in `control`: with `from` and `to` it names this request,
+    /// so that clearing it never clears a newer one.
+    pub deadline: String,
+    /// Past this instant the request counts as withdrawn.
+    pub lapses_at: Instant,
+    /// The named node takes over even while ineligible (`failover --to NODE --force`).
+    pub force: bool,
+}
+
+/// What step 3a of SPEC §4 reads after winning the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterState {
+    pub breadcrumb: BreadcrumbView,
+    pub control: ControlView,
+    pub control_version: Version,
+    /// The epoch of the newest `history` entry, if any.
+    pub newest_history_epoch: Option<Epoch>,
+    /// The greatest `epoch_seen` in the members' records (SPEC §3a).
+    pub members_epoch_seen: Option<Epoch>,
+}
+
+/// What the fence chain should act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceOrder {
+    /// Another node's incarnation: run the configured chain.
+    Node(NodeRecord),
+    /// The breadcrumb could not be read: run the chain with what is known (nothing).
+    Unreadable,
+    /// An older incarnation of this node on this very boot (SPEC §5): the `signal` method
+    /// alone, on this host; in hooks mode its service is demoted first by hook, and the
+    /// old warden pid is signalled either way.
+    OwnLeftovers(NodeRecord),
+    /// This very process's own service, which an earlier stop could not verify gone: only
+    /// the service is fenced, never warden itself.
+    OwnService(NodeRecord),
+}
+
+/// An input to the elector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new session is open and our member record registered; `control` as read in it.
+    /// `granted` is the session timeout the store granted, when it says (ZooKeeper clamps
+    /// the requested one to its `minSessionTimeout`/`maxSessionTimeout`).
+    SessionStarted {
+        control: ControlView,
+        granted: Option<Duration>,
+    },
+    /// The current session expired or closed; everything of it is void.
+    SessionLost,
+    Joined {
+        ticket: Ticket,
+        outcome: JoinOutcome,
+    },
+    /// The lock znode was deleted (watch), whoever held it.
+    LockDeleted,
+    StateRead {
+        ticket: Ticket,
+        result: Result<Box<ClusterState>, String>,
+    },
+    FenceDone {
+        ticket: Ticket,
+        fenced: bool,
+        summary: String,
+    },
+    Committed {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    /// The commit was not sent: what the promotion needs could not be had (hooks mode: the
+    /// pidfile does not name a running service), so this node must not promote.
+    CommitAborted {
+        ticket: Ticket,
+        reason: String,
+    },
+    Renewed {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    ServiceStarted {
+        ticket: Ticket,
+    },
+    /// The breadcrumb rewrite with the started service's identity (§4.3d) ended.
+    ServiceRecorded {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    /// The breadcrumb rewrite that names no service process any more (before a start
+    /// again under the same lock) ended.
+    ServiceForgotten {
+        ticket: Ticket,
+        outcome: WriteOutcome,
+    },
+    StartFailed {
+        ticket: Ticket,
+        reason: String,
+    },
+    /// The service (or its promoted role) ended by itself.
+    ServiceExited {
+        reason: String,
+    },
+    ServiceStopped {
+        ticket: Ticket,
+        /// Verified down (possibly after SIGKILL).
+        clean: bool,
+        detail: String,
+    },
+    BreadcrumbDeleted {
+        ticket: Ticket,
+    },
+    Released {
+        ticket: Ticket,
+    },
+    /// Another node committed its promotion (SPEC §6 `follow`): its record, with the epoch.
+    ActiveChanged {
+        record: NodeRecord,
+    },
+    /// The member records as last read (SPEC §6 `priority`: who else could take a free
+    /// lock).
+    Members {
+        members: Vec<MemberRecord>,
+    },
+    /// The `follow` hook for `ticket` ended.
+    Followed {
+        ticket: Ticket,
+        ok: bool,
+        detail: String,
+    },
+    /// Standby eligibility (spawn: `standby_command`; hooks: the service's health).
+    EligibilityChanged {
+        eligible: bool,
+        detail: String,
+    },
+    /// The promoted service's health (after `start_grace`).
+    ServiceHealthChanged {
+        healthy: bool,
+        detail: String,
+    },
+    ControlChanged {
+        control: ControlView,
+    },
+    /// SIGTERM or SIGINT.
+    StopRequested,
+}
+
+/// Why the service is being stopped; decides what follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    /// A voluntary demotion: unhealthy, failover, shutdown, failed promotion.
+    Demote,
+    /// The lease is ending, the session or the lock was lost: the service must go.
+    Forced,
+}
+
+/// An order to the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open a new session: connect, create parents, register our member znode, read and
+    /// watch `control`; then report [`Event::SessionStarted`].
+    Connect,
+    /// Create `lock` EPHEMERAL with our record; on NodeExists watch it (SPEC §4.2).
+    Join { ticket: Ticket },
+    /// Read `breadcrumb`, `control` and the newest history epoch, with versions (§4.3a).
+    ReadState { ticket: Ticket },
+    /// Run the fence chain against an incarnation (§5); never promote on failure.
+    Fence { ticket: Ticket, order: FenceOrder },
+    /// One multi-op: check `lock`, check `control` at `control_version`, write the
+    /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
+    CommitPromotion {
+        ticket: Ticket,
+        epoch: Epoch,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    },
+    /// Start (or promote) the service with `WARDEN_EPOCH`, but only if the current time is
+    /// still before `lease_valid_until`; else report it as a failed start.
+    StartService {
+        ticket: Ticket,
+        epoch: Epoch,
+        lease_valid_until: Instant,
+    },
+    /// Rewrite our breadcrumb with the running service's pid, group, start time and cgroup
+    /// (§4.3d), as in the commit (checks `lock`). The node is not `active` until this is
+    /// acknowledged: before it, fencing could not find the service.
+    RecordService { ticket: Ticket, epoch: Epoch },
+    /// Rewrite our breadcrumb to name no service process (only the cgroup a start again
+    /// reuses), as in the commit (checks `lock`). Sent before the service starts again
+    /// under the same lock: the identity of the earlier start, whose processes are gone,
+    /// would let a fencer find "nothing left" while the new start runs (simulation seed
+    /// 15674: a process group killed at the lease end, the service started again, warden
+    /// killed before recording it, the new service's children left running).
+    ForgetService { ticket: Ticket, epoch: Epoch },
+    /// A lease renewal: multi-op check `lock`, set our member record, from the holding
+    /// session. The lease extends from the elector's `now` when this was emitted.
+    Renew { ticket: Ticket },
+    /// Demote: stop the service (stop signal, `stop_timeout`, SIGKILL of the group), or run
+    /// the `demote` hook.
+    StopService { ticket: Ticket, cause: StopCause },
+    /// The lease has ended with the service still up: SIGKILL its process group now.
+    KillService,
+    /// Compare-and-delete our breadcrumb (node id, incarnation, epoch) with a `lock` check.
+    DeleteOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
+    /// Delete `lock` from the holding session, then drop the session.
+    Release { ticket: Ticket },
+    /// Clear the `failover` request in `control` once promoted: compare-and-delete, only
+    /// if `control` still holds this very request; retried until acknowledged.
+    ClearFailover { request: FailoverView },
+    /// The role changed: log it, publish the member record, append to history, notify.
+    Transition {
+        from: Role,
+        to: Role,
+        epoch: Option<Epoch>,
+        reason: Reason,
+    },
+    /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
+    Follow { ticket: Ticket, active: NodeRecord },
+    /// Something an operator should read that is not a transition.
+    Notice { warn: bool, message: String },
+    /// Shut down with this exit code.
+    Exit { code: i32 },
+}
+
+/// Steps while we hold the lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    /// §4.3a. `unknown_commit` is the send time of a commit whose outcome was unknown.
+    Reading {
+        ticket: Ticket,
+        unknown_commit: Option<Instant>,
+    },
+    /// §4.3b. `target` names the fenced node for the operator's advice.
+    Fencing {
+        ticket: Ticket,
+        target: Option<String>,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    },
+    /// §4.3c.
+    Committing {
+        ticket: Ticket,
+        sent: Instant,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    },
+    /// The breadcrumb is ours; the service follows the lease (§4.3d, §4.4).
+    Serving,
+    /// Voluntary demotion in progress: stop, then delete the breadcrumb, then release.
+    Leaving {
+        why: Leave,
+        deleting: Option<Ticket>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a session.
+    Connecting,
+    /// In a session, not in the lock's queue.
+    Idle,
+    Joining {
+        ticket: Ticket,
+    },
+    /// Another node holds the lock; we watch it.
+    Standby,
+    Holding {
+        epoch: Epoch,
+        step: Step,
+    },
+    /// `lock` delete and session drop in flight.
+    Releasing {
+        ticket: Ticket,
+        why: Leave,
+    },
+    /// The lock vanished under us while we held it; demote, then join again.
+    LockLost,
+    Exited,
+}
+
+/// The election state machine of one node. See the module doc.
+#[derive(Debug)]
+pub struct Elector {
+    cfg: ElectorConfig,
+    phase: Phase,
+    svc: Svc,
+    lease: Lease,
+    role: Role,
+    eligible: bool,
+    service_healthy: bool,
+    control: ControlView,
+    /// Failures in a row (§4.8) and until when we stay out.
+    failures: u32,
+    out_until: Option<Instant>,
+    /// Since when we are stable standby or active (§4.8 reset).
+    stable_since: Option<Instant>,
+    /// Retry a join or a read at this instant (after an unknown outcome).
+    retry_at: Option<Instant>,
+    /// A join's outcome was unknown: the lock may be ours, so we must find out even if we
+    /// no longer want it.
+    must_rejoin: bool,
+    /// Our own service could not be verified stopped: treat our breadcrumb as needing the
+    /// local fence before we promote again.
+    own_leftovers: bool,
+    /// The breadcrumb holds our record for the epoch we hold.
+    breadcrumb_written: bool,
+    /// `control` still holds a switchover request that lapsed: the next active clears it
+    /// (SPEC §8), though the election already ignores it.
+    lapsed_failover: Option<FailoverView>,
+    /// The switchover request seen last (from, to, deadline) and when it was first seen:
+    /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
+    failover_seen: Option<(FailoverView, Instant)>,
+    /// The session timeout the current session was granted, if it is below the configured
+    /// one: every interval follows the smaller (SPEC §4 "The lease").
+    granted: Option<Duration>,
+    /// The started service's identity is in the breadcrumb (§4.3d); until then we are not
+    /// `active`.
+    service_recorded: bool,
+    /// The breadcrumb rewrite in flight, or when to retry it (either kind).
+    recording: Option<Ticket>,
+    record_retry_at: Option<Instant>,
+    /// The breadcrumb names the service of an earlier start under this lock (it was
+    /// recorded), which may no longer be the one that runs: before another start, it is
+    /// rewritten to name none.
+    names_earlier_start: bool,
+    /// The rewrite that names none, in flight.
+    forgetting: Option<Ticket>,
+    /// The greatest epoch this node has seen committed: its own, the holder's, the
+    /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
+    /// a new lock's epoch must be above it.
+    epoch_seen: Option<Epoch>,
+    /// SPEC §6 `follow`: the newest active of another node, the epoch followed last, the
+    /// follow in flight, why the last one failed and when to try again.
+    active: Option<NodeRecord>,
+    followed: Option<Epoch>,
+    following: Option<Ticket>,
+    follow_failed: Option<String>,
+    follow_retry_at: Option<Instant>,
+    /// SPEC §6 `priority`: a healthy standby of higher priority is a member; this node
+    /// waited for it once before the join now due.
+    higher_rival: bool,
+    rival_waited: bool,
+    stopping: bool,
+    /// The reason for the next transition.
+    reason: Option<Reason>,
+    next_ticket: Ticket,
+    actions: VecDeque<Action>,
+}
+
+impl Elector {
+    /// A new elector; it asks for a session at once.
+    pub fn new(cfg: ElectorConfig, eligible: bool) -> Self {
+        let mut e = Elector {
+            cfg,
+            phase: Phase::Connecting,
+            svc: Svc::Down,
+            lease: Lease::default(),
+            role: Role::Ineligible,
+            eligible,
+            service_healthy: true,
+            control: ControlView::default(),
+            failures: 0,
+            out_until: None,
+            stable_since: None,
+            retry_at: None,
+            must_rejoin: false,
+            own_leftovers: false,
+            breadcrumb_written: false,
+            lapsed_failover: None,
+            failover_seen: None,
+            granted: None,
+            service_recorded: false,
+            recording: None,
+            record_retry_at: None,
+            names_earlier_start: false,
+            epoch_seen: None,
+            active: None,
+            followed: None,
+            following: None,
+            follow_failed: None,
+            follow_retry_at: None,
+            higher_rival: false,
+            rival_waited: false,
+            forgetting: None,
+            stopping: false,
+            reason: None,
+            next_ticket: 1,
+            actions: VecDeque::new(),
+        };
+        e.actions.push_back(Action::Connect);
+        e
+    }
+
+    /// The role as reported to operators.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The session timeout in force: the smaller of the configured one and the one the
+    /// store granted to the current session (SPEC §4 "The lease").
+    pub fn session_timeout(&self) -> Duration {
+        self.granted.map_or(self.cfg.session_timeout, |g| {
+            g.min(self.cfg.session_timeout)
+        })
+    }
+
+    /// The node a planned switchover hands over to while this node cedes to it (SPEC §6
+    /// `WARDEN_SUCCESSOR_*`): `failover --to`'s target; `None` otherwise.
+    pub fn successor(&self) -> Option<&str> {
+        match self.phase {
+            Phase::Holding {
+                step: Step::Leaving {
+                    why: Leave::Cede, ..
+                },
+                ..
+            } => self.control.failover.as_ref()?.to.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// SPEC §6: whether this standby follows the current active, for `status`: `None`
+    /// without a `follow` hook or an active to follow.
+    pub fn follow_state(&self) -> Option<String> {
+        if !self.cfg.follow || matches!(self.phase, Phase::Holding { .. }) {
+            return None;
+        }
+        let active = self.active.as_ref()?;
+        Some(match (&self.follow_failed, self.followed) {
+            (Some(why), _) => format!("failed: {why}"),
+            (None, Some(e)) if Some(e) == active.epoch => {
+                format!("current ({} epoch {e})", active.node_id)
+            }
+            _ => format!("pending ({})", active.node_id),
+        })
+    }
+
+    /// SPEC §6 `WARDEN_ACTIVE_*`: the active this node should follow, when another node is
+    /// known to be active: the newest promotion seen, of another node, newer than any lock
+    /// this node holds. `None` otherwise (so in `promote`).
+    pub fn known_active(&self) -> Option<&NodeRecord> {
+        let active = self.active.as_ref()?;
+        if active.epoch < self.epoch_seen {
+            return None;
+        }
+        match self.phase {
+            Phase::Holding { epoch, .. } if active.epoch <= Some(epoch) => None,
+            _ => Some(active),
+        }
+    }
+
+    /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
+    pub fn epoch_seen(&self) -> Option<Epoch> {
+        self.epoch_seen
+    }
+
+    /// The epoch of the lock we hold, if any.
+    pub fn epoch(&self) -> Option<Epoch> {
+        match self.phase {
+            Phase::Holding { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
+    /// Whether the service is up and promoted under a valid lease.
+    pub fn is_serving(&self) -> bool {
+        self.role == Role::Active
+    }
+
+    /// The next action to carry out.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next instant at which [`Elector::handle_timeout`] has work to do: the earliest
+    /// of the armed timers (`timer.rs`).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Timer::ALL
+            .into_iter()
+            .filter_map(|t| self.deadline(t))
+            .min()
+    }
+
+    /// Feeds one event.
+    pub fn handle(&mut self, event: Event, now: Instant) {
+        match event {
+            Event::SessionStarted { control, granted } => {
+                self.on_session_started(control, granted, now)
+            }
+            Event::SessionLost => self.on_session_lost(now),
+            Event::Joined { ticket, outcome } => self.on_joined(ticket, outcome, now),
+            Event::LockDeleted => self.on_lock_deleted(now),
+            Event::StateRead { ticket, result } => self.on_state_read(ticket, result, now),
+            Event::FenceDone {
+                ticket,
+                fenced,
+                summary,
+            } => self.on_fence_done(ticket, fenced, summary, now),
+            Event::Committed { ticket, outcome } => self.on_committed(ticket, outcome, now),
+            Event::CommitAborted { ticket, reason } => self.on_commit_aborted(ticket, reason),
+            Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
+            Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),
+            Event::ServiceForgotten { ticket, outcome } => {
+                self.on_service_forgotten(ticket, outcome, now)
+            }
+            Event::ServiceRecorded { ticket, outcome } => {
+                self.on_service_recorded(ticket, outcome, now)
+            }
+            Event::StartFailed { ticket, reason } => self.on_start_failed(ticket, reason, now),
+            Event::ServiceExited { reason } => self.on_service_exited(reason),
+            Event::ServiceStopped {
+                ticket,
+                clean,
+                detail,
+            } => self.on_service_stopped(ticket, clean, detail, now),
+            Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
+            Event::Released { ticket } => self.on_released(ticket, now),
+            Event::ActiveChanged { record } => self.on_active_changed(record),
+            Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
+            Event::Members { members } => self.on_members(&members),
+            Event::EligibilityChanged { eligible, detail } => {
+                self.eligible = eligible;
+                self.reason = Some(Reason::Eligibility(detail));
+                if eligible {
+                    self.try_join(now);
+                }
+            }
+            Event::ServiceHealthChanged { healthy, detail } => {
+                self.on_service_health(healthy, detail)
+            }
+            Event::ControlChanged { control } => self.on_control(control, now),
+            Event::StopRequested => self.on_stop_requested(),
+        }
+        self.after_input(now);
+    }
+
+    /// Acts on every deadline that has passed; harmless when none has.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.fire_due(&Timer::ALL, now);
+        self.after_input(now);
+    }
+
+    fn is_ours(&self, record: &NodeRecord) -> bool {
+        record.node_id == self.cfg.node_id && record.incarnation == self.cfg.incarnation
+    }
+
+    fn notice(&mut self, warn: bool, message: String) {
+        self.actions.push_back(Action::Notice { warn, message });
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        t
+    }
+}

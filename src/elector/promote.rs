@@ -1,0 +1,335 @@
+//! Steps 3a to 3c of SPEC §4 after winning the lock: read the cluster state, refuse an
+//! epoch that is not new (§3, §3a), fence the old active (§5), commit the breadcrumb.
+
+use super::{
+    lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOrder, Phase, Reason, Step,
+    Ticket, RETRY_DELAY,
+};
+use crate::record::{BreadcrumbView, Epoch, Version, WriteOutcome};
+use std::time::Instant;
+
+impl Elector {
+    pub(super) fn on_state_read(
+        &mut self,
+        ticket: Ticket,
+        result: Result<Box<ClusterState>, String>,
+        now: Instant,
+    ) {
+        let Phase::Holding {
+            epoch,
+            step:
+                Step::Reading {
+                    ticket: t,
+                    unknown_commit,
+                },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        let state = match result {
+            Ok(s) => s,
+            Err(e) => {
+                self.notice(
+                    true,
+                    format!("reading the cluster state failed ({e}); retrying"),
+                );
+                self.retry_at = Some(now + RETRY_DELAY);
+                return;
+            }
+        };
+        if self.stopping {
+            // Only here to learn whether an unknown commit went through (see
+            // `on_stop_requested`): if it did, delete our breadcrumb on the way out.
+            let ours = matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
+                if self.is_ours(record) && record.epoch == Some(epoch));
+            match unknown_commit {
+                Some(sent) if ours => self.committed(epoch, sent, now),
+                _ => self.leave(Leave::Stop),
+            }
+            return;
+        }
+        self.control = self.bounded(state.control.clone(), now);
+        // 3a: paused, or a switchover that names another node.
+        if state.control.paused {
+            self.reason = Some(Reason::FoundPaused);
+            self.leave(Leave::StandAside);
+            return;
+        }
+        if let Some(why) = self
+            .switchover_excludes_us(now)
+            .or_else(|| self.takeover_refusal(now))
+        {
+            self.reason = Some(why);
+            self.leave(Leave::StandAside);
+            return;
+        }
+        let control_version = state.control_version;
+        let breadcrumb_version = state.breadcrumb.version();
+        match &state.breadcrumb {
+            BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
+                let recorded = record.epoch.unwrap_or(0);
+                if recorded == epoch {
+                    if let Some(sent) = unknown_commit {
+                        // Our unknown commit went through: the lease runs from its send time.
+                        self.committed(epoch, sent, now);
+                        return;
+                    }
+                } else if !self.epoch_is_new(epoch, record.epoch, &state) {
+                    return;
+                }
+                if self.own_leftovers {
+                    // Our own service outlived a stop: fence it, never this process.
+                    self.start_fence(
+                        epoch,
+                        FenceOrder::OwnService(record.clone()),
+                        breadcrumb_version,
+                        control_version,
+                    );
+                    return;
+                }
+            }
+            BreadcrumbView::Record { record, .. } => {
+                // Another node, or an older incarnation of this one. Our node id alone
+                // proves nothing (a cloned machine, a rescheduled pod): only a record from
+                // this very boot is our own leftovers (SPEC §5).
+                let order = if record.node_id == self.cfg.node_id && self.cfg.host.same_boot(record)
+                {
+                    FenceOrder::OwnLeftovers(record.clone())
+                } else {
+                    FenceOrder::Node(record.clone())
+                };
+                if !self.epoch_is_new(epoch, record.epoch, &state) {
+                    return;
+                }
+                self.start_fence(epoch, order, breadcrumb_version, control_version);
+                return;
+            }
+            BreadcrumbView::Unreadable { reason, .. } => {
+                if !self.epoch_is_new(epoch, None, &state) {
+                    return;
+                }
+                self.notice(
+                    true,
+                    format!(
+                        "the breadcrumb is unreadable ({reason}); fencing an unknown old active \
+                         with what is known"
+                    ),
+                );
+                self.start_fence(
+                    epoch,
+                    FenceOrder::Unreadable,
+                    breadcrumb_version,
+                    control_version,
+                );
+                return;
+            }
+            BreadcrumbView::Absent => {
+                if !self.epoch_is_new(epoch, None, &state) {
+                    return;
+                }
+            }
+        }
+        self.commit(epoch, breadcrumb_version, control_version, now);
+    }
+
+    pub(super) fn on_fence_done(
+        &mut self,
+        ticket: Ticket,
+        fenced: bool,
+        summary: String,
+        now: Instant,
+    ) {
+        let Phase::Holding {
+            epoch,
+            step:
+                Step::Fencing {
+                    ticket: t,
+                    ref target,
+                    breadcrumb_version,
+                    control_version,
+                },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        if fenced {
+            self.own_leftovers = false;
+            self.reason = Some(Reason::Fenced(summary));
+            self.commit(epoch, breadcrumb_version, control_version, now);
+        } else {
+            self.reason = Some(Reason::FenceFailed {
+                summary,
+                target: target.clone(),
+            });
+            self.leave(Leave::FenceFailed);
+        }
+    }
+
+    pub(super) fn on_committed(&mut self, ticket: Ticket, outcome: WriteOutcome, now: Instant) {
+        let Phase::Holding {
+            epoch,
+            step: Step::Committing {
+                ticket: t, sent, ..
+            },
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => self.committed(epoch, sent, now),
+            WriteOutcome::Conflict if self.stopping => self.leave(Leave::Stop),
+            WriteOutcome::Conflict => {
+                self.reason = Some(Reason::StateChanged);
+                self.read_state(epoch, None);
+            }
+            WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
+        }
+    }
+
+    pub(super) fn on_commit_aborted(&mut self, ticket: Ticket, reason: String) {
+        let Phase::Holding {
+            step: Step::Committing { ticket: t, .. },
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        // Nothing was written or started: release and back off like a failed promotion.
+        self.reason = Some(Reason::PromotionFailed(reason));
+        self.leave(Leave::PromotionFailed);
+    }
+
+    pub(super) fn read_state(&mut self, epoch: Epoch, unknown_commit: Option<Instant>) {
+        let ticket = self.ticket();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Reading {
+                ticket,
+                unknown_commit,
+            },
+        };
+        self.actions.push_back(Action::ReadState { ticket });
+    }
+
+    fn start_fence(
+        &mut self,
+        epoch: Epoch,
+        order: FenceOrder,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+    ) {
+        let ticket = self.ticket();
+        let target = match &order {
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+                Some(r.node_id.clone())
+            }
+            FenceOrder::Unreadable => None,
+        };
+        self.reason = Some(match &order {
+            FenceOrder::Node(r) => Reason::FencingNode(r.node_id.clone()),
+            FenceOrder::Unreadable => Reason::FencingUnknown,
+            FenceOrder::OwnLeftovers(_) => Reason::FencingOwnLeftovers,
+            FenceOrder::OwnService(_) => Reason::FencingOwnService,
+        });
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Fencing {
+                ticket,
+                target,
+                breadcrumb_version,
+                control_version,
+            },
+        };
+        self.actions.push_back(Action::Fence { ticket, order });
+    }
+
+    /// The epoch must be above every earlier one (§3 "Epoch") and every one a member has
+    /// seen (§3a); else refuse and say why. What was read is remembered as seen.
+    fn epoch_is_new(
+        &mut self,
+        epoch: Epoch,
+        breadcrumb: Option<Epoch>,
+        state: &ClusterState,
+    ) -> bool {
+        let history = state.newest_history_epoch;
+        let seen = self.epoch_seen.max(state.members_epoch_seen);
+        self.epoch_seen = seen;
+        if let Some(seen) = seen.filter(|&s| epoch <= s) {
+            self.reason = Some(Reason::EpochSeenBefore { epoch, seen });
+            self.leave(Leave::LostData);
+            return false;
+        }
+        let newest = breadcrumb.max(history);
+        self.epoch_seen = self.epoch_seen.max(newest);
+        match newest {
+            Some(n) if epoch <= n => {
+                self.reason = Some(Reason::StaleEpoch { epoch, recorded: n });
+                self.leave(Leave::StaleEpoch);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn commit(
+        &mut self,
+        epoch: Epoch,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+        now: Instant,
+    ) {
+        let ticket = self.ticket();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Committing {
+                ticket,
+                sent: now,
+                breadcrumb_version,
+                control_version,
+            },
+        };
+        self.actions.push_back(Action::CommitPromotion {
+            ticket,
+            epoch,
+            breadcrumb_version,
+            control_version,
+        });
+    }
+
+    /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
+    fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        };
+        self.breadcrumb_written = true;
+        self.epoch_seen = self.epoch_seen.max(Some(epoch));
+        // The commit's record names no service process (the service is down).
+        self.names_earlier_start = false;
+        self.forgetting = None;
+        self.lease = Lease {
+            end: Some(sent + self.lease_len()),
+            next_renewal: Some(sent + self.renewal_interval()),
+            ..Lease::default()
+        };
+        if self.stopping {
+            // Stopped while the commit was out: nothing started; delete the breadcrumb
+            // we just wrote and release.
+            self.leave(Leave::Stop);
+            return;
+        }
+        self.start_if_due(now);
+    }
+}

@@ -1,0 +1,351 @@
+//! The managed service under the lock (SPEC §4.3d, §4.7, §6): start it while the lease
+//! holds, record its identity, stop it, and what its exit or ill health means.
+
+use super::{leave::Leave, Action, Elector, Phase, Reason, Step, StopCause, Ticket, RETRY_DELAY};
+use crate::record::{Role, WriteOutcome};
+use std::time::Instant;
+
+/// Where the service is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Svc {
+    Down,
+    /// A start is in flight; a stop asked for meanwhile waits for it to report, so that
+    /// what it starts is stopped, never leaked.
+    Starting(Ticket, Option<StopCause>),
+    Up,
+    Stopping(Ticket, StopCause),
+}
+
+impl Elector {
+    /// The breadcrumb is ours and the service follows the lease (§4.3d, §4.4).
+    fn in_serving_step(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            }
+        )
+    }
+
+    pub(super) fn on_service_started(&mut self, ticket: Ticket, now: Instant) {
+        let Svc::Starting(t, pending) = self.svc else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.svc = Svc::Up;
+        self.service_healthy = true;
+        // A start that completes after the lease ended must not serve: stop it and kill
+        // it at once (the kill ordered while it was still starting found nothing).
+        if self.lease.end.is_some_and(|end| now >= end) {
+            self.lease.doubt = true;
+            self.lease.killed = false;
+        }
+        if let Some(cause) = pending {
+            self.stop_service(cause);
+            self.lease_timers(now);
+            return;
+        }
+        if self.in_serving_step() {
+            self.reason = Some(Reason::ServiceStarted);
+            self.service_recorded = false;
+            self.record_service();
+            // A start that raced the lease end is stopped by the lease timers below.
+            self.lease_timers(now);
+        }
+    }
+
+    /// §4.3d: write the started service's identity into the breadcrumb. Until that is
+    /// acknowledged the node is `promoting`, not `active`.
+    pub(super) fn record_service(&mut self) {
+        let Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        } = self.phase
+        else {
+            return;
+        };
+        if self.svc != Svc::Up || self.service_recorded || self.recording.is_some() {
+            return;
+        }
+        let ticket = self.ticket();
+        self.recording = Some(ticket);
+        self.record_retry_at = None;
+        self.actions
+            .push_back(Action::RecordService { ticket, epoch });
+    }
+
+    pub(super) fn forget_record(&mut self) {
+        self.service_recorded = false;
+        self.recording = None;
+        self.record_retry_at = None;
+    }
+
+    pub(super) fn on_service_forgotten(
+        &mut self,
+        ticket: Ticket,
+        outcome: WriteOutcome,
+        now: Instant,
+    ) {
+        if self.forgetting != Some(ticket) {
+            return;
+        }
+        self.forgetting = None;
+        if !self.in_serving_step() {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => {
+                self.names_earlier_start = false;
+                self.start_if_due(now);
+            }
+            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
+        }
+    }
+
+    /// A breadcrumb rewrite (naming the service, or naming none) was not acknowledged. An
+    /// unknown outcome is retried while the lease holds: nothing starts until it is done,
+    /// and the lease timers take the service down if the store stays silent. A conflict
+    /// means the breadcrumb is not ours any more.
+    fn rewrite_failed(&mut self, outcome: WriteOutcome, now: Instant) {
+        if outcome == WriteOutcome::Conflict {
+            self.reason = Some(Reason::BreadcrumbNotOurs);
+            self.lock_lost(now);
+        } else {
+            self.record_retry_at = Some(now + RETRY_DELAY);
+        }
+    }
+
+    pub(super) fn on_service_recorded(
+        &mut self,
+        ticket: Ticket,
+        outcome: WriteOutcome,
+        now: Instant,
+    ) {
+        if self.recording != Some(ticket) {
+            return;
+        }
+        self.recording = None;
+        if !self.in_serving_step() || self.svc != Svc::Up {
+            return;
+        }
+        match outcome {
+            WriteOutcome::Done => {
+                self.service_recorded = true;
+                self.names_earlier_start = true;
+                self.reason = Some(Reason::ServicePromoted);
+                let pending = self
+                    .control
+                    .failover
+                    .clone()
+                    .or(self.lapsed_failover.take());
+                if let Some(request) = pending {
+                    self.actions.push_back(Action::ClearFailover { request });
+                }
+            }
+            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
+        }
+    }
+
+    pub(super) fn on_start_failed(&mut self, ticket: Ticket, reason: String, now: Instant) {
+        let Svc::Starting(t, pending) = self.svc else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        if let Some(cause) = pending {
+            // A stop was asked for meanwhile: demote whatever the attempt left.
+            self.svc = Svc::Up;
+            self.stop_service(cause);
+            return;
+        }
+        self.svc = Svc::Down;
+        self.reason = Some(Reason::PromotionFailed(reason));
+        if self.in_serving_step() {
+            if self.lease_left(now).is_none() {
+                // The lease ran out before the start: wait for a renewal, as in §4.4.
+                self.lease.doubt = true;
+                return;
+            }
+            // §4.3e: demote (a promote hook may have done half its work), keep the
+            // breadcrumb, release.
+            self.svc = Svc::Up;
+            self.leave(Leave::PromotionFailed);
+        }
+    }
+
+    /// The service's main process exited. Its children may run on (a wrapper script, a
+    /// master process that died): the service is down only once a stop found nothing of
+    /// it left (SPEC §6), so every path here goes through a stop before the demotion
+    /// counts as clean or anything starts again.
+    pub(super) fn on_service_exited(&mut self, reason: String) {
+        match self.svc {
+            Svc::Up | Svc::Starting(..) => {}
+            _ => return,
+        }
+        self.service_recorded = false;
+        let serving = self.in_serving_step();
+        if !serving {
+            self.stop_service(StopCause::Demote);
+            return;
+        }
+        if self.control.paused {
+            self.notice(
+                true,
+                format!(
+                    "the service exited ({reason}); the cluster is paused, so no failover: \
+                     stopping what is left of it before it may start again"
+                ),
+            );
+            self.stop_service(StopCause::Demote);
+            return;
+        }
+        self.reason = Some(Reason::ServiceExited(reason));
+        self.leave(Leave::ServiceFailed);
+    }
+
+    pub(super) fn on_service_stopped(
+        &mut self,
+        ticket: Ticket,
+        clean: bool,
+        detail: String,
+        now: Instant,
+    ) {
+        let Svc::Stopping(t, _) = self.svc else {
+            return;
+        };
+        if t != ticket {
+            return;
+        }
+        self.svc = Svc::Down;
+        // A record still in flight names the service that just stopped: its answer must
+        // not count for the next start (simulation seed 880).
+        self.forget_record();
+        self.lease.killed = false;
+        if !clean {
+            self.own_leftovers = true;
+            self.notice(
+                true,
+                format!("the service could not be verified stopped: {detail}"),
+            );
+        }
+        match self.phase.clone() {
+            Phase::Holding {
+                epoch,
+                step: Step::Leaving { why, .. },
+            } => {
+                self.delete_breadcrumb_then_release(epoch, why, clean);
+            }
+            Phase::Holding {
+                step: Step::Serving,
+                ..
+            } => {
+                if clean {
+                    self.start_if_due(now);
+                } else {
+                    // Never a second copy beside one that would not die: give up the
+                    // lock and keep the breadcrumb, so whoever wins fences it first.
+                    self.reason = Some(Reason::StopFailed(detail));
+                    self.leave(Leave::ServiceFailed);
+                }
+            }
+            Phase::LockLost => {
+                self.phase = Phase::Idle;
+                self.try_join(now);
+            }
+            _ => {
+                if self.stopping {
+                    self.exit_when_down();
+                } else if matches!(self.phase, Phase::Idle) {
+                    self.try_join(now);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_service_health(&mut self, healthy: bool, detail: String) {
+        self.service_healthy = healthy;
+        if healthy || self.svc != Svc::Up {
+            return;
+        }
+        if !self.in_serving_step() {
+            return;
+        }
+        if self.control.paused {
+            self.notice(
+                true,
+                format!(
+                    "the service is unhealthy ({detail}); the cluster is paused, so no failover"
+                ),
+            );
+            return;
+        }
+        self.reason = Some(Reason::Unhealthy(detail));
+        self.leave(Leave::ServiceFailed);
+    }
+
+    /// §4.3d: start the service if we serve, it is down, and the lease is valid.
+    pub(super) fn start_if_due(&mut self, now: Instant) {
+        let Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        } = self.phase
+        else {
+            return;
+        };
+        // A lease in doubt waits for a renewal to succeed before anything starts again.
+        if self.svc != Svc::Down || self.stopping || self.lease.doubt {
+            return;
+        }
+        if self.control.paused && self.breadcrumb_written && self.role == Role::Active {
+            return;
+        }
+        let Some(until) = self.lease_left(now) else {
+            self.lease.doubt = true;
+            return;
+        };
+        if self.names_earlier_start {
+            // First the breadcrumb stops naming the earlier start's processes.
+            if self.forgetting.is_none() && self.record_retry_at.is_none() {
+                let ticket = self.ticket();
+                self.forgetting = Some(ticket);
+                self.actions
+                    .push_back(Action::ForgetService { ticket, epoch });
+            }
+            return;
+        }
+        let ticket = self.ticket();
+        self.svc = Svc::Starting(ticket, None);
+        self.actions.push_back(Action::StartService {
+            ticket,
+            epoch,
+            lease_valid_until: until,
+        });
+    }
+
+    pub(super) fn stop_service(&mut self, cause: StopCause) {
+        match self.svc {
+            Svc::Up => {
+                let ticket = self.ticket();
+                self.svc = Svc::Stopping(ticket, cause);
+                self.actions
+                    .push_back(Action::StopService { ticket, cause });
+            }
+            Svc::Starting(t, None) => self.svc = Svc::Starting(t, Some(cause)),
+            Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {}
+        }
+    }
+
+    /// The service is up or coming up, and nobody asked it to stop yet.
+    pub(super) fn svc_running(&self) -> bool {
+        matches!(self.svc, Svc::Up | Svc::Starting(_, None))
+    }
+
+    /// Stop the service because the session or the lock is gone.
+    pub(super) fn force_stop(&mut self) {
+        self.stop_service(StopCause::Forced);
+    }
+}

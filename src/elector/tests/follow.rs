@@ -1,0 +1,354 @@
+//! SPEC §6: `follow` and `priority`.
+
+use super::*;
+
+/// A standby with a `follow` hook, registered and standing by behind n2.
+fn following_standby() -> H {
+    let mut e = Elector::new(
+        ElectorConfig {
+            follow: true,
+            ..cfg()
+        },
+        true,
+    );
+    assert_eq!(e.poll_action(), Some(Action::Connect));
+    let mut h = H {
+        e,
+        now: Instant::now(),
+    };
+    let j = h.session();
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: None },
+    });
+    h
+}
+
+/// The ticket of the one action `actions` holds, a `Follow`.
+fn follow_ticket(actions: &[Action]) -> Ticket {
+    match actions {
+        [Action::Follow { ticket, .. }] => *ticket,
+        other => panic!("expected one Follow, got {other:?}"),
+    }
+}
+
+fn active_record(node: &str, epoch: Epoch) -> NodeRecord {
+    NodeRecord {
+        node_id: node.into(),
+        host: "10.0.0.2".into(),
+        port: Some(6379),
+        incarnation: format!("inc-{node}"),
+        epoch: Some(epoch),
+        ..NodeRecord::default()
+    }
+}
+
+#[test]
+fn rule_6_follow_runs_once_per_new_active_and_a_failure_makes_the_node_ineligible() {
+    let mut h = following_standby();
+    let a = h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    });
+    let t = match a.as_slice() {
+        [Action::Follow { ticket, active }] if active.node_id == "n2" => *ticket,
+        other => panic!("{other:?}"),
+    };
+    // The same epoch again: nothing more.
+    assert!(h
+        .feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        })
+        .is_empty());
+    let all = h.feed_all(Event::Followed {
+        ticket: t,
+        ok: false,
+        detail: "REPLICAOF refused".into(),
+    });
+    assert!(
+        has(&all, |a| matches!(
+            a,
+            Action::Transition {
+                to: Role::Ineligible,
+                ..
+            }
+        )),
+        "{all:?}"
+    );
+    assert!(h.e.follow_state().unwrap().starts_with("failed:"));
+    // Retried after rejoin_delay, not before; a success makes it a standby again.
+    h.now += Duration::from_millis(999);
+    h.e.handle_timeout(h.now);
+    assert!(h.drain().is_empty());
+    h.now += Duration::from_millis(1);
+    h.e.handle_timeout(h.now);
+    let t = follow_ticket(&h.drain());
+    let all = h.feed_all(Event::Followed {
+        ticket: t,
+        ok: true,
+        detail: "following n2".into(),
+    });
+    assert!(
+        has(&all, |a| matches!(
+            a,
+            Action::Transition {
+                to: Role::Standby,
+                ..
+            }
+        )),
+        "{all:?}"
+    );
+    assert_eq!(h.e.follow_state().as_deref(), Some("current (n2 epoch 7)"));
+    // A newer active is followed too.
+    let a = h.feed(Event::ActiveChanged {
+        record: active_record("n3", 9),
+    });
+    assert!(matches!(a.as_slice(), [Action::Follow { active, .. }] if active.node_id == "n3"));
+}
+
+#[test]
+fn rule_6_hooks_are_told_an_active_only_when_another_node_is_the_newest() {
+    // A standby without a follow hook still knows whom to name.
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: None },
+    });
+    assert!(h.e.known_active().is_none());
+    h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    });
+    assert_eq!(h.e.known_active().map(|a| a.epoch), Some(Some(7)));
+
+    // While this node holds the lock, an older active of another node is not named;
+    // a newer one (the node it lost its lease to) is.
+    let mut h = H::new();
+    h.active(5);
+    h.feed_all(Event::ActiveChanged {
+        record: active_record("n2", 3),
+    });
+    assert!(h.e.known_active().is_none());
+    h.feed_all(Event::ActiveChanged {
+        record: active_record("n2", 9),
+    });
+    assert_eq!(h.e.known_active().map(|a| a.node_id.as_str()), Some("n2"));
+}
+
+#[test]
+fn rule_6_a_forced_switchover_to_an_ineligible_node_lets_it_join() {
+    let mut h = following_standby();
+    let t = follow_ticket(&h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    }));
+    h.feed(Event::Followed {
+        ticket: t,
+        ok: false,
+        detail: "REPLICAOF refused".into(),
+    });
+    assert_eq!(h.e.role(), Role::Ineligible);
+    let lapses_at = h.now + Duration::from_secs(30);
+    let request = |force| ControlView {
+        paused: false,
+        failover: Some(FailoverView {
+            from: "n2".into(),
+            to: Some("n1".into()),
+            deadline: "2026-01-01T00:00:00Z".into(),
+            force,
+            lapses_at,
+        }),
+    };
+    // Without --force the request changes nothing; with it, n1 is in the election.
+    h.feed(Event::ControlChanged {
+        control: request(false),
+    });
+    assert_eq!(h.e.role(), Role::Ineligible);
+    h.feed(Event::ControlChanged {
+        control: request(true),
+    });
+    assert_eq!(h.e.role(), Role::Standby);
+}
+
+fn with_priority(priority: u16) -> H {
+    let mut e = Elector::new(ElectorConfig { priority, ..cfg() }, true);
+    assert_eq!(e.poll_action(), Some(Action::Connect));
+    H {
+        e,
+        now: Instant::now(),
+    }
+}
+
+#[test]
+fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
+    let mut h = with_priority(50);
+    h.feed(Event::Members {
+        members: vec![MemberRecord {
+            node: NodeRecord {
+                node_id: "n2".into(),
+                ..NodeRecord::default()
+            },
+            role: Role::Standby,
+            health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
+            follow: None,
+            priority: Some(900),
+        }],
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(a.is_empty(), "joined before the higher one could: {a:?}");
+    assert_eq!(h.e.role(), Role::Standby);
+    h.now += T / 6 - Duration::from_millis(1);
+    h.e.handle_timeout(h.now);
+    assert!(h.drain().is_empty());
+    h.now += Duration::from_millis(1);
+    h.e.handle_timeout(h.now);
+    assert!(matches!(h.drain().as_slice(), [Action::Join { .. }]));
+}
+
+#[test]
+fn rule_6_priority_0_never_takes_the_lock_by_itself_but_joins_when_named() {
+    let mut h = with_priority(0);
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(h.e.role(), Role::Standby);
+    let lapses_at = h.now + Duration::from_secs(30);
+    let a = h.feed(Event::ControlChanged {
+        control: ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                from: "n2".into(),
+                to: Some("n1".into()),
+                deadline: "2026-01-01T00:00:00Z".into(),
+                force: false,
+                lapses_at,
+            }),
+        },
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_promote() {
+    // Simulation seed 1355: n1 (priority 0) took the lock while `failover --to n1`
+    // was pending; the request lapsed before the state read came back, and n1 was
+    // promoted by itself.
+    let mut h = with_priority(0);
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let lapses_at = h.now + Duration::from_millis(50);
+    let request = ControlView {
+        paused: false,
+        failover: Some(FailoverView {
+            from: "n2".into(),
+            to: Some("n1".into()),
+            deadline: "2026-01-01T00:00:00.050Z".into(),
+            force: false,
+            lapses_at,
+        }),
+    };
+    let a = h.feed(Event::ControlChanged {
+        control: request.clone(),
+    });
+    let j = H::ticket_of(&a);
+    let r = h.held(j, 7);
+    h.now = lapses_at;
+    let a = h.feed(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: request,
+            control_version: Version::new(1),
+            newest_history_epoch: None,
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    // While the request is pending, the same read promotes.
+    let mut h = with_priority(0);
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let request = ControlView {
+        failover: Some(FailoverView {
+            lapses_at: h.now + Duration::from_secs(30),
+            ..request_to_n1()
+        }),
+        paused: false,
+    };
+    let a = h.feed(Event::ControlChanged {
+        control: request.clone(),
+    });
+    let j = H::ticket_of(&a);
+    let r = h.held(j, 7);
+    let a = h.feed(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: request,
+            control_version: Version::new(1),
+            newest_history_epoch: None,
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { epoch: 7, .. }]),
+        "{a:?}"
+    );
+}
+
+fn request_to_n1() -> FailoverView {
+    FailoverView {
+        from: "n2".into(),
+        to: Some("n1".into()),
+        deadline: "2026-01-01T00:00:30Z".into(),
+        force: false,
+        lapses_at: Instant::now(),
+    }
+}
+
+#[test]
+fn rule_6_a_follow_that_fails_while_the_lock_is_taken_keeps_the_node_from_promoting() {
+    // The follow of a new active is still running when that active goes and this
+    // node wins the free lock; the follow then fails: its data may lack what that
+    // active wrote, so it must not be promoted (SPEC §6).
+    let mut h = following_standby();
+    let t = follow_ticket(&h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    }));
+    let a = h.feed(Event::LockDeleted);
+    let j = H::ticket_of(&a);
+    let r = h.held(j, 9);
+    h.feed(Event::Followed {
+        ticket: t,
+        ok: false,
+        detail: "REPLICAOF refused".into(),
+    });
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_6_without_a_follow_hook_nothing_follows() {
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: None },
+    });
+    assert!(h
+        .feed(Event::ActiveChanged {
+            record: active_record("n2", 7),
+        })
+        .is_empty());
+    assert_eq!(h.e.follow_state(), None);
+    assert_eq!(h.e.epoch_seen(), Some(7));
+}

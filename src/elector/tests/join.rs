@@ -1,0 +1,161 @@
+//! Sessions and the lock (SPEC §4.1, §4.2) and the rejoin back-off (§4.8).
+
+use super::*;
+
+#[test]
+fn rule_4_1_joins_only_when_eligible() {
+    let mut h = H::new();
+    h.e = Elector::new(cfg(), false);
+    h.drain();
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Ineligible);
+    let a = h.feed(Event::EligibilityChanged {
+        eligible: true,
+        detail: "healthy".into(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_1_no_join_while_paused() {
+    let mut h = H::new();
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView {
+            paused: true,
+            failover: None,
+        },
+    });
+    assert_eq!(a, vec![]);
+    let a = h.feed(Event::ControlChanged {
+        control: ControlView::default(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_2_node_exists_means_standby_and_a_deleted_lock_means_join_again() {
+    let mut h = H::new();
+    let j = h.session();
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: None },
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Standby);
+    let a = h.feed(Event::LockDeleted);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_2_unknown_create_outcome_is_resolved_by_joining_again_even_if_ineligible() {
+    let mut h = H::new();
+    let j = h.session();
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Unknown,
+    });
+    assert_eq!(a, vec![]);
+    h.feed(Event::EligibilityChanged {
+        eligible: false,
+        detail: "standby check failed".into(),
+    });
+    let a = h.advance(RETRY_DELAY);
+    let j2 = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    // The earlier create did go through: the lock is ours, but we are not eligible.
+    let a = h.feed(Event::Joined {
+        ticket: j2,
+        outcome: JoinOutcome::Held { epoch: 5 },
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_2_results_with_stale_tickets_are_ignored() {
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::SessionLost);
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Held { epoch: 9 },
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.epoch(), None);
+}
+
+/// The join `ticket` wins the lock at `epoch`, fencing n2 fails, the lock is released.
+fn fence_fails(h: &mut H, ticket: Ticket, epoch: Epoch) {
+    let r = h.held(ticket, epoch);
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "x", Some(1)),
+            version: Version::new(0),
+        },
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: false,
+        summary: "no".into(),
+    });
+    h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+}
+
+#[test]
+fn rule_4_8_rejoin_delay_doubles_up_to_30s_and_resets_after_60s_stable() {
+    let mut h = H::new();
+    let mut delays = Vec::new();
+    for _ in 0..7 {
+        // Win, then fail to fence.
+        let j = match h.e.phase {
+            Phase::Idle => {
+                let a = h.advance(Duration::from_secs(60));
+                H::ticket_of(&a)
+            }
+            _ => h.session(),
+        };
+        fence_fails(&mut h, j, 100);
+        h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        delays.push(h.e.out_until.unwrap() - h.now);
+    }
+    let secs: Vec<u64> = delays.iter().map(|d| d.as_secs()).collect();
+    assert_eq!(secs, vec![1, 2, 4, 8, 16, 30, 30]);
+
+    // 60s of stable standby resets the count.
+    let a = h.advance(Duration::from_secs(30));
+    let j = H::ticket_of(&a);
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: None },
+    });
+    h.advance(STABLE_RESET);
+    let a = h.feed(Event::LockDeleted);
+    fence_fails(&mut h, H::ticket_of(&a), 200);
+    assert_eq!(h.e.out_until.unwrap() - h.now, Duration::from_secs(1));
+}
+
+#[test]
+fn every_role_change_is_a_transition_with_epoch_and_reason() {
+    let mut h = H::new();
+    let j = h.session();
+    let all = h.feed_all(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Held { epoch: 8 },
+    });
+    assert!(
+        has(&all, |a| matches!(a,
+        Action::Transition { from: Role::Standby, to: Role::Promoting, epoch: Some(8), reason }
+        if reason.to_string() == "won the lock")),
+        "{all:?}"
+    );
+}

@@ -1,0 +1,209 @@
+//! Unit tests of the election rules: one file per concern, each test named for the SPEC
+//! rule it checks and comparing the exact actions out. The harness is here: [`H`] drives one
+//! elector in virtual time.
+
+mod control;
+mod follow;
+mod join;
+mod lease;
+mod leave;
+mod promote;
+mod reason;
+mod service;
+
+use super::*;
+use crate::record::Health;
+
+const T: Duration = Duration::from_secs(6); // session timeout: lease 3s, renewals 1s
+const GRACE: Duration = Duration::from_millis(500);
+
+fn cfg() -> ElectorConfig {
+    ElectorConfig {
+        node_id: "n1".into(),
+        incarnation: "inc-1".into(),
+        session_timeout: T,
+        rejoin_delay: Duration::from_secs(1),
+        demote_grace: GRACE,
+        host: crate::record::HostIdentity {
+            boot_id: "b00700000000000000000000000000aa".into(),
+            machine_id: "3a000000000000000000000000000001".into(),
+            pid_ns: Some(4026531836),
+        },
+        follow: false,
+        priority: 100,
+    }
+}
+
+fn record(node: &str, inc: &str, epoch: Option<Epoch>) -> NodeRecord {
+    NodeRecord {
+        node_id: node.into(),
+        incarnation: inc.into(),
+        epoch,
+        ..Default::default()
+    }
+}
+
+/// One elector and virtual time.
+struct H {
+    e: Elector,
+    now: Instant,
+}
+
+impl H {
+    fn new() -> H {
+        let now = Instant::now();
+        let mut e = Elector::new(cfg(), true);
+        assert_eq!(e.poll_action(), Some(Action::Connect));
+        H { e, now }
+    }
+
+    fn drain(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.e.poll_action()).collect()
+    }
+
+    /// Feeds an event; returns the actions, transitions left out.
+    fn feed(&mut self, ev: Event) -> Vec<Action> {
+        self.e.handle(ev, self.now);
+        strip(self.drain())
+    }
+
+    fn feed_all(&mut self, ev: Event) -> Vec<Action> {
+        self.e.handle(ev, self.now);
+        self.drain()
+    }
+
+    /// Moves virtual time forward, firing every timeout on the way in order.
+    fn advance(&mut self, d: Duration) -> Vec<Action> {
+        let end = self.now + d;
+        let mut out = Vec::new();
+        while let Some(t) = self.e.poll_timeout().filter(|t| *t <= end) {
+            self.now = t.max(self.now);
+            self.e.handle_timeout(self.now);
+            out.extend(self.drain());
+        }
+        self.now = end;
+        self.e.handle_timeout(self.now);
+        out.extend(self.drain());
+        strip(out)
+    }
+
+    fn ticket_of(actions: &[Action]) -> Ticket {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Join { ticket }
+                | Action::ReadState { ticket }
+                | Action::Fence { ticket, .. }
+                | Action::CommitPromotion { ticket, .. }
+                | Action::StartService { ticket, .. }
+                | Action::Renew { ticket }
+                | Action::StopService { ticket, .. }
+                | Action::DeleteOwnBreadcrumb { ticket, .. }
+                | Action::Release { ticket } => Some(*ticket),
+                _ => None,
+            })
+            .expect("an action with a ticket")
+    }
+
+    fn ticket_of_record(actions: &[Action]) -> Ticket {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::RecordService { ticket, .. } => Some(*ticket),
+                _ => None,
+            })
+            .expect("a RecordService action")
+    }
+
+    fn session(&mut self) -> Ticket {
+        let a = self.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+        H::ticket_of(&a)
+    }
+
+    fn read(&mut self, ticket: Ticket, breadcrumb: BreadcrumbView) -> Vec<Action> {
+        self.feed(Event::StateRead {
+            ticket,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb,
+                control: ControlView::default(),
+                control_version: Version::new(0),
+                newest_history_epoch: None,
+                members_epoch_seen: None,
+            })),
+        })
+    }
+
+    /// Answers the join `ticket`: the lock is ours at `epoch`. Returns the state read's
+    /// ticket.
+    fn held(&mut self, ticket: Ticket, epoch: Epoch) -> Ticket {
+        let a = self.feed(Event::Joined {
+            ticket,
+            outcome: JoinOutcome::Held { epoch },
+        });
+        assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+        H::ticket_of(&a)
+    }
+
+    /// Session, lock won at `epoch`: the state read is out; returns its ticket.
+    fn won(&mut self, epoch: Epoch) -> Ticket {
+        let j = self.session();
+        self.held(j, epoch)
+    }
+
+    /// Won the lock at `epoch`, the breadcrumb read empty: the commit is out; returns its
+    /// ticket.
+    fn committing(&mut self, epoch: Epoch) -> Ticket {
+        let r = self.won(epoch);
+        let a = self.read(r, BreadcrumbView::Absent);
+        assert!(
+            matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+            "{a:?}"
+        );
+        H::ticket_of(&a)
+    }
+
+    /// Won the lock at `epoch` and committed: the start is in flight; returns its ticket.
+    fn starting(&mut self, epoch: Epoch) -> Ticket {
+        let c = self.committing(epoch);
+        let a = self.feed(Event::Committed {
+            ticket: c,
+            outcome: WriteOutcome::Done,
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::StartService { .. }]),
+            "{a:?}"
+        );
+        H::ticket_of(&a)
+    }
+
+    /// Won the lock at `epoch`, committed, the service up and recorded: active.
+    fn active(&mut self, epoch: Epoch) {
+        let s = self.starting(epoch);
+        let a = self.feed(Event::ServiceStarted { ticket: s });
+        self.recorded(&a);
+        assert_eq!(self.e.role(), Role::Active);
+    }
+
+    /// Acknowledges the `RecordService` among `actions`; returns what follows.
+    fn recorded(&mut self, actions: &[Action]) -> Vec<Action> {
+        self.feed(Event::ServiceRecorded {
+            ticket: H::ticket_of_record(actions),
+            outcome: WriteOutcome::Done,
+        })
+    }
+}
+
+fn strip(actions: Vec<Action>) -> Vec<Action> {
+    actions
+        .into_iter()
+        .filter(|a| !matches!(a, Action::Transition { .. } | Action::Notice { .. }))
+        .collect()
+}
+
+fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
+    actions.iter().any(f)
+}

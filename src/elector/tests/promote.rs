@@ -1,0 +1,488 @@
+//! After winning the lock (SPEC §4.3a-c, §4.3e): the read, the epoch checks (§3, §3a),
+//! fencing (§5, §9) and the commit.
+
+use super::*;
+
+#[test]
+fn rule_4_3_empty_breadcrumb_commit_then_start_with_the_epoch() {
+    let mut h = H::new();
+    let j = h.session();
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Held { epoch: 42 },
+    });
+    let r = H::ticket_of(&a);
+    assert_eq!(a, vec![Action::ReadState { ticket: r }]);
+    let a = h.read(r, BreadcrumbView::Absent);
+    let c = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::CommitPromotion {
+            ticket: c,
+            epoch: 42,
+            breadcrumb_version: None,
+            control_version: Version::new(0)
+        }]
+    );
+    let sent = h.now;
+    h.now += Duration::from_millis(3);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Done,
+    });
+    let s = H::ticket_of(&a);
+    // The lease runs from the commit's send time; a start must leave room to stop.
+    assert_eq!(
+        a,
+        vec![Action::StartService {
+            ticket: s,
+            epoch: 42,
+            lease_valid_until: sent + T / 2
+        }]
+    );
+    assert_eq!(h.e.role(), Role::Promoting);
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    let r = H::ticket_of_record(&a);
+    assert_eq!(
+        a,
+        vec![Action::RecordService {
+            ticket: r,
+            epoch: 42
+        }]
+    );
+    assert_eq!(
+        h.e.role(),
+        Role::Promoting,
+        "not active before the service's identity is in the breadcrumb"
+    );
+    let a = h.recorded(&a);
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
+    let mut h = H::new();
+    let r = h.won(7);
+    let a = h.feed(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: ControlView {
+                paused: true,
+                failover: None,
+            },
+            control_version: Version::new(3),
+            newest_history_epoch: None,
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let old = record("n2", "inc-9", Some(10));
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: old.clone(),
+            version: Version::new(4),
+        },
+    );
+    let f = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::Fence {
+            ticket: f,
+            order: FenceOrder::Node(old)
+        }]
+    );
+    assert_eq!(h.e.role(), Role::Fencing);
+    let a = h.feed(Event::FenceDone {
+        ticket: f,
+        fenced: true,
+        summary: "signal: fenced".into(),
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::CommitPromotion {
+                epoch: 20,
+                breadcrumb_version: Some(v),
+                ..
+            }] if *v == Version::new(4)
+        ),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "inc-9", Some(10)),
+            version: Version::new(4),
+        },
+    );
+    let f = H::ticket_of(&a);
+    let all = h.feed_all(Event::FenceDone {
+        ticket: f,
+        fenced: false,
+        summary: "script:x failed: exit 1".into(),
+    });
+    assert!(
+        has(&all, |a| matches!(a, Action::Transition { reason, .. }
+            if reason.to_string().contains("fence --confirm"))),
+        "{all:?}"
+    );
+    let a = strip(all);
+    let rel = H::ticket_of(&a);
+    assert_eq!(a, vec![Action::Release { ticket: rel }]);
+    let a = h.feed(Event::Released { ticket: rel });
+    assert_eq!(a, vec![Action::Connect]);
+    // Rejoin only after rejoin_delay, never a start in between.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(999));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
+#[test]
+fn rule_4_3b_an_older_incarnation_of_this_node_is_fenced_locally() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let old = on_this_boot(record("n1", "inc-0", Some(10)));
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: old.clone(),
+            version: Version::new(1),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnLeftovers(o), .. }] if *o == old),
+        "{a:?}"
+    );
+}
+
+/// `r` as written by a warden on this machine, this boot, this pid namespace.
+fn on_this_boot(mut r: NodeRecord) -> NodeRecord {
+    let host = cfg().host;
+    r.boot_id = host.boot_id.to_uppercase();
+    r.machine_id = host.machine_id;
+    r.pid_ns = host.pid_ns;
+    r
+}
+
+/// The order for a breadcrumb of this node id written as `r`.
+fn order_for(r: NodeRecord) -> FenceOrder {
+    let mut h = H::new();
+    let read = h.won(20);
+    let a = h.read(
+        read,
+        BreadcrumbView::Record {
+            record: r,
+            version: Version::new(1),
+        },
+    );
+    match a.as_slice() {
+        [Action::Fence { order, .. }] => order.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn rule_5_our_node_id_from_another_machine_or_boot_is_fenced_by_the_whole_chain() {
+    // A cloned machine or a rescheduled pod with our node id.
+    let mut other_machine = on_this_boot(record("n1", "inc-0", Some(10)));
+    other_machine.machine_id = "3a000000000000000000000000000002".into();
+    assert!(matches!(order_for(other_machine), FenceOrder::Node(_)));
+    // A container on this kernel: same boot id, another pid namespace.
+    let mut container = on_this_boot(record("n1", "inc-0", Some(10)));
+    container.pid_ns = Some(4026532000);
+    assert!(matches!(order_for(container), FenceOrder::Node(_)));
+    // This machine before a reboot: the chain decides (`signal` says "rebooted").
+    let mut rebooted = on_this_boot(record("n1", "inc-0", Some(10)));
+    rebooted.boot_id = "b00700000000000000000000000000bb".into();
+    assert!(matches!(order_for(rebooted), FenceOrder::Node(_)));
+    // A record without host ids (an older warden) is never "ours" by its node id.
+    assert!(matches!(
+        order_for(record("n1", "inc-0", Some(10))),
+        FenceOrder::Node(_)
+    ));
+}
+
+#[test]
+fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselves() {
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "x".into(),
+    });
+    let a = h.feed(Event::ServiceStopped {
+        ticket: H::ticket_of(&a),
+        clean: false,
+        detail: "pid 9 still runs".into(),
+    });
+    let rel = H::ticket_of(&a);
+    h.feed(Event::Released { ticket: rel });
+    h.advance(Duration::from_secs(31));
+    let r = h.won(9);
+    let mine = record("n1", "inc-1", Some(3));
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: mine.clone(),
+            version: Version::new(2),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnService(r), .. }] if *r == mine),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let a = h.read(
+        r,
+        BreadcrumbView::Unreadable {
+            reason: "not JSON".into(),
+            version: Version::new(2),
+        },
+    );
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Fence {
+                order: FenceOrder::Unreadable,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
+    let mut h = H::new();
+    let c = h.committing(30);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+    let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
+    let c = H::ticket_of(&a);
+    let sent = h.now;
+    h.now += Duration::from_millis(800);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Unknown,
+    });
+    let r = H::ticket_of(&a);
+    assert_eq!(a, vec![Action::ReadState { ticket: r }]);
+    // The unknown write went through: our record with our epoch is there.
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n1", "inc-1", Some(30)),
+            version: Version::new(0),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::StartService { lease_valid_until, .. }]
+            if *lease_valid_until == sent + T / 2),
+        "lease from the unknown commit's send time: {a:?}"
+    );
+}
+
+#[test]
+fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
+    let mut h = H::new();
+    let r = h.won(5);
+    let all = h.feed_all(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: ControlView::default(),
+            control_version: Version::new(0),
+            newest_history_epoch: Some(9),
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(
+        has(
+            &all,
+            |a| matches!(a, Action::Transition { reason, .. } if reason.to_string().contains("not above"))
+        ),
+        "{all:?}"
+    );
+    assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+}
+
+#[test]
+fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
+    let mut h = H::new();
+    let r = h.won(5);
+    let all = h.feed_all(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: ControlView::default(),
+            control_version: Version::new(0),
+            newest_history_epoch: None,
+            members_epoch_seen: Some(5),
+        })),
+    });
+    assert!(
+        has(&all, |a| matches!(a, Action::Transition { reason, .. }
+            if reason.to_string().contains("lost data") && reason.to_string().contains("init --force"))),
+        "{all:?}"
+    );
+    assert!(matches!(strip(all).as_slice(), [Action::Release { .. }]));
+    // What it read is remembered, for its own member record.
+    assert_eq!(h.e.epoch_seen(), Some(5));
+}
+
+#[test]
+fn rule_3a_a_standby_learns_the_holders_committed_epoch_and_a_lost_store_is_waited_out() {
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: Some(41) },
+    });
+    assert_eq!(h.e.epoch_seen(), Some(41));
+    let mut h = H::new();
+    let j = h.session();
+    let all = h.feed_all(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::LostData("the store lost data: no marker".into()),
+    });
+    assert!(
+        has(&all, |a| matches!(a, Action::Notice { warn: true, message }
+            if message.contains("no marker"))),
+        "{all:?}"
+    );
+    assert!(
+        !has(&all, |a| matches!(a, Action::Join { .. })),
+        "joined again at once: {all:?}"
+    );
+}
+
+#[test]
+fn rule_4_3e_failed_promotion_keeps_the_breadcrumb_and_backs_off() {
+    let mut h = H::new();
+    let s = h.starting(1);
+    let a = h.feed(Event::StartFailed {
+        ticket: s,
+        reason: "exec failed".into(),
+    });
+    // Demote whatever the failed promotion left, then release without deleting the
+    // breadcrumb: the next active fences us.
+    let st = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::StopService {
+            ticket: st,
+            cause: StopCause::Demote
+        }]
+    );
+    let a = h.feed(Event::ServiceStopped {
+        ticket: st,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    let a = h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    assert_eq!(a, vec![Action::Connect]);
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(h.advance(Duration::from_millis(900)), vec![]);
+    assert!(matches!(
+        h.advance(Duration::from_millis(100)).as_slice(),
+        [Action::Join { .. }]
+    ));
+}
+
+#[test]
+fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing() {
+    let mut h = H::new();
+    let c = h.committing(6);
+    let a = h.feed(Event::CommitAborted {
+        ticket: c,
+        reason: "the pidfile /run/x.pid holds \"garbage\"".into(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    let a = h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    assert_eq!(a, vec![Action::Connect]);
+    // Backing off like any failed promotion (§4.8): no join at once.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+}
+
+#[test]
+fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
+    let mut h = H::new();
+    let c = h.committing(8);
+    let a = h.feed(Event::StopRequested);
+    assert_eq!(
+        a,
+        vec![],
+        "no release while the commit's answer is out: {a:?}"
+    );
+    // Unknown outcome: read to find out; it did go through.
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Unknown,
+    });
+    let mine = record("n1", "inc-1", Some(8));
+    let a = h.read(
+        H::ticket_of(&a),
+        BreadcrumbView::Record {
+            record: mine,
+            version: Version::new(0),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 8, .. }]),
+        "{a:?}"
+    );
+
+    // Acknowledged: the same, without the read; never a start.
+    let mut h = H::new();
+    let c = h.committing(8);
+    h.feed(Event::StopRequested);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Done,
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 8, .. }]),
+        "{a:?}"
+    );
+}

@@ -1,0 +1,332 @@
+//! The service under the lock (SPEC §4.3d, §4.7): start, record, stop.
+
+use super::*;
+
+#[test]
+fn rule_4_3d_not_active_until_the_service_identity_is_recorded() {
+    let mut h = H::new();
+    let s = h.starting(5);
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    let r = H::ticket_of_record(&a);
+    assert_eq!(h.e.role(), Role::Promoting);
+    // No answer: retried after RETRY_DELAY, still promoting.
+    let a = h.feed(Event::ServiceRecorded {
+        ticket: r,
+        outcome: WriteOutcome::Unknown,
+    });
+    assert_eq!(a, vec![]);
+    let a = h.advance(RETRY_DELAY);
+    let r2 = H::ticket_of_record(&a);
+    assert_ne!(r, r2);
+    assert_eq!(h.e.role(), Role::Promoting);
+    // A stale answer to the first try changes nothing.
+    h.feed(Event::ServiceRecorded {
+        ticket: r,
+        outcome: WriteOutcome::Done,
+    });
+    assert_eq!(h.e.role(), Role::Promoting);
+    h.feed(Event::ServiceRecorded {
+        ticket: r2,
+        outcome: WriteOutcome::Done,
+    });
+    assert_eq!(h.e.role(), Role::Active);
+}
+
+/// Simulation seed 15674: the service is started again under the same lock only once
+/// the breadcrumb names no earlier start; an unknown outcome is retried under the lease
+/// and starts nothing, a conflict means the lock is lost.
+#[test]
+fn rule_4_3d_a_start_again_waits_until_the_breadcrumb_names_no_earlier_start() {
+    let mut h = H::new();
+    h.active(3);
+    // The service exits while the cluster is paused: stopped, and started again after
+    // the resume.
+    h.feed(Event::ControlChanged {
+        control: ControlView {
+            paused: true,
+            failover: None,
+        },
+    });
+    let a = h.feed(Event::ServiceExited {
+        reason: "exit 1".into(),
+    });
+    let stop = H::ticket_of(&a);
+    let a = h.feed(Event::ServiceStopped {
+        ticket: stop,
+        clean: true,
+        detail: String::new(),
+    });
+    assert_eq!(a, vec![], "paused: nothing starts again");
+    h.feed(Event::ControlChanged {
+        control: ControlView::default(),
+    });
+    // Resumed: the next renewal starts the service again, after the rewrite.
+    let mut forget = None;
+    for _ in 0..40 {
+        for a in h.advance(RETRY_DELAY) {
+            match a {
+                Action::Renew { ticket } => {
+                    for a in h.feed(Event::Renewed {
+                        ticket,
+                        outcome: WriteOutcome::Done,
+                    }) {
+                        match a {
+                            Action::ForgetService { ticket, epoch: 3 } => forget = Some(ticket),
+                            Action::StartService { .. } => {
+                                panic!("started before the breadcrumb was rewritten")
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Action::StartService { .. } => {
+                    panic!("started before the breadcrumb was rewritten")
+                }
+                _ => {}
+            }
+        }
+        if forget.is_some() {
+            break;
+        }
+    }
+    let f = forget.expect("the breadcrumb is rewritten after the resume");
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: f,
+        outcome: WriteOutcome::Unknown,
+    });
+    assert_eq!(a, vec![], "nothing starts on an unknown outcome");
+    let a = h.advance(RETRY_DELAY);
+    let f = a
+        .iter()
+        .find_map(|a| match a {
+            Action::ForgetService { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("retried: {a:?}"));
+    assert!(!a.iter().any(|a| matches!(a, Action::StartService { .. })));
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: f,
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::StartService { .. })),
+        "the lock may be lost: {a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_3d_a_late_record_of_a_stopped_service_never_makes_the_next_copy_active() {
+    // Simulation seed 880: record unknown, lease in doubt, service stopped, renewal
+    // back, a new copy started; then the first record's answer arrived.
+    let mut h = H::new();
+    let s = h.starting(5);
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    let r1 = H::ticket_of_record(&a);
+    // The lease ends without a renewal answer: forced stop.
+    let a = h.advance(T / 2);
+    let st = a
+        .iter()
+        .find_map(|a| match a {
+            Action::StopService { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .expect("a forced stop");
+    h.feed(Event::ServiceStopped {
+        ticket: st,
+        clean: true,
+        detail: String::new(),
+    });
+    // A renewal finally succeeds: a new copy starts.
+    let renew = a
+        .iter()
+        .rev()
+        .find_map(|a| match a {
+            Action::Renew { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .expect("a renewal in flight");
+    let a = h.feed(Event::Renewed {
+        ticket: renew,
+        outcome: WriteOutcome::Done,
+    });
+    let s2 = a
+        .iter()
+        .find_map(|a| match a {
+            Action::StartService { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .expect("a new start");
+    let a = h.feed(Event::ServiceStarted { ticket: s2 });
+    let r2 = H::ticket_of_record(&a);
+    assert_ne!(r1, r2, "the new copy gets a record of its own");
+    h.feed(Event::ServiceRecorded {
+        ticket: r1,
+        outcome: WriteOutcome::Done,
+    });
+    assert_ne!(
+        h.e.role(),
+        Role::Active,
+        "the old copy's record made the new copy active"
+    );
+    h.feed(Event::ServiceRecorded {
+        ticket: r2,
+        outcome: WriteOutcome::Done,
+    });
+    assert_eq!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_3d_a_rejected_service_record_means_the_lock_is_lost() {
+    let mut h = H::new();
+    let s = h.starting(5);
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    let a = h.feed(Event::ServiceRecorded {
+        ticket: H::ticket_of_record(&a),
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_7_never_a_second_start_while_the_service_runs() {
+    let mut h = H::new();
+    h.active(3);
+    // Renewals acknowledged over and over never start a second copy.
+    for _ in 0..20 {
+        for a in h.advance(T / 6) {
+            match a {
+                Action::Renew { ticket } => {
+                    let out = h.feed(Event::Renewed {
+                        ticket,
+                        outcome: WriteOutcome::Done,
+                    });
+                    assert!(!has(&out, |a| matches!(a, Action::StartService { .. })));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn rule_6_a_service_whose_main_process_exited_is_stopped_before_the_breadcrumb_goes() {
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceExited {
+        reason: "exit 0".into(),
+    });
+    let st = H::ticket_of(&a);
+    assert!(
+        matches!(a.as_slice(), [Action::StopService { .. }]),
+        "{a:?}"
+    );
+    let a = h.feed(Event::ServiceStopped {
+        ticket: st,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 3, .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
+    // Simulation seed 6121: the stop answered "not running" and the start leaked.
+    let mut h = H::new();
+    let s = h.starting(7);
+    let a = h.feed(Event::StopRequested);
+    assert_eq!(a, vec![], "no stop while the start is in flight: {a:?}");
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    let st = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::StopService {
+            ticket: st,
+            cause: StopCause::Demote
+        }]
+    );
+    let a = h.feed(Event::ServiceStopped {
+        ticket: st,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
+    // Simulation seed 8994: frozen between the lease check and the spawn.
+    let mut h = H::new();
+    let s = h.starting(7);
+    let end = h.e.lease.end.unwrap();
+    h.now = end + Duration::from_millis(10);
+    h.e.handle_timeout(h.now);
+    h.drain();
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    assert!(
+        has(&a, |a| matches!(
+            a,
+            Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }
+        )) && has(&a, |a| matches!(a, Action::KillService)),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn an_unkillable_service_is_never_joined_by_a_second_copy() {
+    // Simulation seed 7674: a renewal started a second copy beside a stuck one.
+    let mut h = H::new();
+    h.active(3);
+    let a = h.advance(T / 6);
+    let r = H::ticket_of(&a);
+    h.feed(Event::Renewed {
+        ticket: r,
+        outcome: WriteOutcome::Unknown,
+    });
+    let mut stop = None;
+    for _ in 0..40 {
+        for a in h.advance(RETRY_DELAY) {
+            match a {
+                Action::Renew { ticket } => {
+                    h.feed(Event::Renewed {
+                        ticket,
+                        outcome: WriteOutcome::Unknown,
+                    });
+                }
+                Action::StopService { ticket, .. } => stop = Some(ticket),
+                Action::KillService => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if stop.is_some() {
+            break;
+        }
+    }
+    let a = h.feed(Event::ServiceStopped {
+        ticket: stop.unwrap(),
+        clean: false,
+        detail: "pid 9 in D state".into(),
+    });
+    // Give up the lock, keep the breadcrumb: no restart, no breadcrumb delete.
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+}
