@@ -472,11 +472,15 @@ pub const POLL_INTERVAL_RANGE: DurationRange = DurationRange {
     long: "a standby notices a released lock only this late",
 };
 
+/// The longest rejoin delay after repeated failures (SPEC §4.8): the elector's back-off
+/// stops there.
+pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
+
 /// `rejoin_delay` doubles after each failure up to the elector's 30s ceiling (SPEC §4.8),
 /// so a longer value would silently be cut to 30s.
 pub const REJOIN_DELAY_RANGE: DurationRange = DurationRange {
     min: MIN_TIMER,
-    max: crate::elector::MAX_REJOIN_DELAY,
+    max: MAX_REJOIN_DELAY,
     short: TIMER_RESOLUTION,
     long: "the back-off after repeated failures stops there, so a longer delay would be cut \
            short",
@@ -1996,7 +2000,7 @@ impl Source<'_> {
         }
         let mut https = false;
         if let Some(url) = &h.url {
-            match crate::health::HttpUrl::parse(url) {
+            match crate::http_url::HttpUrl::parse(url) {
                 Ok(parsed) => https = parsed.is_https(),
                 Err(reason) => {
                     return Err(self.invalid(&p("url"), format!("= {} {reason}", quoted(url))))
@@ -2416,8 +2420,8 @@ fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigError> {
     }
     if let Some(file) = &c.health.ca_file {
         let key = health.key("ca_file");
-        crate::health::read_ca_file(file).map_err(|e| match e {
-            crate::health::CaFileError::Unreadable(error) => ConfigError::UnreadableFile {
+        crate::http_url::read_ca_file(file).map_err(|e| match e {
+            crate::http_url::CaFileError::Unreadable(error) => ConfigError::UnreadableFile {
                 at: Some(source.at(&key)),
                 key: key.to_string(),
                 file: file.clone(),

@@ -14,7 +14,6 @@
 
 use std::fmt;
 use std::io;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,8 +22,6 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper::header::{ACCEPT, CONNECTION, HOST, USER_AGENT};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -33,9 +30,9 @@ use tokio_rustls::TlsConnector;
 use tracing::{debug, info, warn};
 
 use crate::config::{HealthConfig, HealthKind};
+pub use crate::http_url::{read_ca_file, CaFileError, HttpUrl, MAX_CA_FILE_BYTES};
 use crate::record::Health;
 use crate::service::{io_reason, run_command, HookError};
-use warden_fencing::files::read_regular_file;
 
 /// `tokio::time::interval` cannot tick at a zero period, and probing faster than this only
 /// burns CPU; a shorter configured interval is raised to it.
@@ -99,22 +96,6 @@ impl PartialEq for ProbeEnv {
 }
 
 impl Eq for ProbeEnv {}
-
-/// A parsed `http://` or `https://` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpUrl {
-    /// As configured, for messages.
-    pub url: String,
-    /// For the `Host` header: the host, and the port unless it is the scheme's own.
-    authority: String,
-    /// To connect to: a name or an IP address (IPv6 without brackets).
-    host: String,
-    port: u16,
-    /// Path and query, starting with `/`.
-    target: String,
-    /// https: the name the server's certificate must hold.
-    server_name: Option<ServerName<'static>>,
-}
 
 /// An `http` check: its URL and, for https, the TLS client that verifies the server.
 #[derive(Clone)]
@@ -274,111 +255,6 @@ fn check_host_port(address: &str) -> Result<(), HealthError> {
     } else {
         Err(HealthError::BadAddress(address.to_string()))
     }
-}
-
-impl HttpUrl {
-    /// Parses an `http://` or `https://` URL (`host[:port][/path][?query]`; the fragment
-    /// is dropped, as browsers do). Returns why it cannot be used otherwise.
-    pub fn parse(text: &str) -> Result<HttpUrl, String> {
-        let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
-        let https = match url.scheme() {
-            "http" => false,
-            "https" => true,
-            other => {
-                return Err(format!(
-                    "has scheme {other:?}: write http:// or https://, as in \
-                     \"http://127.0.0.1:8088/health\""
-                ))
-            }
-        };
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(
-                "contains a user name or password, which the check never sends: \
-                        remove it from the URL"
-                    .to_string(),
-            );
-        }
-        let (host, server_name) = match url.host() {
-            None => return Err("names no host".to_string()),
-            Some(url::Host::Domain(name)) => {
-                let server_name = if https {
-                    Some(ServerName::try_from(name.to_string()).map_err(|_| {
-                        format!("has host {name:?}, which is not a name a certificate can hold")
-                    })?)
-                } else {
-                    None
-                };
-                (name.to_string(), server_name)
-            }
-            Some(url::Host::Ipv4(ip)) => (ip.to_string(), https.then(|| IpAddr::V4(ip).into())),
-            Some(url::Host::Ipv6(ip)) => (ip.to_string(), https.then(|| IpAddr::V6(ip).into())),
-        };
-        let Some(port) = url.port_or_known_default() else {
-            return Err("names no port".to_string());
-        };
-        let authority = match (url.host_str(), url.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_string(),
-            (None, _) => return Err("names no host".to_string()),
-        };
-        Ok(HttpUrl {
-            url: text.to_string(),
-            authority,
-            host,
-            port,
-            target: url[url::Position::BeforePath..url::Position::AfterQuery].to_string(),
-            server_name,
-        })
-    }
-
-    /// Whether the check speaks TLS.
-    pub fn is_https(&self) -> bool {
-        self.server_name.is_some()
-    }
-}
-
-/// Why `health.ca_file` cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CaFileError {
-    #[error("cannot read it: {}", io_reason(.0))]
-    Unreadable(io::Error),
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// The largest `health.ca_file`. A private CA's certificate is a few KiB; a whole system
-/// bundle (every CA a distribution trusts) is about 220 KiB.
-pub const MAX_CA_FILE_BYTES: u64 = 4 << 20;
-
-/// The CA certificates of `health.ca_file` (PEM; other blocks, such as a key, are skipped).
-/// Each is parsed as a trust anchor here, so that a wrong file is refused by
-/// `check-config` and at start, not found out at every check.
-pub fn read_ca_file(file: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileError> {
-    let bytes = read_regular_file(file, MAX_CA_FILE_BYTES).map_err(CaFileError::Unreadable)?;
-    let mut certs = Vec::new();
-    for (i, cert) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
-        let n = i + 1;
-        let cert = cert.map_err(|e| {
-            CaFileError::Invalid(format!("its certificate {n} is not valid PEM ({e})"))
-        })?;
-        rustls::RootCertStore::empty()
-            .add(cert.clone())
-            .map_err(|e| {
-                CaFileError::Invalid(format!(
-                    "its certificate {n} is not a usable CA certificate ({e})"
-                ))
-            })?;
-        certs.push(cert);
-    }
-    if certs.is_empty() {
-        return Err(CaFileError::Invalid(
-            "holds no certificate (no -----BEGIN CERTIFICATE----- block): it must hold the \
-             CA certificate in PEM form"
-                .to_string(),
-        ));
-    }
-    Ok(certs)
 }
 
 /// The TLS client of an https check: this host's trusted CAs (as OpenSSL finds them,
@@ -768,6 +644,8 @@ async fn run_checker<P: Prober>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::pki_types::ServerName;
+    use std::net::IpAddr;
 
     fn run(h: &mut Hysteresis, results: &[bool]) -> Vec<Option<Health>> {
         results.iter().map(|&p| h.observe(p)).collect()

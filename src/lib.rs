@@ -13,6 +13,7 @@ pub mod elector;
 pub mod error;
 pub mod health;
 pub mod host;
+pub mod http_url;
 pub mod launch;
 pub mod metrics;
 pub mod notify;

@@ -1349,19 +1349,7 @@ fn program_name(program: &str) -> String {
     program.rsplit('/').next().unwrap_or(program).to_string()
 }
 
-/// An I/O error as a short lower-case reason: "no such file or directory",
-/// "connection refused".
-pub(crate) fn io_reason(e: &io::Error) -> String {
-    let text = match e.raw_os_error() {
-        Some(code) => Errno::from_raw(code).desc().to_string(),
-        None => e.to_string(),
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
-}
+pub(crate) use warden_fencing::files::io_reason;
 
 /// Whose output a forwarded line is.
 enum Origin {

@@ -7,6 +7,20 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+/// An I/O error as a short lower-case reason: "no such file or directory",
+/// "connection refused".
+pub fn io_reason(e: &io::Error) -> String {
+    let text = match e.raw_os_error() {
+        Some(code) => nix::errno::Errno::from_raw(code).desc().to_string(),
+        None => e.to_string(),
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
 /// What a file that is not a regular file is, for messages: `it is a fifo`.
 pub fn file_type_name(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {

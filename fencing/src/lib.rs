@@ -15,15 +15,15 @@ pub mod cgroup;
 mod chain;
 mod config;
 pub mod files;
+mod outcome;
 pub mod process;
 mod script;
 mod signal;
 mod ssh;
 
-pub use chain::{
-    Attempt, FenceChain, FenceReport, Local, MethodResult, Methods, Outcome, OVERRUN_GRACE,
-};
+pub use chain::{FenceChain, Local, Methods, OVERRUN_GRACE};
 pub use config::{FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence};
+pub use outcome::{Attempt, FenceReport, MethodResult, Outcome};
 pub use ssh::{
     fence_local_args, DEFAULT_REMOTE_COMMAND, FENCE_LOCAL_FENCED, FENCE_LOCAL_MAX_TIMEOUT,
     FENCE_LOCAL_SUBCOMMAND,

@@ -8,7 +8,7 @@
 //! process group, which is killed at the timeout and once the program exits, so nothing
 //! it started outlives the attempt.
 
-use crate::chain::MethodResult;
+use crate::outcome::MethodResult;
 use crate::process::{self, POLL_INTERVAL};
 use crate::{FenceContext, ScriptFence, ScriptProtocol, Target};
 use nix::sys::signal::{killpg, Signal};

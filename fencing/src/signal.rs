@@ -1,7 +1,7 @@
 //! `kind = "signal"`: fence an incarnation that ran on this host, on this boot, by
 //! signalling its processes.
 
-use crate::chain::MethodResult;
+use crate::outcome::MethodResult;
 use crate::process::{self, TerminateOptions, Whereabouts};
 use crate::{FenceContext, SignalFence, Target};
 use tokio::time::Instant;

@@ -35,7 +35,7 @@
 //! blocking half starts nothing more, and the remote command, which runs on a terminal,
 //! gets SIGHUP when sshd sees the connection go.
 
-use crate::chain::MethodResult;
+use crate::outcome::MethodResult;
 use crate::{FenceContext, SshFence, Target};
 use ssh2::{
     ExtendedData, HashType, HostKeyType, KnownHostFileKind, MethodType, PtyModeOpcode, PtyModes,

@@ -46,8 +46,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use timer::Timer;
 
-/// The longest rejoin delay after repeated failures (SPEC §4.8).
-pub const MAX_REJOIN_DELAY: Duration = Duration::from_secs(30);
+/// The longest rejoin delay after repeated failures (SPEC §4.8). Defined with the config
+/// whose range it bounds (`election.rejoin_delay`), which sits below the elector.
+pub use crate::config::MAX_REJOIN_DELAY;
 /// Stable standby or active for this long resets the rejoin back-off (SPEC §4.8).
 pub const STABLE_RESET: Duration = Duration::from_secs(60);
 /// The longest a switchover request can hold the cluster (`failover --timeout` allows
