@@ -163,16 +163,8 @@ impl Session for AnySession {
         each!(self, s => s.rewrite_own_breadcrumb(record).await)
     }
 
-    async fn compare_and_delete_breadcrumb(
-        &self,
-        node_id: &str,
-        incarnation: Option<&str>,
-        epoch: Option<Epoch>,
-        check_lock: bool,
-    ) -> Result<bool, StoreError> {
-        each!(self, s => s
-            .compare_and_delete_breadcrumb(node_id, incarnation, epoch, check_lock)
-            .await)
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        each!(self, s => s.breadcrumb_bytes().await)
     }
 
     async fn delete_breadcrumb_at(

@@ -278,43 +278,6 @@ where
     }
 }
 
-/// The version of the breadcrumb when it names `node_id` (with `incarnation` and `epoch`
-/// when given), for a compare-and-delete; `None` when it names something else.
-pub async fn breadcrumb_to_delete(
-    items: &impl Items,
-    node_id: &str,
-    incarnation: Option<&str>,
-    epoch: Option<record::Epoch>,
-) -> Result<Option<i64>, StoreError> {
-    let Some((data, v)) = items.get_item(BREADCRUMB).await? else {
-        return Ok(None);
-    };
-    let Ok(cur) = record::parse::<NodeRecord>(&data) else {
-        return Ok(None);
-    };
-    let names = cur.node_id == node_id
-        && incarnation.is_none_or(|i| i == cur.incarnation)
-        && epoch.is_none_or(|e| Some(e) == cur.epoch);
-    Ok(names.then_some(v))
-}
-
-/// [`super::Session::compare_and_delete_breadcrumb`] for every backend: reads the
-/// breadcrumb as an item, deletes it at that version only when it names what is meant.
-pub async fn compare_and_delete_breadcrumb<S: Items + super::Session>(
-    s: &S,
-    node_id: &str,
-    incarnation: Option<&str>,
-    epoch: Option<record::Epoch>,
-    check_lock: bool,
-) -> Result<bool, StoreError> {
-    let Some(v) = breadcrumb_to_delete(s, node_id, incarnation, epoch).await? else {
-        return Ok(false);
-    };
-    s.delete_breadcrumb_at(Version::new(v), check_lock)
-        .await
-        .map(|_| true)
-}
-
 /// The version of our own breadcrumb for `record`'s incarnation and epoch, before
 /// rewriting it; else how the rewrite ends without being tried.
 pub async fn own_breadcrumb_version(

@@ -144,16 +144,42 @@ pub trait Session: Clone + Send + Sync + 'static {
         record: &NodeRecord,
     ) -> impl Future<Output = WriteOutcome> + Send;
 
+    /// The breadcrumb as stored, with its version; `None` when there is none.
+    fn breadcrumb_bytes(
+        &self,
+    ) -> impl Future<Output = Result<Option<(Vec<u8>, Version)>, StoreError>> + Send;
+
     /// Compare-and-delete of the breadcrumb (SPEC §3): only if it names `node_id` with
     /// `incarnation` and `epoch` (`None` = any), at the version just read; with
     /// `check_lock`, only while we hold the lock. `Ok(false)`: it names something else.
+    /// The same for every backend: a read, then [`delete_breadcrumb_at`] that version.
+    ///
+    /// [`delete_breadcrumb_at`]: Session::delete_breadcrumb_at
     fn compare_and_delete_breadcrumb(
         &self,
         node_id: &str,
         incarnation: Option<&str>,
         epoch: Option<Epoch>,
         check_lock: bool,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        async move {
+            let Some((data, version)) = self.breadcrumb_bytes().await? else {
+                return Ok(false);
+            };
+            let Ok(cur) = crate::record::parse::<NodeRecord>(&data) else {
+                return Ok(false);
+            };
+            let names = cur.node_id == node_id
+                && incarnation.is_none_or(|i| i == cur.incarnation)
+                && epoch.is_none_or(|e| Some(e) == cur.epoch);
+            if !names {
+                return Ok(false);
+            }
+            self.delete_breadcrumb_at(version, check_lock)
+                .await
+                .map(|_| true)
+        }
+    }
 
     /// Deletes the breadcrumb at `version` (`fence --confirm`).
     fn delete_breadcrumb_at(

@@ -896,14 +896,11 @@ impl Session for MysqlSession {
         )
     }
 
-    async fn compare_and_delete_breadcrumb(
-        &self,
-        node_id: &str,
-        incarnation: Option<&str>,
-        epoch: Option<Epoch>,
-        check_lock: bool,
-    ) -> Result<bool, StoreError> {
-        items::compare_and_delete_breadcrumb(self, node_id, incarnation, epoch, check_lock).await
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        Ok(self
+            .get_item(BREADCRUMB)
+            .await?
+            .map(|(data, v)| (data, Version::new(v))))
     }
 
     async fn delete_breadcrumb_at(

@@ -1062,14 +1062,11 @@ impl Session for ZkSession {
         )
     }
 
-    async fn compare_and_delete_breadcrumb(
-        &self,
-        node_id: &str,
-        incarnation: Option<&str>,
-        epoch: Option<Epoch>,
-        check_lock: bool,
-    ) -> Result<bool, StoreError> {
-        items::compare_and_delete_breadcrumb(self, node_id, incarnation, epoch, check_lock).await
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        Ok(self
+            .get_optional(&self.paths.breadcrumb)
+            .await?
+            .map(|(data, stat)| (data, Version::new(stat.version.into()))))
     }
 
     async fn delete_breadcrumb_at(

@@ -1989,25 +1989,13 @@ impl Session for SimSession {
         )
     }
 
-    async fn compare_and_delete_breadcrumb(
-        &self,
-        node_id: &str,
-        incarnation: Option<&str>,
-        epoch: Option<Epoch>,
-        check_lock: bool,
-    ) -> Result<bool, StoreError> {
-        let Some((cur, version)) = self.read_breadcrumb().await? else {
-            return Ok(false);
-        };
-        if cur.node_id != node_id
-            || incarnation.is_some_and(|i| i != cur.incarnation)
-            || epoch.is_some_and(|e| Some(e) != cur.epoch)
-        {
-            return Ok(false);
-        }
-        self.delete_breadcrumb_at(Version::new(version), check_lock)
-            .await
-            .map(|_| true)
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        // The simulated store keeps records, not bytes: they are written out as a backend
+        // would read them, so compare-and-delete runs the trait's own code here.
+        Ok(self
+            .read_breadcrumb()
+            .await?
+            .map(|(rec, v)| (warden::record::to_bytes(&rec), Version::new(v))))
     }
 
     async fn delete_breadcrumb_at(
