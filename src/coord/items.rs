@@ -278,6 +278,13 @@ where
     }
 }
 
+/// A store whose cluster has no epoch counter (never initialized, or wiped).
+pub fn no_epoch_counter(cluster: &str) -> StoreError {
+    StoreError::Rejected(format!(
+        "cluster {cluster} has no epoch counter: run `warden init`"
+    ))
+}
+
 /// The version of our own breadcrumb for `record`'s incarnation and epoch, before
 /// rewriting it; else how the rewrite ends without being tried.
 pub async fn own_breadcrumb_version(

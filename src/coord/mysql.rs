@@ -896,13 +896,6 @@ impl Session for MysqlSession {
         )
     }
 
-    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
-        Ok(self
-            .get_item(BREADCRUMB)
-            .await?
-            .map(|(data, v)| (data, Version::new(v))))
-    }
-
     async fn delete_breadcrumb_at(
         &self,
         version: Version,
@@ -939,6 +932,14 @@ impl Session for MysqlSession {
             .await
         })
         .await
+    }
+
+    // The breadcrumb is an item like control and history.
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        Ok(self
+            .get_item(BREADCRUMB)
+            .await?
+            .map(|(data, v)| (data, Version::new(v))))
     }
 
     async fn read_history(&self) -> Result<History, StoreError> {
@@ -1177,12 +1178,7 @@ impl Session for MysqlSession {
                 .await
             })
             .await?;
-        epoch.ok_or_else(|| {
-            StoreError::Rejected(format!(
-                "cluster {} has no epoch counter: run `warden init`",
-                i.s.cluster
-            ))
-        })
+        epoch.ok_or_else(|| items::no_epoch_counter(&i.s.cluster))
     }
 
     async fn move_history_aside_if_above(

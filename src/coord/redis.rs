@@ -968,13 +968,6 @@ impl Session for RedisSession {
         )
     }
 
-    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
-        Ok(self
-            .get_item(BREADCRUMB)
-            .await?
-            .map(|(data, v)| (data, Version::new(v))))
-    }
-
     async fn delete_breadcrumb_at(
         &self,
         version: Version,
@@ -995,6 +988,14 @@ impl Session for RedisSession {
         let mut inv = RELEASE.prepare_invoke();
         inv.key(i.k.lock()).arg(i.core.id).arg(i.k.events());
         i.call("releasing the lock", inv).await.map(|_| ())
+    }
+
+    // The breadcrumb is an item like control and history.
+    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
+        Ok(self
+            .get_item(BREADCRUMB)
+            .await?
+            .map(|(data, v)| (data, Version::new(v))))
     }
 
     async fn read_history(&self) -> Result<History, StoreError> {
@@ -1144,12 +1145,7 @@ impl Session for RedisSession {
                 redis::cmd("GET").arg(&key).query_async(&mut c).await
             })
             .await?;
-        epoch.ok_or_else(|| {
-            StoreError::Rejected(format!(
-                "cluster {} has no epoch counter: run `warden init`",
-                i.s.cluster
-            ))
-        })
+        epoch.ok_or_else(|| items::no_epoch_counter(&i.s.cluster))
     }
 
     async fn move_history_aside_if_above(
