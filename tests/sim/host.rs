@@ -591,6 +591,9 @@ impl Methods for SimMethods {
             Whereabouts::Elsewhere(why) => return MethodResult::not_applicable(why),
             Whereabouts::ThisBoot => {}
         }
+        // Only fence-local (over ssh) guesses the service by its port; `signal` never does,
+        // as this host's own service may listen on it (fencing/src/signal.rs).
+        let port_fallback = !matches!(method, FenceMethod::Signal(_));
         // Kill the old warden and every process of its service this host can find.
         let victims = {
             let w = world.lock();
@@ -620,7 +623,8 @@ impl Methods for SimMethods {
                 // A record naming no service: the service is found by the port it
                 // listens on (its main process and its group hold the socket).
                 let node_port = w.plan.layout.nodes[s.owner.0].port;
-                let by_port = target.service_pid.is_none()
+                let by_port = port_fallback
+                    && target.service_pid.is_none()
                     && target.service_cgroup.is_none()
                     && target.port == Some(node_port);
                 // Hooks mode: the service's pid (from its pidfile), with its start time.
@@ -645,7 +649,7 @@ impl Methods for SimMethods {
         let promoted_unnamed = target.epoch.is_some()
             && target.service_pid.is_none()
             && target.service_cgroup.is_none()
-            && target.port.is_none();
+            && (!port_fallback || target.port.is_none());
         loop {
             let left = {
                 let w = world.lock();
