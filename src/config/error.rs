@@ -1,0 +1,202 @@
+//! Errors: where in the file, and what is wrong with it.
+
+use super::*;
+
+/// A place in a config file. Lines and columns count from 1; columns count characters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub path: PathBuf,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}",
+            shown_path(&self.path),
+            self.line,
+            self.column
+        )
+    }
+}
+
+/// Why a config was refused. Each displays as one sentence naming the file, line, column
+/// and dotted key (`coordination.zookeeper.session_timeout`, `fence[2].timeout`), except
+/// [`ConfigError::Read`], which has no line to name, and the file checks of
+/// [`Config::read_auth`] at run time, which name the key and the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read {}: {}", shown_path(.path), io_reason(.error))]
+    Read { path: PathBuf, error: io::Error },
+    /// The text is not valid TOML.
+    #[error("{at}: invalid TOML: {message}")]
+    Syntax { at: Location, message: String },
+    /// A key that no table of the config has.
+    #[error("{at}: unknown key `{}` {context}", one_line(.name))]
+    UnknownKey {
+        at: Location,
+        key: String,
+        name: String,
+        /// Where it was and what was probably meant: `in [coordination.zookeeper]; did you
+        /// mean `session_timeout`?`.
+        context: String,
+    },
+    /// A required key or table is absent; `at` is the table that lacks it.
+    #[error("{at}: missing required {what}")]
+    MissingKey {
+        at: Location,
+        key: String,
+        /// `key `node_id` in [cluster]`, `table [service]`.
+        what: String,
+    },
+    /// A value of the wrong TOML type.
+    #[error("{at}: `{key}` must be {expected}, not {found}")]
+    WrongType {
+        at: Location,
+        key: String,
+        expected: String,
+        found: String,
+    },
+    /// A value of the right type that is not allowed.
+    #[error("{at}: `{key}` {reason}")]
+    Invalid {
+        at: Location,
+        key: String,
+        reason: String,
+    },
+    /// A secret file readable by someone other than its owner (SPEC §9).
+    #[error(
+        "{}`{key}`: {} can be read or written by group or others (mode {mode:04o}); \
+         run `chmod 600 {}`",
+        prefix(.at), shown_path(.file), shown_path(.file)
+    )]
+    InsecureFile {
+        at: Option<Location>,
+        key: String,
+        file: PathBuf,
+        mode: u32,
+    },
+    /// A file the config names that cannot be used.
+    #[error("{}`{key}`: cannot read {}: {}", prefix(.at), shown_path(.file), io_reason(.error))]
+    UnreadableFile {
+        at: Option<Location>,
+        key: String,
+        file: PathBuf,
+        error: io::Error,
+    },
+}
+
+impl ConfigError {
+    /// The dotted key the error is about, if it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Read { .. } | ConfigError::Syntax { .. } => None,
+            ConfigError::UnknownKey { key, .. }
+            | ConfigError::MissingKey { key, .. }
+            | ConfigError::WrongType { key, .. }
+            | ConfigError::Invalid { key, .. }
+            | ConfigError::InsecureFile { key, .. }
+            | ConfigError::UnreadableFile { key, .. } => Some(key),
+        }
+    }
+
+    /// Where in the config file the error is, if it is in the file.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Syntax { at, .. }
+            | ConfigError::UnknownKey { at, .. }
+            | ConfigError::MissingKey { at, .. }
+            | ConfigError::WrongType { at, .. }
+            | ConfigError::Invalid { at, .. } => Some(at),
+            ConfigError::InsecureFile { at, .. } | ConfigError::UnreadableFile { at, .. } => {
+                at.as_ref()
+            }
+        }
+    }
+}
+
+pub(super) fn prefix(at: &Option<Location>) -> String {
+    at.as_ref().map(|at| format!("{at}: ")).unwrap_or_default()
+}
+
+/// `s` with its control characters escaped (`\n`, `\u{1b}`), so that a value echoed in a
+/// message can neither break it over lines nor reach the terminal as an escape sequence.
+pub(super) fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    // Control characters, and the Unicode line separators and direction overrides, which
+    // a terminal shows as a line break or uses to reorder the text around them.
+    let unsafe_char = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if s.chars().any(unsafe_char) {
+        s.chars()
+            .map(|c| {
+                if unsafe_char(c) {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// A path for a message, on one line.
+pub(super) fn shown_path(path: &Path) -> String {
+    one_line(&path.display().to_string()).into_owned()
+}
+
+/// A value as written in TOML, quoted and escaped: `"rm 1"`, `"a\nb"`.
+/// A MySQL or Redis URL warden can use: the backend's scheme, a host, for MySQL a
+/// database, and no password (it belongs in `password_file`, mode 0600).
+pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
+    let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+    if url.password().is_some() {
+        return Err(
+            "contains a password: put it in password_file (mode 0600) instead, and \
+                    remove it from the URL"
+                .into(),
+        );
+    }
+    let schemes: &[&str] = match backend {
+        Backend::Mysql => &["mysql"],
+        _ => &["redis", "rediss"],
+    };
+    if !schemes.contains(&url.scheme()) {
+        return Err(format!(
+            "has scheme {:?}: use {}",
+            url.scheme(),
+            quoted_list(schemes)
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("names no host: write it as in mysql://warden@db1:3306/warden".into());
+    }
+    if backend == Backend::Mysql && url.path().trim_matches('/').is_empty() {
+        return Err(
+            "names no database: add it as the path, as in mysql://warden@db1:3306/warden".into(),
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn quoted(s: &str) -> String {
+    format!("{s:?}")
+}
+
+/// `No such file or directory` rather than `No such file or directory (os error 2)`: the
+/// number tells an operator nothing.
+pub(super) fn io_reason(error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(code) => nix::errno::Errno::from_raw(code).desc().to_string(),
+        None => error.to_string(),
+    }
+}

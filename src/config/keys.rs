@@ -1,0 +1,301 @@
+//! Key paths and locations in the TOML source.
+
+use super::*;
+
+/// One step of a dotted key path.
+#[derive(Clone, Debug)]
+pub(super) enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// A dotted key path such as `fence[2].options.password`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct KeyPath(pub(super) Vec<Seg>);
+
+impl KeyPath {
+    pub(super) fn of(keys: &[&str]) -> KeyPath {
+        KeyPath(keys.iter().map(|k| Seg::Key(k.to_string())).collect())
+    }
+    pub(super) fn key(&self, key: &str) -> KeyPath {
+        let mut p = self.clone();
+        p.0.push(Seg::Key(key.to_string()));
+        p
+    }
+    pub(super) fn index(&self, i: usize) -> KeyPath {
+        let mut p = self.clone();
+        p.0.push(Seg::Index(i));
+        p
+    }
+    pub(super) fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for KeyPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            match seg {
+                Seg::Key(k) => {
+                    if i > 0 {
+                        f.write_str(".")?;
+                    }
+                    if !k.is_empty()
+                        && k.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                    {
+                        f.write_str(k)?;
+                    } else {
+                        write!(f, "{k:?}")?;
+                    }
+                }
+                Seg::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The parsed text with its spans, so that any value can be traced back to a line.
+pub(super) struct Source<'a> {
+    pub(super) path: &'a Path,
+    pub(super) text: &'a str,
+    pub(super) doc: Spanned<DeTable<'a>>,
+    /// The offset of every line's first byte, so that locating an offset is a binary
+    /// search rather than a count of the newlines before it: a config with many errors
+    /// would otherwise take quadratic time.
+    pub(super) line_starts: Vec<usize>,
+}
+
+/// The errors the schema found, of which only the one to report is kept (built only when
+/// it beats the one kept so far), and a count of the unknown keys.
+#[derive(Default)]
+pub(super) struct Findings {
+    pub(super) best: Option<(Rank, usize, ConfigError)>,
+    pub(super) unknown_keys: usize,
+}
+
+impl Findings {
+    /// Records an error of `rank` at offset `pos`; `error` runs only if this is now the
+    /// first error to report (the lowest rank, then the earliest in the file).
+    pub(super) fn push(&mut self, rank: Rank, pos: usize, error: impl FnOnce() -> ConfigError) {
+        if rank == Rank::Unknown {
+            self.unknown_keys += 1;
+        }
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|(r, p, _)| (rank, pos) < (*r, *p))
+        {
+            self.best = Some((rank, pos, error()));
+        }
+    }
+
+    /// The error to report. Of many unknown keys (a file that is not a warden config) it
+    /// names the first and counts the rest, so the operator knows there is more to fix.
+    pub(super) fn into_error(self) -> Option<ConfigError> {
+        let more = self.unknown_keys.saturating_sub(1);
+        self.best.map(|(_, _, error)| match error {
+            ConfigError::UnknownKey {
+                at,
+                key,
+                name,
+                context,
+            } if more > 0 => ConfigError::UnknownKey {
+                at,
+                key,
+                name,
+                context: format!(
+                    "{context} ({more} more unknown key{} follow{})",
+                    if more == 1 { "" } else { "s" },
+                    if more == 1 { "s" } else { "" }
+                ),
+            },
+            other => other,
+        })
+    }
+}
+
+/// How an error found by the schema ranks: an unknown key (most likely a typo, which
+/// also makes the intended key look missing) is reported first, a missing key last.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Rank {
+    Unknown,
+    Value,
+    Missing,
+}
+
+impl<'a> Source<'a> {
+    pub(super) fn new(text: &'a str, path: &'a Path) -> Result<Source<'a>, ConfigError> {
+        match DeTable::parse(text) {
+            Ok(doc) => Ok(Source {
+                path,
+                text,
+                doc,
+                line_starts: line_starts(text),
+            }),
+            Err(e) => {
+                let span = e.span().unwrap_or(0..0);
+                let mut message = one_line(e.message().trim()).into_owned();
+                // toml says only "duplicate key"; name it, as every other error does.
+                if message == "duplicate key" {
+                    if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
+                        message = format!("duplicate key `{}`", one_line(key));
+                    }
+                }
+                Err(ConfigError::Syntax {
+                    at: locate(path, text, &line_starts(text), span.start),
+                    message,
+                })
+            }
+        }
+    }
+
+    pub(super) fn location(&self, offset: usize) -> Location {
+        locate(self.path, self.text, &self.line_starts, offset)
+    }
+
+    /// Whether `path` is set in the file.
+    pub(super) fn has(&self, path: &KeyPath) -> bool {
+        let mut table: &DeTable<'a> = self.doc.get_ref();
+        for (i, seg) in path.0.iter().enumerate() {
+            let Seg::Key(k) = seg else { return false };
+            let Some(next) = table.get(k.as_str()) else {
+                return false;
+            };
+            match next.get_ref() {
+                DeValue::Table(t) => table = t,
+                _ => return i + 1 == path.0.len(),
+            }
+        }
+        true
+    }
+
+    /// Where the value at `path` is, or, when it is absent, the deepest table on the way
+    /// to it: a missing key is reported at the table that lacks it.
+    pub(super) fn at(&self, path: &KeyPath) -> Location {
+        let mut span = self.doc.span();
+        let mut table: &DeTable<'a> = self.doc.get_ref();
+        let mut array: Option<&[Spanned<DeValue<'a>>]> = None;
+        for seg in &path.0 {
+            let next = match (seg, array) {
+                (Seg::Key(k), None) => table.get(k.as_str()),
+                (Seg::Index(i), Some(items)) => items.get(*i),
+                _ => None,
+            };
+            let Some(next) = next else {
+                break;
+            };
+            span = next.span();
+            array = None;
+            match next.get_ref() {
+                DeValue::Table(t) => table = t,
+                DeValue::Array(a) => array = Some(a),
+                _ => {}
+            }
+        }
+        self.location(span.start)
+    }
+
+    /// A refused value. The reason may echo the value, so control characters in it are
+    /// escaped: an error is one line (SPEC §7).
+    pub(super) fn invalid(&self, path: &KeyPath, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            at: self.at(path),
+            key: path.to_string(),
+            reason: one_line(&reason.into()).into_owned(),
+        }
+    }
+
+    /// Steps 2 to 4 of the module docs.
+    pub(super) fn build(&self) -> Result<Config, ConfigError> {
+        let mut found = Findings::default();
+        self.check_table(
+            ROOT,
+            self.doc.get_ref(),
+            self.doc.span(),
+            &KeyPath::default(),
+            &mut found,
+        );
+        if let Some(err) = found.into_error() {
+            return Err(err);
+        }
+        let config: Config = toml::from_str(self.text).map_err(|e| self.serde_error(&e))?;
+        self.validate(&config)?;
+        Ok(config)
+    }
+
+    /// The schema is meant to catch everything serde would refuse; this maps whatever it
+    /// missed to the same kind of message, located by the error's span.
+    pub(super) fn serde_error(&self, e: &toml::de::Error) -> ConfigError {
+        let span = e.span().unwrap_or(0..0);
+        ConfigError::Invalid {
+            at: self.location(span.start),
+            key: self.key_at(span.start).to_string(),
+            reason: format!("is not valid: {}", one_line(e.message().trim())),
+        }
+    }
+
+    /// The key path of the innermost value whose span holds `offset`. Every value is
+    /// searched, since a table's span covers only its `[header]`, not its keys.
+    pub(super) fn key_at(&self, offset: usize) -> KeyPath {
+        fn visit(
+            value: &Spanned<DeValue<'_>>,
+            path: KeyPath,
+            offset: usize,
+            best: &mut Option<(usize, KeyPath)>,
+        ) {
+            let span = value.span();
+            if span.start <= offset && offset <= span.end {
+                let len = span.end - span.start;
+                if best.as_ref().is_none_or(|(b, _)| len <= *b) {
+                    *best = Some((len, path.clone()));
+                }
+            }
+            match value.get_ref() {
+                DeValue::Table(t) => {
+                    for (k, v) in t.iter() {
+                        visit(v, path.key(k.get_ref()), offset, best);
+                    }
+                }
+                DeValue::Array(a) => {
+                    for (i, v) in a.iter().enumerate() {
+                        visit(v, path.index(i), offset, best);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut best = None;
+        for (k, v) in self.doc.get_ref().iter() {
+            visit(v, KeyPath::default().key(k.get_ref()), offset, &mut best);
+        }
+        best.map(|(_, path)| path).unwrap_or_default()
+    }
+}
+
+/// The offset of every line's first byte.
+pub(super) fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+/// The line and column (in characters) of a byte offset, found in `line_starts` by binary
+/// search: locating many errors must not cost a scan of the text each.
+pub(super) fn locate(path: &Path, text: &str, line_starts: &[usize], offset: usize) -> Location {
+    let offset = offset.min(text.len());
+    // line_starts[0] is 0, so at least one start is <= offset.
+    let line = line_starts.partition_point(|&start| start <= offset);
+    let line_start = line_starts[..line].last().copied().unwrap_or(0);
+    let column = text
+        .get(line_start..offset)
+        .map(|s| s.chars().count())
+        .unwrap_or(0)
+        + 1;
+    Location {
+        path: path.to_path_buf(),
+        line: line.max(1),
+        column,
+    }
+}
