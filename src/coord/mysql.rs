@@ -59,7 +59,19 @@ impl MysqlConnector {
             // local time would age every row by an hour.
             .init(vec![
                 "SET time_zone = '+00:00'".to_string(),
-                format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+                // A warden frozen (SIGSTOP, a VM paused) inside one of its short
+                // transactions keeps its row locks while its connection stays open: every
+                // other warden's statement on the lock row then waits, and nobody can take
+                // over until the frozen one thaws (found when a frozen active left a MariaDB
+                // cluster without an active). MariaDB (10.3+) ends a connection idle in a
+                // transaction after idle_transaction_timeout, which rolls it back and frees
+                // the rows; `/*M!100300 ... */` is run by MariaDB only, and MySQL skips it as
+                // a comment (MySQL has no such setting: there a frozen holder's locks last
+                // until its connection ends).
+                format!(
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait} \
+                     /*M!100300 , idle_transaction_timeout = {lock_wait} */"
+                ),
             ]);
         Ok(MysqlConnector {
             s: Arc::new(s),
