@@ -13,7 +13,7 @@ use warden_fencing::process;
 use warden_fencing::{fence_local_args, Target};
 
 mod common;
-use common::{wait_for, wait_until};
+use common::{exit_code, wait_for, wait_until};
 
 /// How long a process under test may take to start or end.
 const WAIT: Duration = Duration::from_secs(10);
@@ -620,9 +620,4 @@ async fn a_promoted_record_without_service_is_fenced_by_killing_what_listens_on_
     assert!(!service.alive(), "the listener on port {port} survived");
     assert!(!warden.alive(), "the recorded warden survived");
     assert!(process::listeners_on_port(port).is_empty());
-}
-
-/// The exit code `main` maps `fence-local`'s outcome to.
-fn exit_code(outcome: Result<(), warden::Error>) -> i32 {
-    outcome.map_or_else(|e| i32::from(e.exit_code()), |()| 0)
 }

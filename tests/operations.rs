@@ -58,12 +58,7 @@ fn any_standby(timeout: Duration) -> FailoverArgs {
 
 /// `warden failover` as the CLI runs it: the exit code.
 fn failover_code(cfg: &Config, args: &FailoverArgs) -> i32 {
-    code(block(failover::failover(cfg, args)))
-}
-
-/// The exit code the CLI maps an operator command's outcome to (SPEC §7).
-fn code(outcome: Result<(), OpError>) -> i32 {
-    outcome.map_or_else(|e| i32::from(e.exit_code()), |()| 0)
+    exit_code(block(failover::failover(cfg, args)))
 }
 
 /// A switchover through the library: the request, then the wait.
@@ -291,13 +286,22 @@ fn failover_refusals_say_why_and_change_nothing() {
     let down = Cluster::with_connect(&format!("127.0.0.1:{}", free_port()));
     let d1 = config(&down.node("d1"));
     assert_eq!(failover_code(&d1, &any_standby(secs(5))), 3);
-    assert_eq!(code(block(pause::pause(&d1, &PauseArgs::default()))), 3);
-    assert_eq!(code(block(pause::resume(&d1, &ResumeArgs::default()))), 3);
     assert_eq!(
-        code(block(history::history(&d1, &HistoryArgs::default()))),
+        exit_code(block(pause::pause(&d1, &PauseArgs::default()))),
         3
     );
-    assert_eq!(code(block(fence::fence(&d1, &fence_args(Some("n1"))))), 3);
+    assert_eq!(
+        exit_code(block(pause::resume(&d1, &ResumeArgs::default()))),
+        3
+    );
+    assert_eq!(
+        exit_code(block(history::history(&d1, &HistoryArgs::default()))),
+        3
+    );
+    assert_eq!(
+        exit_code(block(fence::fence(&d1, &fence_args(Some("n1"))))),
+        3
+    );
 
     assert_nobody_fenced(&cluster);
     cluster.assert_safe();
@@ -383,7 +387,7 @@ fn paused_cluster_promotes_nobody_until_resumed() {
     let cfg = config(&n2);
 
     assert_eq!(
-        code(block(pause::pause(
+        exit_code(block(pause::pause(
             &cfg,
             &PauseArgs {
                 reason: Some("disk swap".into())
@@ -431,7 +435,10 @@ fn paused_cluster_promotes_nobody_until_resumed() {
         cluster.fence_calls()
     );
 
-    assert_eq!(code(block(pause::resume(&cfg, &ResumeArgs::default()))), 0);
+    assert_eq!(
+        exit_code(block(pause::resume(&cfg, &ResumeArgs::default()))),
+        0
+    );
     assert_eq!(
         clear_paused(&cfg).unwrap(),
         Change::AlreadySo { reason: None }
@@ -477,11 +484,11 @@ fn paused_cluster_promotes_nobody_until_resumed() {
         &["running → paused", "paused → running", "disk swap"],
     );
     assert_eq!(
-        code(block(history::history(&cfg, &HistoryArgs { json: true }))),
+        exit_code(block(history::history(&cfg, &HistoryArgs { json: true }))),
         0
     );
     assert_eq!(
-        code(block(history::history(&cfg, &HistoryArgs { json: false }))),
+        exit_code(block(history::history(&cfg, &HistoryArgs { json: false }))),
         0
     );
     cluster.assert_safe();
@@ -527,31 +534,37 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
         dry_run: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(code(block(fence::fence(&cfg, &dry))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &dry))), 0);
     assert_eq!(client.get(&breadcrumb_path).as_ref(), Some(&breadcrumb));
 
     // The breadcrumb names n1, not n2.
     let why = refused("fence n2", plan(&cfg, "n2", false));
     assert_mentions(&why, &["the breadcrumb names n1", "not n2"]);
-    assert_eq!(code(block(fence::fence(&cfg, &fence_args(Some("n2"))))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &fence_args(Some("n2"))))),
+        1
+    );
     let confirm_n2 = FenceArgs {
         confirm: true,
         ..fence_args(Some("n2"))
     };
-    assert_eq!(code(block(fence::fence(&cfg, &confirm_n2))), 1);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm_n2))), 1);
     let unreadable = FenceArgs {
         confirm: true,
         unreadable: true,
         ..fence_args(None)
     };
     assert_eq!(
-        code(block(fence::fence(&cfg, &unreadable))),
+        exit_code(block(fence::fence(&cfg, &unreadable))),
         1,
         "the breadcrumb is readable"
     );
 
     // A real manual fence with this chain fails: exit 1, breadcrumb kept.
-    assert_eq!(code(block(fence::fence(&cfg, &fence_args(Some("n1"))))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &fence_args(Some("n1"))))),
+        1
+    );
     assert_eq!(client.get(&breadcrumb_path).as_ref(), Some(&breadcrumb));
 
     // The only fence method always fails, so n2 promoting at all proves it promoted
@@ -560,7 +573,7 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
         confirm: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(code(block(fence::fence(&cfg, &confirm))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm))), 0);
     wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
         active_id(s).as_deref() == Some("n2")
     });
@@ -603,7 +616,7 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
     );
 
     // Nothing left to confirm.
-    assert_eq!(code(block(fence::fence(&cfg, &confirm))), 1);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm))), 1);
     cluster.assert_safe();
 }
 
@@ -621,13 +634,16 @@ fn manual_fence_refuses_the_lock_holder_unless_forced() {
 
     let why = refused("fence the active", fence_node(&cfg, "n1", false));
     assert_mentions(&why, &["n1 holds the lock", "--force"]);
-    assert_eq!(code(block(fence::fence(&cfg, &fence_args(Some("n1"))))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &fence_args(Some("n1"))))),
+        1
+    );
     let dry = FenceArgs {
         dry_run: true,
         force: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(code(block(fence::fence(&cfg, &dry))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &dry))), 0);
     assert!(wardens[0].is_running() && process_alive(service.pid));
     assert!(cluster.fence_calls().is_empty(), "the dry run ran a method");
 
@@ -673,7 +689,7 @@ fn confirm_unreadable_deletes_only_a_garbage_breadcrumb() {
     };
 
     // Absent: nothing to delete.
-    assert_eq!(code(block(fence::fence(&cfg, &unreadable))), 1);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &unreadable))), 1);
 
     client.put(&breadcrumb, b"\xff\xfe{ not a record");
     let why = refused("fence n1 over garbage", plan(&cfg, "n1", true));
@@ -682,10 +698,10 @@ fn confirm_unreadable_deletes_only_a_garbage_breadcrumb() {
         confirm: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(code(block(fence::fence(&cfg, &confirm_n1))), 1);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm_n1))), 1);
     assert!(client.exists(&breadcrumb));
 
-    assert_eq!(code(block(fence::fence(&cfg, &unreadable))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &unreadable))), 0);
     assert!(!client.exists(&breadcrumb));
     let entries = read_history(&cfg);
     assert_eq!(entries[0].to, fence::CONFIRMED_DOWN, "{entries:#?}");

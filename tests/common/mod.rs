@@ -1779,3 +1779,8 @@ pub fn holds_for(window: Duration, what: &str, mut ok: impl FnMut() -> Result<()
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The exit code `main` gives a command's outcome (SPEC §7): 0, or the error's code.
+pub fn exit_code<E: Into<warden::Error>>(outcome: Result<(), E>) -> i32 {
+    outcome.map_or_else(|e| i32::from(e.into().exit_code()), |()| 0)
+}
