@@ -513,6 +513,69 @@ impl Items for MysqlSession {
 }
 
 impl MysqlSession {
+    /// What `snapshot` reads; `NotInitialized` when any table is missing.
+    async fn read_snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
+        let i = &self.inner;
+        let lock = i.read_lock().await?;
+        let (lock, lock_owner) = match lock {
+            Some((session, data, epoch, false)) => (
+                Some((record::parse::<NodeRecord>(&data), epoch)),
+                Some(SessionId(session)),
+            ),
+            _ => (None, None),
+        };
+        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
+        let (control, control_version, control_unreadable) =
+            items::snapshot_control(i.get(CONTROL).await?);
+        let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
+        let rows: Vec<(String, i64, Vec<u8>)> = i
+            .run("listing members", |mut c| async move {
+                c.exec(
+                    format!(
+                        "SELECT node_id, session, record FROM {} WHERE cluster = ? AND \
+                         renewed_at >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
+                        t.member
+                    ),
+                    (&cluster, exp),
+                )
+                .await
+            })
+            .await?;
+        let mut members = Vec::new();
+        let mut member_sessions = Vec::new();
+        for (id, session, data) in rows {
+            if let Err(e) = record::check_node_id(&id) {
+                members.push((id, Err(e)));
+                continue;
+            }
+            member_sessions.push((id.clone(), SessionId(session)));
+            members.push((id, record::parse::<MemberRecord>(&data)));
+        }
+        let history = self.read_history().await?;
+        let set_aside = self.set_aside().await?;
+        let epoch_counter = match self.current_epoch().await {
+            Ok(e) => Some(e),
+            Err(StoreError::Rejected(_)) => None,
+            Err(e) => return Err(e),
+        };
+        // A missing counter row is as lost as a missing marker: neither is ever deleted.
+        let marker_missing = i.get(MARKER).await?.is_none() || epoch_counter.is_none();
+        Ok(ClusterSnapshot {
+            marker_missing,
+            epoch_counter,
+            lock,
+            lock_owner,
+            breadcrumb,
+            control,
+            control_version,
+            control_unreadable,
+            members,
+            member_sessions,
+            history,
+            set_aside,
+        })
+    }
+
     /// Whether the tables and the init marker exist.
     async fn initialized(&self) -> Result<bool, StoreError> {
         match self.inner.get(MARKER).await {
@@ -989,74 +1052,16 @@ impl Session for MysqlSession {
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
-        let i = &self.inner;
-        let lock = match i.read_lock().await {
-            // No tables: nothing else to read, and `status` says what that means.
-            Err(StoreError::NotInitialized(_)) => {
-                return Ok(ClusterSnapshot {
-                    marker_missing: true,
-                    ..ClusterSnapshot::default()
-                })
-            }
-            other => other?,
-        };
-        let (lock, lock_owner) = match lock {
-            Some((session, data, epoch, false)) => (
-                Some((record::parse::<NodeRecord>(&data), epoch)),
-                Some(SessionId(session)),
-            ),
-            _ => (None, None),
-        };
-        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
-        let (control, control_version, control_unreadable) =
-            items::snapshot_control(i.get(CONTROL).await?);
-        let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
-        let rows: Vec<(String, i64, Vec<u8>)> = i
-            .run("listing members", |mut c| async move {
-                c.exec(
-                    format!(
-                        "SELECT node_id, session, record FROM {} WHERE cluster = ? AND \
-                         renewed_at >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
-                        t.member
-                    ),
-                    (&cluster, exp),
-                )
-                .await
-            })
-            .await?;
-        let mut members = Vec::new();
-        let mut member_sessions = Vec::new();
-        for (id, session, data) in rows {
-            if let Err(e) = record::check_node_id(&id) {
-                members.push((id, Err(e)));
-                continue;
-            }
-            member_sessions.push((id.clone(), SessionId(session)));
-            members.push((id, record::parse::<MemberRecord>(&data)));
+        match self.read_snapshot().await {
+            // No tables, or only some: `init` makes them one by one, so a read can find
+            // the lock table and not the next. Nothing else to read; `status` says what
+            // that means.
+            Err(StoreError::NotInitialized(_)) => Ok(ClusterSnapshot {
+                marker_missing: true,
+                ..ClusterSnapshot::default()
+            }),
+            other => other,
         }
-        let history = self.read_history().await?;
-        let set_aside = self.set_aside().await?;
-        let epoch_counter = match self.current_epoch().await {
-            Ok(e) => Some(e),
-            Err(StoreError::Rejected(_)) => None,
-            Err(e) => return Err(e),
-        };
-        // A missing counter row is as lost as a missing marker: neither is ever deleted.
-        let marker_missing = i.get(MARKER).await?.is_none() || epoch_counter.is_none();
-        Ok(ClusterSnapshot {
-            marker_missing,
-            epoch_counter,
-            lock,
-            lock_owner,
-            breadcrumb,
-            control,
-            control_version,
-            control_unreadable,
-            members,
-            member_sessions,
-            history,
-            set_aside,
-        })
     }
 
     fn name_of(&self, what: Item) -> String {
