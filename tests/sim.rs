@@ -1045,7 +1045,12 @@ fn hooks_mode_gets_a_primary_again_after_the_service_restarted_as_a_replica_duri
 #[test]
 fn without_faults_one_node_is_active() {
     for seed in 0..20 {
-        let out = run_seed(seed, 3, 0, true);
+        // No lost messages either: one lost renewal is a late one, and a late renewal
+        // demotes an active whose lease cannot outlast its graceful stop (seed 18 drew
+        // that once the member record got a writer of its own).
+        let (plan, mut store_cfg) = draw_seed(seed, 3, 0);
+        store_cfg.loss = 0.0;
+        let out = run_plan(seed, plan, store_cfg, true);
         assert!(out.failure.is_none(), "seed {seed}: {:?}", out.failure);
         assert!(out.recovery.is_some(), "seed {seed}: nobody became active");
         assert_eq!(out.starts, 1, "seed {seed}: one start, no failover");
