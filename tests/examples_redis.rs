@@ -13,6 +13,10 @@
 //!   replication), never in a planned switchover.
 //! - `role:` (from `INFO replication`) says whether a server calls itself the primary.
 //!
+//! A round waits on each server in turn, so a paused old primary holds it up: when a
+//! server first takes a write is measured by a client of its own per server, as an
+//! application connected to it would see it.
+//!
 //! Timings are printed (`timing:` lines), never asserted; the README's figures come from
 //! them.
 
@@ -163,13 +167,17 @@ struct ProbeLog {
     two_masters: Vec<(Instant, String)>,
     /// The last round in which each server refused the write (or did not answer).
     refused_at: Vec<Option<Instant>>,
+    /// When each server accepted a write of its own clock thread (see [`Prober::start`]).
+    clock: Vec<Vec<Instant>>,
 }
 
-/// Asks every server, round after round, to `INCR` the counter and for its role.
+/// Asks every server, round after round, to `INCR` the counter and for its role; and,
+/// for the timings, each server apart to `INCR` a key of its own.
 struct Prober {
     stop: Arc<AtomicBool>,
     log: Arc<Mutex<ProbeLog>>,
     thread: Option<thread::JoinHandle<()>>,
+    clocks: Vec<thread::JoinHandle<()>>,
 }
 
 /// A connection to the server on `port`, each step bounded.
@@ -190,8 +198,35 @@ impl Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(ProbeLog {
             refused_at: vec![None; ports.len()],
+            clock: vec![Vec::new(); ports.len()],
             ..ProbeLog::default()
         }));
+        // The rounds go from server to server, so a round waits on the old primary while
+        // a switchover pauses its writes: when the new primary first takes a write is
+        // measured by a client of its own, as its applications would see it.
+        let clocks = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &port)| {
+                let (s, l, password) = (stop.clone(), log.clone(), password.to_string());
+                thread::spawn(move || {
+                    let mut con = None;
+                    while !s.load(Ordering::SeqCst) {
+                        if con.is_none() {
+                            con = connect(port, &password);
+                        }
+                        if let Some(c) = con.as_mut() {
+                            match ::redis::cmd("INCR").arg("clock").query::<i64>(c) {
+                                Ok(_) => l.lock().unwrap().clock[i].push(Instant::now()),
+                                Err(e) if e.is_io_error() || e.is_timeout() => con = None,
+                                Err(_) => {}
+                            }
+                        }
+                        thread::sleep(Duration::from_millis(2));
+                    }
+                })
+            })
+            .collect();
         let (s, l, password) = (stop.clone(), log.clone(), password.to_string());
         let all_replicas = ports.len() - 1;
         let thread = thread::spawn(move || {
@@ -263,7 +298,15 @@ impl Prober {
             stop,
             log,
             thread: Some(thread),
+            clocks,
         }
+    }
+
+    /// When `node` first accepted a write of its own client after `since`: what the
+    /// `timing:` lines report.
+    fn first_alone_on(&self, node: usize, since: Instant) -> Option<Instant> {
+        let log = self.log.lock().unwrap();
+        log.clock[node].iter().find(|&&at| at >= since).copied()
     }
 
     /// When `node` first accepted a write after `since`.
@@ -321,6 +364,9 @@ impl Prober {
     fn finish(mut self) -> Vec<Write> {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        for t in self.clocks.drain(..) {
             t.join().unwrap();
         }
         let log = std::mem::take(&mut *self.log.lock().unwrap());
@@ -394,11 +440,16 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(role(&s.redis[1]), "master", "r2 is not the primary");
     let first = wait_for(secs(30), "n2's Redis takes writes", || {
+        prober.first_alone_on(1, asked)
+    });
+    let in_rounds = wait_for(secs(30), "n2's Redis takes the rounds' writes", || {
         prober.first_on(1, asked)
     });
     eprintln!(
-        "timing: redis switchover to the first write accepted by the new primary: {:?}",
-        first - asked
+        "timing: redis switchover to the first write accepted by the new primary: {:?} \
+         (in the rounds, which wait on the old primary's pause: {:?})",
+        first - asked,
+        in_rounds - asked
     );
     for (i, r) in s.redis.iter().enumerate() {
         if i != 1 {
@@ -432,7 +483,7 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
     });
     let (new_i, other_i) = if new == "n1" { (0, 2) } else { (2, 0) };
     let first = wait_for(secs(30), "the new primary takes writes", || {
-        prober.first_on(new_i, killed)
+        prober.first_alone_on(new_i, killed)
     });
     eprintln!(
         "timing: redis kill -9 to the first write accepted by the new primary: {:?} \

@@ -23,6 +23,34 @@ pub const SET_ASIDE_PREFIX: &str = "history.";
 /// A version-checked read-modify-write gives up after this many races.
 pub const CAS_ATTEMPTS: usize = 5;
 
+/// The [`super::Session`] methods of a store whose breadcrumb and history are items
+/// (MySQL, Redis), for its `impl Session`: the same delegations in each.
+macro_rules! session_methods_on_items {
+    () => {
+        // The breadcrumb is an item like control and history.
+        async fn breadcrumb_bytes(
+            &self,
+        ) -> Result<Option<(Vec<u8>, $crate::record::Version)>, StoreError> {
+            Ok(self
+                .get_item($crate::coord::items::BREADCRUMB)
+                .await?
+                .map(|(data, v)| (data, $crate::record::Version::new(v))))
+        }
+
+        async fn read_history(&self) -> Result<$crate::record::History, StoreError> {
+            $crate::coord::items::read_history(self).await
+        }
+
+        async fn append_history(
+            &self,
+            entry: &$crate::record::HistoryEntry,
+        ) -> Result<Option<String>, StoreError> {
+            $crate::coord::items::append_history(self, entry).await
+        }
+    };
+}
+pub(crate) use session_methods_on_items;
+
 /// A backend's named, versioned items.
 pub trait Items: Sync {
     /// The item's data and version, `None` when absent.

@@ -573,6 +573,52 @@ pub struct ClusterSnapshot {
 }
 
 impl ClusterSnapshot {
+    /// A snapshot that has read the lock: its data, the epoch the store gave it and the
+    /// session that holds it. Each backend then adds what else it reads.
+    pub(crate) fn of_lock(lock: Option<(Vec<u8>, Epoch, SessionId)>) -> ClusterSnapshot {
+        let (lock, lock_owner) = match lock {
+            Some((data, epoch, owner)) => (
+                Some((record::parse::<NodeRecord>(&data), epoch)),
+                Some(owner),
+            ),
+            None => (None, None),
+        };
+        ClusterSnapshot {
+            lock,
+            lock_owner,
+            ..ClusterSnapshot::default()
+        }
+    }
+
+    /// Adds the breadcrumb and control as read, with their versions.
+    pub(crate) fn add_items(
+        &mut self,
+        breadcrumb: Option<(Vec<u8>, i64)>,
+        control: Option<(Vec<u8>, i64)>,
+    ) {
+        self.breadcrumb = items::snapshot_breadcrumb(breadcrumb);
+        (self.control, self.control_version, self.control_unreadable) =
+            items::snapshot_control(control);
+    }
+
+    /// Whether a member id read from the store is one anyone could name on a command
+    /// line; one that is not is listed with why, and its record is not read.
+    pub(crate) fn valid_member_id(&mut self, id: &str) -> bool {
+        match record::check_node_id(id) {
+            Ok(()) => true,
+            Err(e) => {
+                self.members.push((id.to_string(), Err(e)));
+                false
+            }
+        }
+    }
+
+    /// Adds a member as read: its session and its record.
+    pub(crate) fn add_member(&mut self, id: String, session: SessionId, data: &[u8]) {
+        self.member_sessions.push((id.clone(), session));
+        self.members.push((id, record::parse::<MemberRecord>(data)));
+    }
+
     /// The greatest `epoch_seen` among the member records, and whose it is.
     pub fn max_epoch_seen(&self) -> Option<(Epoch, &str)> {
         self.members

@@ -23,8 +23,8 @@ use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, 
 use super::polled::{self, Polled};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
-    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
-    TakeoverState, Version, WriteOutcome,
+    self, Control, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
+    WriteOutcome,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
@@ -516,17 +516,15 @@ impl MysqlSession {
     /// What `snapshot` reads; `NotInitialized` when any table is missing.
     async fn read_snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
-        let lock = i.read_lock().await?;
-        let (lock, lock_owner) = match lock {
-            Some((session, data, epoch, false)) => (
-                Some((record::parse::<NodeRecord>(&data), epoch)),
-                Some(SessionId(session)),
-            ),
-            _ => (None, None),
-        };
-        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
-        let (control, control_version, control_unreadable) =
-            items::snapshot_control(i.get(CONTROL).await?);
+        // An expired lock row is no lock.
+        let lock = i
+            .read_lock()
+            .await?
+            .and_then(|(session, data, epoch, expired)| {
+                (!expired).then_some((data, epoch, SessionId(session)))
+            });
+        let mut snap = ClusterSnapshot::of_lock(lock);
+        snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
         let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
         let rows: Vec<(String, i64, Vec<u8>)> = i
             .run("listing members", |mut c| async move {
@@ -541,39 +539,21 @@ impl MysqlSession {
                 .await
             })
             .await?;
-        let mut members = Vec::new();
-        let mut member_sessions = Vec::new();
         for (id, session, data) in rows {
-            if let Err(e) = record::check_node_id(&id) {
-                members.push((id, Err(e)));
-                continue;
+            if snap.valid_member_id(&id) {
+                snap.add_member(id, SessionId(session), &data);
             }
-            member_sessions.push((id.clone(), SessionId(session)));
-            members.push((id, record::parse::<MemberRecord>(&data)));
         }
-        let history = self.read_history().await?;
-        let set_aside = self.set_aside().await?;
-        let epoch_counter = match self.current_epoch().await {
+        snap.history = self.read_history().await?;
+        snap.set_aside = self.set_aside().await?;
+        snap.epoch_counter = match self.current_epoch().await {
             Ok(e) => Some(e),
             Err(StoreError::Rejected(_)) => None,
             Err(e) => return Err(e),
         };
         // A missing counter row is as lost as a missing marker: neither is ever deleted.
-        let marker_missing = i.get(MARKER).await?.is_none() || epoch_counter.is_none();
-        Ok(ClusterSnapshot {
-            marker_missing,
-            epoch_counter,
-            lock,
-            lock_owner,
-            breadcrumb,
-            control,
-            control_version,
-            control_unreadable,
-            members,
-            member_sessions,
-            history,
-            set_aside,
-        })
+        snap.marker_missing = i.get(MARKER).await?.is_none() || snap.epoch_counter.is_none();
+        Ok(snap)
     }
 
     /// Whether the tables and the init marker exist.
@@ -1009,21 +989,7 @@ impl Session for MysqlSession {
         .await
     }
 
-    // The breadcrumb is an item like control and history.
-    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
-        Ok(self
-            .get_item(BREADCRUMB)
-            .await?
-            .map(|(data, v)| (data, Version::new(v))))
-    }
-
-    async fn read_history(&self) -> Result<History, StoreError> {
-        items::read_history(self).await
-    }
-
-    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
-        items::append_history(self, entry).await
-    }
+    items::session_methods_on_items!();
 
     async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;

@@ -28,8 +28,8 @@ use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, 
 use super::polled::{self, Polled};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
-    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
-    TakeoverState, Version, WriteOutcome,
+    self, Control, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
+    WriteOutcome,
 };
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -990,21 +990,7 @@ impl Session for RedisSession {
         i.call("releasing the lock", inv).await.map(|_| ())
     }
 
-    // The breadcrumb is an item like control and history.
-    async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
-        Ok(self
-            .get_item(BREADCRUMB)
-            .await?
-            .map(|(data, v)| (data, Version::new(v))))
-    }
-
-    async fn read_history(&self) -> Result<History, StoreError> {
-        items::read_history(self).await
-    }
-
-    async fn append_history(&self, entry: &HistoryEntry) -> Result<Option<String>, StoreError> {
-        items::append_history(self, entry).await
-    }
+    items::session_methods_on_items!();
 
     async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
@@ -1027,16 +1013,11 @@ impl Session for RedisSession {
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
-        let (lock, lock_owner) = match i.read_lock().await? {
-            Some((session, data, epoch)) => (
-                Some((record::parse::<NodeRecord>(&data), epoch)),
-                Some(SessionId(session)),
-            ),
-            None => (None, None),
-        };
-        let breadcrumb = items::snapshot_breadcrumb(i.get(BREADCRUMB).await?);
-        let (control, control_version, control_unreadable) =
-            items::snapshot_control(i.get(CONTROL).await?);
+        let lock = i.read_lock().await?;
+        let mut snap = ClusterSnapshot::of_lock(
+            lock.map(|(session, data, epoch)| (data, epoch, SessionId(session))),
+        );
+        snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
         let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
         let (mut ids, counter, init): (Vec<String>, Option<u64>, bool) = i
             .bounded("listing members", |mut c| async move {
@@ -1052,11 +1033,8 @@ impl Session for RedisSession {
             })
             .await?;
         ids.sort();
-        let mut members = Vec::new();
-        let mut member_sessions = Vec::new();
         for id in ids {
-            if let Err(e) = record::check_node_id(&id) {
-                members.push((id, Err(e)));
+            if !snap.valid_member_id(&id) {
                 continue;
             }
             let key = i.k.member(&id);
@@ -1072,25 +1050,14 @@ impl Session for RedisSession {
                 .await?;
             // Gone (expired): no longer a member.
             let Some(session) = session else { continue };
-            member_sessions.push((id.clone(), SessionId(session.parse().unwrap_or_default())));
-            members.push((id, record::parse::<MemberRecord>(&data.unwrap_or_default())));
+            let session = SessionId(session.parse().unwrap_or_default());
+            snap.add_member(id, session, &data.unwrap_or_default());
         }
-        let history = self.read_history().await?;
-        let set_aside = self.set_aside().await?;
-        Ok(ClusterSnapshot {
-            lock,
-            lock_owner,
-            breadcrumb,
-            control,
-            control_version,
-            control_unreadable,
-            members,
-            member_sessions,
-            history,
-            set_aside,
-            marker_missing: !init || counter.is_none(),
-            epoch_counter: counter,
-        })
+        snap.history = self.read_history().await?;
+        snap.set_aside = self.set_aside().await?;
+        snap.marker_missing = !init || counter.is_none();
+        snap.epoch_counter = counter;
+        Ok(snap)
     }
 
     fn name_of(&self, what: Item) -> String {

@@ -1121,69 +1121,33 @@ impl Session for ZkSession {
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
-        let (lock, lock_owner) = match self.get_optional(&self.paths.lock).await? {
-            Some((d, s)) => (
-                Some((record::parse::<NodeRecord>(&d), s.czxid.max(0) as Epoch)),
-                Some(SessionId(s.ephemeral_owner)),
-            ),
-            None => (None, None),
-        };
-        let breadcrumb = self
-            .get_optional(&self.paths.breadcrumb)
-            .await?
-            .map(|(d, s)| {
-                (
-                    record::parse::<NodeRecord>(&d),
-                    Version::new(s.version.into()),
-                )
-            });
-        let (control, control_version, control_unreadable) =
-            match self.get_optional(&self.paths.control).await? {
-                Some((d, s)) => match record::parse(&d) {
-                    Ok(c) => (c, Some(Version::new(s.version.into())), None),
-                    Err(e) => (
-                        Control::default(),
-                        Some(Version::new(s.version.into())),
-                        Some(e.to_string()),
-                    ),
-                },
-                None => (Control::default(), None, None),
-            };
-        let mut members = Vec::new();
-        let mut member_sessions = Vec::new();
+        let lock = self.get_optional(&self.paths.lock).await?;
         // No epoch counter to read without a write: the greatest zxid among what was read
         // stands in. A member's record is written after its node saw its `epoch_seen`, so
         // on an ensemble that did not go back in time its mzxid is above it.
-        let mut zxid = lock.as_ref().map(|(_, e)| *e);
+        let mut zxid = lock.as_ref().map(|(_, s)| s.czxid.max(0) as Epoch);
+        let mut snap = ClusterSnapshot::of_lock(
+            lock.map(|(d, s)| (d, s.czxid.max(0) as Epoch, SessionId(s.ephemeral_owner))),
+        );
+        let versioned =
+            |found: Option<(Vec<u8>, zk::Stat)>| found.map(|(d, s)| (d, i64::from(s.version)));
+        snap.add_items(
+            versioned(self.get_optional(&self.paths.breadcrumb).await?),
+            versioned(self.get_optional(&self.paths.control).await?),
+        );
         for (id, found) in self.member_znodes().await? {
-            // A child is a valid znode name, but not necessarily a node id anyone could
-            // name on a command line.
-            if let Err(e) = record::check_node_id(&id) {
-                members.push((id, Err(e)));
+            if !snap.valid_member_id(&id) {
                 continue;
             }
             if let Some((d, s)) = found {
                 zxid = zxid.max(Some(s.mzxid.max(0) as Epoch));
-                member_sessions.push((id.clone(), SessionId(s.ephemeral_owner)));
-                members.push((id, record::parse::<MemberRecord>(&d)));
+                snap.add_member(id, SessionId(s.ephemeral_owner), &d);
             }
         }
-        let history = self.read_history().await?;
-        let set_aside = self.list_set_aside().await?;
-        Ok(ClusterSnapshot {
-            lock,
-            lock_owner,
-            breadcrumb,
-            control,
-            control_version,
-            control_unreadable,
-            members,
-            member_sessions,
-            history,
-            set_aside,
-            marker_missing: false,
-            epoch_counter: zxid,
-        })
+        snap.history = self.read_history().await?;
+        snap.set_aside = self.list_set_aside().await?;
+        snap.epoch_counter = zxid;
+        Ok(snap)
     }
 
     async fn members(
