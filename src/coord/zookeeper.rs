@@ -1121,7 +1121,16 @@ impl Session for ZkSession {
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
-        let lock = self.get_optional(&self.paths.lock).await?;
+        // The reads go out together: `status` and the operator commands wait for one
+        // round trip (and the member list's second), not six.
+        let (lock, breadcrumb, control, members, history, set_aside) = tokio::try_join!(
+            self.get_optional(&self.paths.lock),
+            self.get_optional(&self.paths.breadcrumb),
+            self.get_optional(&self.paths.control),
+            self.member_znodes(),
+            self.read_history(),
+            self.list_set_aside(),
+        )?;
         // No epoch counter to read without a write: the greatest zxid among what was read
         // stands in. A member's record is written after its node saw its `epoch_seen`, so
         // on an ensemble that did not go back in time its mzxid is above it.
@@ -1131,11 +1140,8 @@ impl Session for ZkSession {
         );
         let versioned =
             |found: Option<(Vec<u8>, zk::Stat)>| found.map(|(d, s)| (d, i64::from(s.version)));
-        snap.add_items(
-            versioned(self.get_optional(&self.paths.breadcrumb).await?),
-            versioned(self.get_optional(&self.paths.control).await?),
-        );
-        for (id, found) in self.member_znodes().await? {
+        snap.add_items(versioned(breadcrumb), versioned(control));
+        for (id, found) in members {
             if !snap.valid_member_id(&id) {
                 continue;
             }
@@ -1144,8 +1150,8 @@ impl Session for ZkSession {
                 snap.add_member(id, SessionId(s.ephemeral_owner), &d);
             }
         }
-        snap.history = self.read_history().await?;
-        snap.set_aside = self.list_set_aside().await?;
+        snap.history = history;
+        snap.set_aside = set_aside;
         snap.epoch_counter = zxid;
         Ok(snap)
     }
