@@ -172,7 +172,11 @@ impl fmt::Display for Reason {
             }
             Reason::EpochSeenBefore { epoch, seen } => write!(
                 f,
-                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above                  epoch {seen}, which a node of this cluster has seen (the store was wiped,                  restarted without persistence, or restored from an old backup or snapshot);                  no node promotes until you have checked that no old active still serves and                  run `warden init --force`, which sets the epoch counter above every epoch seen"
+                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above \
+                 epoch {seen}, which a node of this cluster has seen (the store was wiped, \
+                 restarted without persistence, or restored from an old backup or snapshot); \
+                 no node promotes until you have checked that no old active still serves and \
+                 run `warden init --force`, which sets the epoch counter above every epoch seen"
             ),
             Reason::StaleEpoch { epoch, recorded: n } => write!(
                 f,

@@ -94,7 +94,11 @@ fn every_reason_reads_as_it_did_when_it_was_a_string() {
         (
             Reason::EpochSeenBefore { epoch, seen },
             format!(
-                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above                  epoch {seen}, which a node of this cluster has seen (the store was wiped,                  restarted without persistence, or restored from an old backup or snapshot);                  no node promotes until you have checked that no old active still serves and                  run `warden init --force`, which sets the epoch counter above every epoch seen"
+                "refusing to promote: the store lost data: the lock's epoch {epoch} is not above \
+                 epoch {seen}, which a node of this cluster has seen (the store was wiped, \
+                 restarted without persistence, or restored from an old backup or snapshot); \
+                 no node promotes until you have checked that no old active still serves and \
+                 run `warden init --force`, which sets the epoch counter above every epoch seen"
             ),
         ),
         (
@@ -139,5 +143,7 @@ fn every_reason_reads_as_it_did_when_it_was_a_string() {
     ];
     for (reason, expected) in cases {
         assert_eq!(reason.to_string(), expected, "{reason:?}");
+        // A line continuation without its `\` leaves a run of spaces in the log line.
+        assert!(!expected.contains("  "), "a run of spaces: {expected}");
     }
 }
