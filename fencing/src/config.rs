@@ -1,5 +1,6 @@
 //! The `[[fence]]` tables of the config, as typed values.
 
+use crate::values;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -56,21 +57,24 @@ impl FenceMethod {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SshFence {
+    #[serde(deserialize_with = "values::text")]
     pub user: String,
-    #[serde(default = "default_ssh_port")]
+    #[serde(default = "default_ssh_port", deserialize_with = "values::port")]
     pub port: u16,
+    #[serde(deserialize_with = "values::path")]
     pub identity_file: PathBuf,
+    #[serde(deserialize_with = "values::path")]
     pub known_hosts: PathBuf,
-    #[serde(default = "default_ssh_timeout", with = "humantime_serde")]
+    #[serde(default = "default_ssh_timeout", with = "values::duration")]
     pub timeout: Duration,
     /// The remote command, a line for the remote user's shell; default: `warden
     /// fence-local`. The target's record is appended as `fence-local` arguments either way
     /// (so `"sudo -n /opt/warden/bin/warden fence-local"` is a drop-in), and a configured
     /// command runs under `timeout -s KILL` on the remote host so that it cannot outlive
     /// the attempt. Exit 0 = fenced.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub command: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 
@@ -78,11 +82,11 @@ pub struct SshFence {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SignalFence {
-    #[serde(default = "default_fence_signal")]
+    #[serde(default = "default_fence_signal", deserialize_with = "values::signal")]
     pub signal: SignalName,
-    #[serde(default = "default_signal_timeout", with = "humantime_serde")]
+    #[serde(default = "default_signal_timeout", with = "values::duration")]
     pub timeout: Duration,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 
@@ -91,15 +95,16 @@ pub struct SignalFence {
 #[serde(deny_unknown_fields)]
 pub struct ScriptFence {
     /// The program and its arguments, run directly (no shell).
+    #[serde(deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub protocol: ScriptProtocol,
     /// `fence-agent` protocol: written as `key=value` lines on the agent's stdin.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::string_map")]
     pub options: BTreeMap<String, String>,
-    #[serde(default = "default_script_timeout", with = "humantime_serde")]
+    #[serde(default = "default_script_timeout", with = "values::duration")]
     pub timeout: Duration,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 

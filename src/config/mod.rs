@@ -29,11 +29,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
-use warden_fencing::{FenceMethod, ScriptProtocol, SignalName};
+use warden_fencing::{values, FenceMethod, ScriptProtocol, SignalName};
 
 mod entry;
 mod error;
@@ -67,7 +66,7 @@ pub struct Config {
     pub service: ServiceConfig,
     #[serde(default)]
     pub health: HealthConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "fences")]
     pub fence: Vec<FenceMethod>,
     #[serde(default)]
     pub api: Option<ApiConfig>,
@@ -80,14 +79,16 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// One election scope: `<root>/<name>` in ZooKeeper.
+    #[serde(deserialize_with = "values::text")]
     pub name: String,
     /// Unique in the cluster: `[A-Za-z0-9._-]{1,64}`.
+    #[serde(deserialize_with = "values::text")]
     pub node_id: String,
     /// How peers reach this node for fencing; default: the hostname.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub host: Option<String>,
     /// The managed service's port, if it has one (used by fencing).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_port")]
     pub port: Option<u16>,
 }
 
@@ -95,7 +96,7 @@ pub struct ClusterConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CoordinationConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub backend: Backend,
     /// Required with `backend = "zookeeper"`; when absent it holds the defaults (an empty
     /// `connect`), and only the chosen backend's table is used.
@@ -132,16 +133,17 @@ impl Backend {
 #[serde(deny_unknown_fields)]
 pub struct MysqlConfig {
     /// `mysql://user@host:port/database`; never a password (that goes in `password_file`).
+    #[serde(deserialize_with = "values::text")]
     pub url: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub password_file: Option<PathBuf>,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    #[serde(default = "default_poll_interval", with = "values::duration")]
     pub poll_interval: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
-    #[serde(default = "default_table_prefix")]
+    #[serde(default = "default_table_prefix", deserialize_with = "values::text")]
     pub table_prefix: String,
 }
 
@@ -150,16 +152,17 @@ pub struct MysqlConfig {
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://host:port/db` or `rediss://...`; never a password.
+    #[serde(deserialize_with = "values::text")]
     pub url: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub password_file: Option<PathBuf>,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    #[serde(default = "default_poll_interval", with = "values::duration")]
     pub poll_interval: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
-    #[serde(default = "default_key_prefix")]
+    #[serde(default = "default_key_prefix", deserialize_with = "values::text")]
     pub key_prefix: String,
 }
 
@@ -168,21 +171,22 @@ pub struct RedisConfig {
 #[serde(deny_unknown_fields)]
 pub struct ZooKeeperConfig {
     /// `host:port[,host:port...][/chroot]`
+    #[serde(deserialize_with = "values::text")]
     pub connect: String,
     /// The parent znode of every cluster.
-    #[serde(default = "default_root")]
+    #[serde(default = "default_root", deserialize_with = "values::text")]
     pub root: String,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
     /// `scheme:credentials`, e.g. `digest:warden:secret`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub auth: Option<String>,
     /// A file holding the `auth` string; must not be readable by group or others.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub auth_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub acl: AclMode,
 }
 
@@ -202,10 +206,10 @@ pub enum AclMode {
 #[serde(deny_unknown_fields)]
 pub struct ElectionConfig {
     /// After a failed promotion or fencing, before trying again (doubles up to 30s).
-    #[serde(default = "default_rejoin_delay", with = "humantime_serde")]
+    #[serde(default = "default_rejoin_delay", with = "values::duration")]
     pub rejoin_delay: Duration,
     /// SPEC §6: 0 = never promoted by itself; higher wins the race for a free lock.
-    #[serde(default = "default_priority")]
+    #[serde(default = "default_priority", deserialize_with = "values::priority")]
     pub priority: u16,
 }
 
@@ -237,28 +241,32 @@ pub enum ServiceMode {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub mode: ServiceMode,
     /// spawn: the service's program and arguments.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default = "default_stop_signal")]
+    #[serde(default = "default_stop_signal", deserialize_with = "values::signal")]
     pub stop_signal: SignalName,
-    #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+    #[serde(default = "default_stop_timeout", with = "values::duration")]
     pub stop_timeout: Duration,
     /// hooks: run to promote / demote the always-running service.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub promote: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub demote: Vec<String>,
     /// hooks, optional: run on each standby when a new active is promoted, and at start
     /// when one exists (SPEC §6): the place to repoint a replica.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "values::strings"
+    )]
     pub follow: Vec<String>,
-    #[serde(default = "default_hook_timeout", with = "humantime_serde")]
+    #[serde(default = "default_hook_timeout", with = "values::duration")]
     pub hook_timeout: Duration,
     /// hooks: the service's pid, so that fencing and forced demotion kill the right process.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub pidfile: Option<PathBuf>,
 }
 
@@ -277,35 +285,35 @@ pub enum HealthKind {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HealthConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub kind: HealthKind,
     /// tcp: `host:port` to connect to.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub address: Option<String>,
     /// http: a 2xx answer is healthy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub url: Option<String>,
     /// http with an https URL: a PEM file of CA certificates trusted besides the host's.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub ca_file: Option<PathBuf>,
     /// exec: exit 0 is healthy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default = "default_health_interval", with = "humantime_serde")]
+    #[serde(default = "default_health_interval", with = "values::duration")]
     pub interval: Duration,
-    #[serde(default = "default_health_timeout", with = "humantime_serde")]
+    #[serde(default = "default_health_timeout", with = "values::duration")]
     pub timeout: Duration,
     /// Consecutive failures before unhealthy.
-    #[serde(default = "default_fall")]
+    #[serde(default = "default_fall", deserialize_with = "values::count")]
     pub fall: u32,
     /// Consecutive passes before healthy.
-    #[serde(default = "default_rise")]
+    #[serde(default = "default_rise", deserialize_with = "values::count")]
     pub rise: u32,
     /// spawn mode: checks of a just-started service do not count yet.
-    #[serde(default = "default_start_grace", with = "humantime_serde")]
+    #[serde(default = "default_start_grace", with = "values::duration")]
     pub start_grace: Duration,
     /// spawn mode: exit 0 = this standby may take over; default: always eligible.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub standby_command: Vec<String>,
 }
 
@@ -331,6 +339,7 @@ impl Default for HealthConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
+    #[serde(deserialize_with = "values::socket_addr")]
     pub listen: SocketAddr,
 }
 
@@ -348,9 +357,9 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A tracing `EnvFilter` directive; `RUST_LOG` overrides it.
-    #[serde(default = "default_log_level")]
+    #[serde(default = "default_log_level", deserialize_with = "values::text")]
     pub level: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub format: LogFormat,
 }
 
