@@ -20,7 +20,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// Stands in a message for the value as written in the file, which only the loader sees
-/// (a deserializer gets `5.0` as the number 5): the loader puts the text in its place.
+/// (a deserializer gets `5.0` as the number 5): the loader puts the text in its place in a
+/// message that starts with `= ` and this marker.
 pub const WRITTEN: &str = "\u{0}";
 
 /// A string, refused if it holds a NUL: no file name, program, host or argument can, and a

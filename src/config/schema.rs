@@ -205,6 +205,27 @@ impl<'de> de::Visitor<'de> for Fence {
     }
 }
 
+/// The reference config, in which every table has valid values.
+const REFERENCE: &str = include_str!("../../config/warden.toml");
+
+/// Reads a whole config (or the part of one that `root` holds), every fence table with its
+/// `kind` first.
+fn read_config(mut root: Spanned<DeTable<'_>>) -> Result<Config, PathError> {
+    if let Some(DeValue::Array(items)) = root.get_mut().get_mut("fence").map(|f| f.get_mut()) {
+        for item in items.iter_mut() {
+            if let DeValue::Table(t) = item.get_mut() {
+                *t = kind_first(t);
+            }
+        }
+    }
+    serde_path_to_error::deserialize(toml::de::Deserializer::from(root))
+}
+
+/// Whether `e` is a key missing from the top level.
+fn is_missing_at_top(e: &PathError) -> bool {
+    e.path().iter().next().is_none() && e.inner().message().starts_with("missing field `")
+}
+
 /// `table` with its `kind` key first, for [`Fence`].
 fn kind_first<'a>(table: &DeTable<'a>) -> DeTable<'a> {
     let kind = table.get_key_value("kind");
@@ -223,25 +244,33 @@ impl<'a> Source<'a> {
         if let Some(error) = unknown.into_error() {
             return Err(error);
         }
-        let doc = self.for_serde();
-        let first = match serde_path_to_error::deserialize::<_, Config>(
-            toml::de::Deserializer::from(doc),
-        ) {
+        let first = match read_config(self.doc.clone()) {
             Ok(config) => return Ok(config),
             Err(e) => e,
         };
+        // serde stops at the first error it meets, in the order it reads, and a required
+        // key that is missing ends its table; the report is of the first wrong value in
+        // the file, and of a missing key only when no value is wrong. Each part of the file
+        // read alone finds its own first error: every key of the top level (whose own
+        // missing keys are left to the end), every table below, every fence.
         let mut found = Findings::default();
         self.push_serde_error(&KeyPath::default(), &first, &mut found);
-        // serde stops at the first error it meets, in the order it reads, where a required
-        // key that is missing ends a table; the report is of the first wrong value in the
-        // file, and of a missing key only when no value is wrong. Each table read alone
-        // finds its own first error.
-        for table in &self.schema.tables[1..] {
+        let root = self.doc.get_ref();
+        for (key, value) in root.iter() {
+            let alone: DeTable<'a> = std::iter::once((key.clone(), value.clone())).collect();
+            if let Err(e) = read_config(Spanned::new(self.doc.span(), alone)) {
+                if !is_missing_at_top(&e) {
+                    self.push_serde_error(&KeyPath::default(), &e, &mut found);
+                }
+            }
+        }
+        for table in self.schema.tables.iter().filter(|t| t.path.len() > 1) {
             let path = KeyPath::of(table.path);
-            if let Some(DeValue::Table(t)) = self.value_at(&path).map(|v| v.get_ref()) {
-                let span = self.value_at(&path).map(|v| v.span()).unwrap_or_default();
-                if let Err(e) = (table.read)(Spanned::new(span, t.clone())) {
-                    self.push_serde_error(&path, &e, &mut found);
+            if let Some(value) = self.value_at(&path) {
+                if let DeValue::Table(t) = value.get_ref() {
+                    if let Err(e) = (table.read)(Spanned::new(value.span(), t.clone())) {
+                        self.push_serde_error(&path, &e, &mut found);
+                    }
                 }
             }
         }
@@ -260,22 +289,36 @@ impl<'a> Source<'a> {
                 }
             }
         }
+        if let Some(field) = self.missing_at_top() {
+            let (rank, pos, error) = self.missing(&KeyPath::default(), &field);
+            found.push(rank, pos, || error);
+        }
         Err(found
             .into_error()
             .unwrap_or_else(|| self.serde_error(KeyPath::default(), first.inner()).2))
     }
 
-    /// The document as serde reads it: every fence table with its `kind` first.
-    fn for_serde(&self) -> Spanned<DeTable<'a>> {
-        let mut doc = self.doc.clone();
-        if let Some(DeValue::Array(items)) = doc.get_mut().get_mut("fence").map(|f| f.get_mut()) {
-            for item in items.iter_mut() {
-                if let DeValue::Table(t) = item.get_mut() {
-                    *t = kind_first(t);
-                }
-            }
-        }
-        doc
+    /// The first required table absent from the top level. serde names a missing key only
+    /// once every key before it in the struct has been read without error, so the tables
+    /// the file has are replaced by the reference config's, which read without error (a
+    /// test holds it to that).
+    fn missing_at_top(&self) -> Option<String> {
+        let reference = DeTable::parse(REFERENCE).ok()?;
+        let stand_in: DeTable<'_> = self
+            .doc
+            .get_ref()
+            .iter()
+            .filter_map(|(key, _)| reference.get_ref().get_key_value(key.get_ref().as_ref()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let e = read_config(Spanned::new(reference.span(), stand_in)).err()?;
+        let field = e
+            .inner()
+            .message()
+            .strip_prefix("missing field `")?
+            .strip_suffix('`')?;
+        let absent = self.doc.get_ref().get(field).is_none();
+        (is_missing_at_top(&e) && absent).then(|| field.to_string())
     }
 
     fn push_serde_error(&self, prefix: &KeyPath, e: &PathError, found: &mut Findings) {
@@ -323,8 +366,14 @@ impl<'a> Source<'a> {
             return self.wrong_type(&path, value, expected);
         }
         let span = self.span_at(&path);
-        let written = self.text.get(span.clone()).unwrap_or_default();
-        let reason = message.replace(values::WRITTEN, written);
+        // Only a message about a number carries WRITTEN, at its start: elsewhere the
+        // character may be the value's own.
+        let reason = if message.starts_with(&format!("= {}", values::WRITTEN)) {
+            let written = self.text.get(span.clone()).unwrap_or_default();
+            message.replace(values::WRITTEN, written)
+        } else {
+            message.to_string()
+        };
         // The reasons of `values` follow the key; anything else is quoted as serde said it.
         let reason = if reason.starts_with("= ") || reason.starts_with("is not valid: ") {
             reason
