@@ -317,6 +317,9 @@ impl<'de> Visitor<'de> for Strings {
 
 struct StringMap;
 
+/// The key of the one-key table as which toml passes a datetime to serde.
+const TOML_DATETIME: &str = "$__toml_private_datetime";
+
 impl<'de> Visitor<'de> for StringMap {
     type Value = BTreeMap<String, String>;
 
@@ -327,6 +330,13 @@ impl<'de> Visitor<'de> for StringMap {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = BTreeMap::new();
         while let Some(key) = map.next_key::<String>()? {
+            // toml hands a datetime to a visitor as a table of this one key.
+            if key == TOML_DATETIME {
+                return Err(de::Error::invalid_type(
+                    de::Unexpected::Other("a datetime"),
+                    &self,
+                ));
+            }
             let value = map.next_value_seed(TextSeed)?;
             out.insert(key, value);
         }
