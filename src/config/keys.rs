@@ -68,7 +68,7 @@ pub(super) struct Source<'a> {
     pub(super) schema: Schema,
 }
 
-/// The errors the schema found, of which only the one to report is kept (built only when
+/// The errors steps 2 and 3 found, of which only the one to report is kept (built only when
 /// it beats the one kept so far), and a count of the unknown keys.
 #[derive(Default)]
 pub(super) struct Findings {
@@ -117,7 +117,7 @@ impl Findings {
     }
 }
 
-/// How an error found by the schema ranks: an unknown key (most likely a typo, which
+/// How an error of steps 2 and 3 ranks: an unknown key (most likely a typo, which
 /// also makes the intended key look missing) is reported first, a missing key last.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Rank {

@@ -4,9 +4,16 @@
 //! [`ConfigError`] that names the file, line, column and dotted key:
 //!
 //! 1. the TOML syntax, parsed with spans ([`toml::de::DeTable`]);
-//! 2. the *schema*: every key known (a typo gets the nearest valid key suggested), every
-//!    value of the right type, durations with units, required keys present;
-//! 3. serde builds the typed [`Config`] (which cannot fail once the schema passed);
+//! 2. the unknown keys: the serde types are the schema, and their field names (learnt
+//!    from serde itself) are checked against the file's keys in one pass; a typo gets the
+//!    nearest valid key suggested, a key in the wrong table the table it belongs in;
+//! 3. serde builds the typed [`Config`] (through `serde_path_to_error`, so an error
+//!    carries its dotted key). The fields name the functions of
+//!    [`warden_fencing::values`] that read them: durations with units, ranges, signals,
+//!    choices, no NUL in a string. Wrong types, refused values and missing keys become
+//!    [`ConfigError`]s located by the key's span. Where serde stops before the first
+//!    error in the file, the parts of the file are read alone, so that the report is of
+//!    the first wrong value, and of a missing key only when no value is wrong;
 //! 4. the rules that relate values to each other (modes, fencing, ACLs), checked on the
 //!    typed config and reported at the place in the file the value came from.
 //!
@@ -19,9 +26,10 @@
 //!
 //! The folder: this file holds the types and their defaults; `error` where in the file
 //! and what is wrong; `entry` [`load`] and [`parse`]; `keys` key paths and locations in
-//! the source; `schema` the known keys and their types (step 2); `rules` step 4; `files`
-//! the files the config names; `warnings` what works but an operator should know;
-//! `render` the resolved config for `check-config`.
+//! the source; `schema` steps 2 and 3 (which tables there are, and serde's errors in the
+//! words of [`ConfigError`]); `rules` step 4; `files` the files the config names;
+//! `warnings` what works but an operator should know; `render` the resolved config for
+//! `check-config`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

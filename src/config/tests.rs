@@ -1523,3 +1523,40 @@ fn programs_named_by_absolute_path_must_be_executable_files() {
     ));
     load_text(&hooks_with_command).unwrap();
 }
+
+#[test]
+fn a_wrong_value_is_reported_before_a_key_missing_from_an_earlier_table() {
+    let m =
+        msg(&with("node_id = \"rm1\"\n", "")
+            .replace("[service]\n", "[service]\nstop_timeout = 5\n"));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:8:16: `service.stop_timeout` = 5 has no unit: write a string \
+         with a unit, such as \"5s\" or \"250ms\""
+    );
+}
+
+#[test]
+fn a_missing_table_is_reported_before_a_key_missing_from_a_later_one() {
+    let m = msg(&with(
+        "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+        "",
+    )
+    .replace("kind = \"script\"\n", ""));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:1:1: missing required table [coordination]"
+    );
+}
+
+#[test]
+fn a_datetime_is_not_a_table_of_strings() {
+    let m = msg(&format!(
+        "{BASE}protocol = \"fence-agent\"\noptions = 1979-05-27\n"
+    ));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:15:11: `fence[0].options` must be a table of strings, not a \
+         datetime"
+    );
+}
