@@ -14,6 +14,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -24,12 +25,17 @@ use std::time::Duration;
 /// message that starts with `= ` and this marker.
 pub const WRITTEN: &str = "\u{0}";
 
+/// Stands, as [`WRITTEN`] does, for an integer's digits as toml read them (`10000` for
+/// `0x10000`, without the radix's prefix).
+pub const DIGITS: &str = "\u{1}";
+
 /// A string, refused if it holds a NUL: no file name, program, host or argument can, and a
 /// C library call would silently cut the value short at it.
 pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     d.deserialize_str(Text)
 }
 
+/// [`text`] for an optional key.
 pub fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     text(d).map(Some)
 }
@@ -39,6 +45,7 @@ pub fn path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     text(d).map(PathBuf::from)
 }
 
+/// [`path`] for an optional key.
 pub fn opt_path<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
     path(d).map(Some)
 }
@@ -48,6 +55,7 @@ pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     d.deserialize_seq(Strings)
 }
 
+/// [`strings`] for an optional key.
 pub fn opt_strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     strings(d).map(Some)
 }
@@ -62,6 +70,7 @@ pub fn port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     int_in(d, 1, 65535).map(|n| n as u16)
 }
 
+/// [`port`] for an optional key.
 pub fn opt_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
     port(d).map(Some)
 }
@@ -92,6 +101,33 @@ pub fn choice<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T,
     let choices = variants_of::<T>();
     let name = d.deserialize_str(Choice(choices))?;
     T::deserialize(de::value::StrDeserializer::<D::Error>::new(name))
+}
+
+/// A table read as the struct `T`. serde's derived struct also takes an array, as its
+/// fields in order, so that `log = []` would be read as a `[log]` of defaults.
+pub fn table<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    d.deserialize_map(Table(PhantomData))
+}
+
+/// [`table`] for an optional table.
+pub fn opt_table<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    table(d).map(Some)
+}
+
+struct Table<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Table<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::deserialize(de::value::MapAccessDeserializer::new(map))
+    }
 }
 
 /// A duration that must be written with a unit; bounds are the loader's (they differ by
@@ -248,21 +284,32 @@ impl Visitor<'_> for Int {
         if (self.min..=self.max).contains(&n) {
             Ok(n)
         } else {
-            Err(E::custom(format_args!(
-                "= {n} is out of range: it must be {}",
-                int_range(self.min, self.max)
-            )))
+            Err(self.out_of_range())
         }
     }
 
     fn visit_u64<E: de::Error>(self, n: u64) -> Result<i64, E> {
+        self.visit_i128(i128::from(n))
+    }
+
+    fn visit_i128<E: de::Error>(self, n: i128) -> Result<i64, E> {
         match i64::try_from(n) {
             Ok(n) => self.visit_i64(n),
-            Err(_) => Err(E::custom(format_args!(
-                "= {n} is out of range: it must be {}",
-                int_range(self.min, self.max)
-            ))),
+            Err(_) => Err(self.out_of_range()),
         }
+    }
+
+    fn visit_u128<E: de::Error>(self, _: u128) -> Result<i64, E> {
+        Err(self.out_of_range())
+    }
+}
+
+impl Int {
+    fn out_of_range<E: de::Error>(&self) -> E {
+        E::custom(format_args!(
+            "= {DIGITS} is out of range: it must be {}",
+            int_range(self.min, self.max)
+        ))
     }
 }
 
@@ -374,6 +421,14 @@ impl Visitor<'_> for DurationVisitor {
         Err(Self::no_unit())
     }
 
+    fn visit_i128<E: de::Error>(self, _: i128) -> Result<Duration, E> {
+        Err(Self::no_unit())
+    }
+
+    fn visit_u128<E: de::Error>(self, _: u128) -> Result<Duration, E> {
+        Err(Self::no_unit())
+    }
+
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Duration, E> {
         Err(Self::no_unit())
     }
@@ -421,7 +476,8 @@ impl Visitor<'_> for Address {
     }
 }
 
-/// The name of one of `.0`, checked.
+/// One of the names in `.0`, read as a string; anything else is refused with the list and
+/// the nearest name. [`choice`] uses it for enums, warden for a fence's `kind`.
 pub struct Choice(pub &'static [&'static str]);
 
 impl Visitor<'_> for Choice {

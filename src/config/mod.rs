@@ -67,18 +67,21 @@ use warnings::*;
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    #[serde(deserialize_with = "values::table")]
     pub cluster: ClusterConfig,
+    #[serde(deserialize_with = "values::table")]
     pub coordination: CoordinationConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub election: ElectionConfig,
+    #[serde(deserialize_with = "values::table")]
     pub service: ServiceConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub health: HealthConfig,
     #[serde(default, deserialize_with = "fences")]
     pub fence: Vec<FenceMethod>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub api: Option<ApiConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub log: LogConfig,
 }
 
@@ -108,11 +111,15 @@ pub struct CoordinationConfig {
     pub backend: Backend,
     /// Required with `backend = "zookeeper"`; when absent it holds the defaults (an empty
     /// `connect`), and only the chosen backend's table is used.
-    #[serde(default, skip_serializing_if = "ZooKeeperConfig::is_unset")]
+    #[serde(
+        default,
+        skip_serializing_if = "ZooKeeperConfig::is_unset",
+        deserialize_with = "values::table"
+    )]
     pub zookeeper: ZooKeeperConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub mysql: Option<MysqlConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub redis: Option<RedisConfig>,
 }
 

@@ -223,7 +223,43 @@ fn read_config(mut root: Spanned<DeTable<'_>>) -> Result<Config, PathError> {
 
 /// Whether `e` is a key missing from the top level.
 fn is_missing_at_top(e: &PathError) -> bool {
-    e.path().iter().next().is_none() && e.inner().message().starts_with("missing field `")
+    e.path().iter().next().is_none() && missing_field(e.inner()).is_some()
+}
+
+/// The key a "missing field" error names: serde's errors carry only their message, and
+/// `serde::de::Error::missing_field` words it so.
+fn missing_field(e: &toml::de::Error) -> Option<&str> {
+    e.message()
+        .strip_prefix("missing field `")?
+        .strip_suffix('`')
+}
+
+/// `path` below `prefix`, in our words.
+fn key_path(prefix: &KeyPath, path: &serde_path_to_error::Path) -> KeyPath {
+    let mut out = prefix.clone();
+    for seg in path.iter() {
+        match seg {
+            serde_path_to_error::Segment::Seq { index } => out.0.push(Seg::Index(*index)),
+            serde_path_to_error::Segment::Map { key } => out.0.push(Seg::Key(key.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The value at `path` below `value`.
+fn value_at_mut<'v, 'a>(
+    mut value: &'v mut Spanned<DeValue<'a>>,
+    path: &[Seg],
+) -> Option<&'v mut Spanned<DeValue<'a>>> {
+    for seg in path {
+        value = match (seg, value.get_mut()) {
+            (Seg::Key(k), DeValue::Table(t)) => t.get_mut(k.as_str())?,
+            (Seg::Index(i), DeValue::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(value)
 }
 
 /// `table` with its `kind` key first, for [`Fence`].
@@ -278,6 +314,8 @@ impl<'a> Source<'a> {
         if let Some(DeValue::Array(items)) = self.value_at(&fence).map(|v| v.get_ref()) {
             for (i, item) in items.iter().enumerate() {
                 let DeValue::Table(t) = item.get_ref() else {
+                    let (rank, pos, error) = self.wrong_type(&fence.index(i), item, "a table");
+                    found.push(rank, pos, || error);
                     continue;
                 };
                 let d = toml::de::Deserializer::from(Spanned::new(item.span(), kind_first(t)));
@@ -312,24 +350,13 @@ impl<'a> Source<'a> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let e = read_config(Spanned::new(reference.span(), stand_in)).err()?;
-        let field = e
-            .inner()
-            .message()
-            .strip_prefix("missing field `")?
-            .strip_suffix('`')?;
+        let field = missing_field(e.inner())?;
         let absent = self.doc.get_ref().get(field).is_none();
         (is_missing_at_top(&e) && absent).then(|| field.to_string())
     }
 
     fn push_serde_error(&self, prefix: &KeyPath, e: &PathError, found: &mut Findings) {
-        let mut path = prefix.clone();
-        for seg in e.path().iter() {
-            match seg {
-                serde_path_to_error::Segment::Seq { index } => path.0.push(Seg::Index(*index)),
-                serde_path_to_error::Segment::Map { key } => path.0.push(Seg::Key(key.clone())),
-                _ => {}
-            }
-        }
+        let path = key_path(prefix, e.path());
         let (rank, pos, error) = self.serde_error(path, e.inner());
         found.push(rank, pos, || error);
     }
@@ -352,13 +379,13 @@ impl<'a> Source<'a> {
                 }
             }
         }
-        let message = e.message();
-        let missing = message
-            .strip_prefix("missing field `")
-            .and_then(|m| m.strip_suffix('`'));
-        if let Some(field) = missing {
+        if let Some(field) = missing_field(e) {
             return self.missing(&path, field);
         }
+        if let Some(e) = self.overflowed(&path, e) {
+            return self.serde_error(path, &e);
+        }
+        let message = e.message();
         let expected = message
             .strip_prefix("invalid type: ")
             .and_then(|m| m.rsplit_once(", expected "));
@@ -366,11 +393,17 @@ impl<'a> Source<'a> {
             return self.wrong_type(&path, value, expected);
         }
         let span = self.span_at(&path);
-        // Only a message about a number carries WRITTEN, at its start: elsewhere the
-        // character may be the value's own.
+        // Only a message about a number carries WRITTEN or DIGITS, at its start: elsewhere
+        // the character may be the value's own.
+        let written = self.text.get(span.clone()).unwrap_or_default();
         let reason = if message.starts_with(&format!("= {}", values::WRITTEN)) {
-            let written = self.text.get(span.clone()).unwrap_or_default();
             message.replace(values::WRITTEN, written)
+        } else if message.starts_with(&format!("= {}", values::DIGITS)) {
+            let digits = match self.value_at(&path).map(|v| v.get_ref()) {
+                Some(DeValue::Integer(i)) => i.as_str(),
+                _ => written,
+            };
+            message.replace(values::DIGITS, digits)
         } else {
             message.to_string()
         };
@@ -386,6 +419,30 @@ impl<'a> Source<'a> {
             reason: one_line(&reason).into_owned(),
         };
         (Rank::Value, span.start, error)
+    }
+
+    /// toml refuses a number too large for serde's types before the key's function in
+    /// [`values`] sees it. The largest number toml does hand over stands in for it, so that
+    /// the function says what it says of a large number (the message names the number as
+    /// written, through [`values::WRITTEN`] or [`values::DIGITS`]).
+    fn overflowed(&self, path: &KeyPath, e: &toml::de::Error) -> Option<toml::de::Error> {
+        let stand_in = match e.message() {
+            "integer number overflowed" => "x = 340282366920938463463374607431768211455",
+            "floating-point number overflowed" => "x = 1.7976931348623157e308",
+            _ => return None,
+        };
+        let stand_in = DeTable::parse(stand_in).ok()?.into_inner().remove("x")?;
+        let (Seg::Key(top), inner) = path.0.split_first()? else {
+            return None;
+        };
+        let (key, value) = self.doc.get_ref().get_key_value(top.as_str())?;
+        let mut value = value.clone();
+        let target = value_at_mut(&mut value, inner)?;
+        *target = Spanned::new(target.span(), stand_in.into_inner());
+        let alone: DeTable<'_> = std::iter::once((key.clone(), value)).collect();
+        let e = read_config(Spanned::new(self.doc.span(), alone)).err()?;
+        let same = key_path(&KeyPath::default(), e.path()).to_string() == path.to_string();
+        same.then(|| e.into_inner())
     }
 
     fn wrong_type(

@@ -1560,3 +1560,52 @@ fn a_datetime_is_not_a_table_of_strings() {
          datetime"
     );
 }
+
+#[test]
+fn a_table_written_as_an_array_is_refused_even_when_empty() {
+    for table in ["log", "election", "health"] {
+        let m = msg(&format!("{table} = []\n{BASE}"));
+        assert!(
+            m.ends_with(&format!("`{table}` must be a table, not an array")),
+            "{m}"
+        );
+    }
+    let m = msg(&format!(
+        "fence = [{{}}, 5]\n{}",
+        BASE.split("[[fence]]").next().unwrap_or_default()
+    ));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:1:14: `fence[1]` must be a table, not an integer"
+    );
+}
+
+#[test]
+fn numbers_too_large_for_toml_get_the_message_of_their_key() {
+    let big = "9".repeat(45);
+    let m = msg(&with(
+        "node_id = \"rm1\"\n",
+        &format!("node_id = \"rm1\"\nport = {big}\n"),
+    ));
+    assert_eq!(
+        m,
+        format!(
+            "/etc/warden/warden.toml:4:8: `cluster.port` = {big} is out of range: it must be \
+             from 1 to 65535"
+        )
+    );
+    let m = msg(&with("[service]\n", "[service]\nstop_timeout = 1e400\n"));
+    assert!(
+        m.ends_with("`service.stop_timeout` = 1e400 has no unit: write a string with a unit, such as \"1e400s\" or \"250ms\""),
+        "{m}"
+    );
+    // An integer is shown as toml read it.
+    let m = msg(&with(
+        "node_id = \"rm1\"\n",
+        "node_id = \"rm1\"\nport = 0x10000\n",
+    ));
+    assert!(
+        m.ends_with("`cluster.port` = 10000 is out of range: it must be from 1 to 65535"),
+        "{m}"
+    );
+}
