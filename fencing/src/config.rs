@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// One `[[fence]]` table. The chain tries them in the order they are written.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+/// One `[[fence]]` table. The chain tries them in the order they are written. warden's
+/// config reads it by its `kind` first (so that errors keep their key path), with the
+/// `Deserialize` of the variant's struct.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum FenceMethod {
     Ssh(SshFence),
@@ -169,12 +171,5 @@ impl fmt::Display for SignalName {
 impl Serialize for SignalName {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.0.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for SignalName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }

@@ -2,8 +2,9 @@
 //! `deserialize_with`, here because both warden's tables and the `[[fence]]` tables use
 //! them. Each refuses what warden cannot use and says why, in the words warden's config
 //! errors promise: `expecting` names the type a wrong value should have been ("an array of
-//! strings"), and a refused value's message is what follows the key ("= 5 is out of range:
-//! it must be from 1 to 65535").
+//! strings"), and a refused value's message is what follows the key, starting with `= `
+//! and the value ("= 5 is out of range: it must be from 1 to 65535") or with `is not
+//! valid: `. The loader tells these from serde's own messages by those starts.
 //!
 //! serde's own impls would take most of these values, but with messages about Rust types
 //! (`u16`, "a sequence") and without the checks: units on durations, no NUL in a string,
@@ -135,10 +136,12 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Table<T> {
 pub mod duration {
     use super::*;
 
+    /// A string such as `"5s"` or `"1m 30s"`; a bare number is refused.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         d.deserialize_str(DurationVisitor)
     }
 
+    /// As humantime writes it, which [`deserialize`] reads back.
     pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         humantime_serde::serialize(d, s)
     }
@@ -263,7 +266,7 @@ impl<'de> Deserializer<'de> for &mut Probe {
     }
 }
 
-/// An integer within `min..=max`.
+/// An integer within `min..=max` (so that the callers' casts to narrower types are exact).
 fn int_in<'de, D: Deserializer<'de>>(d: D, min: i64, max: i64) -> Result<i64, D::Error> {
     d.deserialize_i64(Int { min, max })
 }
