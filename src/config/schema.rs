@@ -284,19 +284,26 @@ impl<'a> Source<'a> {
             Ok(config) => return Ok(config),
             Err(e) => e,
         };
-        // serde stops at the first error it meets, in the order it reads, and a required
-        // key that is missing ends its table; the report is of the first wrong value in
-        // the file, and of a missing key only when no value is wrong. Each part of the file
-        // read alone finds its own first error: every key of the top level (whose own
-        // missing keys are left to the end), every table below, every fence.
         let mut found = Findings::default();
         self.push_serde_error(&KeyPath::default(), &first, &mut found);
+        self.read_each_part(&mut found);
+        Err(found
+            .into_error()
+            .unwrap_or_else(|| self.serde_error(KeyPath::default(), first.inner()).2))
+    }
+
+    /// serde stops at the first error it meets, in the order it reads, and a required key
+    /// that is missing ends its table; the report is of the first wrong value in the file,
+    /// and of a missing key only when no value is wrong. Each part of the file read alone
+    /// finds its own first error: every key of the top level (whose own missing keys are
+    /// left to the end), every table below, every fence.
+    fn read_each_part(&self, found: &mut Findings) {
         let root = self.doc.get_ref();
         for (key, value) in root.iter() {
             let alone: DeTable<'a> = std::iter::once((key.clone(), value.clone())).collect();
             if let Err(e) = read_config(Spanned::new(self.doc.span(), alone)) {
                 if !is_missing_at_top(&e) {
-                    self.push_serde_error(&KeyPath::default(), &e, &mut found);
+                    self.push_serde_error(&KeyPath::default(), &e, found);
                 }
             }
         }
@@ -305,7 +312,7 @@ impl<'a> Source<'a> {
             if let Some(value) = self.value_at(&path) {
                 if let DeValue::Table(t) = value.get_ref() {
                     if let Err(e) = (table.read)(Spanned::new(value.span(), t.clone())) {
-                        self.push_serde_error(&path, &e, &mut found);
+                        self.push_serde_error(&path, &e, found);
                     }
                 }
             }
@@ -323,7 +330,7 @@ impl<'a> Source<'a> {
                 let tracked = serde_path_to_error::Deserializer::new(d, &mut track);
                 if let Err(e) = Fence.deserialize(tracked) {
                     let e = serde_path_to_error::Error::new(track.path(), e);
-                    self.push_serde_error(&fence.index(i), &e, &mut found);
+                    self.push_serde_error(&fence.index(i), &e, found);
                 }
             }
         }
@@ -331,9 +338,6 @@ impl<'a> Source<'a> {
             let (rank, pos, error) = self.missing(&KeyPath::default(), &field);
             found.push(rank, pos, || error);
         }
-        Err(found
-            .into_error()
-            .unwrap_or_else(|| self.serde_error(KeyPath::default(), first.inner()).2))
     }
 
     /// The first required table absent from the top level. serde names a missing key only
@@ -488,7 +492,10 @@ impl<'a> Source<'a> {
 
     /// Every key of `table` (at `path`) and the tables in it that no serde type of the
     /// schema has: the first in the file is reported and the rest counted. One pass over
-    /// the keys: a file of 100,000 unknown keys is refused at once (issue 11).
+    /// the keys: a file of 100,000 unknown keys is refused at once (issue 11). By hand
+    /// rather than with `serde_ignored` or serde's own "unknown field" error: both come
+    /// only as far as serde's first error, and an unknown key (most likely a typo, which
+    /// also makes the intended key look missing) is reported before any other.
     fn find_unknown_keys(&self, table: &DeTable<'_>, path: &KeyPath, found: &mut Findings) {
         let fields: Vec<&str> = match (path.0.last(), self.schema.table(path)) {
             (_, Some(t)) => t.fields.to_vec(),
