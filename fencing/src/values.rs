@@ -33,7 +33,15 @@ pub const DIGITS: &str = "\u{1}";
 /// A string, refused if it holds a NUL: no file name, program, host or argument can, and a
 /// C library call would silently cut the value short at it.
 pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text)
+    d.deserialize_str(Parsed("a string", |s| {
+        if s.contains('\0') {
+            return Err(format!(
+                "= {s:?} contains a NUL character (\\u0000), which no name, path or argument \
+                 can hold: remove it"
+            ));
+        }
+        Ok(s.to_string())
+    }))
 }
 
 /// [`text`] for an optional key.
@@ -88,12 +96,30 @@ pub fn priority<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 
 /// A signal that ends a process: `"SIGTERM"`, `"TERM"` or `"15"`.
 pub fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
-    d.deserialize_str(Signal)
+    d.deserialize_str(Parsed("a signal name such as \"SIGTERM\"", |s| {
+        let signal = SignalName::from_str(s).map_err(|reason| format!("is not valid: {reason}"))?;
+        match cannot_end_a_process(signal.0) {
+            Some(why) => Err(format!(
+                "= {s:?} cannot end a process: {} {why}; use a signal that ends it, such as \
+                 \"SIGTERM\" or \"SIGKILL\"",
+                signal.0.as_str()
+            )),
+            None => Ok(signal),
+        }
+    }))
 }
 
 /// An IP address and port; names are not resolved.
 pub fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
-    d.deserialize_str(Address)
+    const EXPECTING: &str = "an address and port such as \"127.0.0.1:7232\"";
+    d.deserialize_str(Parsed(EXPECTING, |s| {
+        s.parse().map_err(|_| {
+            format!(
+                "= {s:?} is not an IP address and port such as \"127.0.0.1:7232\" (names \
+                 are not resolved here)"
+            )
+        })
+    }))
 }
 
 /// One of a unit enum's names, with the nearest suggested for a typo. The names are the
@@ -316,23 +342,19 @@ impl Int {
     }
 }
 
-struct Text;
+/// A string, read by `.1`, which says why it refuses one; `.0` is what a value of another
+/// type should have been.
+struct Parsed<T>(&'static str, fn(&str) -> Result<T, String>);
 
-impl Visitor<'_> for Text {
-    type Value = String;
+impl<T> Visitor<'_> for Parsed<T> {
+    type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
+        f.write_str(self.0)
     }
 
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
-        if s.contains('\0') {
-            return Err(E::custom(format_args!(
-                "= {s:?} contains a NUL character (\\u0000), which no name, path or argument \
-                 can hold: remove it"
-            )));
-        }
-        Ok(s.to_string())
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        (self.1)(s).map_err(E::custom)
     }
 }
 
@@ -434,48 +456,6 @@ impl Visitor<'_> for DurationVisitor {
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Duration, E> {
         Err(Self::no_unit())
-    }
-}
-
-struct Signal;
-
-impl Visitor<'_> for Signal {
-    type Value = SignalName;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a signal name such as \"SIGTERM\"")
-    }
-
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<SignalName, E> {
-        let signal = SignalName::from_str(s)
-            .map_err(|reason| E::custom(format_args!("is not valid: {reason}")))?;
-        match cannot_end_a_process(signal.0) {
-            Some(why) => Err(E::custom(format_args!(
-                "= {s:?} cannot end a process: {} {why}; use a signal that ends it, such as \
-                 \"SIGTERM\" or \"SIGKILL\"",
-                signal.0.as_str()
-            ))),
-            None => Ok(signal),
-        }
-    }
-}
-
-struct Address;
-
-impl Visitor<'_> for Address {
-    type Value = SocketAddr;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an address and port such as \"127.0.0.1:7232\"")
-    }
-
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<SocketAddr, E> {
-        s.parse().map_err(|_| {
-            E::custom(format_args!(
-                "= {s:?} is not an IP address and port such as \"127.0.0.1:7232\" (names are \
-                 not resolved here)"
-            ))
-        })
     }
 }
 
