@@ -68,27 +68,21 @@ pub(super) struct Source<'a> {
     pub(super) schema: Schema,
 }
 
-/// The errors steps 2 and 3 found, of which only the one to report is kept (built only when
-/// it beats the one kept so far), and a count of the unknown keys.
+/// The unknown keys step 2 found: the first in the file, built only when it is the first
+/// so far, and how many there are.
 #[derive(Default)]
 pub(super) struct Findings {
-    pub(super) best: Option<(Rank, usize, ConfigError)>,
+    pub(super) first: Option<(usize, ConfigError)>,
     pub(super) unknown_keys: usize,
 }
 
 impl Findings {
-    /// Records an error of `rank` at offset `pos`; `error` runs only if this is now the
-    /// first error to report (the lowest rank, then the earliest in the file).
-    pub(super) fn push(&mut self, rank: Rank, pos: usize, error: impl FnOnce() -> ConfigError) {
-        if rank == Rank::Unknown {
-            self.unknown_keys += 1;
-        }
-        if self
-            .best
-            .as_ref()
-            .is_none_or(|(r, p, _)| (rank, pos) < (*r, *p))
-        {
-            self.best = Some((rank, pos, error()));
+    /// Records an unknown key at offset `pos`; `error` runs only if it is now the first in
+    /// the file.
+    pub(super) fn push(&mut self, pos: usize, error: impl FnOnce() -> ConfigError) {
+        self.unknown_keys += 1;
+        if self.first.as_ref().is_none_or(|(p, _)| pos < *p) {
+            self.first = Some((pos, error()));
         }
     }
 
@@ -96,7 +90,7 @@ impl Findings {
     /// names the first and counts the rest, so the operator knows there is more to fix.
     pub(super) fn into_error(self) -> Option<ConfigError> {
         let more = self.unknown_keys.saturating_sub(1);
-        self.best.map(|(_, _, error)| match error {
+        self.first.map(|(_, error)| match error {
             ConfigError::UnknownKey {
                 at,
                 key,
@@ -115,15 +109,6 @@ impl Findings {
             other => other,
         })
     }
-}
-
-/// How an error of steps 2 and 3 ranks: an unknown key (most likely a typo, which
-/// also makes the intended key look missing) is reported first, a missing key last.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Rank {
-    Unknown,
-    Value,
-    Missing,
 }
 
 impl<'a> Source<'a> {

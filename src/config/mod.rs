@@ -11,9 +11,9 @@
 //!    carries its dotted key). The fields name the functions of
 //!    [`warden_fencing::values`] that read them: durations with units, ranges, signals,
 //!    choices, no NUL in a string. Wrong types, refused values and missing keys become
-//!    [`ConfigError`]s located by the key's span. Where serde stops before the first
-//!    error in the file, the parts of the file are read alone, so that the report is of
-//!    the first wrong value, and of a missing key only when no value is wrong;
+//!    [`ConfigError`]s located by the key's span. serde reads the keys in the file's
+//!    order and stops at its first error, which is the one reported: a required key is
+//!    found missing where its table ends;
 //! 4. the rules that relate values to each other (modes, fencing, ACLs), checked on the
 //!    typed config and reported at the place in the file the value came from.
 //!

@@ -19,17 +19,12 @@ pub(super) struct Table {
     /// Empty for the top level.
     pub(super) path: &'static [&'static str],
     pub(super) fields: &'static [&'static str],
-    /// Reads the table alone, for the errors its type finds (see [`Source::read`]).
-    read: fn(Spanned<DeTable<'_>>) -> Result<(), PathError>,
 }
 
 fn table<T: serde::de::DeserializeOwned>(path: &'static [&'static str]) -> Table {
     Table {
         path,
         fields: fields_of::<T>(),
-        read: |t| {
-            serde_path_to_error::deserialize::<_, T>(toml::de::Deserializer::from(t)).map(drop)
-        },
     }
 }
 
@@ -205,9 +200,6 @@ impl<'de> de::Visitor<'de> for Fence {
     }
 }
 
-/// The reference config, in which every table has valid values.
-const REFERENCE: &str = include_str!("../../config/warden.toml");
-
 /// Reads a whole config (or the part of one that `root` holds), every fence table with its
 /// `kind` first.
 fn read_config(mut root: Spanned<DeTable<'_>>) -> Result<Config, PathError> {
@@ -219,11 +211,6 @@ fn read_config(mut root: Spanned<DeTable<'_>>) -> Result<Config, PathError> {
         }
     }
     serde_path_to_error::deserialize(toml::de::Deserializer::from(root))
-}
-
-/// Whether `e` is a key missing from the top level.
-fn is_missing_at_top(e: &PathError) -> bool {
-    e.path().iter().next().is_none() && missing_field(e.inner()).is_some()
 }
 
 /// The key a "missing field" error names: serde's errors carry only their message, and
@@ -273,103 +260,24 @@ fn kind_first<'a>(table: &DeTable<'a>) -> DeTable<'a> {
 }
 
 impl<'a> Source<'a> {
-    /// Steps 2 and 3: the unknown keys, then serde.
+    /// Steps 2 and 3: the unknown keys, then serde. serde reads the file in order
+    /// (toml's `preserve_order`) and stops at its first error: the first wrong value in
+    /// the file, or a required key missing from a table, found where that table ends.
     pub(super) fn read(&self) -> Result<Config, ConfigError> {
         let mut unknown = Findings::default();
         self.find_unknown_keys(self.doc.get_ref(), &KeyPath::default(), &mut unknown);
         if let Some(error) = unknown.into_error() {
             return Err(error);
         }
-        let first = match read_config(self.doc.clone()) {
-            Ok(config) => return Ok(config),
-            Err(e) => e,
-        };
-        let mut found = Findings::default();
-        self.push_serde_error(&KeyPath::default(), &first, &mut found);
-        self.read_each_part(&mut found);
-        Err(found
-            .into_error()
-            .unwrap_or_else(|| self.serde_error(KeyPath::default(), first.inner()).2))
-    }
-
-    /// serde stops at the first error it meets, in the order it reads, and a required key
-    /// that is missing ends its table; the report is of the first wrong value in the file,
-    /// and of a missing key only when no value is wrong. Each part of the file read alone
-    /// finds its own first error: every key of the top level (whose own missing keys are
-    /// left to the end), every table below, every fence.
-    fn read_each_part(&self, found: &mut Findings) {
-        let root = self.doc.get_ref();
-        for (key, value) in root.iter() {
-            let alone: DeTable<'a> = std::iter::once((key.clone(), value.clone())).collect();
-            if let Err(e) = read_config(Spanned::new(self.doc.span(), alone)) {
-                if !is_missing_at_top(&e) {
-                    self.push_serde_error(&KeyPath::default(), &e, found);
-                }
-            }
-        }
-        for table in self.schema.tables.iter().filter(|t| t.path.len() > 1) {
-            let path = KeyPath::of(table.path);
-            if let Some(value) = self.value_at(&path) {
-                if let DeValue::Table(t) = value.get_ref() {
-                    if let Err(e) = (table.read)(Spanned::new(value.span(), t.clone())) {
-                        self.push_serde_error(&path, &e, found);
-                    }
-                }
-            }
-        }
-        let fence = KeyPath::of(&["fence"]);
-        if let Some(DeValue::Array(items)) = self.value_at(&fence).map(|v| v.get_ref()) {
-            for (i, item) in items.iter().enumerate() {
-                let DeValue::Table(t) = item.get_ref() else {
-                    let (rank, pos, error) = self.wrong_type(&fence.index(i), item, "a table");
-                    found.push(rank, pos, || error);
-                    continue;
-                };
-                let d = toml::de::Deserializer::from(Spanned::new(item.span(), kind_first(t)));
-                let mut track = serde_path_to_error::Track::new();
-                let tracked = serde_path_to_error::Deserializer::new(d, &mut track);
-                if let Err(e) = Fence.deserialize(tracked) {
-                    let e = serde_path_to_error::Error::new(track.path(), e);
-                    self.push_serde_error(&fence.index(i), &e, found);
-                }
-            }
-        }
-        if let Some(field) = self.missing_at_top() {
-            let (rank, pos, error) = self.missing(&KeyPath::default(), &field);
-            found.push(rank, pos, || error);
-        }
-    }
-
-    /// The first required table absent from the top level. serde names a missing key only
-    /// once every key before it in the struct has been read without error, so the tables
-    /// the file has are replaced by the reference config's, which read without error (a
-    /// test holds it to that).
-    fn missing_at_top(&self) -> Option<String> {
-        let reference = DeTable::parse(REFERENCE).ok()?;
-        let stand_in: DeTable<'_> = self
-            .doc
-            .get_ref()
-            .iter()
-            .filter_map(|(key, _)| reference.get_ref().get_key_value(key.get_ref().as_ref()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let e = read_config(Spanned::new(reference.span(), stand_in)).err()?;
-        let field = missing_field(e.inner())?;
-        let absent = self.doc.get_ref().get(field).is_none();
-        (is_missing_at_top(&e) && absent).then(|| field.to_string())
-    }
-
-    fn push_serde_error(&self, prefix: &KeyPath, e: &PathError, found: &mut Findings) {
-        let path = key_path(prefix, e.path());
-        let (rank, pos, error) = self.serde_error(path, e.inner());
-        found.push(rank, pos, || error);
+        read_config(self.doc.clone())
+            .map_err(|e| self.serde_error(key_path(&KeyPath::default(), e.path()), e.inner()))
     }
 
     /// A serde error at `path` as a [`ConfigError`], with its rank and place in the file.
     /// serde says what went wrong in the words of `serde::de::Error`'s messages, the only
     /// thing its errors carry: "missing field `x`", "invalid type: ..., expected ...", and
     /// otherwise the reason [`values`] gave.
-    fn serde_error(&self, path: KeyPath, e: &toml::de::Error) -> (Rank, usize, ConfigError) {
+    fn serde_error(&self, path: KeyPath, e: &toml::de::Error) -> ConfigError {
         // A table that holds something else: serde would report it as a field of the value
         // (an array read as a struct's fields) or name the Rust type ("struct Config").
         for n in 1..=path.0.len() {
@@ -417,12 +325,11 @@ impl<'a> Source<'a> {
         } else {
             format!("is not valid: {}", reason.trim())
         };
-        let error = ConfigError::Invalid {
+        ConfigError::Invalid {
             at: self.location(span.start),
             key: path.to_string(),
             reason: one_line(&reason).into_owned(),
-        };
-        (Rank::Value, span.start, error)
+        }
     }
 
     /// toml refuses a number too large for serde's types before the key's function in
@@ -454,19 +361,17 @@ impl<'a> Source<'a> {
         path: &KeyPath,
         value: &Spanned<DeValue<'_>>,
         expected: &str,
-    ) -> (Rank, usize, ConfigError) {
-        let start = value.span().start;
-        let error = ConfigError::WrongType {
-            at: self.location(start),
+    ) -> ConfigError {
+        ConfigError::WrongType {
+            at: self.location(value.span().start),
             key: path.to_string(),
             expected: expected.to_string(),
             found: type_name(value.get_ref()),
-        };
-        (Rank::Value, start, error)
+        }
     }
 
     /// `field` is missing from the table at `path`.
-    fn missing(&self, path: &KeyPath, field: &str) -> (Rank, usize, ConfigError) {
+    fn missing(&self, path: &KeyPath, field: &str) -> ConfigError {
         let key = path.key(field);
         let what = if self.schema.table(&key).is_some() {
             format!("table [{key}]")
@@ -481,13 +386,11 @@ impl<'a> Source<'a> {
             };
             format!("key `{field}` {label}")
         };
-        let start = self.span_at(path).start;
-        let error = ConfigError::MissingKey {
-            at: self.location(start),
+        ConfigError::MissingKey {
+            at: self.location(self.span_at(path).start),
             key: key.to_string(),
             what: one_line(&what).into_owned(),
-        };
-        (Rank::Missing, start, error)
+        }
     }
 
     /// Every key of `table` (at `path`) and the tables in it that no serde type of the
@@ -513,7 +416,7 @@ impl<'a> Source<'a> {
         for (key, value) in table.iter() {
             let name: &str = key.get_ref();
             if !fields.contains(&name) {
-                found.push(Rank::Unknown, key.span().start, || {
+                found.push(key.span().start, || {
                     self.unknown_key(path, table, name, &fields, key.span().start)
                 });
                 continue;

@@ -1525,24 +1525,37 @@ fn programs_named_by_absolute_path_must_be_executable_files() {
 }
 
 #[test]
-fn a_wrong_value_is_reported_before_a_key_missing_from_an_earlier_table() {
+fn the_first_error_serde_meets_is_reported_a_missing_key_where_its_table_ends() {
+    // [cluster] ends without node_id before [service]'s wrong value is read.
     let m =
         msg(&with("node_id = \"rm1\"\n", "")
             .replace("[service]\n", "[service]\nstop_timeout = 5\n"));
     assert_eq!(
         m,
-        "/etc/warden/warden.toml:8:16: `service.stop_timeout` = 5 has no unit: write a string \
+        "/etc/warden/warden.toml:1:1: missing required key `node_id` in [cluster]"
+    );
+    // Fixed, the wrong value is next.
+    let m = msg(&BASE.replace("[service]\n", "[service]\nstop_timeout = 5\n"));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:9:16: `service.stop_timeout` = 5 has no unit: write a string \
          with a unit, such as \"5s\" or \"250ms\""
     );
 }
 
 #[test]
-fn a_missing_table_is_reported_before_a_key_missing_from_a_later_one() {
-    let m = msg(&with(
+fn a_table_missing_from_the_top_level_is_reported_once_the_tables_there_read() {
+    let no_coordination = with(
         "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
         "",
-    )
-    .replace("kind = \"script\"\n", ""));
+    );
+    let m = msg(&no_coordination.replace("kind = \"script\"\n", ""));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:9:1: missing required key `kind` in fence[0]: one of \"ssh\", \
+         \"signal\" or \"script\""
+    );
+    let m = msg(&no_coordination);
     assert_eq!(
         m,
         "/etc/warden/warden.toml:1:1: missing required table [coordination]"
@@ -1571,12 +1584,12 @@ fn a_table_written_as_an_array_is_refused_even_when_empty() {
         );
     }
     let m = msg(&format!(
-        "fence = [{{}}, 5]\n{}",
+        "fence = [5, {{}}]\n{}",
         BASE.split("[[fence]]").next().unwrap_or_default()
     ));
     assert_eq!(
         m,
-        "/etc/warden/warden.toml:1:14: `fence[1]` must be a table, not an integer"
+        "/etc/warden/warden.toml:1:10: `fence[0]` must be a table, not an integer"
     );
 }
 
