@@ -1,5 +1,6 @@
 //! The `[[fence]]` tables of the config, as typed values.
 
+use crate::values;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,8 +8,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// One `[[fence]]` table. The chain tries them in the order they are written.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+/// One `[[fence]]` table. The chain tries them in the order they are written. warden's
+/// config reads it by its `kind` first (so that errors keep their key path), with the
+/// `Deserialize` of the variant's struct.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum FenceMethod {
     Ssh(SshFence),
@@ -56,21 +59,24 @@ impl FenceMethod {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SshFence {
+    #[serde(deserialize_with = "values::text")]
     pub user: String,
-    #[serde(default = "default_ssh_port")]
+    #[serde(default = "default_ssh_port", deserialize_with = "values::port")]
     pub port: u16,
+    #[serde(deserialize_with = "values::path")]
     pub identity_file: PathBuf,
+    #[serde(deserialize_with = "values::path")]
     pub known_hosts: PathBuf,
-    #[serde(default = "default_ssh_timeout", with = "humantime_serde")]
+    #[serde(default = "default_ssh_timeout", with = "values::duration")]
     pub timeout: Duration,
     /// The remote command, a line for the remote user's shell; default: `warden
     /// fence-local`. The target's record is appended as `fence-local` arguments either way
     /// (so `"sudo -n /opt/warden/bin/warden fence-local"` is a drop-in), and a configured
     /// command runs under `timeout -s KILL` on the remote host so that it cannot outlive
     /// the attempt. Exit 0 = fenced.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub command: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 
@@ -78,11 +84,11 @@ pub struct SshFence {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SignalFence {
-    #[serde(default = "default_fence_signal")]
+    #[serde(default = "default_fence_signal", deserialize_with = "values::signal")]
     pub signal: SignalName,
-    #[serde(default = "default_signal_timeout", with = "humantime_serde")]
+    #[serde(default = "default_signal_timeout", with = "values::duration")]
     pub timeout: Duration,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 
@@ -91,15 +97,16 @@ pub struct SignalFence {
 #[serde(deny_unknown_fields)]
 pub struct ScriptFence {
     /// The program and its arguments, run directly (no shell).
+    #[serde(deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub protocol: ScriptProtocol,
     /// `fence-agent` protocol: written as `key=value` lines on the agent's stdin.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::string_map")]
     pub options: BTreeMap<String, String>,
-    #[serde(default = "default_script_timeout", with = "humantime_serde")]
+    #[serde(default = "default_script_timeout", with = "values::duration")]
     pub timeout: Duration,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_strings")]
     pub nodes: Option<Vec<String>>,
 }
 
@@ -164,12 +171,5 @@ impl fmt::Display for SignalName {
 impl Serialize for SignalName {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.0.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for SignalName {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }

@@ -20,6 +20,7 @@ pub mod process;
 mod script;
 mod signal;
 mod ssh;
+pub mod values;
 
 pub use chain::{FenceChain, Local, Methods, OVERRUN_GRACE};
 pub use config::{FenceMethod, ScriptFence, ScriptProtocol, SignalFence, SignalName, SshFence};

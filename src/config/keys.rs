@@ -65,29 +65,24 @@ pub(super) struct Source<'a> {
     /// search rather than a count of the newlines before it: a config with many errors
     /// would otherwise take quadratic time.
     pub(super) line_starts: Vec<usize>,
+    pub(super) schema: Schema,
 }
 
-/// The errors the schema found, of which only the one to report is kept (built only when
-/// it beats the one kept so far), and a count of the unknown keys.
+/// The unknown keys step 2 found: the first in the file, built only when it is the first
+/// so far, and how many there are.
 #[derive(Default)]
 pub(super) struct Findings {
-    pub(super) best: Option<(Rank, usize, ConfigError)>,
+    pub(super) first: Option<(usize, ConfigError)>,
     pub(super) unknown_keys: usize,
 }
 
 impl Findings {
-    /// Records an error of `rank` at offset `pos`; `error` runs only if this is now the
-    /// first error to report (the lowest rank, then the earliest in the file).
-    pub(super) fn push(&mut self, rank: Rank, pos: usize, error: impl FnOnce() -> ConfigError) {
-        if rank == Rank::Unknown {
-            self.unknown_keys += 1;
-        }
-        if self
-            .best
-            .as_ref()
-            .is_none_or(|(r, p, _)| (rank, pos) < (*r, *p))
-        {
-            self.best = Some((rank, pos, error()));
+    /// Records an unknown key at offset `pos`; `error` runs only if it is now the first in
+    /// the file.
+    pub(super) fn push(&mut self, pos: usize, error: impl FnOnce() -> ConfigError) {
+        self.unknown_keys += 1;
+        if self.first.as_ref().is_none_or(|(p, _)| pos < *p) {
+            self.first = Some((pos, error()));
         }
     }
 
@@ -95,7 +90,7 @@ impl Findings {
     /// names the first and counts the rest, so the operator knows there is more to fix.
     pub(super) fn into_error(self) -> Option<ConfigError> {
         let more = self.unknown_keys.saturating_sub(1);
-        self.best.map(|(_, _, error)| match error {
+        self.first.map(|(_, error)| match error {
             ConfigError::UnknownKey {
                 at,
                 key,
@@ -116,15 +111,6 @@ impl Findings {
     }
 }
 
-/// How an error found by the schema ranks: an unknown key (most likely a typo, which
-/// also makes the intended key look missing) is reported first, a missing key last.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Rank {
-    Unknown,
-    Value,
-    Missing,
-}
-
 impl<'a> Source<'a> {
     pub(super) fn new(text: &'a str, path: &'a Path) -> Result<Source<'a>, ConfigError> {
         match DeTable::parse(text) {
@@ -133,6 +119,7 @@ impl<'a> Source<'a> {
                 text,
                 doc,
                 line_starts: line_starts(text),
+                schema: Schema::new(),
             }),
             Err(e) => {
                 let span = e.span().unwrap_or(0..0);
@@ -174,6 +161,11 @@ impl<'a> Source<'a> {
     /// Where the value at `path` is, or, when it is absent, the deepest table on the way
     /// to it: a missing key is reported at the table that lacks it.
     pub(super) fn at(&self, path: &KeyPath) -> Location {
+        self.location(self.span_at(path).start)
+    }
+
+    /// The span of the value at `path`, or of the deepest value on the way to it.
+    pub(super) fn span_at(&self, path: &KeyPath) -> std::ops::Range<usize> {
         let mut span = self.doc.span();
         let mut table: &DeTable<'a> = self.doc.get_ref();
         let mut array: Option<&[Spanned<DeValue<'a>>]> = None;
@@ -194,7 +186,29 @@ impl<'a> Source<'a> {
                 _ => {}
             }
         }
-        self.location(span.start)
+        span
+    }
+
+    /// The value at `path`, if the file has one there.
+    pub(super) fn value_at(&self, path: &KeyPath) -> Option<&Spanned<DeValue<'a>>> {
+        let (first, rest) = path.0.split_first()?;
+        let Seg::Key(k) = first else { return None };
+        let mut value = self.doc.get_ref().get(k.as_str())?;
+        for seg in rest {
+            value = match (seg, value.get_ref()) {
+                (Seg::Key(k), DeValue::Table(t)) => t.get(k.as_str())?,
+                (Seg::Index(i), DeValue::Array(a)) => a.get(*i)?,
+                _ => return None,
+            };
+        }
+        Some(value)
+    }
+
+    /// Steps 2 to 4 of the module docs.
+    pub(super) fn build(&self) -> Result<Config, ConfigError> {
+        let config = self.read()?;
+        self.validate(&config)?;
+        Ok(config)
     }
 
     /// A refused value. The reason may echo the value, so control characters in it are
@@ -205,72 +219,6 @@ impl<'a> Source<'a> {
             key: path.to_string(),
             reason: one_line(&reason.into()).into_owned(),
         }
-    }
-
-    /// Steps 2 to 4 of the module docs.
-    pub(super) fn build(&self) -> Result<Config, ConfigError> {
-        let mut found = Findings::default();
-        self.check_table(
-            ROOT,
-            self.doc.get_ref(),
-            self.doc.span(),
-            &KeyPath::default(),
-            &mut found,
-        );
-        if let Some(err) = found.into_error() {
-            return Err(err);
-        }
-        let config: Config = toml::from_str(self.text).map_err(|e| self.serde_error(&e))?;
-        self.validate(&config)?;
-        Ok(config)
-    }
-
-    /// The schema is meant to catch everything serde would refuse; this maps whatever it
-    /// missed to the same kind of message, located by the error's span.
-    pub(super) fn serde_error(&self, e: &toml::de::Error) -> ConfigError {
-        let span = e.span().unwrap_or(0..0);
-        ConfigError::Invalid {
-            at: self.location(span.start),
-            key: self.key_at(span.start).to_string(),
-            reason: format!("is not valid: {}", one_line(e.message().trim())),
-        }
-    }
-
-    /// The key path of the innermost value whose span holds `offset`. Every value is
-    /// searched, since a table's span covers only its `[header]`, not its keys.
-    pub(super) fn key_at(&self, offset: usize) -> KeyPath {
-        fn visit(
-            value: &Spanned<DeValue<'_>>,
-            path: KeyPath,
-            offset: usize,
-            best: &mut Option<(usize, KeyPath)>,
-        ) {
-            let span = value.span();
-            if span.start <= offset && offset <= span.end {
-                let len = span.end - span.start;
-                if best.as_ref().is_none_or(|(b, _)| len <= *b) {
-                    *best = Some((len, path.clone()));
-                }
-            }
-            match value.get_ref() {
-                DeValue::Table(t) => {
-                    for (k, v) in t.iter() {
-                        visit(v, path.key(k.get_ref()), offset, best);
-                    }
-                }
-                DeValue::Array(a) => {
-                    for (i, v) in a.iter().enumerate() {
-                        visit(v, path.index(i), offset, best);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let mut best = None;
-        for (k, v) in self.doc.get_ref().iter() {
-            visit(v, KeyPath::default().key(k.get_ref()), offset, &mut best);
-        }
-        best.map(|(_, path)| path).unwrap_or_default()
     }
 }
 

@@ -4,9 +4,16 @@
 //! [`ConfigError`] that names the file, line, column and dotted key:
 //!
 //! 1. the TOML syntax, parsed with spans ([`toml::de::DeTable`]);
-//! 2. the *schema*: every key known (a typo gets the nearest valid key suggested), every
-//!    value of the right type, durations with units, required keys present;
-//! 3. serde builds the typed [`Config`] (which cannot fail once the schema passed);
+//! 2. the unknown keys: the serde types are the schema, and their field names (learnt
+//!    from serde itself) are checked against the file's keys in one pass; a typo gets the
+//!    nearest valid key suggested, a key in the wrong table the table it belongs in;
+//! 3. serde builds the typed [`Config`] (through `serde_path_to_error`, so an error
+//!    carries its dotted key). The fields name the functions of
+//!    [`warden_fencing::values`] that read them: durations with units, ranges, signals,
+//!    choices, no NUL in a string. Wrong types, refused values and missing keys become
+//!    [`ConfigError`]s located by the key's span. serde reads the keys in the file's
+//!    order and stops at its first error, which is the one reported: a required key is
+//!    found missing where its table ends;
 //! 4. the rules that relate values to each other (modes, fencing, ACLs), checked on the
 //!    typed config and reported at the place in the file the value came from.
 //!
@@ -19,9 +26,10 @@
 //!
 //! The folder: this file holds the types and their defaults; `error` where in the file
 //! and what is wrong; `entry` [`load`] and [`parse`]; `keys` key paths and locations in
-//! the source; `schema` the known keys and their types (step 2); `rules` step 4; `files`
-//! the files the config names; `warnings` what works but an operator should know;
-//! `render` the resolved config for `check-config`.
+//! the source; `schema` steps 2 and 3 (which tables there are, and serde's errors in the
+//! words of [`ConfigError`]); `rules` step 4; `files` the files the config names;
+//! `warnings` what works but an operator should know; `render` the resolved config for
+//! `check-config`.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -29,11 +37,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
-use warden_fencing::{FenceMethod, ScriptProtocol, SignalName};
+use warden_fencing::{values, FenceMethod, ScriptProtocol, SignalName};
 
 mod entry;
 mod error;
@@ -60,18 +67,21 @@ use warnings::*;
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    #[serde(deserialize_with = "values::table")]
     pub cluster: ClusterConfig,
+    #[serde(deserialize_with = "values::table")]
     pub coordination: CoordinationConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub election: ElectionConfig,
+    #[serde(deserialize_with = "values::table")]
     pub service: ServiceConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub health: HealthConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "fences")]
     pub fence: Vec<FenceMethod>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub api: Option<ApiConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::table")]
     pub log: LogConfig,
 }
 
@@ -80,14 +90,16 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// One election scope: `<root>/<name>` in ZooKeeper.
+    #[serde(deserialize_with = "values::text")]
     pub name: String,
     /// Unique in the cluster: `[A-Za-z0-9._-]{1,64}`.
+    #[serde(deserialize_with = "values::text")]
     pub node_id: String,
     /// How peers reach this node for fencing; default: the hostname.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub host: Option<String>,
     /// The managed service's port, if it has one (used by fencing).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_port")]
     pub port: Option<u16>,
 }
 
@@ -95,15 +107,19 @@ pub struct ClusterConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CoordinationConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub backend: Backend,
     /// Required with `backend = "zookeeper"`; when absent it holds the defaults (an empty
     /// `connect`), and only the chosen backend's table is used.
-    #[serde(default, skip_serializing_if = "ZooKeeperConfig::is_unset")]
+    #[serde(
+        default,
+        skip_serializing_if = "ZooKeeperConfig::is_unset",
+        deserialize_with = "values::table"
+    )]
     pub zookeeper: ZooKeeperConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub mysql: Option<MysqlConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_table")]
     pub redis: Option<RedisConfig>,
 }
 
@@ -132,16 +148,17 @@ impl Backend {
 #[serde(deny_unknown_fields)]
 pub struct MysqlConfig {
     /// `mysql://user@host:port/database`; never a password (that goes in `password_file`).
+    #[serde(deserialize_with = "values::text")]
     pub url: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub password_file: Option<PathBuf>,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    #[serde(default = "default_poll_interval", with = "values::duration")]
     pub poll_interval: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
-    #[serde(default = "default_table_prefix")]
+    #[serde(default = "default_table_prefix", deserialize_with = "values::text")]
     pub table_prefix: String,
 }
 
@@ -150,16 +167,17 @@ pub struct MysqlConfig {
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://host:port/db` or `rediss://...`; never a password.
+    #[serde(deserialize_with = "values::text")]
     pub url: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub password_file: Option<PathBuf>,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    #[serde(default = "default_poll_interval", with = "values::duration")]
     pub poll_interval: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
-    #[serde(default = "default_key_prefix")]
+    #[serde(default = "default_key_prefix", deserialize_with = "values::text")]
     pub key_prefix: String,
 }
 
@@ -168,21 +186,22 @@ pub struct RedisConfig {
 #[serde(deny_unknown_fields)]
 pub struct ZooKeeperConfig {
     /// `host:port[,host:port...][/chroot]`
+    #[serde(deserialize_with = "values::text")]
     pub connect: String,
     /// The parent znode of every cluster.
-    #[serde(default = "default_root")]
+    #[serde(default = "default_root", deserialize_with = "values::text")]
     pub root: String,
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    #[serde(default = "default_session_timeout", with = "values::duration")]
     pub session_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[serde(default = "default_connect_timeout", with = "values::duration")]
     pub connect_timeout: Duration,
     /// `scheme:credentials`, e.g. `digest:warden:secret`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub auth: Option<String>,
     /// A file holding the `auth` string; must not be readable by group or others.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub auth_file: Option<PathBuf>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub acl: AclMode,
 }
 
@@ -202,10 +221,10 @@ pub enum AclMode {
 #[serde(deny_unknown_fields)]
 pub struct ElectionConfig {
     /// After a failed promotion or fencing, before trying again (doubles up to 30s).
-    #[serde(default = "default_rejoin_delay", with = "humantime_serde")]
+    #[serde(default = "default_rejoin_delay", with = "values::duration")]
     pub rejoin_delay: Duration,
     /// SPEC §6: 0 = never promoted by itself; higher wins the race for a free lock.
-    #[serde(default = "default_priority")]
+    #[serde(default = "default_priority", deserialize_with = "values::priority")]
     pub priority: u16,
 }
 
@@ -237,28 +256,32 @@ pub enum ServiceMode {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub mode: ServiceMode,
     /// spawn: the service's program and arguments.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default = "default_stop_signal")]
+    #[serde(default = "default_stop_signal", deserialize_with = "values::signal")]
     pub stop_signal: SignalName,
-    #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+    #[serde(default = "default_stop_timeout", with = "values::duration")]
     pub stop_timeout: Duration,
     /// hooks: run to promote / demote the always-running service.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub promote: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub demote: Vec<String>,
     /// hooks, optional: run on each standby when a new active is promoted, and at start
     /// when one exists (SPEC §6): the place to repoint a replica.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "values::strings"
+    )]
     pub follow: Vec<String>,
-    #[serde(default = "default_hook_timeout", with = "humantime_serde")]
+    #[serde(default = "default_hook_timeout", with = "values::duration")]
     pub hook_timeout: Duration,
     /// hooks: the service's pid, so that fencing and forced demotion kill the right process.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub pidfile: Option<PathBuf>,
 }
 
@@ -277,35 +300,35 @@ pub enum HealthKind {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HealthConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub kind: HealthKind,
     /// tcp: `host:port` to connect to.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub address: Option<String>,
     /// http: a 2xx answer is healthy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_text")]
     pub url: Option<String>,
     /// http with an https URL: a PEM file of CA certificates trusted besides the host's.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::opt_path")]
     pub ca_file: Option<PathBuf>,
     /// exec: exit 0 is healthy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub command: Vec<String>,
-    #[serde(default = "default_health_interval", with = "humantime_serde")]
+    #[serde(default = "default_health_interval", with = "values::duration")]
     pub interval: Duration,
-    #[serde(default = "default_health_timeout", with = "humantime_serde")]
+    #[serde(default = "default_health_timeout", with = "values::duration")]
     pub timeout: Duration,
     /// Consecutive failures before unhealthy.
-    #[serde(default = "default_fall")]
+    #[serde(default = "default_fall", deserialize_with = "values::count")]
     pub fall: u32,
     /// Consecutive passes before healthy.
-    #[serde(default = "default_rise")]
+    #[serde(default = "default_rise", deserialize_with = "values::count")]
     pub rise: u32,
     /// spawn mode: checks of a just-started service do not count yet.
-    #[serde(default = "default_start_grace", with = "humantime_serde")]
+    #[serde(default = "default_start_grace", with = "values::duration")]
     pub start_grace: Duration,
     /// spawn mode: exit 0 = this standby may take over; default: always eligible.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::strings")]
     pub standby_command: Vec<String>,
 }
 
@@ -331,6 +354,7 @@ impl Default for HealthConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
+    #[serde(deserialize_with = "values::socket_addr")]
     pub listen: SocketAddr,
 }
 
@@ -348,9 +372,9 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A tracing `EnvFilter` directive; `RUST_LOG` overrides it.
-    #[serde(default = "default_log_level")]
+    #[serde(default = "default_log_level", deserialize_with = "values::text")]
     pub level: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::choice")]
     pub format: LogFormat,
 }
 

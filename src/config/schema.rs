@@ -1,234 +1,140 @@
-//! The schema: which keys exist, their types, which are required; a typo gets the nearest key.
+//! Steps 2 and 3: the serde types are the schema. Their field names (learnt from serde,
+//! [`fields_of`]) find unknown keys; serde reads the values, through the functions of
+//! [`values`] the fields name; its errors, which carry the key path
+//! (`serde_path_to_error`), are told in the words of [`ConfigError`].
 
 use super::*;
+use serde::de::{self, value::MapAccessDeserializer, DeserializeSeed, MapAccess, SeqAccess};
+use serde::Deserializer;
+use warden_fencing::values::{fields_of, Choice};
+pub(super) use warden_fencing::values::{nearest, quoted_list};
+use warden_fencing::{ScriptFence, SignalFence, SshFence};
 
-/// The type of a value in the file. The schema mirrors the serde structs above (a test
-/// checks that the key names match) and adds what serde cannot say well: units on
-/// durations, the expected choices, which key of which table was wrong.
-#[derive(Clone, Copy)]
-pub(super) enum Kind {
-    Str,
-    Int {
-        min: i64,
-        max: i64,
-    },
-    Duration,
-    Signal,
-    Choice(&'static [&'static str]),
-    StrList,
-    StrMap,
-    SocketAddr,
-    Table(&'static [Field]),
-    /// The `[[fence]]` array: each table's `kind` selects its schema.
-    Fences,
+/// A serde error with the key path where it happened.
+type PathError = serde_path_to_error::Error<toml::de::Error>;
+
+/// One table of the config: where it is and the serde type that reads it. These pairs are
+/// all that is written by hand; each table's keys come from its type.
+pub(super) struct Table {
+    /// Empty for the top level.
+    pub(super) path: &'static [&'static str],
+    pub(super) fields: &'static [&'static str],
 }
 
-#[derive(Clone, Copy)]
-pub(super) struct Field {
-    pub(super) name: &'static str,
-    pub(super) kind: Kind,
-    pub(super) required: bool,
-}
-
-pub(super) const fn req(name: &'static str, kind: Kind) -> Field {
-    Field {
-        name,
-        kind,
-        required: true,
+fn table<T: serde::de::DeserializeOwned>(path: &'static [&'static str]) -> Table {
+    Table {
+        path,
+        fields: fields_of::<T>(),
     }
 }
 
-pub(super) const fn opt(name: &'static str, kind: Kind) -> Field {
-    Field {
-        name,
-        kind,
-        required: false,
-    }
-}
-
-pub(super) const PORT: Kind = Kind::Int { min: 1, max: 65535 };
-pub(super) const COUNT: Kind = Kind::Int {
-    min: 1,
-    max: u32::MAX as i64,
-};
-
-pub(super) const ROOT: &[Field] = &[
-    req("cluster", Kind::Table(CLUSTER)),
-    req("coordination", Kind::Table(COORDINATION)),
-    opt("election", Kind::Table(ELECTION)),
-    req("service", Kind::Table(SERVICE)),
-    opt("health", Kind::Table(HEALTH)),
-    opt("fence", Kind::Fences),
-    opt("api", Kind::Table(API)),
-    opt("log", Kind::Table(LOG)),
-];
-pub(super) const CLUSTER: &[Field] = &[
-    req("name", Kind::Str),
-    req("node_id", Kind::Str),
-    opt("host", Kind::Str),
-    opt("port", PORT),
-];
-pub(super) const COORDINATION: &[Field] = &[
-    opt("backend", Kind::Choice(&["zookeeper", "mysql", "redis"])),
-    opt("zookeeper", Kind::Table(ZOOKEEPER)),
-    opt("mysql", Kind::Table(MYSQL)),
-    opt("redis", Kind::Table(REDIS)),
-];
-pub(super) const MYSQL: &[Field] = &[
-    req("url", Kind::Str),
-    opt("password_file", Kind::Str),
-    opt("session_timeout", Kind::Duration),
-    opt("poll_interval", Kind::Duration),
-    opt("connect_timeout", Kind::Duration),
-    opt("table_prefix", Kind::Str),
-];
-pub(super) const REDIS: &[Field] = &[
-    req("url", Kind::Str),
-    opt("password_file", Kind::Str),
-    opt("session_timeout", Kind::Duration),
-    opt("poll_interval", Kind::Duration),
-    opt("connect_timeout", Kind::Duration),
-    opt("key_prefix", Kind::Str),
-];
-pub(super) const ZOOKEEPER: &[Field] = &[
-    req("connect", Kind::Str),
-    opt("root", Kind::Str),
-    opt("session_timeout", Kind::Duration),
-    opt("connect_timeout", Kind::Duration),
-    opt("auth", Kind::Str),
-    opt("auth_file", Kind::Str),
-    opt("acl", Kind::Choice(&["open", "creator"])),
-];
-pub(super) const ELECTION: &[Field] = &[
-    opt("rejoin_delay", Kind::Duration),
-    opt("priority", Kind::Int { min: 0, max: 1000 }),
-];
-pub(super) const SERVICE: &[Field] = &[
-    opt("mode", Kind::Choice(&["spawn", "hooks"])),
-    opt("command", Kind::StrList),
-    opt("stop_signal", Kind::Signal),
-    opt("stop_timeout", Kind::Duration),
-    opt("promote", Kind::StrList),
-    opt("demote", Kind::StrList),
-    opt("follow", Kind::StrList),
-    opt("hook_timeout", Kind::Duration),
-    opt("pidfile", Kind::Str),
-];
-pub(super) const HEALTH: &[Field] = &[
-    opt("kind", Kind::Choice(&["exec", "tcp", "http", "none"])),
-    opt("address", Kind::Str),
-    opt("url", Kind::Str),
-    opt("ca_file", Kind::Str),
-    opt("command", Kind::StrList),
-    opt("interval", Kind::Duration),
-    opt("timeout", Kind::Duration),
-    opt("fall", COUNT),
-    opt("rise", COUNT),
-    opt("start_grace", Kind::Duration),
-    opt("standby_command", Kind::StrList),
-];
-pub(super) const API: &[Field] = &[req("listen", Kind::SocketAddr)];
-pub(super) const LOG: &[Field] = &[
-    opt("level", Kind::Str),
-    opt("format", Kind::Choice(&["text", "json"])),
-];
+/// The `kind`s of a `[[fence]]` table, in the order messages list them.
 pub(super) const FENCE_KINDS: &[&str] = &["ssh", "signal", "script"];
-pub(super) const FENCE_SSH: &[Field] = &[
-    req("kind", Kind::Choice(FENCE_KINDS)),
-    req("user", Kind::Str),
-    opt("port", PORT),
-    req("identity_file", Kind::Str),
-    req("known_hosts", Kind::Str),
-    opt("timeout", Kind::Duration),
-    opt("command", Kind::Str),
-    opt("nodes", Kind::StrList),
-];
-pub(super) const FENCE_SIGNAL: &[Field] = &[
-    req("kind", Kind::Choice(FENCE_KINDS)),
-    opt("signal", Kind::Signal),
-    opt("timeout", Kind::Duration),
-    opt("nodes", Kind::StrList),
-];
-pub(super) const FENCE_SCRIPT: &[Field] = &[
-    req("kind", Kind::Choice(FENCE_KINDS)),
-    req("command", Kind::StrList),
-    opt("protocol", Kind::Choice(&["env", "fence-agent"])),
-    opt("options", Kind::StrMap),
-    opt("timeout", Kind::Duration),
-    opt("nodes", Kind::StrList),
-];
 
-pub(super) fn fence_schema(kind: &str) -> Option<&'static [Field]> {
+/// Reads the rest of a fence table, whose `kind` was `kind`.
+fn read_fence<'de, A: MapAccess<'de>>(kind: &str, rest: A) -> Result<FenceMethod, A::Error> {
+    let rest = MapAccessDeserializer::new(rest);
     match kind {
-        "ssh" => Some(FENCE_SSH),
-        "signal" => Some(FENCE_SIGNAL),
-        "script" => Some(FENCE_SCRIPT),
-        _ => None,
+        "ssh" => SshFence::deserialize(rest).map(FenceMethod::Ssh),
+        "signal" => SignalFence::deserialize(rest).map(FenceMethod::Signal),
+        "script" => ScriptFence::deserialize(rest).map(FenceMethod::Script),
+        other => Err(de::Error::unknown_variant(other, FENCE_KINDS)),
     }
 }
 
-/// Every table of the schema with the words that name it in a message, so that a key
-/// written in the wrong table can be pointed to the right one.
-pub(super) fn all_tables() -> Vec<(String, &'static [Field])> {
-    let mut out = Vec::new();
-    fn walk(label: String, fields: &'static [Field], out: &mut Vec<(String, &'static [Field])>) {
-        out.push((label.clone(), fields));
-        for f in fields {
-            if let Kind::Table(sub) = f.kind {
-                let name = if label.is_empty() {
-                    f.name.to_string()
-                } else {
-                    format!(
-                        "{}.{}",
-                        label.trim_matches(|c| c == '[' || c == ']'),
-                        f.name
-                    )
-                };
-                walk(format!("[{name}]"), sub, out);
-            }
+/// The keys of a fence table of `kind`: `kind` and its type's fields.
+fn fence_fields(kind: &str) -> Option<Vec<&'static str>> {
+    let fields = match kind {
+        "ssh" => fields_of::<SshFence>(),
+        "signal" => fields_of::<SignalFence>(),
+        "script" => fields_of::<ScriptFence>(),
+        _ => return None,
+    };
+    Some(
+        std::iter::once("kind")
+            .chain(fields.iter().copied())
+            .collect(),
+    )
+}
+
+/// Every table, the top level first.
+pub(super) struct Schema {
+    tables: Vec<Table>,
+    /// Each fence kind and its keys.
+    fences: Vec<(&'static str, Vec<&'static str>)>,
+}
+
+impl Schema {
+    pub(super) fn new() -> Schema {
+        Schema {
+            tables: vec![
+                table::<Config>(&[]),
+                table::<ClusterConfig>(&["cluster"]),
+                table::<CoordinationConfig>(&["coordination"]),
+                table::<ZooKeeperConfig>(&["coordination", "zookeeper"]),
+                table::<MysqlConfig>(&["coordination", "mysql"]),
+                table::<RedisConfig>(&["coordination", "redis"]),
+                table::<ElectionConfig>(&["election"]),
+                table::<ServiceConfig>(&["service"]),
+                table::<HealthConfig>(&["health"]),
+                table::<ApiConfig>(&["api"]),
+                table::<LogConfig>(&["log"]),
+            ],
+            fences: FENCE_KINDS
+                .iter()
+                .filter_map(|kind| Some((*kind, fence_fields(kind)?)))
+                .collect(),
         }
     }
-    walk(String::new(), ROOT, &mut out);
-    for kind in FENCE_KINDS {
-        if let Some(fields) = fence_schema(kind) {
-            out.push((format!("a [[fence]] of kind = \"{kind}\""), fields));
-        }
+
+    fn table(&self, path: &KeyPath) -> Option<&Table> {
+        self.tables.iter().find(|t| {
+            t.path.len() == path.0.len()
+                && t.path
+                    .iter()
+                    .zip(&path.0)
+                    .all(|(a, b)| matches!(b, Seg::Key(k) if k == a))
+        })
     }
-    out
+
+    /// Whether the value at `path` must be a table: one of the schema's, or a `[[fence]]`.
+    fn is_table(&self, path: &KeyPath) -> bool {
+        self.table(path).is_some()
+            || matches!(&path.0[..], [Seg::Key(k), Seg::Index(_)] if k == "fence")
+    }
+
+    fn fence(&self, kind: &str) -> Option<&[&'static str]> {
+        self.fences
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, fields)| &fields[..])
+    }
+
+    /// Every table with the words that name it in a message (empty for the top level), so
+    /// that a key written in the wrong table can be pointed to the right one.
+    pub(super) fn labelled(&self) -> impl Iterator<Item = (String, &[&'static str])> {
+        let tables = self.tables.iter().map(|t| {
+            let label = match t.path {
+                [] => String::new(),
+                path => format!("[{}]", path.join(".")),
+            };
+            (label, t.fields)
+        });
+        let fences = self
+            .fences
+            .iter()
+            .map(|(kind, fields)| (format!("a [[fence]] of kind = \"{kind}\""), &fields[..]));
+        tables.chain(fences)
+    }
 }
 
-impl Kind {
-    pub(super) fn describe(&self) -> String {
-        match self {
-            Kind::Str => "a string".into(),
-            Kind::Int { min, max } => format!("an integer {}", int_range(*min, *max)),
-            Kind::Duration => "a duration with a unit, such as \"5s\" or \"250ms\"".into(),
-            Kind::Signal => "a signal name such as \"SIGTERM\"".into(),
-            Kind::Choice(choices) => format!("one of {}", quoted_list(choices)),
-            Kind::StrList => "an array of strings".into(),
-            Kind::StrMap => "a table of strings".into(),
-            Kind::SocketAddr => "an address and port such as \"127.0.0.1:7232\"".into(),
-            Kind::Table(_) => "a table".into(),
-            Kind::Fences => "an array of tables, written [[fence]]".into(),
-        }
-    }
-}
-
-/// `from 1 to 65535`, or `at least 1` where the maximum is the type's own (noise).
-pub(super) fn int_range(min: i64, max: i64) -> String {
-    if max >= i64::from(u32::MAX) {
-        format!("at least {min}")
-    } else {
-        format!("from {min} to {max}")
-    }
-}
-
-pub(super) fn quoted_list(items: &[&str]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("\"{s}\"")).collect();
-    match quoted.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => quoted.join(""),
-    }
+/// [`Schema::labelled`] on its own, for the test that the reference config names every key.
+#[cfg(test)]
+pub(super) fn all_tables() -> Vec<(String, Vec<&'static str>)> {
+    Schema::new()
+        .labelled()
+        .map(|(label, fields)| (label, fields.to_vec()))
+        .collect()
 }
 
 pub(super) fn type_name(value: &DeValue<'_>) -> String {
@@ -239,68 +145,348 @@ pub(super) fn type_name(value: &DeValue<'_>) -> String {
     }
 }
 
-/// The closest of `candidates` to a misspelt `word`, if one is close enough to be the
-/// likely intent.
-pub(super) fn nearest<'c>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'c str>,
-) -> Option<&'c str> {
-    let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
-    let word_n = norm(word);
-    candidates
-        .into_iter()
-        .map(|c| (strsim::osa_distance(&word_n, &norm(c)), c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 4))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+/// `fence = [...]`: each table read by the type its `kind` names. The derived
+/// `Deserialize` of [`FenceMethod`] (an internally tagged enum) buffers the whole table
+/// before it looks at `kind`, and errors from the buffer have lost their key path and
+/// place in the file; this reads `kind` first instead, which [`kind_first`] makes the
+/// first key of every fence table.
+pub(super) fn fences<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<FenceMethod>, D::Error> {
+    d.deserialize_seq(Fences)
 }
 
-impl Source<'_> {
-    pub(super) fn check_table(
+struct Fences;
+
+impl<'de> de::Visitor<'de> for Fences {
+    type Value = Vec<FenceMethod>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of tables, written [[fence]]")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(method) = seq.next_element_seed(Fence)? {
+            out.push(method);
+        }
+        Ok(out)
+    }
+}
+
+/// One `[[fence]]` table.
+struct Fence;
+
+impl<'de> DeserializeSeed<'de> for Fence {
+    type Value = FenceMethod;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<FenceMethod, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Fence {
+    type Value = FenceMethod;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a table")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FenceMethod, A::Error> {
+        // `kind` comes first if it is there at all (kind_first).
+        if map.next_key::<String>()?.as_deref() != Some("kind") {
+            return Err(de::Error::missing_field("kind"));
+        }
+        let kind = map.next_value_seed(Choice(FENCE_KINDS))?;
+        read_fence(kind, map)
+    }
+}
+
+/// Reads a whole config (or the part of one that `root` holds), every fence table with its
+/// `kind` first.
+fn read_config(mut root: Spanned<DeTable<'_>>) -> Result<Config, PathError> {
+    if let Some(DeValue::Array(items)) = root.get_mut().get_mut("fence").map(|f| f.get_mut()) {
+        for item in items.iter_mut() {
+            if let DeValue::Table(t) = item.get_mut() {
+                *t = kind_first(t);
+            }
+        }
+    }
+    serde_path_to_error::deserialize(toml::de::Deserializer::from(root))
+}
+
+/// The key a "missing field" error names: serde's errors carry only their message, and
+/// `serde::de::Error::missing_field` words it so.
+fn missing_field(e: &toml::de::Error) -> Option<&str> {
+    e.message()
+        .strip_prefix("missing field `")?
+        .strip_suffix('`')
+}
+
+/// `path` below `prefix`, in our words.
+fn key_path(prefix: &KeyPath, path: &serde_path_to_error::Path) -> KeyPath {
+    let mut out = prefix.clone();
+    for seg in path.iter() {
+        match seg {
+            serde_path_to_error::Segment::Seq { index } => out.0.push(Seg::Index(*index)),
+            serde_path_to_error::Segment::Map { key } => out.0.push(Seg::Key(key.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The value at `path` below `value`.
+fn value_at_mut<'v, 'a>(
+    mut value: &'v mut Spanned<DeValue<'a>>,
+    path: &[Seg],
+) -> Option<&'v mut Spanned<DeValue<'a>>> {
+    for seg in path {
+        value = match (seg, value.get_mut()) {
+            (Seg::Key(k), DeValue::Table(t)) => t.get_mut(k.as_str())?,
+            (Seg::Index(i), DeValue::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// `table` with its `kind` key first, for [`Fence`].
+fn kind_first<'a>(table: &DeTable<'a>) -> DeTable<'a> {
+    let kind = table.get_key_value("kind");
+    let rest = table.iter().filter(|(k, _)| k.get_ref() != "kind");
+    kind.into_iter()
+        .chain(rest)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+impl<'a> Source<'a> {
+    /// Steps 2 and 3: the unknown keys, then serde. serde reads the file in order
+    /// (toml's `preserve_order`) and stops at its first error: the first wrong value in
+    /// the file, or a required key missing from a table, found where that table ends.
+    pub(super) fn read(&self) -> Result<Config, ConfigError> {
+        let mut unknown = Findings::default();
+        self.find_unknown_keys(self.doc.get_ref(), &KeyPath::default(), &mut unknown);
+        if let Some(error) = unknown.into_error() {
+            return Err(error);
+        }
+        read_config(self.doc.clone())
+            .map_err(|e| self.serde_error(key_path(&KeyPath::default(), e.path()), e.inner()))
+    }
+
+    /// A serde error at `path` as a [`ConfigError`], with its rank and place in the file.
+    /// serde says what went wrong in the words of `serde::de::Error`'s messages, the only
+    /// thing its errors carry: "missing field `x`", "invalid type: ..., expected ...", and
+    /// otherwise the reason [`values`] gave.
+    fn serde_error(&self, path: KeyPath, e: &toml::de::Error) -> ConfigError {
+        // A table that holds something else: serde would report it as a field of the value
+        // (an array read as a struct's fields) or name the Rust type ("struct Config").
+        for n in 1..=path.0.len() {
+            let outer = KeyPath(path.0[..n].to_vec());
+            if !self.schema.is_table(&outer) {
+                continue;
+            }
+            if let Some(value) = self.value_at(&outer) {
+                if !matches!(value.get_ref(), DeValue::Table(_)) {
+                    return self.wrong_type(&outer, value, "a table");
+                }
+            }
+        }
+        if let Some(field) = missing_field(e) {
+            return self.missing(&path, field);
+        }
+        if let Some(e) = self.overflowed(&path, e) {
+            return self.serde_error(path, &e);
+        }
+        let message = e.message();
+        let expected = message
+            .strip_prefix("invalid type: ")
+            .and_then(|m| m.rsplit_once(", expected "));
+        if let (Some((_, expected)), Some(value)) = (expected, self.value_at(&path)) {
+            return self.wrong_type(&path, value, expected);
+        }
+        let span = self.span_at(&path);
+        // Only a message about a number carries WRITTEN or DIGITS, at its start: elsewhere
+        // the character may be the value's own.
+        let written = self.text.get(span.clone()).unwrap_or_default();
+        let reason = if message.starts_with(&format!("= {}", values::WRITTEN)) {
+            message.replace(values::WRITTEN, written)
+        } else if message.starts_with(&format!("= {}", values::DIGITS)) {
+            let digits = match self.value_at(&path).map(|v| v.get_ref()) {
+                Some(DeValue::Integer(i)) => i.as_str(),
+                _ => written,
+            };
+            message.replace(values::DIGITS, digits)
+        } else {
+            message.to_string()
+        };
+        // The reasons of `values` follow the key; anything else is quoted as serde said it.
+        let reason = if reason.starts_with("= ") || reason.starts_with("is not valid: ") {
+            reason
+        } else {
+            format!("is not valid: {}", reason.trim())
+        };
+        ConfigError::Invalid {
+            at: self.location(span.start),
+            key: path.to_string(),
+            reason: one_line(&reason).into_owned(),
+        }
+    }
+
+    /// toml refuses a number too large for serde's types before the key's function in
+    /// [`values`] sees it. The largest number toml does hand over stands in for it, so that
+    /// the function says what it says of a large number (the message names the number as
+    /// written, through [`values::WRITTEN`] or [`values::DIGITS`]).
+    fn overflowed(&self, path: &KeyPath, e: &toml::de::Error) -> Option<toml::de::Error> {
+        let stand_in = match e.message() {
+            "integer number overflowed" => "x = 340282366920938463463374607431768211455",
+            "floating-point number overflowed" => "x = 1.7976931348623157e308",
+            _ => return None,
+        };
+        let stand_in = DeTable::parse(stand_in).ok()?.into_inner().remove("x")?;
+        let (Seg::Key(top), inner) = path.0.split_first()? else {
+            return None;
+        };
+        let (key, value) = self.doc.get_ref().get_key_value(top.as_str())?;
+        let mut value = value.clone();
+        let target = value_at_mut(&mut value, inner)?;
+        *target = Spanned::new(target.span(), stand_in.into_inner());
+        let alone: DeTable<'_> = std::iter::once((key.clone(), value)).collect();
+        let e = read_config(Spanned::new(self.doc.span(), alone)).err()?;
+        let same = key_path(&KeyPath::default(), e.path()).to_string() == path.to_string();
+        same.then(|| e.into_inner())
+    }
+
+    fn wrong_type(
         &self,
-        fields: &'static [Field],
-        table: &DeTable<'_>,
-        span: std::ops::Range<usize>,
         path: &KeyPath,
-        found: &mut Findings,
-    ) {
+        value: &Spanned<DeValue<'_>>,
+        expected: &str,
+    ) -> ConfigError {
+        ConfigError::WrongType {
+            at: self.location(value.span().start),
+            key: path.to_string(),
+            expected: expected.to_string(),
+            found: type_name(value.get_ref()),
+        }
+    }
+
+    /// `field` is missing from the table at `path`.
+    fn missing(&self, path: &KeyPath, field: &str) -> ConfigError {
+        let key = path.key(field);
+        let what = if self.schema.table(&key).is_some() {
+            format!("table [{key}]")
+        } else if path.is_root() {
+            format!("key `{field}`")
+        } else if field == "kind" && matches!(path.0.last(), Some(Seg::Index(_))) {
+            format!("key `kind` in {path}: one of {}", quoted_list(FENCE_KINDS))
+        } else {
+            let label = match self.value_at(path).map(|v| v.get_ref()) {
+                Some(DeValue::Table(t)) => self.table_label(path, t),
+                _ => format!("in [{path}]"),
+            };
+            format!("key `{field}` {label}")
+        };
+        ConfigError::MissingKey {
+            at: self.location(self.span_at(path).start),
+            key: key.to_string(),
+            what: one_line(&what).into_owned(),
+        }
+    }
+
+    /// Every key of `table` (at `path`) and the tables in it that no serde type of the
+    /// schema has: the first in the file is reported and the rest counted. One pass over
+    /// the keys: a file of 100,000 unknown keys is refused at once (issue 11). By hand
+    /// rather than with `serde_ignored` or serde's own "unknown field" error: both come
+    /// only as far as serde's first error, and an unknown key (most likely a typo, which
+    /// also makes the intended key look missing) is reported before any other.
+    fn find_unknown_keys(&self, table: &DeTable<'_>, path: &KeyPath, found: &mut Findings) {
+        let fields: Vec<&str> = match (path.0.last(), self.schema.table(path)) {
+            (_, Some(t)) => t.fields.to_vec(),
+            (Some(Seg::Index(_)), None) => {
+                // A fence of no known kind is reported by its `kind` alone: without a
+                // schema its other keys cannot be judged.
+                let kind = table.get("kind").and_then(|k| k.get_ref().as_str());
+                match kind.and_then(|k| self.schema.fence(k)) {
+                    Some(fields) => fields.to_vec(),
+                    None => return,
+                }
+            }
+            _ => return,
+        };
         for (key, value) in table.iter() {
             let name: &str = key.get_ref();
-            match fields.iter().find(|f| f.name == name) {
-                Some(field) => self.check_value(field.kind, value, &path.key(name), found),
-                None => found.push(Rank::Unknown, key.span().start, || {
-                    ConfigError::UnknownKey {
-                        at: self.location(key.span().start),
-                        key: path.key(name).to_string(),
-                        name: name.to_string(),
-                        context: one_line(&format!(
-                            "{}{}",
-                            self.table_label(path, table),
-                            unknown_key_hint(name, fields)
-                        ))
-                        .into_owned(),
-                    }
-                }),
-            }
-        }
-        for field in fields.iter().filter(|f| f.required) {
-            if table.get(field.name).is_none() {
-                found.push(Rank::Missing, span.start, || {
-                    let what = match (field.kind, path.is_root()) {
-                        (Kind::Table(_), _) => format!("table [{}]", path.key(field.name)),
-                        (_, true) => format!("key `{}`", field.name),
-                        (_, false) => {
-                            format!("key `{}` {}", field.name, self.table_label(path, table))
-                        }
-                    };
-                    ConfigError::MissingKey {
-                        at: self.location(span.start),
-                        key: path.key(field.name).to_string(),
-                        what,
-                    }
+            if !fields.contains(&name) {
+                found.push(key.span().start, || {
+                    self.unknown_key(path, table, name, &fields, key.span().start)
                 });
+                continue;
+            }
+            let inner = path.key(name);
+            match value.get_ref() {
+                DeValue::Table(t) if self.schema.table(&inner).is_some() => {
+                    self.find_unknown_keys(t, &inner, found)
+                }
+                DeValue::Array(items) if path.is_root() && name == "fence" => {
+                    for (i, item) in items.iter().enumerate() {
+                        if let DeValue::Table(t) = item.get_ref() {
+                            self.find_unknown_keys(t, &inner.index(i), found);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
+    }
+
+    fn unknown_key(
+        &self,
+        path: &KeyPath,
+        table: &DeTable<'_>,
+        name: &str,
+        fields: &[&str],
+        start: usize,
+    ) -> ConfigError {
+        let script = table.get("kind").and_then(|k| k.get_ref().as_str()) == Some("script")
+            && matches!(path.0.last(), Some(Seg::Index(_)));
+        ConfigError::UnknownKey {
+            at: self.location(start),
+            key: path.key(name).to_string(),
+            name: name.to_string(),
+            context: one_line(&format!(
+                "{}{}",
+                self.table_label(path, table),
+                self.unknown_key_hint(name, fields, script)
+            ))
+            .into_owned(),
+        }
+    }
+
+    /// `; did you mean `x`?`, `; `x` belongs in [a.b]`, or the list of valid keys.
+    fn unknown_key_hint(&self, name: &str, fields: &[&str], script_fence: bool) -> String {
+        if let Some(near) = nearest(name, fields.iter().copied()) {
+            return format!("; did you mean `{near}`?");
+        }
+        let elsewhere: Vec<String> = self
+            .schema
+            .labelled()
+            .filter(|(_, fs)| fs.contains(&name))
+            .map(|(label, _)| {
+                if label.is_empty() {
+                    "at the top level, before the first [table]".to_string()
+                } else {
+                    format!("in {label}")
+                }
+            })
+            .collect();
+        if !elsewhere.is_empty() {
+            return format!("; `{name}` belongs {}", elsewhere.join(" or "));
+        }
+        let agent = if script_fence {
+            " (a fence agent's settings go in `options = { ... }`)"
+        } else {
+            ""
+        };
+        format!("; valid keys here: {}{agent}", fields.join(", "))
     }
 
     /// `in [coordination.zookeeper]`, `in fence[1] (kind = "ssh")`, `at the top level`.
@@ -316,250 +502,4 @@ impl Source<'_> {
         }
         format!("in [{path}]")
     }
-
-    pub(super) fn check_value(
-        &self,
-        kind: Kind,
-        value: &Spanned<DeValue<'_>>,
-        path: &KeyPath,
-        found: &mut Findings,
-    ) {
-        let start = value.span().start;
-        let v = value.get_ref();
-        let wrong_type = |found: &mut Findings| {
-            found.push(Rank::Value, start, || ConfigError::WrongType {
-                at: self.location(start),
-                key: path.to_string(),
-                expected: kind.describe(),
-                found: type_name(v),
-            })
-        };
-        // The reason is built only for the error that is reported.
-        let invalid = |found: &mut Findings, reason: &dyn Fn() -> String| {
-            found.push(Rank::Value, start, || ConfigError::Invalid {
-                at: self.location(start),
-                key: path.to_string(),
-                reason: one_line(&reason()).into_owned(),
-            })
-        };
-        match kind {
-            Kind::Str => match v.as_str() {
-                // No file name, program, host or argument can hold a NUL, and a C library
-                // call would silently cut the value short at it.
-                Some(s) if s.contains('\0') => invalid(found, &|| {
-                    format!(
-                        "= {} contains a NUL character (\\u0000), which no name, path or \
-                         argument can hold: remove it",
-                        quoted(s)
-                    )
-                }),
-                Some(_) => {}
-                None => wrong_type(found),
-            },
-            Kind::Int { min, max } => match v.as_integer() {
-                Some(i) => {
-                    let n = i64::from_str_radix(i.as_str(), i.radix()).ok();
-                    if !n.is_some_and(|n| (min..=max).contains(&n)) {
-                        invalid(found, &|| {
-                            format!(
-                                "= {} is out of range: it must be {}",
-                                i.as_str(),
-                                int_range(min, max)
-                            )
-                        });
-                    }
-                }
-                None => wrong_type(found),
-            },
-            Kind::Duration => match v {
-                DeValue::String(s) => {
-                    if let Err(reason) = parse_duration(s) {
-                        invalid(found, &|| reason.clone());
-                    }
-                }
-                DeValue::Integer(_) | DeValue::Float(_) => invalid(found, &|| {
-                    let written = one_line(&self.text[value.span()]);
-                    format!(
-                        "= {written} has no unit: write a string with a unit, such as \"{written}s\" \
-                         or \"250ms\""
-                    )
-                }),
-                _ => wrong_type(found),
-            },
-            Kind::Signal => match v.as_str() {
-                Some(s) => match SignalName::from_str(s) {
-                    Err(reason) => {
-                        invalid(found, &|| format!("is not valid: {}", one_line(&reason)))
-                    }
-                    Ok(signal) => {
-                        if let Some(why) = cannot_end_a_process(signal.0) {
-                            invalid(found, &|| {
-                                format!(
-                                    "= {} cannot end a process: {} {why}; use a signal that \
-                                     ends it, such as \"SIGTERM\" or \"SIGKILL\"",
-                                    quoted(s),
-                                    signal.0.as_str()
-                                )
-                            });
-                        }
-                    }
-                },
-                None => wrong_type(found),
-            },
-            Kind::Choice(choices) => match v.as_str() {
-                Some(s) if choices.contains(&s) => {}
-                Some(s) => invalid(found, &|| {
-                    let hint = match nearest(s, choices.iter().copied()) {
-                        Some(near) => format!("; did you mean \"{near}\"?"),
-                        None => String::new(),
-                    };
-                    format!(
-                        "= {} is not one of {}{hint}",
-                        quoted(s),
-                        quoted_list(choices)
-                    )
-                }),
-                None => wrong_type(found),
-            },
-            Kind::StrList => match v.as_array() {
-                Some(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        self.check_value(Kind::Str, item, &path.index(i), found);
-                    }
-                }
-                None => wrong_type(found),
-            },
-            Kind::StrMap => match v.as_table() {
-                Some(t) => {
-                    for (k, item) in t.iter() {
-                        self.check_value(Kind::Str, item, &path.key(k.get_ref()), found);
-                    }
-                }
-                None => wrong_type(found),
-            },
-            Kind::SocketAddr => match v.as_str() {
-                Some(s) => {
-                    if s.parse::<SocketAddr>().is_err() {
-                        invalid(found, &|| {
-                            format!(
-                                "= {} is not an IP address and port such as \"127.0.0.1:7232\" \
-                                 (names are not resolved here)",
-                                quoted(s)
-                            )
-                        });
-                    }
-                }
-                None => wrong_type(found),
-            },
-            Kind::Table(fields) => match v.as_table() {
-                Some(t) => self.check_table(fields, t, value.span(), path, found),
-                None => wrong_type(found),
-            },
-            Kind::Fences => match v.as_array() {
-                Some(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        self.check_fence(item, &path.index(i), found);
-                    }
-                }
-                None => wrong_type(found),
-            },
-        }
-    }
-
-    pub(super) fn check_fence(
-        &self,
-        item: &Spanned<DeValue<'_>>,
-        path: &KeyPath,
-        found: &mut Findings,
-    ) {
-        let Some(table) = item.get_ref().as_table() else {
-            found.push(Rank::Value, item.span().start, || ConfigError::WrongType {
-                at: self.location(item.span().start),
-                key: path.to_string(),
-                expected: "a table".into(),
-                found: type_name(item.get_ref()),
-            });
-            return;
-        };
-        let schema = table
-            .get("kind")
-            .and_then(|k| k.get_ref().as_str())
-            .and_then(fence_schema);
-        match schema {
-            Some(fields) => self.check_table(fields, table, item.span(), path, found),
-            // An absent or unknown kind is reported through the `kind` field alone: with no
-            // schema to check against, the other keys cannot be judged.
-            None => match table.get("kind") {
-                Some(kind) => {
-                    self.check_value(Kind::Choice(FENCE_KINDS), kind, &path.key("kind"), found)
-                }
-                None => found.push(Rank::Missing, item.span().start, || {
-                    ConfigError::MissingKey {
-                        at: self.location(item.span().start),
-                        key: path.key("kind").to_string(),
-                        what: format!("key `kind` in {path}: one of {}", quoted_list(FENCE_KINDS)),
-                    }
-                }),
-            },
-        }
-    }
-}
-
-/// Why a signal cannot stop a service or fence a process: by default it suspends, resumes
-/// or is ignored, so a process that does not handle it keeps running. (SIGKILL after
-/// `stop_timeout` would still end a service, but only after a pointless wait.)
-pub(super) fn cannot_end_a_process(signal: nix::sys::signal::Signal) -> Option<&'static str> {
-    use nix::sys::signal::Signal::*;
-    match signal {
-        SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU => Some("only suspends a process"),
-        SIGCONT => Some("only resumes a suspended process"),
-        // SIGURG and SIGWINCH are ignored by default too, but some services stop on them
-        // (Apache httpd's graceful stop is SIGWINCH), and SIGKILL follows anyway: allowed.
-        SIGCHLD => Some("is ignored by a process that does not handle it"),
-        _ => None,
-    }
-}
-
-/// `; did you mean `x`?`, `; `x` belongs in [a.b]`, or the list of valid keys.
-pub(super) fn unknown_key_hint(name: &str, fields: &[Field]) -> String {
-    if let Some(near) = nearest(name, fields.iter().map(|f| f.name)) {
-        return format!("; did you mean `{near}`?");
-    }
-    let elsewhere: Vec<String> = all_tables()
-        .into_iter()
-        .filter(|(_, fs)| fs.iter().any(|f| f.name == name))
-        .map(|(label, _)| {
-            if label.is_empty() {
-                "at the top level, before the first [table]".to_string()
-            } else {
-                format!("in {label}")
-            }
-        })
-        .collect();
-    if !elsewhere.is_empty() {
-        return format!("; `{name}` belongs {}", elsewhere.join(" or "));
-    }
-    let names: Vec<&str> = fields.iter().map(|f| f.name).collect();
-    let agent = if std::ptr::eq(fields, FENCE_SCRIPT) {
-        " (a fence agent's settings go in `options = { ... }`)"
-    } else {
-        ""
-    };
-    format!("; valid keys here: {}{agent}", names.join(", "))
-}
-
-/// A humantime duration that insists on a unit: a bare `"10"` is refused, since nobody
-/// can tell whether it meant seconds or milliseconds.
-pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err(format!(
-            "= \"{s}\" has no unit: add one, such as \"{t}s\" or \"{t}ms\""
-        ));
-    }
-    humantime::parse_duration(t).map_err(|e| {
-        format!(
-            "= \"{s}\" is not a duration ({e}): write it with a unit, such as \"5s\" or \"250ms\""
-        )
-    })
 }

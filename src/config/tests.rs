@@ -129,18 +129,18 @@ fn reference_config_names_every_key_of_the_schema() {
     // Every key must be documented in the reference, set or commented out.
     let text = include_str!("../../config/warden.toml");
     for (label, fields) in all_tables() {
-        for f in fields {
+        for name in fields {
             let documented = text.lines().any(|l| {
                 let l = l.trim_start_matches(['#', ' ']);
-                l.starts_with(&format!("{} =", f.name))
-                    || l.starts_with(&format!("[{}]", f.name))
-                    || l.contains(&format!("[{}", f.name))
-                    || l.starts_with(&format!("[coordination.{}]", f.name))
+                l.starts_with(&format!("{} =", name))
+                    || l.starts_with(&format!("[{}]", name))
+                    || l.contains(&format!("[{}", name))
+                    || l.starts_with(&format!("[coordination.{}]", name))
             });
             assert!(
                 documented,
                 "{label}: `{}` is not in config/warden.toml",
-                f.name
+                name
             );
         }
     }
@@ -956,19 +956,6 @@ fn masking_rules() {
 }
 
 #[test]
-fn serde_errors_are_traced_back_to_their_key() {
-    let text = with("connect = ", "session_timeout = \"10s\"\nconnect = ");
-    let source = Source::new(&text, Path::new(PATH)).unwrap();
-    let offset = text.find("\"10s\"").unwrap() + 1;
-    assert_eq!(
-        source.key_at(offset).to_string(),
-        "coordination.zookeeper.session_timeout"
-    );
-    let offset = text.rfind("/bin/true").unwrap();
-    assert_eq!(source.key_at(offset).to_string(), "fence[0].command[0]");
-}
-
-#[test]
 fn ids() {
     assert!(is_valid_id("rm1") && is_valid_id("a.b_c-D") && is_valid_id(&"x".repeat(64)));
     assert!(
@@ -976,82 +963,6 @@ fn ids() {
             && !is_valid_id("a b")
             && !is_valid_id("a/b")
             && !is_valid_id(&"x".repeat(65))
-    );
-}
-
-/// Learns a serde struct's field names, so the schema can be held to the structs.
-fn serde_fields<'de, T: Deserialize<'de>>() -> Vec<&'static str> {
-    struct Probe(Option<&'static [&'static str]>);
-    impl<'de> serde::Deserializer<'de> for &mut Probe {
-        type Error = serde::de::value::Error;
-        fn deserialize_any<V: serde::de::Visitor<'de>>(
-            self,
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            Err(serde::de::Error::custom("not a struct"))
-        }
-        fn deserialize_struct<V: serde::de::Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> Result<V::Value, Self::Error> {
-            self.0 = Some(fields);
-            Err(serde::de::Error::custom("probed"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
-            enum identifier ignored_any
-        }
-    }
-    let mut probe = Probe(None);
-    let _ = T::deserialize(&mut probe);
-    probe.0.unwrap_or_default().to_vec()
-}
-
-#[test]
-fn the_schema_matches_the_structs() {
-    let names = |fields: &[Field]| {
-        let mut v: Vec<&str> = fields
-            .iter()
-            .map(|f| f.name)
-            .filter(|n| *n != "kind")
-            .collect();
-        v.sort();
-        v
-    };
-    let sorted = |mut v: Vec<&'static str>| {
-        v.sort();
-        v
-    };
-    let mut health = sorted(serde_fields::<HealthConfig>());
-    health.retain(|n| *n != "kind");
-    assert_eq!(names(ROOT), sorted(serde_fields::<Config>()));
-    assert_eq!(names(CLUSTER), sorted(serde_fields::<ClusterConfig>()));
-    assert_eq!(
-        names(COORDINATION),
-        sorted(serde_fields::<CoordinationConfig>())
-    );
-    assert_eq!(names(ZOOKEEPER), sorted(serde_fields::<ZooKeeperConfig>()));
-    assert_eq!(names(MYSQL), sorted(serde_fields::<MysqlConfig>()));
-    assert_eq!(names(REDIS), sorted(serde_fields::<RedisConfig>()));
-    assert_eq!(names(ELECTION), sorted(serde_fields::<ElectionConfig>()));
-    assert_eq!(names(SERVICE), sorted(serde_fields::<ServiceConfig>()));
-    assert_eq!(names(HEALTH), health);
-    assert_eq!(names(API), sorted(serde_fields::<ApiConfig>()));
-    assert_eq!(names(LOG), sorted(serde_fields::<LogConfig>()));
-    assert_eq!(
-        names(FENCE_SSH),
-        sorted(serde_fields::<warden_fencing::SshFence>())
-    );
-    assert_eq!(
-        names(FENCE_SIGNAL),
-        sorted(serde_fields::<warden_fencing::SignalFence>())
-    );
-    assert_eq!(
-        names(FENCE_SCRIPT),
-        sorted(serde_fields::<warden_fencing::ScriptFence>())
     );
 }
 
@@ -1611,4 +1522,103 @@ fn programs_named_by_absolute_path_must_be_executable_files() {
         &format!("command = [\"{sub_s}\"]\nmode = \"hooks\"\npromote = [\"/bin/true\"]\ndemote = [\"/bin/true\"]"),
     ));
     load_text(&hooks_with_command).unwrap();
+}
+
+#[test]
+fn the_first_error_serde_meets_is_reported_a_missing_key_where_its_table_ends() {
+    // [cluster] ends without node_id before [service]'s wrong value is read.
+    let m =
+        msg(&with("node_id = \"rm1\"\n", "")
+            .replace("[service]\n", "[service]\nstop_timeout = 5\n"));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:1:1: missing required key `node_id` in [cluster]"
+    );
+    // Fixed, the wrong value is next.
+    let m = msg(&BASE.replace("[service]\n", "[service]\nstop_timeout = 5\n"));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:9:16: `service.stop_timeout` = 5 has no unit: write a string \
+         with a unit, such as \"5s\" or \"250ms\""
+    );
+}
+
+#[test]
+fn a_table_missing_from_the_top_level_is_reported_once_the_tables_there_read() {
+    let no_coordination = with(
+        "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+        "",
+    );
+    let m = msg(&no_coordination.replace("kind = \"script\"\n", ""));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:9:1: missing required key `kind` in fence[0]: one of \"ssh\", \
+         \"signal\" or \"script\""
+    );
+    let m = msg(&no_coordination);
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:1:1: missing required table [coordination]"
+    );
+}
+
+#[test]
+fn a_datetime_is_not_a_table_of_strings() {
+    let m = msg(&format!(
+        "{BASE}protocol = \"fence-agent\"\noptions = 1979-05-27\n"
+    ));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:15:11: `fence[0].options` must be a table of strings, not a \
+         datetime"
+    );
+}
+
+#[test]
+fn a_table_written_as_an_array_is_refused_even_when_empty() {
+    for table in ["log", "election", "health"] {
+        let m = msg(&format!("{table} = []\n{BASE}"));
+        assert!(
+            m.ends_with(&format!("`{table}` must be a table, not an array")),
+            "{m}"
+        );
+    }
+    let m = msg(&format!(
+        "fence = [5, {{}}]\n{}",
+        BASE.split("[[fence]]").next().unwrap_or_default()
+    ));
+    assert_eq!(
+        m,
+        "/etc/warden/warden.toml:1:10: `fence[0]` must be a table, not an integer"
+    );
+}
+
+#[test]
+fn numbers_too_large_for_toml_get_the_message_of_their_key() {
+    let big = "9".repeat(45);
+    let m = msg(&with(
+        "node_id = \"rm1\"\n",
+        &format!("node_id = \"rm1\"\nport = {big}\n"),
+    ));
+    assert_eq!(
+        m,
+        format!(
+            "/etc/warden/warden.toml:4:8: `cluster.port` = {big} is out of range: it must be \
+             from 1 to 65535"
+        )
+    );
+    let m = msg(&with("[service]\n", "[service]\nstop_timeout = 1e400\n"));
+    assert!(
+        m.ends_with("`service.stop_timeout` = 1e400 has no unit: write a string with a unit, such as \"1e400s\" or \"250ms\""),
+        "{m}"
+    );
+    // An integer is shown as toml read it.
+    let m = msg(&with(
+        "node_id = \"rm1\"\n",
+        "node_id = \"rm1\"\nport = 0x10000\n",
+    ));
+    assert!(
+        m.ends_with("`cluster.port` = 10000 is out of range: it must be from 1 to 65535"),
+        "{m}"
+    );
 }
