@@ -613,3 +613,42 @@ fn status_between_the_creation_of_two_mysql_tables_says_what_to_do() {
     assert_eq!(status["lost_data"], true, "{status:#}");
     assert_eq!(active_id(&status), None, "{status:#}");
 }
+
+/// Every statement a warden runs on MySQL does so in UTC and with its own lock waits,
+/// also on a connection the pool hands out again: the pool's reset of a reused connection
+/// had put the server's defaults back (found when a frozen active's row locks stalled a
+/// MariaDB cluster for the server's 50 s lock wait). On a server whose time zone is not
+/// UTC, renewals written in its local time would make a live lock look hours old, or a
+/// dead one hours fresh.
+#[test]
+fn mysql_sessions_keep_utc_and_their_lock_waits_on_reused_connections() {
+    let db = MariaDb::start();
+    db.sql("SET GLOBAL time_zone = '+05:00'");
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let _wardens = start_active_then_standbys(&n1, &[&n2]);
+    // Many renewals, each on a connection the pool has handed out before.
+    holds_for(
+        cluster.session_timeout * 2,
+        "every row's renewal is in UTC",
+        || {
+            let ages = db.sql(
+                "SELECT TIMESTAMPDIFF(SECOND, renewed_at, UTC_TIMESTAMP(6)) FROM \
+                 warden.warden_lock UNION ALL SELECT TIMESTAMPDIFF(SECOND, renewed_at, \
+                 UTC_TIMESTAMP(6)) FROM warden.warden_member",
+            );
+            match ages
+                .lines()
+                .map(|l| l.trim().parse::<i64>())
+                .find(|age| !age.as_ref().is_ok_and(|a| (-1..=10).contains(a)))
+            {
+                None => Ok(()),
+                Some(age) => Err(format!("a row renewed {age:?} s ago: {ages}")),
+            }
+        },
+    );
+    wait_for_status(&n1.config, secs(10), "n1 is still active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    cluster.assert_safe();
+}

@@ -49,15 +49,24 @@ impl MysqlConnector {
         let opts = Opts::from_url(&s.url)
             .map_err(|e| StoreError::Rejected(format!("coordination.mysql.url: {e}")))?;
         let lock_wait = s.op_timeout().as_secs().max(1);
+        // A connection goes back to the pool as it is: mysql_async would otherwise reset
+        // it (COM_RESET_CONNECTION), which puts every session setting below back to the
+        // server's default on its next use. warden leaves nothing else in a session (a
+        // transaction it abandons is rolled back on the way back to the pool).
         let pool_opts = PoolOpts::default()
             .with_constraints(PoolConstraints::new(0, 4).expect("0 <= 4"))
-            .with_inactive_connection_ttl(Duration::from_secs(60));
+            .with_inactive_connection_ttl(Duration::from_secs(60))
+            .with_reset_connection(false);
         let opts = OptsBuilder::from_opts(opts)
             .pass(s.password.clone())
             .pool_opts(pool_opts)
+            // `setup`, not `init`: run on every new connection and again after any reset,
+            // so no statement runs without these settings (with `init` and the pool's
+            // default reset, every reused connection wrote renewals in the server's own
+            // time zone and waited on a frozen warden's rows for the server's 50 s).
             // UTC: a DATETIME has no zone, and a daylight-saving step of the server's
             // local time would age every row by an hour.
-            .init(vec![
+            .setup(vec![
                 "SET time_zone = '+00:00'".to_string(),
                 // A warden frozen (SIGSTOP, a VM paused) inside one of its short
                 // transactions keeps its row locks while its connection stays open: every
