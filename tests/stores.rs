@@ -652,3 +652,33 @@ fn mysql_sessions_keep_utc_and_their_lock_waits_on_reused_connections() {
     });
     cluster.assert_safe();
 }
+
+/// A holder stuck inside a transaction on the lock row (a warden frozen there; MySQL has
+/// no idle timeout to end it) must not take the standbys' sessions with it: a standby's
+/// keepalive touches the lock row only while the row names its session, and looks with a
+/// read that takes no lock. (It used to update the row whoever held it, waiting on the
+/// row lock, and lost its session every session timeout.)
+#[test]
+fn a_standby_keeps_its_mysql_session_while_the_lock_row_is_locked() {
+    let db = MariaDb::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let _wardens = start_active_then_standbys(&n1, &[&n2]);
+    let session = || db.sql("SELECT session FROM warden.warden_member WHERE node_id = 'n2'");
+    let before = session();
+    let mut holder = db.hold_rows("SELECT * FROM warden.warden_lock");
+    holds_for(
+        cluster.session_timeout * 3,
+        "n2 keeps its session",
+        || match session() {
+            now if now == before => Ok(()),
+            now => Err(format!("n2's session went from {before} to {now}")),
+        },
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        active_id(s).is_some()
+    });
+    cluster.assert_safe();
+}

@@ -305,14 +305,26 @@ impl Inner {
             )
             .await?;
             let mine = c.affected_rows() == 1;
-            c.exec_drop(
-                format!(
-                    "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND session = ?",
-                    t.lock
-                ),
-                (&cluster, id),
-            )
-            .await?;
+            // The lock row only while it names this session, looked at first with a read
+            // that takes no lock: an UPDATE examines the row whoever holds it and waits on
+            // its row lock, so a holder frozen inside a transaction made every standby's
+            // keepalive wait, and lose its session, with it.
+            let holder: Option<i64> = c
+                .exec_first(
+                    format!("SELECT session FROM {} WHERE cluster = ?", t.lock),
+                    (&cluster,),
+                )
+                .await?;
+            if holder == Some(id) {
+                c.exec_drop(
+                    format!(
+                        "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND session = ?",
+                        t.lock
+                    ),
+                    (&cluster, id),
+                )
+                .await?;
+            }
             Ok(mine)
         })
         .await

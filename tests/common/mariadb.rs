@@ -263,6 +263,36 @@ impl MariaDb {
             .unwrap_or_else(|e| panic!("SQL failed: {query}: {e}\n{}", self.log()))
     }
 
+    /// A client that opens a transaction, locks the rows `query` selects `FOR UPDATE` and
+    /// then does nothing, as a warden frozen inside one of its transactions does (the
+    /// root session has no idle timeout). The rows are freed when the child is killed.
+    pub fn hold_rows(&self, query: &str) -> Child {
+        use std::io::Write;
+        let mut child = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-uroot", "-N", "-B", "--unbuffered", "warden"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the mariadb client");
+        let mut stdin = child.stdin.take().expect("its stdin");
+        writeln!(stdin, "BEGIN; {query} FOR UPDATE; SELECT 'held';").expect("write to it");
+        // Kept open (leaked into the child's lifetime): EOF would end the session.
+        std::mem::forget(stdin);
+        let mut out = child.stdout.take().expect("its stdout");
+        let mut seen = String::new();
+        let mut buf = [0u8; 256];
+        while !seen.contains("held") {
+            use std::io::Read;
+            let n = out.read(&mut buf).expect("read the client");
+            assert!(n > 0, "the client ended before it held the rows: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        child
+    }
+
     pub fn try_sql(&self, query: &str) -> Result<String, String> {
         let out = Command::new("mariadb")
             .arg("--no-defaults")
