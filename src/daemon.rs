@@ -95,9 +95,6 @@ struct SessionCtx<S> {
     /// Watchers and in-flight calls of this session; dropping the set aborts them, which
     /// drops their clones of the client so the session really closes.
     tasks: JoinSet<()>,
-    /// Our member record as it should be in the store; one task of `tasks` writes each
-    /// new one after the last, so an older record can never land after a newer one.
-    member: tokio::sync::watch::Sender<Option<MemberRecord>>,
 }
 
 /// The driver of one warden process: generic over the store it is elected through and
@@ -486,12 +483,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         }
                     });
                 }
-                let member = spawn_member_writer(&mut tasks, zk.clone());
                 self.session = Some(SessionCtx {
                     zk: zk.clone(),
                     gen,
                     tasks,
-                    member,
                 });
                 self.metrics.set_connected(true);
                 // READY once registered in the election, whatever the role: a node kept
@@ -1375,15 +1370,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
         );
         if let Some(ctx) = &mut self.session {
-            ctx.member.send_replace(Some(m));
-            if significant {
-                let zk = ctx.zk.clone();
-                ctx.tasks.spawn(async move {
+            let zk = ctx.zk.clone();
+            ctx.tasks.spawn(async move {
+                if let Err(e) = zk.set_member(&m).await {
+                    warn!("could not publish the member record: {e}");
+                }
+                if significant {
                     if let Err(e) = zk.append_history(&entry).await {
                         warn!("could not append to history: {e}");
                     }
-                });
-            }
+                }
+            });
         }
     }
 
@@ -1391,7 +1388,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     fn publish_member(&mut self) {
         let m = self.member();
         if let Some(ctx) = &mut self.session {
-            ctx.member.send_replace(Some(m));
+            let zk = ctx.zk.clone();
+            ctx.tasks.spawn(async move {
+                if let Err(e) = zk.set_member(&m).await {
+                    warn!("could not publish the member record: {e}");
+                }
+            });
         }
     }
 
@@ -1661,26 +1663,4 @@ async fn fence_own_service<H: Host>(
             ),
         ),
     }
-}
-
-/// The task that writes a session's member record: each write waits for the one before,
-/// and a record replaced while a write is under way is skipped for the newest. A task
-/// per write, as before, let an older record land last: `status` then showed a standby
-/// as ineligible until its next change.
-fn spawn_member_writer<S: Session>(
-    tasks: &mut JoinSet<()>,
-    zk: S,
-) -> tokio::sync::watch::Sender<Option<MemberRecord>> {
-    let (tx, mut rx) = tokio::sync::watch::channel(None::<MemberRecord>);
-    tasks.spawn(async move {
-        while rx.changed().await.is_ok() {
-            let Some(m) = rx.borrow_and_update().clone() else {
-                continue;
-            };
-            if let Err(e) = zk.set_member(&m).await {
-                warn!("could not publish the member record: {e}");
-            }
-        }
-    });
-    tx
 }
