@@ -244,7 +244,8 @@ impl Pair {
     }
 
     /// Starts n1's warden (n1 is promoted, table `t` is created), then n2's, and waits
-    /// until n2 is a healthy standby whose server streams from p1.
+    /// until n2 is a healthy standby whose follow of n1 has finished and whose server
+    /// streams from p1.
     fn start_with_n1_active(&self) -> [Warden; 2] {
         let w1 = self.n1.start();
         assert_eq!(wait_for_active(&self.n1.config, secs(60)).0, "n1");
@@ -254,6 +255,10 @@ impl Pair {
         wait_for_status(&self.n1.config, secs(60), "n2 is a healthy standby", |s| {
             member_role(s, "n2").as_deref() == Some("standby")
                 && member_health(s, "n2").as_deref() == Some("healthy")
+                && member(s, "n2")
+                    .and_then(|m| m.get("follow"))
+                    .and_then(|f| f.as_str())
+                    .is_some_and(|f| f.starts_with("current"))
         });
         let p1_addr = format!("127.0.0.1 {}", self.p1.port());
         wait_until(secs(30), "p2 streams from p1", || {
