@@ -221,9 +221,9 @@ fn missing_field(e: &toml::de::Error) -> Option<&str> {
         .strip_suffix('`')
 }
 
-/// `path` below `prefix`, in our words.
-fn key_path(prefix: &KeyPath, path: &serde_path_to_error::Path) -> KeyPath {
-    let mut out = prefix.clone();
+/// serde's key path in our words.
+fn key_path(path: &serde_path_to_error::Path) -> KeyPath {
+    let mut out = KeyPath::default();
     for seg in path.iter() {
         match seg {
             serde_path_to_error::Segment::Seq { index } => out.0.push(Seg::Index(*index)),
@@ -269,8 +269,7 @@ impl<'a> Source<'a> {
         if let Some(error) = unknown.into_error() {
             return Err(error);
         }
-        read_config(self.doc.clone())
-            .map_err(|e| self.serde_error(key_path(&KeyPath::default(), e.path()), e.inner()))
+        read_config(self.doc.clone()).map_err(|e| self.serde_error(key_path(e.path()), e.inner()))
     }
 
     /// A serde error at `path` as a [`ConfigError`], with its rank and place in the file.
@@ -352,7 +351,7 @@ impl<'a> Source<'a> {
         *target = Spanned::new(target.span(), stand_in.into_inner());
         let alone: DeTable<'_> = std::iter::once((key.clone(), value)).collect();
         let e = read_config(Spanned::new(self.doc.span(), alone)).err()?;
-        let same = key_path(&KeyPath::default(), e.path()).to_string() == path.to_string();
+        let same = key_path(e.path()).to_string() == path.to_string();
         same.then(|| e.into_inner())
     }
 
