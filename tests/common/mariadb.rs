@@ -282,15 +282,28 @@ impl MariaDb {
         // Kept open (leaked into the child's lifetime): EOF would end the session.
         std::mem::forget(stdin);
         let mut out = child.stdout.take().expect("its stdout");
-        let mut seen = String::new();
-        let mut buf = [0u8; 256];
-        while !seen.contains("held") {
+        // Read on a thread, so that a client that never gets the rows fails the test at a
+        // deadline instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             use std::io::Read;
-            let n = out.read(&mut buf).expect("read the client");
-            assert!(n > 0, "the client ended before it held the rows: {seen}");
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            let mut seen = String::new();
+            let mut buf = [0u8; 256];
+            while !seen.contains("held") {
+                match out.read(&mut buf) {
+                    Ok(n) if n > 0 => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+                    _ => break,
+                }
+            }
+            let _ = tx.send(seen);
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(seen) if seen.contains("held") => child,
+            other => {
+                let _ = child.kill();
+                panic!("the mariadb client did not lock the rows of {query}: {other:?}");
+            }
         }
-        child
     }
 
     pub fn try_sql(&self, query: &str) -> Result<String, String> {
