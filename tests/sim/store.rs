@@ -46,7 +46,7 @@ use super::plan::{between, SimRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 use warden::coord::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
 use warden::elector::RETRY_DELAY;
@@ -345,8 +345,12 @@ struct State {
     frozen: BTreeSet<Inc>,
     facts: Vec<Fact>,
     observer: Option<Observer>,
-    /// Bumped after every change a waiter may wait for.
-    changes: watch::Sender<u64>,
+    /// Wakes every waiter after a change it may wait for. A `Notify`, not a `watch`:
+    /// tokio's `watch` spreads its waiters over eight `Notify`s picked by the runtime's
+    /// unseeded RNG, so the waiters of one change resumed in a different order from run
+    /// to run and a seed did not replay (a frozen node's calls, released together at its
+    /// thaw, reached the store in a random order and drew other latencies).
+    changes: Arc<Notify>,
     changed: bool,
 }
 
@@ -598,7 +602,7 @@ impl State {
 
     fn publish(&mut self) {
         if std::mem::take(&mut self.changed) {
-            self.changes.send_modify(|n| *n += 1);
+            self.changes.notify_waiters();
         }
     }
 
@@ -1026,7 +1030,7 @@ impl SimStore {
             frozen: BTreeSet::new(),
             facts: Vec::new(),
             observer: None,
-            changes: watch::channel(0).0,
+            changes: Arc::new(Notify::new()),
             changed: false,
         };
         let store = SimStore {
@@ -1210,9 +1214,12 @@ impl SimStore {
     /// Waits until `f` says ready, looking again after every change of the state and at
     /// the instant `f` names.
     async fn until<T>(&self, mut f: impl FnMut(&mut State, Instant) -> Wait<T> + Send) -> T {
-        let mut changes = self.lock().changes.subscribe();
+        let changes = self.lock().changes.clone();
         loop {
-            changes.borrow_and_update();
+            // Registered before the state is read, so a change between the two wakes it.
+            let changed = changes.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             let at = match self.with(|st, now| f(st, now)) {
                 Wait::Ready(t) => return t,
                 Wait::Until(at) => at,
@@ -1225,7 +1232,7 @@ impl SimStore {
             };
             tokio::select! {
                 biased;
-                _ = changes.changed() => {}
+                _ = changed => {}
                 _ = timer => {}
             }
         }
