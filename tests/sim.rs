@@ -660,6 +660,34 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 break;
             }
         }
+        // `status` shows each node's role from its member record: once the cluster is
+        // quiet, the record of every registered warden that has kept its role for a
+        // session timeout says that role (records written out of order, or a write that
+        // failed and was never made again, left a standby shown as ineligible). A newer
+        // role may still be on its way (the store's message loss never ends).
+        if recovery.is_some() && world.lock().failure.is_none() {
+            let records = world.store.member_records();
+            let mut w = world.lock();
+            let settled = Instant::now() - st;
+            let wrong: Vec<String> = w
+                .wardens
+                .iter()
+                .filter(|(_, x)| x.alive && !x.frozen && x.role_since <= settled)
+                .filter_map(|(k, x)| {
+                    // A node not registered yet (its connection still backing off) has
+                    // no record, or one of its last incarnation: `status` says so.
+                    let m = records
+                        .get(&format!("n{}", k.0 + 1))
+                        .filter(|m| m.node.incarnation == world::incarnation(*k))?;
+                    (m.role != x.role).then(|| {
+                        format!("{} is {} but its record says {}", name(*k), x.role, m.role)
+                    })
+                })
+                .collect();
+            if !wrong.is_empty() {
+                w.fail(format!("member records out of date once quiet: {wrong:?}"));
+            }
+        }
         // SPEC 8: the new active clears the request it was promoted over, once its
         // service is up (the run ends well after that, with no fault left).
         let left = world.store.control().failover;

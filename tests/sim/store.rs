@@ -1114,6 +1114,16 @@ impl SimStore {
         self.quiet(|st, _| st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid)))
     }
 
+    /// The member records as they are now, by node id: what `status` shows.
+    pub fn member_records(&self) -> BTreeMap<String, MemberRecord> {
+        self.quiet(|st, _| {
+            st.members
+                .iter()
+                .map(|(id, m)| (id.clone(), m.record.clone()))
+                .collect()
+        })
+    }
+
     /// `control` as it is now (an absent one reads as the default, as the daemons read it).
     pub fn control(&self) -> Control {
         self.quiet(|st, _| st.control_value())

@@ -186,6 +186,8 @@ pub struct Warden {
     /// When it was last thawed.
     pub thawed: Option<Instant>,
     pub role: Role,
+    /// When it took its role.
+    pub role_since: Instant,
     pub task: Option<tokio::task::AbortHandle>,
 }
 
@@ -502,6 +504,7 @@ impl W {
                 frozen: false,
                 thawed: None,
                 role: Role::Ineligible,
+                role_since: Instant::now(),
                 task: None,
             },
         );
@@ -978,6 +981,7 @@ impl W {
             return;
         }
         w.role = role;
+        w.role_since = Instant::now();
         self.log(|| format!("{} is {role}", name(who)));
         let actives: Vec<Inc> = self
             .wardens
