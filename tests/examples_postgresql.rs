@@ -9,6 +9,8 @@ mod common;
 
 use common::postgres::{os_user, sql_at, PgServer, PsqlSession, BIN};
 use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,15 +55,40 @@ struct Writer {
     thread: Option<thread::JoinHandle<()>>,
 }
 
-/// A kept session to `port`, opened again when it has ended.
-fn session(slot: &mut Option<PsqlSession>, port: u16) -> Option<&mut PsqlSession> {
-    if slot.as_mut().is_some_and(|s| !s.alive()) {
-        *slot = None;
+/// A kept session to one server, opened again when it has ended.
+#[derive(Default)]
+struct Slot {
+    db: Option<PsqlSession>,
+    /// When it last failed to open, or ended.
+    failed_at: Option<Instant>,
+}
+
+/// How often a slot tries to open a session to a server that refused one: each try starts
+/// a `psql`, and trying every round while a server is down (a switchover's gap) loaded the
+/// 2-core machine the timings are taken on, and delayed the writer's next try of the other
+/// server by a process start.
+const RECONNECT_EVERY: Duration = Duration::from_millis(50);
+
+/// The session of `slot` to `port`, opened again when it has ended.
+fn session(slot: &mut Slot, port: u16) -> Option<&mut PsqlSession> {
+    if slot.db.as_mut().is_some_and(|s| !s.alive()) {
+        // psql ends when its connection fails or is lost.
+        slot.db = None;
+        slot.failed_at = Some(Instant::now());
     }
-    if slot.is_none() {
-        *slot = PsqlSession::connect(port);
+    if slot.db.is_none() {
+        if slot
+            .failed_at
+            .is_some_and(|t| t.elapsed() < RECONNECT_EVERY)
+        {
+            return None;
+        }
+        slot.db = PsqlSession::connect(port);
+        if slot.db.is_none() {
+            slot.failed_at = Some(Instant::now());
+        }
     }
-    slot.as_mut()
+    slot.db.as_mut()
 }
 
 impl Writer {
@@ -76,7 +103,7 @@ impl Writer {
             r.push((port, Instant::now()));
         };
         let thread = thread::spawn(move || {
-            let mut sessions: [Option<PsqlSession>; 2] = [None, None];
+            let mut sessions: [Slot; 2] = Default::default();
             let mut i = base;
             while !s.load(Ordering::SeqCst) {
                 i += 1;
@@ -163,7 +190,7 @@ impl Sampler {
         let s = stop.clone();
         let thread = thread::spawn(move || {
             let (mut samples, mut two) = (0, Vec::new());
-            let mut sessions: [Option<PsqlSession>; 2] = [None, None];
+            let mut sessions: [Slot; 2] = Default::default();
             while !s.load(Ordering::SeqCst) {
                 let roles: Vec<String> = ports
                     .iter()
@@ -217,9 +244,13 @@ struct Pair {
     cluster: Cluster,
     n1: Node,
     n2: Node,
+    /// The uid the wardens run under; root when `None` (the hooks then run PostgreSQL's
+    /// programs through `setpriv`).
+    uid: Option<u32>,
 }
 
 impl Pair {
+    /// The wardens run as root.
     fn new() -> Pair {
         let p1 = PgServer::init();
         let p2 = PgServer::clone_of(&p1);
@@ -236,6 +267,34 @@ impl Pair {
             cluster,
             n1,
             n2,
+            uid: None,
+        }
+    }
+
+    /// The wardens run as the postgres user, as the example's systemd drop-in runs them
+    /// (when the tests run as root): the hooks start PostgreSQL's programs themselves.
+    fn new_as_postgres() -> Pair {
+        let mut pair = Pair::new();
+        if nix::unistd::geteuid().is_root() {
+            let pg = nix::unistd::User::from_name("postgres")
+                .ok()
+                .flatten()
+                .expect("the postgres user");
+            std::os::unix::fs::chown(pair.cluster.dir(), Some(pg.uid.as_raw()), None)
+                .expect("chown the test dir");
+            for n in [&pair.n1, &pair.n2] {
+                fs::set_permissions(&n.config, fs::Permissions::from_mode(0o644))
+                    .expect("chmod the config");
+            }
+            pair.uid = Some(pg.uid.as_raw());
+        }
+        pair
+    }
+
+    fn start(&self, node: &Node) -> Warden {
+        match self.uid {
+            Some(uid) => node.start_as(uid),
+            None => node.start(),
         }
     }
 
@@ -247,11 +306,11 @@ impl Pair {
     /// until n2 is a healthy standby whose follow of n1 has finished and whose server
     /// streams from p1.
     fn start_with_n1_active(&self) -> [Warden; 2] {
-        let w1 = self.n1.start();
+        let w1 = self.start(&self.n1);
         assert_eq!(wait_for_active(&self.n1.config, secs(60)).0, "n1");
         assert_eq!(self.p1.in_recovery(), Some(false));
         self.p1.sql("CREATE TABLE t (v bigint PRIMARY KEY)");
-        let w2 = self.n2.start();
+        let w2 = self.start(&self.n2);
         wait_for_status(&self.n1.config, secs(60), "n2 is a healthy standby", |s| {
             member_role(s, "n2").as_deref() == Some("standby")
                 && member_health(s, "n2").as_deref() == Some("healthy")
@@ -270,7 +329,8 @@ impl Pair {
 
 #[test]
 fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
-    let pair = Pair::new();
+    // As the example's drop-in runs warden; the other tests run it as root.
+    let pair = Pair::new_as_postgres();
     let Pair {
         p1,
         p2,
@@ -380,7 +440,7 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
     );
     p1.sql("INSERT INTO t VALUES (1000000)");
     p2.start_as_standby();
-    let _w2 = n2.start();
+    let _w2 = pair.start(n2);
     wait_until(secs(60), "p2 streams from p1 again", || {
         p2.streams_from().as_deref() == Some(p1_addr.as_str())
     });
