@@ -1665,10 +1665,11 @@ async fn fence_own_service<H: Host>(
 
 /// The task that writes a session's member record: each write waits for the one before,
 /// a record replaced while a write is under way is skipped for the newest, and a write
-/// that fails is tried again until it lands or a newer record replaces it. A task per
-/// write, as before, let an older record land last, and a write that failed (the store
-/// down for a moment) was never made again: either way `status` showed a standby as
-/// ineligible until its next change (simulation seed 31 of the end-of-run check).
+/// whose outcome is unknown (no answer, no connection) is tried again until it lands or a
+/// newer record replaces it. A task per write, as before, let an older record land last,
+/// and a write that failed (the store down for a moment) was never made again: either way
+/// `status` showed a standby as ineligible until its next change (simulation seed 31 of
+/// the end-of-run check).
 fn spawn_member_writer<S: Session>(
     tasks: &mut JoinSet<()>,
     zk: S,
@@ -1683,6 +1684,17 @@ fn spawn_member_writer<S: Session>(
                 };
                 match zk.set_member(&m).await {
                     Ok(()) => break,
+                    // The store refused it, or the session is over: a later record may
+                    // fare better, this one would not.
+                    Err(
+                        e @ (StoreError::Rejected(_)
+                        | StoreError::NotInitialized(_)
+                        | StoreError::SessionLost(_)
+                        | StoreError::Auth(_)),
+                    ) => {
+                        warn!("could not publish the member record: {e}");
+                        break;
+                    }
                     Err(e) => {
                         if !failing {
                             warn!(
