@@ -72,13 +72,16 @@ impl Elector {
         }
     }
 
-    /// Runs `follow` for the newest active, unless one runs, this node holds the lock, or
-    /// it follows that epoch already.
+    /// Runs `follow` for the newest active, unless one runs, this node holds the lock, it
+    /// follows that epoch already, or that active is this node in an earlier incarnation
+    /// (restarted after it was the active: its service would be told to follow itself;
+    /// whoever wins next fences what is left of it, this node included).
     pub(super) fn follow_now(&mut self) {
         let Some(active) = self.active.clone() else {
             return;
         };
-        if self.following.is_some()
+        if active.node_id == self.cfg.node_id
+            || self.following.is_some()
             || matches!(self.phase, Phase::Holding { .. } | Phase::Exited)
             || self.svc != Svc::Down
             || (self.followed == active.epoch && self.follow_failed.is_none())

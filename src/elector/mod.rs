@@ -537,7 +537,11 @@ impl Elector {
         if !self.cfg.follow || matches!(self.phase, Phase::Holding { .. }) {
             return None;
         }
-        let active = self.active.as_ref()?;
+        // (An earlier incarnation of this node is not followed: nothing to show.)
+        let active = self
+            .active
+            .as_ref()
+            .filter(|a| a.node_id != self.cfg.node_id)?;
         Some(match (&self.follow_failed, self.followed) {
             (Some(why), _) => format!("failed: {why}"),
             (None, Some(e)) if Some(e) == active.epoch => {

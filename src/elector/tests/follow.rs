@@ -352,3 +352,25 @@ fn rule_6_without_a_follow_hook_nothing_follows() {
     assert_eq!(h.e.follow_state(), None);
     assert_eq!(h.e.epoch_seen(), Some(7));
 }
+
+/// A node restarted after it was the active learns of its own earlier incarnation as the
+/// last active: it does not follow it (its service would be told to follow itself;
+/// simulation seed 49018), and nothing keeps it from the election.
+#[test]
+fn rule_6_a_node_never_follows_an_earlier_incarnation_of_itself() {
+    let mut h = following_standby();
+    let old_self = active_record("n1", 7);
+    assert_ne!(old_self.incarnation, h.e.cfg.incarnation);
+    let a = h.feed(Event::ActiveChanged { record: old_self });
+    assert!(!has(&a, |a| matches!(a, Action::Follow { .. })), "{a:?}");
+    assert_eq!(h.e.epoch_seen(), Some(7));
+    assert_eq!(h.e.follow_state(), None);
+    // Another node's newer promotion is followed as ever.
+    let a = h.feed(Event::ActiveChanged {
+        record: active_record("n2", 8),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::Follow { active, .. }] if active.node_id == "n2"),
+        "{a:?}"
+    );
+}
