@@ -42,8 +42,9 @@
 //!    within 3 × session_timeout + 30 s, unless no node may become active by itself:
 //!    every node is of priority 0 or has a follow hook broken for good (SPEC §6: then only
 //!    `failover --to` makes one active). A breadcrumb no fence can verify is SPEC §5's
-//!    case for `fence --confirm`: the simulated operator confirms it once nothing of it
-//!    runs;
+//!    case for `fence --confirm`: the simulated operator confirms it once no service of
+//!    it runs and its warden is gone or out of the lock (15% of the seeds fence by
+//!    `signal` alone, which cannot reach another machine);
 //! 5. the operator's commands (`sim/operator.rs`, the real `ops` functions on a session of
 //!    their own): nobody is promoted while paused, nor against a pending switchover
 //!    request (its `from`, or a standby it does not name); `warden failover` returns by
@@ -222,7 +223,7 @@ fn config_text(plan: &Plan, node: usize) -> String {
          [service]\n{}\n\
          [health]\nkind = \"exec\"\ncommand = [\"/bin/true\"]\ninterval = \"500ms\"\ntimeout = \"200ms\"\nrise = 1\nfall = 2\n\n\
          [[fence]]\nkind = \"signal\"\nsignal = \"SIGKILL\"\ntimeout = {}\n\n\
-         [[fence]]\nkind = \"script\"\ncommand = [\"/bin/true\"]\ntimeout = {}\n",
+         {}",
         node + 1,
         plan.layout.places[plan.layout.nodes[node].places[0]].name,
         plan.layout.nodes[node].port,
@@ -232,8 +233,38 @@ fn config_text(plan: &Plan, node: usize) -> String {
         plan.priorities[node],
         service,
         d(c.fence_timeout),
-        d(c.fence_timeout),
+        if plan.signal_only {
+            String::new()
+        } else {
+            format!(
+                "[[fence]]\nkind = \"script\"\ncommand = [\"/bin/true\"]\ntimeout = {}\n",
+                d(c.fence_timeout)
+            )
+        },
     )
+}
+
+/// The operator powers machine `host` off and on again (down for a second): what is left of
+/// an old active where no fence method reaches, before `fence --confirm`. Its wardens
+/// start again as after a reboot.
+fn power_cycle(world: &World, host: usize, st: Duration) {
+    let down = ms(1000);
+    world
+        .lock()
+        .log(|| format!("OPERATOR powers off machine m{}", host + 1));
+    let victims = world.reboot(host);
+    let mut w = world.lock();
+    for v in &victims {
+        w.restart_after[v.0] = Some(down + st);
+    }
+    drop(w);
+    let world = world.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(down).await;
+        let mut w = world.lock();
+        w.machines[host].up = true;
+        w.log(|| format!("machine m{} up", host + 1));
+    });
 }
 
 /// Starts incarnation `who` of its node: the real daemon on a simulated host.
@@ -573,6 +604,11 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
         let bound = st * 3 + Duration::from_secs(30);
         let mut recovery = None;
         let mut confirmed = false;
+        // Liveness is due `bound` after the faults or, once the operator confirmed a fence,
+        // after the longest back-off a node that kept failing to fence may still sit
+        // out, and three session timeouts more. (`fence --confirm` does not wake such a
+        // node: it finds the breadcrumb gone when its back-off ends.)
+        let mut after_confirm = Duration::ZERO;
         let mut leaderless = false;
         loop {
             tokio::time::sleep(ms(50)).await;
@@ -603,23 +639,48 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 continue;
             }
             if !confirmed && now >= faults_end + bound / 2 {
-                // The operator's `fence --confirm`, once nothing of the breadcrumb's
-                // incarnation runs.
+                // The operator's `fence --confirm`, once no service of the breadcrumb's
+                // incarnation runs as the primary and its warden is gone or, as `status`
+                // shows it, running out of the lock (standby, ineligible, neutral): one
+                // that lost the lock while frozen and stopped its service itself keeps its
+                // breadcrumb, which only the lock's holder may delete (SPEC §3). A primary
+                // of it that still runs where no fence method reaches (a chain of `signal`
+                // alone, another machine) the operator powers off with its machine first.
                 if let Some(b) = world.store.breadcrumb() {
                     if let Some(o) = world::parse_incarnation(&b.incarnation) {
-                        let mut w = world.lock();
-                        let gone = !w.alive(o) && w.services.iter().all(|s| s.owner != o);
-                        if gone {
+                        let w = world.lock();
+                        let warden_out = w.wardens.get(&o).is_none_or(|x| {
+                            !x.alive
+                                || (!x.frozen
+                                    && matches!(
+                                        x.role,
+                                        Role::Standby | Role::Ineligible | Role::Neutral
+                                    ))
+                        });
+                        // (Hooks mode: its node's service runs on as a replica.)
+                        let machines: std::collections::BTreeSet<usize> = w
+                            .services
+                            .iter()
+                            .filter(|s| s.owner == o && s.primary)
+                            .map(|s| s.machine)
+                            .collect();
+                        drop(w);
+                        if warden_out || !machines.is_empty() {
+                            for m in machines {
+                                power_cycle(&world, m, st);
+                            }
+                            let mut w = world.lock();
                             w.confirms += 1;
                             w.log(|| format!("OPERATOR fence --confirm {}", name(o)));
                             drop(w);
                             world.store.confirm_fenced();
                             confirmed = true;
+                            after_confirm = now + warden::config::MAX_REJOIN_DELAY + st * 3;
                         }
                     }
                 }
             }
-            if now >= faults_end + bound {
+            if now >= (faults_end + bound).max(after_confirm) {
                 // SPEC §6: nobody takes the lock by itself when every node is of priority
                 // 0 or has a follow hook broken for good; `failover --to` would be needed.
                 let may_lead = {

@@ -360,6 +360,9 @@ pub struct Plan {
     /// When every scheduled fault has ended (restarts after a clean stop are added as they
     /// happen). Background connection losses and latency spikes stop here too.
     pub faults_end: Time,
+    /// The fence chain is the `signal` method alone: a node on another machine cannot be
+    /// fenced, and only the operator's `fence --confirm` lets another node promote.
+    pub signal_only: bool,
 }
 
 impl fmt::Display for Plan {
@@ -386,13 +389,18 @@ impl fmt::Display for Plan {
             .collect();
         writeln!(
             f,
-            "  {}; priorities {}",
+            "  {}; priorities {}{}",
             match self.mode {
                 Mode::Spawn => "spawn mode",
                 Mode::Hooks { follow: true } => "hooks mode with a follow hook",
                 Mode::Hooks { follow: false } => "hooks mode without a follow hook",
             },
-            priorities.join(", ")
+            priorities.join(", "),
+            if self.signal_only {
+                "; fence chain: signal only"
+            } else {
+                ""
+            }
         )?;
         let l = &self.layout;
         write!(f, "  {:?}:", l.topology)?;
@@ -645,6 +653,7 @@ pub fn draw(
         faults.push(Fault { at, end, kind });
     }
     faults.sort_by_key(|f| f.at);
+    let signal_only = aux.chance(0.15);
     Plan {
         cfg,
         layout,
@@ -652,6 +661,7 @@ pub fn draw(
         priorities,
         faults,
         faults_end,
+        signal_only,
     }
 }
 
