@@ -42,8 +42,8 @@
 //!    within 3 × session_timeout + 30 s, unless no node may become active by itself:
 //!    every node is of priority 0 or has a follow hook broken for good (SPEC §6: then only
 //!    `failover --to` makes one active). A breadcrumb no fence can verify is SPEC §5's
-//!    case for `fence --confirm`: the simulated operator confirms it once no service of
-//!    it runs and its warden is gone or out of the lock (15% of the seeds fence by
+//!    case for `fence --confirm`: the simulated operator stops its warden, powers off any
+//!    machine where a primary of it still runs, and confirms (15% of the seeds fence by
 //!    `signal` alone, which cannot reach another machine);
 //! 5. the operator's commands (`sim/operator.rs`, the real `ops` functions on a session of
 //!    their own): nobody is promoted while paused, nor against a pending switchover
@@ -639,44 +639,41 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 continue;
             }
             if !confirmed && now >= faults_end + bound / 2 {
-                // The operator's `fence --confirm`, once no service of the breadcrumb's
-                // incarnation runs as the primary and its warden is gone or, as `status`
-                // shows it, running out of the lock (standby, ineligible, neutral): one
-                // that lost the lock while frozen and stopped its service itself keeps its
-                // breadcrumb, which only the lock's holder may delete (SPEC §3). A primary
-                // of it that still runs where no fence method reaches (a chain of `signal`
-                // alone, another machine) the operator powers off with its machine first.
+                // The operator's way out when fencing keeps failing (README "fence
+                // --confirm"): `fence --confirm` is refused while the breadcrumb's
+                // incarnation lives, so the operator first stops its warden if it runs (a
+                // frozen one, or one that lost the lock and stopped its service itself:
+                // only the lock's holder deletes a breadcrumb, SPEC §3), powers off each
+                // machine where a primary of it still runs (no fence method reaches it: a
+                // chain of `signal` alone and another machine), then confirms. The warden
+                // starts again a session timeout later.
                 if let Some(b) = world.store.breadcrumb() {
                     if let Some(o) = world::parse_incarnation(&b.incarnation) {
-                        let w = world.lock();
-                        let warden_out = w.wardens.get(&o).is_none_or(|x| {
-                            !x.alive
-                                || (!x.frozen
-                                    && matches!(
-                                        x.role,
-                                        Role::Standby | Role::Ineligible | Role::Neutral
-                                    ))
-                        });
+                        if world.lock().alive(o) {
+                            let mut w = world.lock();
+                            w.log(|| format!("OPERATOR stops the warden {}", name(o)));
+                            w.restart_after[o.0] = Some(st);
+                            drop(w);
+                            world.kill_warden(o, "stopped by the operator");
+                        }
                         // (Hooks mode: its node's service runs on as a replica.)
-                        let machines: std::collections::BTreeSet<usize> = w
+                        let machines: std::collections::BTreeSet<usize> = world
+                            .lock()
                             .services
                             .iter()
                             .filter(|s| s.owner == o && s.primary)
                             .map(|s| s.machine)
                             .collect();
-                        drop(w);
-                        if warden_out || !machines.is_empty() {
-                            for m in machines {
-                                power_cycle(&world, m, st);
-                            }
-                            let mut w = world.lock();
-                            w.confirms += 1;
-                            w.log(|| format!("OPERATOR fence --confirm {}", name(o)));
-                            drop(w);
-                            world.store.confirm_fenced();
-                            confirmed = true;
-                            after_confirm = now + warden::config::MAX_REJOIN_DELAY + st * 3;
+                        for m in machines {
+                            power_cycle(&world, m, st);
                         }
+                        let mut w = world.lock();
+                        w.confirms += 1;
+                        w.log(|| format!("OPERATOR fence --confirm {}", name(o)));
+                        drop(w);
+                        world.store.confirm_fenced();
+                        confirmed = true;
+                        after_confirm = now + warden::config::MAX_REJOIN_DELAY + st * 3;
                     }
                 }
             }
