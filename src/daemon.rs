@@ -298,6 +298,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             pin_watch: None,
             exit_code: None,
         };
+        // The checkers below look at once: their first `standby_command` is told the
+        // cluster, the node and its role too, not nothing (`tests/hooks.rs` saw a first
+        // check with no WARDEN_* at all, 1 run in 5 under load).
+        d.probe_env.set(d.standby_command_env());
         if !eligible_now {
             d.eligibility = Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility));
         }
