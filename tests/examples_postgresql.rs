@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::postgres::{os_user, sql_at, PgServer, PsqlSession, BIN};
+use common::postgres::{give, os_user, postgres_user, sql_at, PgServer, PsqlSession, BIN};
 use common::*;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -276,17 +276,12 @@ impl Pair {
     fn new_as_postgres() -> Pair {
         let mut pair = Pair::new();
         if nix::unistd::geteuid().is_root() {
-            let pg = nix::unistd::User::from_name("postgres")
-                .ok()
-                .flatten()
-                .expect("the postgres user");
-            std::os::unix::fs::chown(pair.cluster.dir(), Some(pg.uid.as_raw()), None)
-                .expect("chown the test dir");
+            give(pair.cluster.dir());
             for n in [&pair.n1, &pair.n2] {
                 fs::set_permissions(&n.config, fs::Permissions::from_mode(0o644))
                     .expect("chmod the config");
             }
-            pair.uid = Some(pg.uid.as_raw());
+            pair.uid = Some(postgres_user().uid.as_raw());
         }
         pair
     }

@@ -277,10 +277,9 @@ impl MariaDb {
             .stderr(Stdio::null())
             .spawn()
             .expect("start the mariadb client");
-        let mut stdin = child.stdin.take().expect("its stdin");
+        // Its stdin stays open with the child: EOF would end the session.
+        let stdin = child.stdin.as_mut().expect("its stdin");
         writeln!(stdin, "BEGIN; {query} FOR UPDATE; SELECT 'held';").expect("write to it");
-        // Kept open (leaked into the child's lifetime): EOF would end the session.
-        std::mem::forget(stdin);
         let mut out = child.stdout.take().expect("its stdout");
         // Read on a thread, so that a client that never gets the rows fails the test at a
         // deadline instead of hanging it.

@@ -69,13 +69,18 @@ fn as_pg(program: &str) -> Command {
     c
 }
 
+/// The `postgres` user that Debian's package makes.
+pub fn postgres_user() -> User {
+    User::from_name("postgres")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("no postgres user: {INSTALL}"))
+}
+
 /// Gives a path to [`os_user`] (the tests run as root create it).
-fn give(path: &Path) {
+pub fn give(path: &Path) {
     if nix::unistd::geteuid().is_root() {
-        let pg = User::from_name("postgres")
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| panic!("no postgres user: {INSTALL}"));
+        let pg = postgres_user();
         nix::unistd::chown(path, Some(pg.uid), Some(pg.gid)).expect("chown to postgres");
     }
 }
