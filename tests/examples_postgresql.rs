@@ -69,9 +69,16 @@ struct Slot {
 /// server by a process start.
 const RECONNECT_EVERY: Duration = Duration::from_millis(50);
 
-/// The session of `slot` to `port`, opened again when it has ended.
+/// The session of `slot` to `port` once it is connected, opened again when it has ended.
+/// Never waits for a connection to be made: a client that tries the servers in turn must
+/// not be held up by one that is down (psql takes tens of milliseconds to start and fail)
+/// while the other takes writes.
 fn session(slot: &mut Slot, port: u16) -> Option<&mut PsqlSession> {
-    if slot.db.as_mut().is_some_and(|s| !s.alive()) {
+    if slot
+        .db
+        .as_mut()
+        .is_some_and(|s| !s.alive() || s.ready() == Some(false))
+    {
         // psql ends when its connection fails or is lost.
         slot.db = None;
         slot.failed_at = Some(Instant::now());
@@ -88,7 +95,8 @@ fn session(slot: &mut Slot, port: u16) -> Option<&mut PsqlSession> {
             slot.failed_at = Some(Instant::now());
         }
     }
-    slot.db.as_mut()
+    let db = slot.db.as_mut()?;
+    (db.ready() == Some(true)).then_some(db)
 }
 
 impl Writer {

@@ -13,7 +13,7 @@
 //! Every log (ZooKeeper's, each warden's) and every journal is registered per test thread;
 //! when a test fails (a [`wait_until`] times out, or any panic drops a handle), all of them
 //! are printed once, so a failing CI run says why. Set `WARDEN_TEST_KEEP=1` to keep the temp
-//! dirs of a failed test.
+//! dirs of a failed test, and `WARDEN_TEST_LOG` (say `debug`) for the daemons' `RUST_LOG`.
 
 #![allow(dead_code)]
 
@@ -1227,7 +1227,7 @@ pub struct Warden {
 }
 
 impl Warden {
-    /// Starts the daemon with `RUST_LOG=info`, stdout and stderr to `<config stem>.log`
+    /// Starts the daemon with `RUST_LOG=info` (or `$WARDEN_TEST_LOG`), stdout and stderr to `<config stem>.log`
     /// (`.2.log`, ... for later starts of the same config).
     pub fn start(config: &Path) -> Warden {
         Warden::start_program(Path::new(WARDEN), config)
@@ -1266,7 +1266,10 @@ impl Warden {
         cmd.arg("-c")
             .arg(config)
             .arg("run")
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("WARDEN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .env_remove("WARDEN_CONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log handle"))

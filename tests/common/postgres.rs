@@ -190,7 +190,7 @@ impl PgServer {
                  listen_addresses = '127.0.0.1'\nunix_socket_directories = '{dir}'\n\
                  wal_level = replica\nwal_log_hints = on\nmax_wal_senders = 10\n\
                  hot_standby = on\nfsync = off\nwal_keep_size = '256MB'\n\
-                 logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\n",
+                 logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\nlog_line_prefix = '%m [%p] '\n",
                 data = d.display(),
                 conf = self.conf().display(),
                 port = self.port,
@@ -362,7 +362,12 @@ pub struct PsqlSession {
     stdin: std::process::ChildStdin,
     lines: std::sync::mpsc::Receiver<String>,
     next: u64,
+    /// Whether [`READY`] has been read (see [`ready`](Self::ready)).
+    ready: bool,
 }
+
+/// What a new session's psql echoes once it is connected.
+const READY: &str = "@@warden-test-connected";
 
 impl PsqlSession {
     /// Starts `psql` for the server on `port`; `None` if it could not be started.
@@ -394,12 +399,35 @@ impl PsqlSession {
                 }
             }
         });
-        Some(PsqlSession {
+        let mut session = PsqlSession {
             child,
             stdin,
             lines,
             next: 0,
-        })
+            ready: false,
+        };
+        // psql connects before it reads its input: this marker comes once it has.
+        use std::io::Write;
+        writeln!(session.stdin, "\\echo {READY}")
+            .and_then(|()| session.stdin.flush())
+            .ok()?;
+        Some(session)
+    }
+
+    /// Whether the connection is made: `Some(true)` once psql said so, `Some(false)` when
+    /// it failed (psql has exited), `None` while it is being made. Never waits, so that a
+    /// client trying a server that is down is not held up by it.
+    pub fn ready(&mut self) -> Option<bool> {
+        use std::sync::mpsc::TryRecvError;
+        while !self.ready {
+            match self.lines.try_recv() {
+                Ok(line) if line == READY => self.ready = true,
+                Ok(_) => {}
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => return Some(false),
+            }
+        }
+        Some(true)
     }
 
     /// Runs one statement; its output lines. `Err` when the server answered with an error,
@@ -418,6 +446,7 @@ impl PsqlSession {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if line == marker => break,
+                Ok(line) if line == READY && !self.ready => self.ready = true,
                 Ok(line) => out.push(line),
                 Err(_) => {
                     let _ = self.child.kill();
