@@ -279,5 +279,6 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        super::keep_dir_if_failed(&mut self.dir);
     }
 }
