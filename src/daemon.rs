@@ -1256,6 +1256,22 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     Event::BreadcrumbDeleted { ticket }
                 });
             }
+            Action::PeekBreadcrumb { ticket } => {
+                self.in_session(
+                    Event::BreadcrumbPeeked {
+                        ticket,
+                        version: Err("no session".into()),
+                    },
+                    move |zk| async move {
+                        let version = zk
+                            .breadcrumb_bytes()
+                            .await
+                            .map(|found| found.map(|(_, v)| v))
+                            .map_err(|e| e.to_string());
+                        Event::BreadcrumbPeeked { ticket, version }
+                    },
+                );
+            }
             Action::Release { ticket } => {
                 let tx = self.tx.clone();
                 match self.session.take() {

@@ -44,7 +44,9 @@
 //!    `failover --to` makes one active). A breadcrumb no fence can verify is SPEC §5's
 //!    case for `fence --confirm`: the simulated operator stops its warden, powers off any
 //!    machine where a primary of it still runs, and confirms (15% of the seeds fence by
-//!    `signal` alone, which cannot reach another machine);
+//!    `signal` alone, which cannot reach another machine); some node is then active
+//!    within 4 × session_timeout of the confirmation (SPEC §4.8: a node sitting out after
+//!    failed fences looks at the breadcrumb meanwhile);
 //! 5. the operator's commands (`sim/operator.rs`, the real `ops` functions on a session of
 //!    their own): nobody is promoted while paused, nor against a pending switchover
 //!    request (its `from`, or a standby it does not name); `warden failover` returns by
@@ -605,9 +607,9 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
         let mut recovery = None;
         let mut confirmed = false;
         // Liveness is due `bound` after the faults or, once the operator confirmed a fence,
-        // after the longest back-off a node that kept failing to fence may still sit
-        // out, and three session timeouts more. (`fence --confirm` does not wake such a
-        // node: it finds the breadcrumb gone when its back-off ends.)
+        // four session timeouts after that: a node sitting out after failed fences looks
+        // at the breadcrumb every renewal interval and joins again once it is gone (SPEC
+        // §4.8), rather than at its back-off's end (up to 30 s).
         let mut after_confirm = Duration::ZERO;
         let mut leaderless = false;
         loop {
@@ -673,11 +675,16 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                         drop(w);
                         world.store.confirm_fenced();
                         confirmed = true;
-                        after_confirm = now + warden::config::MAX_REJOIN_DELAY + st * 3;
+                        after_confirm = now + st * 4;
                     }
                 }
             }
-            if now >= (faults_end + bound).max(after_confirm) {
+            let due = if confirmed {
+                after_confirm
+            } else {
+                faults_end + bound
+            };
+            if now >= due {
                 // SPEC §6: nobody takes the lock by itself when every node is of priority
                 // 0 or has a follow hook broken for good; `failover --to` would be needed.
                 let may_lead = {

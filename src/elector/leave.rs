@@ -6,7 +6,22 @@ use super::{
     LOST_DATA_RETRY, MAX_REJOIN_DELAY,
 };
 use crate::record::Epoch;
+use crate::record::Version;
 use std::time::Instant;
+
+/// A node that failed to fence sits out for its back-off (§4.8), up to 30 s; the operator's
+/// way out, `fence --confirm`, deletes the breadcrumb that could not be fenced. The node
+/// looks at the breadcrumb every renewal interval meanwhile and joins again as soon as it
+/// changed, rather than leaving the cluster without an active for the rest of the back-off.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FenceWatch {
+    /// The breadcrumb's version when the fence failed (`None`: there was none to read).
+    pub(super) version: Option<Version>,
+    /// When to look next; set once the lock is released.
+    pub(super) next: Option<Instant>,
+    /// The look whose answer counts.
+    pub(super) ticket: Option<Ticket>,
+}
 
 /// Why we leave the lock; decides the back-off and what the breadcrumb needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +193,14 @@ impl Elector {
     }
 
     pub(super) fn after_release(&mut self, why: Leave, now: Instant) {
+        if why == Leave::FenceFailed {
+            let next = now + self.renewal_interval();
+            if let Some(w) = &mut self.fence_watch {
+                w.next = Some(next);
+            }
+        } else {
+            self.fence_watch = None;
+        }
         if why == Leave::LostData {
             self.out_until = Some(now + LOST_DATA_RETRY);
         }
@@ -202,6 +225,39 @@ impl Elector {
         if self.stopping || why == Leave::Stop {
             self.stopping = true;
             self.exit_when_down();
+        }
+    }
+
+    /// A look at the breadcrumb while sitting out after a failed fence: when it changed
+    /// (deleted by `fence --confirm`, or replaced by another node's promotion), the
+    /// back-off ends now. An unanswered look is tried again at the next interval.
+    pub(super) fn on_breadcrumb_peeked(
+        &mut self,
+        ticket: Ticket,
+        version: Result<Option<Version>, String>,
+        now: Instant,
+    ) {
+        let Some(w) = self.fence_watch else {
+            return;
+        };
+        if w.ticket != Some(ticket) {
+            return;
+        }
+        match version {
+            Ok(v) if v != w.version => {}
+            _ => return,
+        }
+        self.fence_watch = None;
+        if self.out_until.is_some_and(|t| now < t) {
+            self.out_until = None;
+            self.failures = 0;
+            self.notice(
+                false,
+                "the breadcrumb this node could not fence has changed (`fence --confirm` \
+                 deleted it, or another node was promoted): joining the election again now"
+                    .into(),
+            );
+            self.try_join(now);
         }
     }
 

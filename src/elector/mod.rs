@@ -226,6 +226,12 @@ pub enum Event {
     Released {
         ticket: Ticket,
     },
+    /// The breadcrumb's version as [`Action::PeekBreadcrumb`] `ticket` read it (`None`:
+    /// there is none).
+    BreadcrumbPeeked {
+        ticket: Ticket,
+        version: Result<Option<Version>, String>,
+    },
     /// Another node committed its promotion (SPEC §6 `follow`): its record, with the epoch.
     ActiveChanged {
         record: NodeRecord,
@@ -317,6 +323,9 @@ pub enum Action {
     DeleteOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
     /// Delete `lock` from the holding session, then drop the session.
     Release { ticket: Ticket },
+    /// Read the breadcrumb's version (a node that sits out after a failed fence looks for
+    /// a change, §4.8); report [`Event::BreadcrumbPeeked`].
+    PeekBreadcrumb { ticket: Ticket },
     /// Clear the `failover` request in `control` once promoted: compare-and-delete, only
     /// if `control` still holds this very request; retried until acknowledged.
     ClearFailover { request: FailoverView },
@@ -405,6 +414,9 @@ pub struct Elector {
     /// Failures in a row (§4.8) and until when we stay out.
     failures: u32,
     out_until: Option<Instant>,
+    /// While sitting out after a failed fence: the breadcrumb that could not be fenced,
+    /// looked at again every renewal interval (§4.8).
+    fence_watch: Option<leave::FenceWatch>,
     /// Since when we are stable standby or active (§4.8 reset).
     stable_since: Option<Instant>,
     /// Retry a join or a read at this instant (after an unknown outcome).
@@ -474,6 +486,7 @@ impl Elector {
             control: ControlView::default(),
             failures: 0,
             out_until: None,
+            fence_watch: None,
             stable_since: None,
             retry_at: None,
             must_rejoin: false,
@@ -631,6 +644,9 @@ impl Elector {
             } => self.on_service_stopped(ticket, clean, detail, now),
             Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
             Event::Released { ticket } => self.on_released(ticket, now),
+            Event::BreadcrumbPeeked { ticket, version } => {
+                self.on_breadcrumb_peeked(ticket, version, now)
+            }
             Event::ActiveChanged { record } => self.on_active_changed(record),
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members),

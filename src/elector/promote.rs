@@ -167,6 +167,11 @@ impl Elector {
                 summary,
                 target: target.clone(),
             });
+            self.fence_watch = Some(super::leave::FenceWatch {
+                version: breadcrumb_version,
+                next: None,
+                ticket: None,
+            });
             self.leave(Leave::FenceFailed);
         }
     }

@@ -25,6 +25,8 @@ pub(super) enum Timer {
     SwitchoverLapse,
     /// The back-off after a failure ends (§4.8), while out of the election.
     Rejoin,
+    /// Sitting out after a failed fence: look whether the breadcrumb changed (§4.8).
+    PeekBreadcrumb,
     /// The renewal in flight is late: the lease is in doubt (§4.4).
     RenewalLate,
     /// The next renewal is due.
@@ -37,12 +39,13 @@ pub(super) enum Timer {
 
 impl Timer {
     /// Every timer, in the order passed ones are acted on.
-    pub(super) const ALL: [Timer; 9] = [
+    pub(super) const ALL: [Timer; 10] = [
         Timer::Retry,
         Timer::FollowRetry,
         Timer::RecordRetry,
         Timer::SwitchoverLapse,
         Timer::Rejoin,
+        Timer::PeekBreadcrumb,
         Timer::RenewalLate,
         Timer::Renewal,
         Timer::Demote,
@@ -68,6 +71,10 @@ impl Elector {
             Timer::RecordRetry => self.record_retry_at,
             Timer::SwitchoverLapse => self.control.failover.as_ref().map(|f| f.lapses_at),
             Timer::Rejoin => self.out_until.filter(|_| matches!(self.phase, Phase::Idle)),
+            // Only a look that comes before the back-off's own end.
+            Timer::PeekBreadcrumb => self.fence_watch.and_then(|w| w.next).filter(|&t| {
+                matches!(self.phase, Phase::Idle) && self.out_until.is_some_and(|end| t < end)
+            }),
             Timer::RenewalLate => match self.lease.in_flight {
                 // Only until it is declared late.
                 Some((_, sent)) if holding && !self.lease.doubt => {
@@ -139,7 +146,17 @@ impl Elector {
             }
             Timer::Rejoin => {
                 self.out_until = None;
+                self.fence_watch = None;
                 self.try_join(now);
+            }
+            Timer::PeekBreadcrumb => {
+                let ticket = self.ticket();
+                let next = now + self.renewal_interval();
+                if let Some(w) = &mut self.fence_watch {
+                    w.next = Some(next);
+                    w.ticket = Some(ticket);
+                }
+                self.actions.push_back(Action::PeekBreadcrumb { ticket });
             }
             // The renewal timers run under a lease, as they always have; a renewal in
             // flight or due always has one.

@@ -158,6 +158,101 @@ fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
+/// Fails to fence the breadcrumb of n2 at version 4 from the lock won at `epoch`, and
+/// releases; returns when the new session is up (sitting out).
+fn fence_fails_and_sits_out(h: &mut H, epoch: Epoch, rejoin: Ticket) {
+    let r = h.held(rejoin, epoch);
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "inc-9", Some(10)),
+            version: Version::new(4),
+        },
+    );
+    let f = H::ticket_of(&a);
+    let a = h.feed(Event::FenceDone {
+        ticket: f,
+        fenced: false,
+        summary: "script:x failed: exit 1".into(),
+    });
+    let rel = H::ticket_of(&a);
+    assert_eq!(
+        h.feed(Event::Released { ticket: rel }),
+        vec![Action::Connect]
+    );
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+}
+
+/// §4.8 with `fence --confirm`: a node sitting out after failed fences looks at the
+/// breadcrumb every renewal interval, and joins again as soon as it changed, not at its
+/// back-off's end (up to 30 s, during which the cluster has no active).
+#[test]
+fn rule_4_8_a_node_sitting_out_after_a_failed_fence_rejoins_once_the_breadcrumb_changed() {
+    let mut h = H::new();
+    let j = h.session();
+    fence_fails_and_sits_out(&mut h, 20, j);
+    // The first back-off (1 s) ends before a look would: none is sent.
+    let a = h.advance(Duration::from_secs(1));
+    let j = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    fence_fails_and_sits_out(&mut h, 21, j);
+    // The second (2 s): a look after a renewal interval (1 s); the breadcrumb is the same.
+    let a = h.advance(Duration::from_millis(999));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    let peek = match a.as_slice() {
+        [Action::PeekBreadcrumb { ticket }] => *ticket,
+        _ => panic!("no look at the breadcrumb: {a:?}"),
+    };
+    let a = h.feed(Event::BreadcrumbPeeked {
+        ticket: peek,
+        version: Ok(Some(Version::new(4))),
+    });
+    assert_eq!(a, vec![], "the breadcrumb did not change");
+    // An unanswered look changes nothing either.
+    let a = h.feed(Event::BreadcrumbPeeked {
+        ticket: peek,
+        version: Err("no session".into()),
+    });
+    assert_eq!(a, vec![]);
+    // Back-off of 2 s from the release: the next look would be at its end, so none.
+    let a = h.advance(Duration::from_millis(999));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    let j = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+
+    // A third failure (4 s): the operator confirms meanwhile, and the next look finds the
+    // breadcrumb gone: join at once, with the failures forgotten.
+    fence_fails_and_sits_out(&mut h, 22, j);
+    let a = h.advance(Duration::from_secs(1));
+    let peek = match a.as_slice() {
+        [Action::PeekBreadcrumb { ticket }] => *ticket,
+        _ => panic!("no look at the breadcrumb: {a:?}"),
+    };
+    let all = h.feed_all(Event::BreadcrumbPeeked {
+        ticket: peek,
+        version: Ok(None),
+    });
+    assert!(
+        has(&all, |a| matches!(a, Action::Notice { message, .. }
+            if message.contains("fence --confirm"))),
+        "{all:?}"
+    );
+    let a = strip(all);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    // A late answer to an older look is ignored.
+    let a = h.feed(Event::BreadcrumbPeeked {
+        ticket: peek,
+        version: Ok(None),
+    });
+    assert_eq!(a, vec![]);
+}
+
 #[test]
 fn rule_4_3b_an_older_incarnation_of_this_node_is_fenced_locally() {
     let mut h = H::new();
