@@ -128,12 +128,14 @@ fn print_confirmed(c: &Confirmed) -> Result<(), OpError> {
     match &c.target {
         Some(t) => println!(
             "{} confirmed down: its breadcrumb is deleted, so the next election promotes \
-             without fencing",
+             without fencing; standbys sitting out after failed fences see it within \
+             session_timeout / 6 and join again",
             describe(t)
         ),
         None => println!(
             "the unreadable breadcrumb is deleted, so the next election promotes without \
-             fencing"
+             fencing; standbys sitting out after failed fences see it within \
+             session_timeout / 6 and join again"
         ),
     }
     Ok(())
