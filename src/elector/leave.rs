@@ -5,8 +5,7 @@ use super::{
     lease::Lease, service::Svc, Action, Elector, Phase, Reason, Step, StopCause, Ticket,
     LOST_DATA_RETRY, MAX_REJOIN_DELAY,
 };
-use crate::record::Epoch;
-use crate::record::Version;
+use crate::record::{Epoch, Version};
 use std::time::Instant;
 
 /// A node that failed to fence sits out for its back-off (§4.8), up to 30 s; the operator's

@@ -225,6 +225,7 @@ fn rule_4_8_a_node_sitting_out_after_a_failed_fence_rejoins_once_the_breadcrumb_
         "{all:?}"
     );
     let a = strip(all);
+    let j = H::ticket_of(&a);
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
     // A late answer to an older look is ignored.
     let a = h.feed(Event::BreadcrumbPeeked {
@@ -232,6 +233,12 @@ fn rule_4_8_a_node_sitting_out_after_a_failed_fence_rejoins_once_the_breadcrumb_
         version: Ok(None),
     });
     assert_eq!(a, vec![]);
+    // The next failure backs off as the first did (1 s, no look): the count restarted.
+    fence_fails_and_sits_out(&mut h, 23, j);
+    let a = h.advance(Duration::from_millis(999));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
 #[test]
