@@ -605,12 +605,11 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
         }
         let bound = st * 3 + Duration::from_secs(30);
         let mut recovery = None;
-        let mut confirmed = false;
-        // Liveness is due `bound` after the faults or, once the operator confirmed a fence,
-        // four session timeouts after that: a node sitting out after failed fences looks
-        // at the breadcrumb every renewal interval and joins again once it is gone (SPEC
-        // §4.8), rather than at its back-off's end (up to 30 s).
-        let mut after_confirm = Duration::ZERO;
+        // When the operator confirmed a fence. Liveness is due `bound` after the faults or,
+        // once confirmed, four session timeouts after that: a node sitting out after failed
+        // fences looks at the breadcrumb every renewal interval and joins again once it is
+        // gone (SPEC §4.8), rather than at its back-off's end (up to 30 s).
+        let mut confirmed_at: Option<Duration> = None;
         let mut leaderless = false;
         loop {
             tokio::time::sleep(ms(50)).await;
@@ -640,7 +639,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 }
                 continue;
             }
-            if !confirmed && now >= faults_end + bound / 2 {
+            if confirmed_at.is_none() && now >= faults_end + bound / 2 {
                 // The operator's way out when fencing keeps failing (README "fence
                 // --confirm"): `fence --confirm` is refused while the breadcrumb's
                 // incarnation lives, so the operator first stops its warden if it runs (a
@@ -674,16 +673,11 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                         w.log(|| format!("OPERATOR fence --confirm {}", name(o)));
                         drop(w);
                         world.store.confirm_fenced();
-                        confirmed = true;
-                        after_confirm = now + st * 4;
+                        confirmed_at = Some(now);
                     }
                 }
             }
-            let due = if confirmed {
-                after_confirm
-            } else {
-                faults_end + bound
-            };
+            let due = confirmed_at.map_or(faults_end + bound, |at| at + st * 4);
             if now >= due {
                 // SPEC §6: nobody takes the lock by itself when every node is of priority
                 // 0 or has a follow hook broken for good; `failover --to` would be needed.

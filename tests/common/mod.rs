@@ -1227,8 +1227,8 @@ pub struct Warden {
 }
 
 impl Warden {
-    /// Starts the daemon with `RUST_LOG=info` (or `$WARDEN_TEST_LOG`), stdout and stderr to `<config stem>.log`
-    /// (`.2.log`, ... for later starts of the same config).
+    /// Starts the daemon with `RUST_LOG=info` (or `$WARDEN_TEST_LOG`), stdout and stderr
+    /// to `<config stem>.log` (`.2.log`, ... for later starts of the same config).
     pub fn start(config: &Path) -> Warden {
         Warden::start_program(Path::new(WARDEN), config)
     }

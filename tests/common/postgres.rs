@@ -190,7 +190,8 @@ impl PgServer {
                  listen_addresses = '127.0.0.1'\nunix_socket_directories = '{dir}'\n\
                  wal_level = replica\nwal_log_hints = on\nmax_wal_senders = 10\n\
                  hot_standby = on\nfsync = off\nwal_keep_size = '256MB'\n\
-                 logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\nlog_line_prefix = '%m [%p] '\n",
+                 logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\n\
+                 log_line_prefix = '%m [%p] '\n",
                 data = d.display(),
                 conf = self.conf().display(),
                 port = self.port,
