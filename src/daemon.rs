@@ -1275,14 +1275,18 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Action::Release { ticket } => {
                 let tx = self.tx.clone();
                 match self.session.take() {
-                    Some(mut ctx) => {
-                        ctx.tasks.abort_all();
+                    Some(ctx) => {
                         let zk = ctx.zk.clone();
-                        drop(ctx);
                         tokio::spawn(async move {
+                            // The lock goes first, the session's tasks after (their
+                            // events are ignored from now on: the session is taken).
+                            // Aborted first, they remove their watches, and ZooKeeper
+                            // answers a session's requests in order: the successor
+                            // waited for those answers too.
                             if let Err(e) = zk.release().await {
                                 warn!("deleting the lock failed ({e}); closing the session removes it");
                             }
+                            drop(ctx);
                             drop(zk);
                             let _ = tx.send(Input::Elector(Event::Released { ticket }));
                         });
