@@ -575,3 +575,76 @@ fn a_priority_0_postgresql_standby_is_promoted_only_when_named() {
 fn the_example_config_passes_check_config() {
     assert_example_config_passes_check_config("postgresql", "warden-postgresql");
 }
+
+/// The demote of a planned switchover, run by itself against real servers: a successor
+/// that cannot confirm the old primary's last WAL (a server of another history, which
+/// receives none; a port where nothing listens) fails the demote, says why, and leaves
+/// the old primary a running standby of nobody, never a primary that a promoted
+/// successor would run beside.
+#[test]
+fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
+    let p1 = PgServer::init();
+    let stranger = PgServer::init();
+    p1.sql("CREATE TABLE kept (v int)");
+    p1.sql("INSERT INTO kept VALUES (1)");
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(
+        &env_file,
+        format!(
+            "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
+             OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT=1\nFOLLOW_WAIT=1\nPG_LOG={}\n",
+            p1.data().display(),
+            p1.conf().display(),
+            p1.port(),
+            os_user(),
+            p1.log_path().display()
+        ),
+    )
+    .unwrap();
+    give(dir.path());
+    give(&env_file);
+    let closed = free_port();
+    for (port, why) in [
+        (
+            stranger.port(),
+            "canceling statement due to statement timeout",
+        ),
+        (closed, "Connection refused"),
+    ] {
+        assert_eq!(p1.in_recovery(), Some(false), "p1 is not the primary");
+        let out = run_bounded(
+            "env",
+            &[
+                "WARDEN_SUCCESSOR_NODE=n2".to_string(),
+                "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
+                format!("WARDEN_SUCCESSOR_PORT={port}"),
+                hooks_script().display().to_string(),
+                "demote".to_string(),
+                env_file.display().to_string(),
+            ],
+            secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "the demote succeeded: {}",
+            describe(&out)
+        );
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains(&format!(
+                "n2 (127.0.0.1:{port}) did not confirm within 1s that it has WAL up to"
+            )) && last.contains(why)
+                && last.contains("is a standby of nobody now"),
+            "the demote does not say why in its last line: {}",
+            describe(&out)
+        );
+        assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
+        assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "1");
+        p1.sql("SELECT pg_promote()");
+        wait_until(secs(30), "p1 is a primary again", || {
+            p1.in_recovery() == Some(false)
+        });
+    }
+}

@@ -704,3 +704,71 @@ fn a_priority_0_replica_is_promoted_only_when_named() {
 fn the_example_config_passes_check_config() {
     assert_example_config_passes_check_config("redis", "warden-redis");
 }
+
+/// The demote of a planned switchover, run by itself against real servers, never hands
+/// the role to a successor that lacks what the primary wrote: to a Redis that replicates
+/// another history, or to one that does not answer, it sends no `FAILOVER`. The primary
+/// then refuses writes (they are not left paused) and the hook says why, as warden quotes
+/// it in `status`.
+#[test]
+fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let primary = RedisServer::start_replicable(&password);
+    let stranger = RedisServer::start_replicable(&password);
+    primary.cli(&["SET", "k", "written"]);
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n",
+            primary.port(),
+            primary.password_file().display()
+        ),
+    )
+    .unwrap();
+    let closed = free_port();
+    for (port, why) in [
+        (stranger.port(), "(it does not replicate this primary)"),
+        (closed, "(it did not answer)"),
+    ] {
+        let out = run_bounded(
+            "env",
+            &[
+                "WARDEN_SUCCESSOR_NODE=n2".to_string(),
+                "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
+                format!("WARDEN_SUCCESSOR_PORT={port}"),
+                hooks_script().display().to_string(),
+                "demote".to_string(),
+                env_file.display().to_string(),
+            ],
+            secs(10),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}", describe(&out));
+        assert!(
+            stderr.contains(&format!("n2 (127.0.0.1:{port}) did not receive everything"))
+                && stderr.contains(why),
+            "the hook does not say why it did not hand over: {}",
+            describe(&out)
+        );
+        assert!(
+            !stderr.contains("FAILOVER TO"),
+            "the hook sent a FAILOVER: {}",
+            describe(&out)
+        );
+        assert_eq!(role(&primary), "master", "the primary handed its role over");
+        assert_eq!(role(&stranger), "master", "the stranger's role changed");
+        assert_eq!(primary.cli(&["GET", "k"]).trim(), "written");
+        // Refused at once, not held by a pause.
+        let started = Instant::now();
+        let refused = primary.try_cli(&["SET", "k", "late"]);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains("NOREPLICAS"))
+                || refused.as_ref().is_ok_and(|o| o.contains("NOREPLICAS")),
+            "a write after the demote was not refused: {refused:?}"
+        );
+        assert!(started.elapsed() < secs(1), "the write waited on a pause");
+        primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    }
+}
