@@ -202,6 +202,17 @@ impl Session for AnySession {
         each!(self, s => s.update_control(change).await)
     }
 
+    async fn update_control_from<F>(
+        &self,
+        seen: (Control, Option<Version>),
+        change: F,
+    ) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        each!(self, s => s.update_control_from(seen, change).await)
+    }
+
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         each!(self, s => s.snapshot().await)
     }

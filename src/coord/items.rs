@@ -118,6 +118,22 @@ pub fn set_aside_name(kind: &str) -> String {
 pub async fn read_modify_write<T, F>(
     items: &impl Items,
     name: &str,
+    change: F,
+) -> Result<T, Refusal>
+where
+    T: Default + serde::Serialize + record::Record,
+    F: FnMut(&mut T) -> Result<bool, String>,
+{
+    read_modify_write_from(items, name, None, change).await
+}
+
+/// [`read_modify_write`] whose first try starts from `seen`: the item as this session
+/// read it, and its version (`None`: absent). That write goes out without a read first;
+/// an item changed since is read again.
+pub async fn read_modify_write_from<T, F>(
+    items: &impl Items,
+    name: &str,
+    mut seen: Option<(T, Option<i64>)>,
     mut change: F,
 ) -> Result<T, Refusal>
 where
@@ -125,9 +141,12 @@ where
     F: FnMut(&mut T) -> Result<bool, String>,
 {
     for _ in 0..CAS_ATTEMPTS {
-        let (mut value, version) = match items.get_item(name).await? {
-            Some((data, version)) => (record::parse(&data).unwrap_or_default(), Some(version)),
-            None => (T::default(), None),
+        let (mut value, version) = match seen.take() {
+            Some(seen) => seen,
+            None => match items.get_item(name).await? {
+                Some((data, version)) => (record::parse(&data).unwrap_or_default(), Some(version)),
+                None => (T::default(), None),
+            },
         };
         if !change(&mut value).map_err(Refusal::Refused)? {
             return Ok(value);
@@ -299,7 +318,20 @@ pub async fn update_control<F>(
 where
     F: FnMut(&mut Control) -> Result<bool, String>,
 {
-    match read_modify_write(items, CONTROL, change).await {
+    update_control_from(items, None, change).await
+}
+
+/// [`super::Session::update_control_from`] on top of [`read_modify_write_from`].
+pub async fn update_control_from<F>(
+    items: &impl Items,
+    seen: Option<(Control, Option<Version>)>,
+    change: F,
+) -> Result<Result<Control, String>, StoreError>
+where
+    F: FnMut(&mut Control) -> Result<bool, String>,
+{
+    let seen = seen.map(|(c, v)| (c, v.map(Version::get)));
+    match read_modify_write_from(items, CONTROL, seen, change).await {
         Ok(control) => Ok(Ok(control)),
         Err(Refusal::Refused(reason)) => Ok(Err(reason)),
         Err(Refusal::Store(e)) => Err(e),
@@ -353,4 +385,118 @@ pub async fn history_above(
     Ok(newest_promotion(&history_of(&data))
         .filter(|&n| n > epoch)
         .map(|n| (data, v, n)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::FailoverRequest;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Items in memory; counts the reads.
+    #[derive(Default)]
+    struct Memory {
+        items: Mutex<HashMap<String, (Vec<u8>, i64)>>,
+        reads: Mutex<usize>,
+    }
+
+    impl Items for Memory {
+        async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+            *self.reads.lock().unwrap() += 1;
+            Ok(self.items.lock().unwrap().get(name).cloned())
+        }
+
+        async fn put_item(
+            &self,
+            name: &str,
+            data: &[u8],
+            version: Option<i64>,
+        ) -> Result<(), StoreError> {
+            let mut items = self.items.lock().unwrap();
+            let next = match (items.get(name), version) {
+                (None, None) => 0,
+                (Some((_, v)), Some(want)) if *v == want => v + 1,
+                _ => return Err(StoreError::Rejected("changed".into())),
+            };
+            items.insert(name.to_string(), (data.to_vec(), next));
+            Ok(())
+        }
+
+        fn item_path(&self, name: &str) -> String {
+            name.to_string()
+        }
+    }
+
+    fn request(from: &str) -> FailoverRequest {
+        FailoverRequest {
+            from: from.into(),
+            to: None,
+            by: "test".into(),
+            deadline: "2026-11-26T00:00:00Z".into(),
+            force: false,
+        }
+    }
+
+    /// The request of `failover`: refused when one is pending.
+    fn ask(from: &str) -> impl FnMut(&mut Control) -> Result<bool, String> + '_ {
+        move |c| {
+            if c.failover.is_some() {
+                return Err("a request is pending".into());
+            }
+            c.failover = Some(request(from));
+            Ok(true)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_from_what_was_seen_reads_nothing_while_the_item_is_unchanged() {
+        let m = Memory::default();
+        // Absent when seen: created without a read.
+        let out = update_control_from(&m, Some((Control::default(), None)), ask("n1")).await;
+        assert_eq!(out.unwrap().unwrap().failover, Some(request("n1")));
+        assert_eq!(*m.reads.lock().unwrap(), 0);
+        // Seen at its version: written without a read.
+        let (data, v) = m.get_item(CONTROL).await.unwrap().unwrap();
+        let mut seen: Control = record::parse(&data).unwrap();
+        seen.failover = None;
+        m.put_item(CONTROL, &record::to_bytes(&seen), Some(v))
+            .await
+            .unwrap();
+        let reads = *m.reads.lock().unwrap();
+        let out = update_control_from(&m, Some((seen, Some(Version::new(v + 1)))), ask("n2")).await;
+        assert_eq!(out.unwrap().unwrap().failover, Some(request("n2")));
+        assert_eq!(*m.reads.lock().unwrap(), reads);
+    }
+
+    #[tokio::test]
+    async fn a_write_from_what_was_seen_judges_again_an_item_changed_since() {
+        let m = Memory::default();
+        // Seen absent, but another request landed since: read again, and refused.
+        m.put_item(
+            CONTROL,
+            &record::to_bytes(&Control {
+                failover: Some(request("n9")),
+                ..Control::default()
+            }),
+            None,
+        )
+        .await
+        .unwrap();
+        let out = update_control_from(&m, Some((Control::default(), None)), ask("n1")).await;
+        assert_eq!(out.unwrap(), Err("a request is pending".to_string()));
+        assert_eq!(*m.reads.lock().unwrap(), 1);
+        // Seen at an older version: read again, and written at the current one.
+        let (data, v) = m.get_item(CONTROL).await.unwrap().unwrap();
+        let mut now: Control = record::parse(&data).unwrap();
+        now.failover = None;
+        m.put_item(CONTROL, &record::to_bytes(&now), Some(v))
+            .await
+            .unwrap();
+        let stale = (Control::default(), Some(Version::new(v)));
+        let out = update_control_from(&m, Some(stale), ask("n1")).await;
+        assert_eq!(out.unwrap().unwrap().failover, Some(request("n1")));
+        let (_, last) = m.get_item(CONTROL).await.unwrap().unwrap();
+        assert_eq!(last, v + 2);
+    }
 }

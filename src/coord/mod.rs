@@ -215,6 +215,22 @@ pub trait Session: Clone + Send + Sync + 'static {
     where
         F: FnMut(&mut Control) -> Result<bool, String> + Send;
 
+    /// [`update_control`](Self::update_control) whose first try starts from `seen`:
+    /// `control` as this session read it (a snapshot's) and its version (`None`: absent).
+    /// That write goes out without a read first, one round trip less on the way of a
+    /// `failover`; a control changed since is read again.
+    fn update_control_from<F>(
+        &self,
+        seen: (Control, Option<Version>),
+        change: F,
+    ) -> impl Future<Output = Result<Result<Control, String>, StoreError>> + Send
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        drop(seen);
+        self.update_control(change)
+    }
+
     /// Clears `control.failover` only while it is still the request named by `from`, `to`
     /// and `deadline`. `Ok(true)` when cleared or already gone. Every backend shares this
     /// one, on top of its [`update_control`](Self::update_control).

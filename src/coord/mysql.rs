@@ -1038,6 +1038,17 @@ impl Session for MysqlSession {
         items::update_control(self, change).await
     }
 
+    async fn update_control_from<F>(
+        &self,
+        seen: (Control, Option<Version>),
+        change: F,
+    ) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        items::update_control_from(self, Some(seen), change).await
+    }
+
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         match self.read_snapshot().await {
             // No tables, or only some: `init` makes them one by one, so a read can find

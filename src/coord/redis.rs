@@ -1011,6 +1011,17 @@ impl Session for RedisSession {
         items::update_control(self, change).await
     }
 
+    async fn update_control_from<F>(
+        &self,
+        seen: (Control, Option<Version>),
+        change: F,
+    ) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        items::update_control_from(self, Some(seen), change).await
+    }
+
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
         let lock = i.read_lock().await?;

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 use zookeeper_client::{Acl, Acls, Permission};
 
-use super::items::{self, history_of, newest_promotion, Items, Refusal};
+use super::items::{self, history_of, newest_promotion, Items};
 pub use super::items::{HISTORY_LEN, SET_ASIDE_PREFIX};
 
 /// The znode paths of one cluster.
@@ -1113,11 +1113,18 @@ impl Session for ZkSession {
     where
         F: FnMut(&mut Control) -> Result<bool, String>,
     {
-        match items::read_modify_write(self, "control", change).await {
-            Ok(control) => Ok(Ok(control)),
-            Err(Refusal::Refused(reason)) => Ok(Err(reason)),
-            Err(Refusal::Store(e)) => Err(e),
-        }
+        items::update_control(self, change).await
+    }
+
+    async fn update_control_from<F>(
+        &self,
+        seen: (Control, Option<Version>),
+        change: F,
+    ) -> Result<Result<Control, String>, StoreError>
+    where
+        F: FnMut(&mut Control) -> Result<bool, String> + Send,
+    {
+        items::update_control_from(self, Some(seen), change).await
     }
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {

@@ -196,7 +196,7 @@ pub async fn request_at<S: Session>(
     let left = (sent_at + args.timeout).saturating_duration_since(Instant::now());
     let written = match tokio::time::timeout(
         left,
-        zk.update_control(|c| {
+        zk.update_control_from((snap.control.clone(), snap.control_version), |c| {
             control_refusal(c, wall)?;
             c.failover = Some(request.clone());
             Ok(true)
