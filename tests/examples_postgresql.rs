@@ -28,18 +28,23 @@ fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
         cluster,
         id,
         &hooks_script(),
-        &format!(
-            "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
-             OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT=5\nFOLLOW_WAIT=3\nPG_LOG={}\n",
-            pg.data().display(),
-            pg.conf().display(),
-            pg.port(),
-            os_user(),
-            pg.log_path().display()
-        ),
+        &hooks_env(pg, 5),
         pg.port(),
         &pg.pidfile(),
         ("30s", "300ms"),
+    )
+}
+
+/// The hooks' env file for server `pg`, fast stops bounded by `stop_timeout` seconds.
+fn hooks_env(pg: &PgServer, stop_timeout: u32) -> String {
+    format!(
+        "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
+         OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT={stop_timeout}\nFOLLOW_WAIT=3\nPG_LOG={}\n",
+        pg.data().display(),
+        pg.conf().display(),
+        pg.port(),
+        os_user(),
+        pg.log_path().display()
     )
 }
 
@@ -589,19 +594,7 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     p1.sql("INSERT INTO kept VALUES (1)");
     let dir = tempfile::tempdir().unwrap();
     let env_file = dir.path().join("hooks.env");
-    fs::write(
-        &env_file,
-        format!(
-            "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
-             OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT=1\nFOLLOW_WAIT=1\nPG_LOG={}\n",
-            p1.data().display(),
-            p1.conf().display(),
-            p1.port(),
-            os_user(),
-            p1.log_path().display()
-        ),
-    )
-    .unwrap();
+    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
     give(dir.path());
     give(&env_file);
     let closed = free_port();
@@ -613,18 +606,7 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
         (closed, "Connection refused"),
     ] {
         assert_eq!(p1.in_recovery(), Some(false), "p1 is not the primary");
-        let out = run_bounded(
-            "env",
-            &[
-                "WARDEN_SUCCESSOR_NODE=n2".to_string(),
-                "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
-                format!("WARDEN_SUCCESSOR_PORT={port}"),
-                hooks_script().display().to_string(),
-                "demote".to_string(),
-                env_file.display().to_string(),
-            ],
-            secs(30),
-        );
+        let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(30));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success(),

@@ -732,18 +732,7 @@ fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
         (stranger.port(), "(it does not replicate this primary)"),
         (closed, "(it did not answer)"),
     ] {
-        let out = run_bounded(
-            "env",
-            &[
-                "WARDEN_SUCCESSOR_NODE=n2".to_string(),
-                "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
-                format!("WARDEN_SUCCESSOR_PORT={port}"),
-                hooks_script().display().to_string(),
-                "demote".to_string(),
-                env_file.display().to_string(),
-            ],
-            secs(10),
-        );
+        let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(10));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{}", describe(&out));
         assert!(

@@ -51,6 +51,34 @@ macro_rules! session_methods_on_items {
 }
 pub(crate) use session_methods_on_items;
 
+/// The [`super::Session`] methods that change `control`, for every backend's
+/// `impl Session`: the read-modify-write of [`update_control_from`] on its items.
+macro_rules! control_methods_on_items {
+    () => {
+        async fn update_control<F>(
+            &self,
+            change: F,
+        ) -> Result<Result<$crate::record::Control, String>, StoreError>
+        where
+            F: FnMut(&mut $crate::record::Control) -> Result<bool, String> + Send,
+        {
+            $crate::coord::items::update_control_from(self, None, change).await
+        }
+
+        async fn update_control_from<F>(
+            &self,
+            seen: ($crate::record::Control, Option<$crate::record::Version>),
+            change: F,
+        ) -> Result<Result<$crate::record::Control, String>, StoreError>
+        where
+            F: FnMut(&mut $crate::record::Control) -> Result<bool, String> + Send,
+        {
+            $crate::coord::items::update_control_from(self, Some(seen), change).await
+        }
+    };
+}
+pub(crate) use control_methods_on_items;
+
 /// A backend's named, versioned items.
 pub trait Items: Sync {
     /// The item's data and version, `None` when absent.
@@ -310,18 +338,8 @@ pub async fn read_history(items: &impl Items) -> Result<History, StoreError> {
     })
 }
 
-/// [`super::Session::update_control`] on top of [`read_modify_write`].
-pub async fn update_control<F>(
-    items: &impl Items,
-    change: F,
-) -> Result<Result<Control, String>, StoreError>
-where
-    F: FnMut(&mut Control) -> Result<bool, String>,
-{
-    update_control_from(items, None, change).await
-}
-
-/// [`super::Session::update_control_from`] on top of [`read_modify_write_from`].
+/// [`super::Session::update_control_from`] (and, from nothing seen, `update_control`) on
+/// top of [`read_modify_write_from`].
 pub async fn update_control_from<F>(
     items: &impl Items,
     seen: Option<(Control, Option<Version>)>,

@@ -28,7 +28,7 @@ use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, 
 use super::polled::{self, Polled};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
-    self, Control, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
+    self, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
     WriteOutcome,
 };
 use futures_util::StreamExt;
@@ -1004,23 +1004,7 @@ impl Session for RedisSession {
         Ok(names.iter().map(|n| i.path(n)).collect())
     }
 
-    async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
-    where
-        F: FnMut(&mut Control) -> Result<bool, String> + Send,
-    {
-        items::update_control(self, change).await
-    }
-
-    async fn update_control_from<F>(
-        &self,
-        seen: (Control, Option<Version>),
-        change: F,
-    ) -> Result<Result<Control, String>, StoreError>
-    where
-        F: FnMut(&mut Control) -> Result<bool, String> + Send,
-    {
-        items::update_control_from(self, Some(seen), change).await
-    }
+    items::control_methods_on_items!();
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;

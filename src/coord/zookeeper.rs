@@ -1109,23 +1109,7 @@ impl Session for ZkSession {
         self.list_set_aside().await
     }
 
-    async fn update_control<F>(&self, change: F) -> Result<Result<Control, String>, StoreError>
-    where
-        F: FnMut(&mut Control) -> Result<bool, String>,
-    {
-        items::update_control(self, change).await
-    }
-
-    async fn update_control_from<F>(
-        &self,
-        seen: (Control, Option<Version>),
-        change: F,
-    ) -> Result<Result<Control, String>, StoreError>
-    where
-        F: FnMut(&mut Control) -> Result<bool, String> + Send,
-    {
-        items::update_control_from(self, Some(seen), change).await
-    }
+    items::control_methods_on_items!();
 
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         // The reads go out together: `status` and the operator commands wait for one

@@ -1405,6 +1405,25 @@ pub fn cli_with_timeout(config: &Path, args: &[&str], timeout: Duration) -> Outp
     run_bounded(WARDEN, &full, timeout)
 }
 
+/// Runs a shipped hook script's `demote` by itself (`script demote ENV_FILE`), as warden
+/// runs it in a planned switchover to `n2` at 127.0.0.1:`port`, under `timeout`.
+pub fn run_switchover_demote(
+    script: &Path,
+    env_file: &Path,
+    port: u16,
+    timeout: Duration,
+) -> Output {
+    let args = [
+        "WARDEN_SUCCESSOR_NODE=n2".to_string(),
+        "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
+        format!("WARDEN_SUCCESSOR_PORT={port}"),
+        script.display().to_string(),
+        "demote".to_string(),
+        env_file.display().to_string(),
+    ];
+    run_bounded("env", &args, timeout)
+}
+
 /// Runs `warden <args>` (no `-c`) under [`CLI_TIMEOUT`].
 pub fn warden_cmd(args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
