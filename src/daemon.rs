@@ -130,6 +130,11 @@ pub struct Daemon<C: Connector, H: Host> {
     /// and that cgroup, where a restart within the same epoch runs again.
     prepared: Option<<H::Spawner as SpawnControl>::Prepared>,
     committed_cgroup: Option<String>,
+    /// The writes of the transition to `promoting` (our member record, its history
+    /// entry), held back until the promotion's commit is answered or the next transition:
+    /// ZooKeeper answers a session's reads after its earlier writes, and the takeover's
+    /// reads and commit waited for these (a disk sync each on a busy machine).
+    held_back: Option<Option<HistoryEntry>>,
     /// The service being stopped, so the lease end can still kill it.
     stopping: Option<ServiceIdentity>,
     epoch: Option<Epoch>,
@@ -277,6 +282,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             service: None,
             prepared: None,
             committed_cgroup: None,
+            held_back: None,
             stopping: None,
             epoch: None,
             role_since,
@@ -414,6 +420,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 
     fn feed(&mut self, event: Event) {
+        if matches!(event, Event::Committed { .. }) {
+            self.write_held_back();
+        }
         let now = self.host.now();
         self.elector.handle(event, now);
         self.drain(now);
@@ -1241,21 +1250,6 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     spawner.kill(id);
                 }
             }
-            Action::DeleteOwnBreadcrumb { ticket, epoch } => {
-                let node_id = self.me.node_id.clone();
-                let inc = self.me.incarnation.clone();
-                self.in_session(Event::BreadcrumbDeleted { ticket }, move |zk| async move {
-                    match zk
-                        .compare_and_delete_breadcrumb(&node_id, Some(&inc), Some(epoch), true)
-                        .await
-                    {
-                        Ok(true) => info!(epoch, "deleted our breadcrumb: nobody needs to fence us"),
-                        Ok(false) => warn!("our breadcrumb was not ours to delete any more"),
-                        Err(e) => warn!("could not delete our breadcrumb ({e}); the next active will fence this node"),
-                    }
-                    Event::BreadcrumbDeleted { ticket }
-                });
-            }
             Action::PeekBreadcrumb { ticket } => {
                 self.in_session(
                     Event::BreadcrumbPeeked {
@@ -1272,8 +1266,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     },
                 );
             }
-            Action::Release { ticket } => {
+            Action::Release { ticket, breadcrumb } => {
                 let tx = self.tx.clone();
+                let (node_id, inc) = (self.me.node_id.clone(), self.me.incarnation.clone());
                 match self.session.take() {
                     Some(ctx) => {
                         let zk = ctx.zk.clone();
@@ -1283,7 +1278,23 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             // Aborted first, they remove their watches, and ZooKeeper
                             // answers a session's requests in order: the successor
                             // waited for those answers too.
-                            if let Err(e) = zk.release().await {
+                            let own =
+                                breadcrumb.map(|epoch| (node_id.as_str(), inc.as_str(), epoch));
+                            let done = zk.release_deleting(own).await;
+                            match (done.breadcrumb, breadcrumb) {
+                                (Some(Ok(true)), Some(epoch)) => {
+                                    info!(epoch, "deleted our breadcrumb: nobody needs to fence us")
+                                }
+                                (Some(Ok(false)), _) => {
+                                    warn!("our breadcrumb was not ours to delete any more")
+                                }
+                                (Some(Err(e)), _) => warn!(
+                                    "could not delete our breadcrumb ({e}); the next active will \
+                                     fence this node"
+                                ),
+                                _ => {}
+                            }
+                            if let Err(e) = done.lock {
                                 warn!("deleting the lock failed ({e}); closing the session removes it");
                             }
                             drop(ctx);
@@ -1292,6 +1303,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         });
                     }
                     None => {
+                        if breadcrumb.is_some() {
+                            warn!(
+                                "could not delete our breadcrumb (no session); the next active \
+                                 will fence this node"
+                            );
+                        }
                         let _ = tx.send(Input::Elector(Event::Released { ticket }));
                     }
                 }
@@ -1398,9 +1415,20 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             (from, to),
             (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
         );
+        // What an earlier transition held back lands first, in order.
+        self.write_held_back();
+        if to == Role::Promoting {
+            self.held_back = Some(significant.then_some(entry));
+        } else {
+            self.write_transition(m, significant.then_some(entry));
+        }
+    }
+
+    /// Writes a transition's member record `m` and its history `entry`.
+    fn write_transition(&mut self, m: MemberRecord, entry: Option<HistoryEntry>) {
         if let Some(ctx) = &mut self.session {
             ctx.member.send_replace(Some(m));
-            if significant {
+            if let Some(entry) = entry {
                 let zk = ctx.zk.clone();
                 ctx.tasks.spawn(async move {
                     if let Err(e) = zk.append_history(&entry).await {
@@ -1408,6 +1436,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     }
                 });
             }
+        }
+    }
+
+    /// Writes what the transition to `promoting` held back, if anything: our member record
+    /// as it is now, and that transition's history entry.
+    fn write_held_back(&mut self) {
+        if let Some(entry) = self.held_back.take() {
+            let m = self.member();
+            self.write_transition(m, entry);
         }
     }
 

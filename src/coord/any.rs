@@ -179,6 +179,10 @@ impl Session for AnySession {
         each!(self, s => s.release().await)
     }
 
+    async fn release_deleting(&self, own: Option<(&str, &str, Epoch)>) -> super::Released {
+        each!(self, s => s.release_deleting(own).await)
+    }
+
     async fn read_history(&self) -> Result<History, StoreError> {
         match self {
             AnySession::Zookeeper(s) => Session::read_history(s.as_ref()).await,

@@ -166,13 +166,7 @@ pub trait Session: Clone + Send + Sync + 'static {
             let Some((data, version)) = self.breadcrumb_bytes().await? else {
                 return Ok(false);
             };
-            let Ok(cur) = crate::record::parse::<NodeRecord>(&data) else {
-                return Ok(false);
-            };
-            let names = cur.node_id == node_id
-                && incarnation.is_none_or(|i| i == cur.incarnation)
-                && epoch.is_none_or(|e| Some(e) == cur.epoch);
-            if !names {
+            if !names_breadcrumb(&data, node_id, incarnation, epoch) {
                 return Ok(false);
             }
             self.delete_breadcrumb_at(version, check_lock)
@@ -191,6 +185,40 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// Releases the lock if this session holds it. The caller drops the session after
     /// (SPEC §4.3 "Release the lock").
     fn release(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`release`]; with `own` (our node id, incarnation and epoch), first the
+    /// compare-and-delete of our breadcrumb while the lock is ours, as
+    /// [`compare_and_delete_breadcrumb`] with its `lock` check does (SPEC §4.4, §8: a clean
+    /// step down leaves nothing to fence). Answers what became of the breadcrumb (when
+    /// `own` was given) and of the lock. A store that can delete both in one write
+    /// overrides this (ZooKeeper: a planned switchover's successor waits for one write,
+    /// not two).
+    ///
+    /// [`release`]: Session::release
+    /// [`compare_and_delete_breadcrumb`]: Session::compare_and_delete_breadcrumb
+    fn release_deleting(
+        &self,
+        own: Option<(&str, &str, Epoch)>,
+    ) -> impl Future<Output = Released> + Send {
+        async move {
+            let breadcrumb = match own {
+                Some((node_id, incarnation, epoch)) => Some(
+                    self.compare_and_delete_breadcrumb(
+                        node_id,
+                        Some(incarnation),
+                        Some(epoch),
+                        true,
+                    )
+                    .await,
+                ),
+                None => None,
+            };
+            Released {
+                breadcrumb,
+                lock: self.release().await,
+            }
+        }
+    }
 
     /// History, newest first; unreadable entries are counted and skipped.
     fn read_history(&self) -> impl Future<Output = Result<History, StoreError>> + Send;
@@ -337,6 +365,30 @@ impl From<StoreError> for RegisterError {
 /// still runs on this host): then this waits, in the same session, for that session to
 /// end; anything else is another warden with our node id. `waiting_logged` keeps the
 /// "waiting" line to once per start.
+/// What [`Session::release_deleting`] did.
+#[derive(Debug)]
+pub struct Released {
+    /// Whether our breadcrumb was deleted (`Ok(false)`: it named something else, or the
+    /// lock was not ours); `None` when none was to be deleted.
+    pub breadcrumb: Option<Result<bool, StoreError>>,
+    pub lock: Result<(), StoreError>,
+}
+
+/// Whether breadcrumb bytes `data` name `node_id` with `incarnation` and `epoch` (`None` =
+/// any): the compare of the breadcrumb's compare-and-delete (SPEC §3).
+pub(crate) fn names_breadcrumb(
+    data: &[u8],
+    node_id: &str,
+    incarnation: Option<&str>,
+    epoch: Option<Epoch>,
+) -> bool {
+    crate::record::parse::<NodeRecord>(data).is_ok_and(|cur| {
+        cur.node_id == node_id
+            && incarnation.is_none_or(|i| i == cur.incarnation)
+            && epoch.is_none_or(|e| Some(e) == cur.epoch)
+    })
+}
+
 pub async fn register<S: Session>(
     session: &S,
     me: &MemberRecord,

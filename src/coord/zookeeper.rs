@@ -12,7 +12,10 @@
 //!
 //! Every call is bounded by the session's operation timeout.
 
-use super::{op_timeout, ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use super::{
+    names_breadcrumb, op_timeout, ClusterSnapshot, Connector, Item, Released, Session, StoreError,
+    StoreEvent,
+};
 use crate::config::{AclMode, ZooKeeperConfig};
 use crate::record::{
     self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
@@ -652,9 +655,8 @@ impl ZkSession {
         }
     }
 
-    /// Deletes `lock` if this session owns it. The caller drops the session afterwards
-    /// (SPEC §4.3 "Release the lock").
-    async fn delete_own_lock(&self) -> Result<(), StoreError> {
+    /// The lock's stat when this session owns it.
+    async fn own_lock(&self) -> Result<Option<zk::Stat>, StoreError> {
         let stat = self
             .bounded(
                 "reading the lock",
@@ -662,21 +664,30 @@ impl ZkSession {
                 self.client.check_stat(&self.paths.lock),
             )
             .await?;
-        match stat {
-            Some(s) if s.ephemeral_owner == self.id => {
-                match self
-                    .bounded(
-                        "deleting the lock",
-                        &self.paths.lock,
-                        self.client.delete(&self.paths.lock, Some(s.version)),
-                    )
-                    .await
-                {
-                    Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
-            _ => Ok(()),
+        Ok(stat.filter(|s| s.ephemeral_owner == self.id))
+    }
+
+    /// Deletes `lock` if this session owns it. The caller drops the session afterwards
+    /// (SPEC §4.3 "Release the lock").
+    async fn delete_own_lock(&self) -> Result<(), StoreError> {
+        match self.own_lock().await? {
+            Some(s) => self.delete_lock_at(s.version).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes `lock` at `version` (read with its owner checked); gone already is done.
+    async fn delete_lock_at(&self, version: i32) -> Result<(), StoreError> {
+        match self
+            .bounded(
+                "deleting the lock",
+                &self.paths.lock,
+                self.client.delete(&self.paths.lock, Some(version)),
+            )
+            .await
+        {
+            Ok(()) | Err(StoreError::Rejected(_)) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -1092,6 +1103,86 @@ impl Session for ZkSession {
 
     async fn release(&self) -> Result<(), StoreError> {
         self.delete_own_lock().await
+    }
+
+    async fn release_deleting(&self, own: Option<(&str, &str, Epoch)>) -> Released {
+        let Some((node_id, incarnation, epoch)) = own else {
+            return Released {
+                breadcrumb: None,
+                lock: self.delete_own_lock().await,
+            };
+        };
+        // Both reads go out together, then one multi-op deletes both: the breadcrumb at
+        // the version that names us, the lock at the version read with its owner checked
+        // (so the breadcrumb goes only while the lock is ours, the `lock` check of the
+        // two-step compare-and-delete).
+        let (crumb, lock) = tokio::join!(self.breadcrumb_bytes(), self.own_lock());
+        let lock = match lock {
+            Ok(Some(s)) => s,
+            // Not ours: neither is ours to delete.
+            Ok(None) => {
+                return Released {
+                    breadcrumb: Some(Ok(false)),
+                    lock: Ok(()),
+                }
+            }
+            Err(e) => {
+                return Released {
+                    breadcrumb: Some(Err(e.clone())),
+                    lock: Err(e),
+                }
+            }
+        };
+        let version = match crumb {
+            Ok(Some((data, v)))
+                if names_breadcrumb(&data, node_id, Some(incarnation), Some(epoch)) =>
+            {
+                znode_version(v)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                return Released {
+                    breadcrumb: Some(Err(e)),
+                    lock: self.delete_lock_at(lock.version).await,
+                }
+            }
+        };
+        let Some(version) = version else {
+            return Released {
+                breadcrumb: Some(Ok(false)),
+                lock: self.delete_lock_at(lock.version).await,
+            };
+        };
+        let paths = [self.paths.breadcrumb.as_str(), &self.paths.lock];
+        let both = self
+            .multi("deleting the breadcrumb and the lock", &paths, |w| {
+                w.add_delete(&self.paths.breadcrumb, Some(version))?;
+                w.add_delete(&self.paths.lock, Some(lock.version))
+            })
+            .await;
+        match both {
+            Ok(()) => Released {
+                breadcrumb: Some(Ok(true)),
+                lock: Ok(()),
+            },
+            // One of them changed since it was read: judged again, in two steps.
+            Err(StoreError::Rejected(_)) => Released {
+                breadcrumb: Some(
+                    self.compare_and_delete_breadcrumb(
+                        node_id,
+                        Some(incarnation),
+                        Some(epoch),
+                        true,
+                    )
+                    .await,
+                ),
+                lock: self.delete_own_lock().await,
+            },
+            Err(e) => Released {
+                breadcrumb: Some(Err(e.clone())),
+                lock: Err(e),
+            },
+        }
     }
 
     async fn read_history(&self) -> Result<History, StoreError> {

@@ -54,25 +54,6 @@ impl Leave {
 }
 
 impl Elector {
-    pub(super) fn on_breadcrumb_deleted(&mut self, ticket: Ticket) {
-        let Phase::Holding {
-            step:
-                Step::Leaving {
-                    why,
-                    deleting: Some(t),
-                },
-            ..
-        } = self.phase
-        else {
-            return;
-        };
-        if t != ticket {
-            return;
-        }
-        self.breadcrumb_written = false;
-        self.release(why);
-    }
-
     pub(super) fn on_released(&mut self, ticket: Ticket, now: Instant) {
         let Phase::Releasing { ticket: t, why } = self.phase else {
             return;
@@ -150,10 +131,7 @@ impl Elector {
         };
         self.phase = Phase::Holding {
             epoch,
-            step: Step::Leaving {
-                why,
-                deleting: None,
-            },
+            step: Step::Leaving { why },
         };
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
@@ -162,33 +140,19 @@ impl Elector {
         }
     }
 
-    /// The service is down on the way out: delete our breadcrumb first if we wrote it, the
-    /// service is known to be gone (`clean`) and the promotion did not fail (§4.3e keeps
-    /// it, so that whoever wins fences this node); then release.
+    /// The service is down on the way out: release, deleting our breadcrumb with the lock
+    /// if we wrote it, the service is known to be gone (`clean`) and the promotion did not
+    /// fail (§4.3e keeps it, so that whoever wins fences this node).
     pub(super) fn delete_breadcrumb_then_release(&mut self, epoch: Epoch, why: Leave, clean: bool) {
-        if clean && self.breadcrumb_written && why != Leave::PromotionFailed {
-            let ticket = self.ticket();
-            self.phase = Phase::Holding {
-                epoch,
-                step: Step::Leaving {
-                    why,
-                    deleting: Some(ticket),
-                },
-            };
-            self.actions
-                .push_back(Action::DeleteOwnBreadcrumb { ticket, epoch });
-        } else {
-            self.release(why);
-        }
-    }
-
-    pub(super) fn release(&mut self, why: Leave) {
+        let ours = clean && self.breadcrumb_written && why != Leave::PromotionFailed;
+        let breadcrumb = ours.then_some(epoch);
         let ticket = self.ticket();
         self.lease = Lease::default();
         self.breadcrumb_written = false;
         self.forget_record();
         self.phase = Phase::Releasing { ticket, why };
-        self.actions.push_back(Action::Release { ticket });
+        self.actions
+            .push_back(Action::Release { ticket, breadcrumb });
     }
 
     pub(super) fn after_release(&mut self, why: Leave, now: Instant) {

@@ -220,9 +220,6 @@ pub enum Event {
         clean: bool,
         detail: String,
     },
-    BreadcrumbDeleted {
-        ticket: Ticket,
-    },
     Released {
         ticket: Ticket,
     },
@@ -319,10 +316,15 @@ pub enum Action {
     StopService { ticket: Ticket, cause: StopCause },
     /// The lease has ended with the service still up: SIGKILL its process group now.
     KillService,
-    /// Compare-and-delete our breadcrumb (node id, incarnation, epoch) with a `lock` check.
-    DeleteOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
-    /// Delete `lock` from the holding session, then drop the session.
-    Release { ticket: Ticket },
+    /// Delete `lock` from the holding session, then drop the session. With `breadcrumb`,
+    /// first compare-and-delete our breadcrumb (node id, incarnation, this epoch) while
+    /// the lock is ours, so that nobody needs to fence us: in the lock's deletion where
+    /// the store can (ZooKeeper: one multi-op, one write to wait for on a switchover's
+    /// path, not two).
+    Release {
+        ticket: Ticket,
+        breadcrumb: Option<Epoch>,
+    },
     /// Read the breadcrumb's version (a node that sits out after a failed fence looks for
     /// a change, §4.8); report [`Event::BreadcrumbPeeked`].
     PeekBreadcrumb { ticket: Ticket },
@@ -368,11 +370,8 @@ enum Step {
     },
     /// The breadcrumb is ours; the service follows the lease (§4.3d, §4.4).
     Serving,
-    /// Voluntary demotion in progress: stop, then delete the breadcrumb, then release.
-    Leaving {
-        why: Leave,
-        deleting: Option<Ticket>,
-    },
+    /// Voluntary demotion in progress: stop, then release (deleting the breadcrumb).
+    Leaving { why: Leave },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -642,7 +641,6 @@ impl Elector {
                 clean,
                 detail,
             } => self.on_service_stopped(ticket, clean, detail, now),
-            Event::BreadcrumbDeleted { ticket } => self.on_breadcrumb_deleted(ticket),
             Event::Released { ticket } => self.on_released(ticket, now),
             Event::BreadcrumbPeeked { ticket, version } => {
                 self.on_breadcrumb_peeked(ticket, version, now)

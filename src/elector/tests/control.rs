@@ -92,9 +92,6 @@ fn planned_switchover_away_from_us_demotes_cleanly_and_stays_out() {
         clean: true,
         detail: String::new(),
     });
-    let a = h.feed(Event::BreadcrumbDeleted {
-        ticket: H::ticket_of(&a),
-    });
     let a = h.feed(Event::Released {
         ticket: H::ticket_of(&a),
     });

@@ -98,8 +98,7 @@ impl H {
                 | Action::StartService { ticket, .. }
                 | Action::Renew { ticket }
                 | Action::StopService { ticket, .. }
-                | Action::DeleteOwnBreadcrumb { ticket, .. }
-                | Action::Release { ticket } => Some(*ticket),
+                | Action::Release { ticket, .. } => Some(*ticket),
                 _ => None,
             })
             .expect("an action with a ticket")

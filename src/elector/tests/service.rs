@@ -237,7 +237,13 @@ fn rule_6_a_service_whose_main_process_exited_is_stopped_before_the_breadcrumb_g
         detail: String::new(),
     });
     assert!(
-        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { epoch: 3, .. }]),
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: Some(3),
+                ..
+            }]
+        ),
         "{a:?}"
     );
 }
@@ -264,7 +270,13 @@ fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
         detail: String::new(),
     });
     assert!(
-        matches!(a.as_slice(), [Action::DeleteOwnBreadcrumb { .. }]),
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: Some(_),
+                ..
+            }]
+        ),
         "{a:?}"
     );
 }

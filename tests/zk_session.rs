@@ -1,0 +1,131 @@
+//! ZooKeeper's own ways through the store seam (`warden::coord::Session`), where they differ
+//! from the trait's default steps, against a real server: what they leave behind must be
+//! what the default steps leave.
+
+mod common;
+
+use common::ZkServer;
+use warden::config::ZooKeeperConfig;
+use warden::coord::zookeeper::{ZkConnector, ZkSession};
+use warden::coord::Session;
+use warden::record::{Epoch, JoinOutcome, NodeRecord};
+
+fn node(id: &str) -> NodeRecord {
+    NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        incarnation: format!("inc-{id}"),
+        ..Default::default()
+    }
+}
+
+async fn session(zk: &ZkServer) -> ZkSession {
+    let cfg: ZooKeeperConfig = toml::from_str(&format!(
+        "connect = \"{}\"\nsession_timeout = \"4s\"",
+        zk.connect_string()
+    ))
+    .expect("a ZooKeeper config");
+    let s = ZkConnector::new(&cfg, "release", None)
+        .connect()
+        .await
+        .expect("a session");
+    s.ensure_cluster().await.expect("the cluster's znodes");
+    s
+}
+
+/// `me` takes the lock and commits a promotion: the breadcrumb names it at `epoch`.
+async fn promoted(s: &ZkSession, me: &NodeRecord) -> Epoch {
+    let JoinOutcome::Held { epoch } = s.join(me, 1).await else {
+        panic!("{} did not get the lock", me.node_id);
+    };
+    let state = s.read_state().await.expect("the takeover state");
+    let rec = NodeRecord {
+        epoch: Some(epoch),
+        ..me.clone()
+    };
+    let version = match state.breadcrumb {
+        warden::record::BreadcrumbView::Record { version, .. } => Some(version),
+        _ => None,
+    };
+    assert_eq!(
+        s.commit_promotion(&rec, version, state.control_version)
+            .await,
+        warden::record::WriteOutcome::Done
+    );
+    epoch
+}
+
+async fn breadcrumb(s: &ZkSession) -> Option<NodeRecord> {
+    let (data, _) = s.breadcrumb_bytes().await.expect("a read")?;
+    Some(warden::record::parse(&data).expect("a breadcrumb"))
+}
+
+#[test]
+fn a_clean_release_deletes_the_breadcrumb_only_while_the_lock_is_ours() {
+    // The server's helpers run a runtime of their own: started outside this one.
+    let zk = ZkServer::start();
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(clean_release(&zk));
+}
+
+async fn clean_release(zk: &ZkServer) {
+    let (n1, n2) = (node("n1"), node("n2"));
+
+    // Ours, at our epoch: both go, and the other node takes over without a breadcrumb.
+    let a = session(zk).await;
+    let b = session(zk).await;
+    let epoch = promoted(&a, &n1).await;
+    assert!(matches!(b.join(&n2, 1).await, JoinOutcome::Exists { .. }));
+    let done = a.release_deleting(Some(("n1", "inc-n1", epoch))).await;
+    assert!(matches!(done.breadcrumb, Some(Ok(true))), "{done:?}");
+    assert!(done.lock.is_ok(), "{done:?}");
+    assert_eq!(breadcrumb(&b).await, None);
+    let epoch_b = promoted(&b, &n2).await;
+    drop(a);
+
+    // A breadcrumb of another epoch (or incarnation) is not ours: the lock alone goes.
+    let done = b
+        .release_deleting(Some(("n2", "inc-n2", epoch_b + 1)))
+        .await;
+    assert!(matches!(done.breadcrumb, Some(Ok(false))), "{done:?}");
+    assert!(done.lock.is_ok(), "{done:?}");
+    let c = session(zk).await;
+    assert_eq!(
+        breadcrumb(&c).await.and_then(|r| r.epoch),
+        Some(epoch_b),
+        "the breadcrumb that did not match stays"
+    );
+    assert!(matches!(c.join(&n1, 2).await, JoinOutcome::Held { .. }));
+    c.release().await.expect("c's release");
+    drop((b, c));
+
+    // A lock that is not ours (deleted by hand, taken by another session): nothing goes,
+    // not even a breadcrumb that names us.
+    let d = session(zk).await;
+    let epoch_d = promoted(&d, &node("n3")).await;
+    let e = session(zk).await;
+    let by_hand = zookeeper_client::Client::connect(&zk.connect_string())
+        .await
+        .expect("a client");
+    by_hand
+        .delete(&d.paths().lock, None)
+        .await
+        .expect("delete the lock by hand");
+    assert!(matches!(
+        e.join(&node("n4"), 1).await,
+        JoinOutcome::Held { .. }
+    ));
+    let done = d.release_deleting(Some(("n3", "inc-n3", epoch_d))).await;
+    assert!(matches!(done.breadcrumb, Some(Ok(false))), "{done:?}");
+    assert!(done.lock.is_ok(), "{done:?}");
+    assert_eq!(
+        breadcrumb(&e).await.map(|r| r.node_id),
+        Some("n3".to_string()),
+        "the breadcrumb stays while the lock is another's"
+    );
+    assert!(
+        matches!(d.join(&node("n3"), 2).await, JoinOutcome::Exists { .. }),
+        "e's lock stays"
+    );
+}
