@@ -200,24 +200,7 @@ pub trait Session: Clone + Send + Sync + 'static {
         &self,
         own: Option<(&str, &str, Epoch)>,
     ) -> impl Future<Output = Released> + Send {
-        async move {
-            let breadcrumb = match own {
-                Some((node_id, incarnation, epoch)) => Some(
-                    self.compare_and_delete_breadcrumb(
-                        node_id,
-                        Some(incarnation),
-                        Some(epoch),
-                        true,
-                    )
-                    .await,
-                ),
-                None => None,
-            };
-            Released {
-                breadcrumb,
-                lock: self.release().await,
-            }
-        }
+        release_in_two_steps(self, own)
     }
 
     /// History, newest first; unreadable entries are counted and skipped.
@@ -372,6 +355,25 @@ pub struct Released {
     /// lock was not ours); `None` when none was to be deleted.
     pub breadcrumb: Option<Result<bool, StoreError>>,
     pub lock: Result<(), StoreError>,
+}
+
+/// [`Session::release_deleting`] as two steps: the compare-and-delete of our breadcrumb
+/// (with its `lock` check), then the release.
+pub(crate) async fn release_in_two_steps<S: Session>(
+    s: &S,
+    own: Option<(&str, &str, Epoch)>,
+) -> Released {
+    let breadcrumb = match own {
+        Some((node_id, incarnation, epoch)) => Some(
+            s.compare_and_delete_breadcrumb(node_id, Some(incarnation), Some(epoch), true)
+                .await,
+        ),
+        None => None,
+    };
+    Released {
+        breadcrumb,
+        lock: s.release().await,
+    }
 }
 
 /// Whether breadcrumb bytes `data` name `node_id` with `incarnation` and `epoch` (`None` =

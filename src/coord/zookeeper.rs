@@ -1166,18 +1166,7 @@ impl Session for ZkSession {
                 lock: Ok(()),
             },
             // One of them changed since it was read: judged again, in two steps.
-            Err(StoreError::Rejected(_)) => Released {
-                breadcrumb: Some(
-                    self.compare_and_delete_breadcrumb(
-                        node_id,
-                        Some(incarnation),
-                        Some(epoch),
-                        true,
-                    )
-                    .await,
-                ),
-                lock: self.delete_own_lock().await,
-            },
+            Err(StoreError::Rejected(_)) => super::release_in_two_steps(self, own).await,
             Err(e) => Released {
                 breadcrumb: Some(Err(e.clone())),
                 lock: Err(e),
