@@ -342,12 +342,6 @@ impl From<StoreError> for RegisterError {
     }
 }
 
-/// SPEC §4.9: registers `me` in `session` and returns `control` as it is. A member record
-/// of our node id held by another session is our own earlier process's when
-/// [`predecessor_is_gone`] says so (`is_running` tells whether a pid with a start time
-/// still runs on this host): then this waits, in the same session, for that session to
-/// end; anything else is another warden with our node id. `waiting_logged` keeps the
-/// "waiting" line to once per start.
 /// What [`Session::release_deleting`] did.
 #[derive(Debug)]
 pub struct Released {
@@ -391,6 +385,12 @@ pub(crate) fn names_breadcrumb(
     })
 }
 
+/// SPEC §4.9: registers `me` in `session` and returns `control` as it is. A member record
+/// of our node id held by another session is our own earlier process's when
+/// [`predecessor_is_gone`] says so (`is_running` tells whether a pid with a start time
+/// still runs on this host): then this waits, in the same session, for that session to
+/// end; anything else is another warden with our node id. `waiting_logged` keeps the
+/// "waiting" line to once per start.
 pub async fn register<S: Session>(
     session: &S,
     me: &MemberRecord,
