@@ -1137,19 +1137,15 @@ impl Session for ZkSession {
             Ok(Some((data, v)))
                 if names_breadcrumb(&data, node_id, Some(incarnation), Some(epoch)) =>
             {
-                znode_version(v)
+                Ok(znode_version(v))
             }
-            Ok(_) => None,
-            Err(e) => {
-                return Released {
-                    breadcrumb: Some(Err(e)),
-                    lock: self.delete_lock_at(lock.version).await,
-                }
-            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
         };
-        let Some(version) = version else {
+        // Not ours, or unread: the lock alone goes.
+        let Ok(Some(version)) = version else {
             return Released {
-                breadcrumb: Some(Ok(false)),
+                breadcrumb: Some(version.map(|_| false)),
                 lock: self.delete_lock_at(lock.version).await,
             };
         };
