@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench failover`; `WARDEN_BENCH_RUNS=50` for more runs (default 20),
 //! `WARDEN_BENCH_SESSION=4s` for another session timeout (default 2s),
-//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios.
+//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios. `pg-switchover` (not in the
+//! default list: it needs PostgreSQL 15) times `examples/postgresql`'s switchover.
 //!
 //! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
 
@@ -90,6 +91,11 @@ fn main() {
                 }
             }
             "clusters" => clusters(&zk, session, 100),
+            "pg-switchover" => report(
+                "PostgreSQL switchover -> first write acked",
+                &pg_switchover(runs),
+                None,
+            ),
             other => eprintln!("unknown scenario {other:?}"),
         }
     }
@@ -458,4 +464,42 @@ fn report(name: &str, samples: &[Duration], session: Option<Duration>) {
         ms(s[s.len() - 1]),
         ratio
     );
+}
+
+/// `examples/postgresql` with its hooks, as `tests/examples_postgresql.rs` runs it: a
+/// planned switchover, back and forth between the two servers, from the start of the
+/// `warden failover` command to the first insert the new primary acknowledged (the
+/// writer's clock). Each run starts once the old primary streams from the new one and its
+/// node is a healthy standby again. No sampler runs beside the writer: the tests prove
+/// "never two primaries"; here only the client's view is timed.
+fn pg_switchover(runs: usize) -> Vec<Duration> {
+    use common::pg_pair::{Pair, Writer};
+    use std::time::Instant;
+    let pair = Pair::new_as_postgres();
+    let _wardens = pair.start_with_n1_active();
+    let writer = Writer::start(pair.ports(), 0);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+    let nodes = [(&pair.n1, &pair.p1), (&pair.n2, &pair.p2)];
+    let mut out = Vec::new();
+    for k in 0..runs {
+        let (from, old) = nodes[k % 2];
+        let (to, new) = nodes[(k + 1) % 2];
+        let asked = Instant::now();
+        let done = cli(
+            &from.config,
+            &["failover", "--to", &to.id, "--timeout", "30s"],
+        );
+        assert!(
+            done.status.success(),
+            "warden failover: {}",
+            describe(&done)
+        );
+        let first = wait_for(secs(30), "a write acknowledged by the new primary", || {
+            writer.first_on(new.port(), asked)
+        });
+        out.push(first - asked);
+        pair.await_follower(from, old, new);
+    }
+    writer.finish();
+    out
 }

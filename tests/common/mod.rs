@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod mariadb;
+pub mod pg_pair;
 pub mod postgres;
 pub mod redis;
 

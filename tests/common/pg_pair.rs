@@ -1,0 +1,346 @@
+//! The harness of `examples/postgresql` (issue 15), shared by its tests and the benchmark:
+//! two real PostgreSQL 15 servers under their wardens with the shipped hooks ([`Pair`]),
+//! a client that writes to whichever server takes the write ([`Writer`]) and one that
+//! asks both for their role all along ([`Sampler`]).
+
+use super::postgres::{give, os_user, postgres_user, sql_at, PgServer, PsqlSession, BIN};
+use super::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub fn hooks_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql")
+}
+
+/// Writes `node`'s config for the node of server `pg`: hooks mode with the shipped hooks,
+/// `cluster.port` the PostgreSQL port, fencing by signal through the postmaster's pidfile.
+pub fn pg_node(cluster: &Cluster, id: &str, pg: &PgServer) -> Node {
+    example_hooks_node(
+        cluster,
+        id,
+        &hooks_script(),
+        &hooks_env(pg, 5),
+        pg.port(),
+        &pg.pidfile(),
+        ("30s", "300ms"),
+    )
+}
+
+/// The hooks' env file for server `pg`, fast stops bounded by `stop_timeout` seconds.
+pub fn hooks_env(pg: &PgServer, stop_timeout: u32) -> String {
+    format!(
+        "PGBIN={BIN}\nPGDATA={}\nPG_CTL_DIR={}\nPGHOST=127.0.0.1\nPGPORT={}\nPGUSER=postgres\n\
+         OS_USER={}\nPG_TIMEOUT=2\nSTOP_TIMEOUT={stop_timeout}\nFOLLOW_WAIT=3\nPG_LOG={}\n",
+        pg.data().display(),
+        pg.conf().display(),
+        pg.port(),
+        os_user(),
+        pg.log_path().display()
+    )
+}
+
+/// Inserts base + 1, base + 2, ... into `t` on whichever server takes the write, one at a
+/// time, over one kept connection per server ([`PsqlSession`]); keeps the values
+/// PostgreSQL acknowledged (`synchronous_commit = on`: flushed), with the server and the
+/// moment.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(u64, u16, Instant)>>>,
+    /// Each server's last refusal (an error, or no connection).
+    refused: Arc<Mutex<Vec<(u16, Instant)>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+/// A kept session to one server, opened again when it has ended.
+#[derive(Default)]
+pub struct Slot {
+    db: Option<PsqlSession>,
+    /// When it last failed to open, or ended.
+    failed_at: Option<Instant>,
+}
+
+/// How often a slot tries to open a session to a server that refused one: each try starts
+/// a `psql`, and trying every round while a server is down (a switchover's gap) loaded the
+/// 2-core machine the timings are taken on, and delayed the writer's next try of the other
+/// server by a process start.
+pub const RECONNECT_EVERY: Duration = Duration::from_millis(50);
+
+/// The session of `slot` to `port` once it is connected, opened again when it has ended.
+/// Never waits for a connection to be made: a client that tries the servers in turn must
+/// not be held up by one that is down (psql takes tens of milliseconds to start and fail)
+/// while the other takes writes.
+pub fn session(slot: &mut Slot, port: u16) -> Option<&mut PsqlSession> {
+    if slot
+        .db
+        .as_mut()
+        .is_some_and(|s| !s.alive() || s.ready() == Some(false))
+    {
+        // psql ends when its connection fails or is lost.
+        slot.db = None;
+        slot.failed_at = Some(Instant::now());
+    }
+    if slot.db.is_none() {
+        if slot
+            .failed_at
+            .is_some_and(|t| t.elapsed() < RECONNECT_EVERY)
+        {
+            return None;
+        }
+        slot.db = PsqlSession::connect(port);
+        if slot.db.is_none() {
+            slot.failed_at = Some(Instant::now());
+        }
+    }
+    let db = slot.db.as_mut()?;
+    (db.ready() == Some(true)).then_some(db)
+}
+
+impl Writer {
+    pub fn start(ports: [u16; 2], base: u64) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let (s, a, r) = (stop.clone(), acked.clone(), refused.clone());
+        let refuse = move |port: u16| {
+            let mut r = r.lock().unwrap();
+            r.retain(|(p, _)| *p != port);
+            r.push((port, Instant::now()));
+        };
+        let thread = thread::spawn(move || {
+            let mut sessions: [Slot; 2] = Default::default();
+            let mut i = base;
+            while !s.load(Ordering::SeqCst) {
+                i += 1;
+                let mut taken = false;
+                for (k, port) in ports.iter().enumerate() {
+                    let Some(db) = session(&mut sessions[k], *port) else {
+                        refuse(*port);
+                        continue;
+                    };
+                    let sql = format!("INSERT INTO t VALUES ({i})");
+                    if db
+                        .run(&sql, Duration::from_secs(2))
+                        .is_ok_and(|out| out.iter().any(|l| l == "INSERT 0 1"))
+                    {
+                        a.lock().unwrap().push((i, *port, Instant::now()));
+                        taken = true;
+                        break;
+                    }
+                    refuse(*port);
+                }
+                if !taken {
+                    // Both refused (a switchover's gap): not a busy loop of refusals.
+                    thread::sleep(Duration::from_millis(2));
+                }
+            }
+        });
+        Writer {
+            stop,
+            acked,
+            refused,
+            thread: Some(thread),
+        }
+    }
+
+    /// Whether `port` refused a write after `since`.
+    pub fn refused_since(&self, port: u16, since: Instant) -> bool {
+        let refused = self.refused.lock().unwrap();
+        refused.iter().any(|(p, at)| *p == port && *at >= since)
+    }
+
+    /// When `port` last acknowledged a write after `since`.
+    pub fn last_on(&self, port: u16, since: Instant) -> Option<Instant> {
+        let acked = self.acked.lock().unwrap();
+        acked
+            .iter()
+            .rev()
+            .find(|(_, p, at)| *p == port && *at >= since)
+            .map(|(_, _, at)| *at)
+    }
+
+    pub fn acked(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// When `port` first acknowledged a write after `since`.
+    pub fn first_on(&self, port: u16, since: Instant) -> Option<Instant> {
+        let acked = self.acked.lock().unwrap();
+        acked
+            .iter()
+            .find(|(_, p, at)| *p == port && *at >= since)
+            .map(|(_, _, at)| *at)
+    }
+
+    /// Stops; the values acknowledged.
+    pub fn finish(mut self) -> Vec<u64> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.acked.lock().unwrap().iter().map(|a| a.0).collect()
+    }
+}
+
+/// Asks every server `pg_is_in_recovery()` until stopped; keeps each moment that saw two
+/// primaries.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Sampler {
+    pub fn start(ports: [u16; 2]) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = thread::spawn(move || {
+            let (mut samples, mut two) = (0, Vec::new());
+            let mut sessions: [Slot; 2] = Default::default();
+            while !s.load(Ordering::SeqCst) {
+                let roles: Vec<String> = ports
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| {
+                        session(&mut sessions[k], *p)
+                            .and_then(|db| {
+                                db.run("SELECT pg_is_in_recovery()", Duration::from_secs(2))
+                                    .ok()
+                            })
+                            .and_then(|out| out.first().cloned())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                samples += 1;
+                if roles.iter().filter(|r| r.as_str() == "f").count() > 1 {
+                    two.push(format!("sample {samples}: {roles:?}"));
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+            (samples, two)
+        });
+        Sampler {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; how many samples, and those that saw two primaries.
+    pub fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// The values in `t` on the server at `port`.
+pub fn rows(port: u16) -> Vec<u64> {
+    sql_at(port, "SELECT v FROM t ORDER BY v")
+        .unwrap_or_else(|e| panic!("SELECT from t on port {port}: {e}"))
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+/// Two PostgreSQL servers (p1 a primary, p2 its clone), both started as standbys, each
+/// with its node config (n1, n2) on one ZooKeeper.
+pub struct Pair {
+    pub p1: PgServer,
+    pub p2: PgServer,
+    pub zk: ZkServer,
+    pub cluster: Cluster,
+    pub n1: Node,
+    pub n2: Node,
+    /// The uid the wardens run under; root when `None` (the hooks then run PostgreSQL's
+    /// programs through `setpriv`).
+    pub uid: Option<u32>,
+}
+
+impl Pair {
+    /// The wardens run as root.
+    pub fn new() -> Pair {
+        let p1 = PgServer::init();
+        let p2 = PgServer::clone_of(&p1);
+        p1.restart_as_standby();
+        assert_eq!(p1.in_recovery(), Some(true));
+        assert_eq!(p2.in_recovery(), Some(true));
+        let zk = ZkServer::start();
+        let cluster = Cluster::new(&zk);
+        let (n1, n2) = (pg_node(&cluster, "n1", &p1), pg_node(&cluster, "n2", &p2));
+        Pair {
+            p1,
+            p2,
+            zk,
+            cluster,
+            n1,
+            n2,
+            uid: None,
+        }
+    }
+
+    /// The wardens run as the postgres user, as the example's systemd drop-in runs them
+    /// (when the tests run as root): the hooks start PostgreSQL's programs themselves.
+    pub fn new_as_postgres() -> Pair {
+        let mut pair = Pair::new();
+        if nix::unistd::geteuid().is_root() {
+            give(pair.cluster.dir());
+            for n in [&pair.n1, &pair.n2] {
+                fs::set_permissions(&n.config, fs::Permissions::from_mode(0o644))
+                    .expect("chmod the config");
+            }
+            pair.uid = Some(postgres_user().uid.as_raw());
+        }
+        pair
+    }
+
+    pub fn start(&self, node: &Node) -> Warden {
+        match self.uid {
+            Some(uid) => node.start_as(uid),
+            None => node.start(),
+        }
+    }
+
+    pub fn ports(&self) -> [u16; 2] {
+        [self.p1.port(), self.p2.port()]
+    }
+
+    /// Starts n1's warden (n1 is promoted, table `t` is created), then n2's, and waits
+    /// until n2 is a healthy standby whose follow of n1 has finished and whose server
+    /// streams from p1.
+    pub fn start_with_n1_active(&self) -> [Warden; 2] {
+        let w1 = self.start(&self.n1);
+        assert_eq!(wait_for_active(&self.n1.config, secs(60)).0, "n1");
+        assert_eq!(self.p1.in_recovery(), Some(false));
+        self.p1.sql("CREATE TABLE t (v bigint PRIMARY KEY)");
+        let w2 = self.start(&self.n2);
+        self.await_follower(&self.n2, &self.p2, &self.p1);
+        [w1, w2]
+    }
+
+    /// Waits until `node` is a healthy standby whose follow has finished, and its server
+    /// streams from `primary`.
+    pub fn await_follower(&self, node: &Node, server: &PgServer, primary: &PgServer) {
+        let id = node.id.as_str();
+        wait_for_status(
+            &self.n1.config,
+            secs(60),
+            &format!("{id} is a healthy standby"),
+            |s| {
+                member_role(s, id).as_deref() == Some("standby")
+                    && member_health(s, id).as_deref() == Some("healthy")
+                    && member(s, id)
+                        .and_then(|m| m.get("follow"))
+                        .and_then(|f| f.as_str())
+                        .is_some_and(|f| f.starts_with("current"))
+            },
+        );
+        let addr = format!("127.0.0.1 {}", primary.port());
+        wait_until(
+            secs(30),
+            &format!("{id}'s server streams from {addr}"),
+            || server.streams_from().as_deref() == Some(addr.as_str()),
+        );
+    }
+}
