@@ -4,8 +4,9 @@
 //!
 //! `cargo bench --bench failover`; `WARDEN_BENCH_RUNS=50` for more runs (default 20),
 //! `WARDEN_BENCH_SESSION=4s` for another session timeout (default 2s),
-//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios. `pg-switchover` (not in the
-//! default list: it needs PostgreSQL 15) times `examples/postgresql`'s switchover.
+//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios. `pg-switchover` and
+//! `redis-switchover` (not in the default list: they need PostgreSQL 15 and Redis) time
+//! the switchover of `examples/postgresql` and `examples/redis`.
 //!
 //! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
 
@@ -94,6 +95,11 @@ fn main() {
             "pg-switchover" => report(
                 "PostgreSQL switchover -> first write acked",
                 &pg_switchover(runs),
+                None,
+            ),
+            "redis-switchover" => report(
+                "Redis switchover -> first write accepted",
+                &redis_switchover(runs),
                 None,
             ),
             other => eprintln!("unknown scenario {other:?}"),
@@ -501,5 +507,47 @@ fn pg_switchover(runs: usize) -> Vec<Duration> {
         pair.await_follower(from, old, new);
     }
     writer.finish();
+    out
+}
+
+/// `examples/redis` with its hooks, as `tests/examples_redis.rs` runs it (three nodes): a
+/// planned switchover, back and forth between n1 and n2, from the start of the `warden
+/// failover` command to the first write the new primary accepted (`INCR` then `WAIT`, on a
+/// client of its own). Each run starts once both other servers replicate the new primary
+/// and their nodes are healthy standbys again.
+fn redis_switchover(runs: usize) -> Vec<Duration> {
+    use common::redis_setup::{linked_to, Prober, Setup};
+    use std::time::Instant;
+    let s = Setup::new(3);
+    let _wardens = s.start_with_n1_active();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+    let mut out = Vec::new();
+    for k in 0..runs {
+        let (from, to) = (k % 2, (k + 1) % 2);
+        let asked = Instant::now();
+        let target = s.nodes[to].id.clone();
+        let done = cli(
+            &s.nodes[from].config,
+            &["failover", "--to", &target, "--timeout", "20s"],
+        );
+        assert!(
+            done.status.success(),
+            "warden failover: {}",
+            describe(&done)
+        );
+        let first = wait_for(secs(30), "a write accepted by the new primary", || {
+            prober.first_alone_on(to, asked)
+        });
+        out.push(first - asked);
+        for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != to) {
+            wait_until(secs(30), "the others replicate the new primary", || {
+                linked_to(r, s.redis[to].port())
+            });
+            s.wait_healthy_standby(&s.nodes[i].id);
+        }
+    }
     out
 }

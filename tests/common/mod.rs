@@ -21,6 +21,7 @@ pub mod mariadb;
 pub mod pg_pair;
 pub mod postgres;
 pub mod redis;
+pub mod redis_setup;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
