@@ -4,9 +4,10 @@
 //!
 //! `cargo bench --bench failover`; `WARDEN_BENCH_RUNS=50` for more runs (default 20),
 //! `WARDEN_BENCH_SESSION=4s` for another session timeout (default 2s),
-//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios. `pg-switchover` and
-//! `redis-switchover` (not in the default list: they need PostgreSQL 15 and Redis) time
-//! the switchover of `examples/postgresql` and `examples/redis`.
+//! `WARDEN_BENCH_SCENARIOS=kill9,crash` to pick scenarios. `pg-switchover`,
+//! `pg-kill9`, `redis-switchover` and `redis-kill9` (not in the default list: they need
+//! PostgreSQL 15 and Redis) time `examples/postgresql` and `examples/redis`, whose
+//! harness sets `session_timeout = "2s"` whatever `WARDEN_BENCH_SESSION` says.
 //!
 //! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
 
@@ -101,6 +102,16 @@ fn main() {
                 "Redis switchover -> first write accepted",
                 &redis_switchover(runs),
                 None,
+            ),
+            "pg-kill9" => report(
+                "PostgreSQL kill -9 -> first write acked",
+                &pg_kill9(runs),
+                Some(secs(2)),
+            ),
+            "redis-kill9" => report(
+                "Redis kill -9 -> first write accepted",
+                &redis_kill9(runs),
+                Some(secs(2)),
             ),
             other => eprintln!("unknown scenario {other:?}"),
         }
@@ -545,6 +556,87 @@ fn redis_switchover(runs: usize) -> Vec<Duration> {
         for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != to) {
             wait_until(secs(30), "the others replicate the new primary", || {
                 linked_to(r, s.redis[to].port())
+            });
+            s.wait_healthy_standby(&s.nodes[i].id);
+        }
+    }
+    out
+}
+
+/// `examples/postgresql`: `kill -9` of the active's warden and its PostgreSQL together, to
+/// the first insert the other server acknowledged as the new primary. Each run starts once
+/// the killed node, restarted as the systemd drop-in starts it (a standby), follows the
+/// new primary again (rewound when its history diverged).
+fn pg_kill9(runs: usize) -> Vec<Duration> {
+    use common::pg_pair::{Pair, Writer};
+    use std::time::Instant;
+    let pair = Pair::new_as_postgres();
+    let mut wardens = pair.start_with_n1_active();
+    let writer = Writer::start(pair.ports(), 0);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+    let nodes = [(&pair.n1, &pair.p1), (&pair.n2, &pair.p2)];
+    let mut out = Vec::new();
+    for k in 0..runs {
+        let (a, b) = (k % 2, (k + 1) % 2);
+        let ((node, old), (_, new)) = (nodes[a], nodes[b]);
+        wait_until(secs(30), "the primary takes writes", || {
+            writer
+                .first_on(old.port(), std::time::Instant::now() - secs(1))
+                .is_some()
+        });
+        let killed = Instant::now();
+        wardens[a].kill9();
+        old.kill9();
+        wardens[a].wait_exit(secs(5));
+        old.wait_gone(secs(30));
+        let first = wait_for(secs(30), "a write acknowledged by the new primary", || {
+            writer.first_on(new.port(), killed)
+        });
+        out.push(first - killed);
+        old.start_as_standby();
+        wardens[a] = pair.start(node);
+        pair.await_follower(node, old, new);
+    }
+    writer.finish();
+    out
+}
+
+/// `examples/redis` (three nodes): `kill -9` of the active's warden and its Redis
+/// together, to the first write a new primary accepted. Each run starts once the killed
+/// node, restarted as the drop-in starts it, replicates the new primary and is a healthy
+/// standby again.
+fn redis_kill9(runs: usize) -> Vec<Duration> {
+    use common::redis_setup::{linked_to, Prober, Setup};
+    use std::time::Instant;
+    let mut s = Setup::new(3);
+    let mut wardens = s.start_with_n1_active();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let status = status_json(&s.nodes[0].config);
+        let old_id = active_id(&status).expect("an active");
+        let a = s.nodes.iter().position(|n| n.id == old_id).unwrap();
+        let killed = Instant::now();
+        wardens[a].kill9();
+        s.redis[a].kill();
+        wardens[a].wait_exit(secs(5));
+        let new = wait_for(secs(60), "another node is active", || {
+            let st = status_json(&s.nodes[(a + 1) % 3].config);
+            active_id(&st).filter(|id| *id != old_id)
+        });
+        let b = s.nodes.iter().position(|n| n.id == new).unwrap();
+        let first = wait_for(secs(30), "a write accepted by the new primary", || {
+            prober.first_alone_on(b, killed)
+        });
+        out.push(first - killed);
+        s.redis[a].start_as_the_drop_in_does();
+        wardens[a] = s.nodes[a].start();
+        for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != b) {
+            wait_until(secs(30), "the others replicate the new primary", || {
+                linked_to(r, s.redis[b].port())
             });
             s.wait_healthy_standby(&s.nodes[i].id);
         }
