@@ -46,8 +46,8 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<44} {:>9} {:>9} {:>9} {:>9}   median / session_timeout",
-        "scenario", "min", "median", "p99", "max"
+        "{:<44} {:>9} {:>9} {:>9} {:>9} {:>9}   median / session_timeout",
+        "scenario", "min", "median", "p90", "p99", "max"
     );
     for s in scenarios.split(',') {
         match s.trim() {
@@ -473,10 +473,11 @@ fn report(name: &str, samples: &[Duration], session: Option<Duration>) {
         format!("{:.2}", pick(0.5).as_secs_f64() / t.as_secs_f64())
     });
     println!(
-        "{:<44} {:>9} {:>9} {:>9} {:>9}   {}",
+        "{:<44} {:>9} {:>9} {:>9} {:>9} {:>9}   {}",
         name,
         ms(s[0]),
         ms(pick(0.5)),
+        ms(pick(0.9)),
         ms(pick(0.99)),
         ms(s[s.len() - 1]),
         ratio
