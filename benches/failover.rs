@@ -582,7 +582,7 @@ fn pg_kill9(runs: usize) -> Vec<Duration> {
         let ((node, old), (_, new)) = (nodes[a], nodes[b]);
         wait_until(secs(30), "the primary takes writes", || {
             writer
-                .first_on(old.port(), std::time::Instant::now() - secs(1))
+                .first_on(old.port(), Instant::now() - secs(1))
                 .is_some()
         });
         let killed = Instant::now();
