@@ -528,7 +528,7 @@ fn pg_switchover(runs: usize) -> Vec<Duration> {
 /// client of its own). Each run starts once both other servers replicate the new primary
 /// and their nodes are healthy standbys again.
 fn redis_switchover(runs: usize) -> Vec<Duration> {
-    use common::redis_setup::{linked_to, Prober, Setup};
+    use common::redis_setup::{Prober, Setup};
     use std::time::Instant;
     let s = Setup::new(3);
     let _wardens = s.start_with_n1_active();
@@ -554,12 +554,7 @@ fn redis_switchover(runs: usize) -> Vec<Duration> {
             prober.first_alone_on(to, asked)
         });
         out.push(first - asked);
-        for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != to) {
-            wait_until(secs(30), "the others replicate the new primary", || {
-                linked_to(r, s.redis[to].port())
-            });
-            s.wait_healthy_standby(&s.nodes[i].id);
-        }
+        s.await_followers(to);
     }
     out
 }
@@ -607,7 +602,7 @@ fn pg_kill9(runs: usize) -> Vec<Duration> {
 /// node, restarted as the drop-in starts it, replicates the new primary and is a healthy
 /// standby again.
 fn redis_kill9(runs: usize) -> Vec<Duration> {
-    use common::redis_setup::{linked_to, Prober, Setup};
+    use common::redis_setup::{Prober, Setup};
     use std::time::Instant;
     let mut s = Setup::new(3);
     let mut wardens = s.start_with_n1_active();
@@ -635,12 +630,7 @@ fn redis_kill9(runs: usize) -> Vec<Duration> {
         out.push(first - killed);
         s.redis[a].start_as_the_drop_in_does();
         wardens[a] = s.nodes[a].start();
-        for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != b) {
-            wait_until(secs(30), "the others replicate the new primary", || {
-                linked_to(r, s.redis[b].port())
-            });
-            s.wait_healthy_standby(&s.nodes[i].id);
-        }
+        s.await_followers(b);
     }
     out
 }

@@ -97,14 +97,21 @@ impl Setup {
         for node in &self.nodes[1..] {
             wardens.push(node.start());
         }
-        for (i, r) in self.redis.iter().enumerate().skip(1) {
-            let id = format!("n{}", i + 1);
-            wait_until(secs(30), &format!("{id}'s Redis replicates n1's"), || {
-                linked_to(r, self.redis[0].port())
-            });
-            self.wait_healthy_standby(&id);
-        }
+        self.await_followers(0);
         wardens
+    }
+
+    /// Waits until every other server replicates the one of node `primary` with the link
+    /// up, and their nodes are healthy standbys whose follow is current.
+    pub fn await_followers(&self, primary: usize) {
+        let (of, port) = (&self.nodes[primary].id, self.redis[primary].port());
+        for (i, r) in self.redis.iter().enumerate().filter(|(i, _)| *i != primary) {
+            let id = &self.nodes[i].id;
+            wait_until(secs(30), &format!("{id}'s Redis replicates {of}'s"), || {
+                linked_to(r, port)
+            });
+            self.wait_healthy_standby(id);
+        }
     }
 
     pub fn wait_healthy_standby(&self, id: &str) {
