@@ -101,7 +101,15 @@ pub fn session(slot: &mut Slot, port: u16) -> Option<&mut PsqlSession> {
 }
 
 impl Writer {
+    /// Writes as fast as the servers take the writes, one after another.
     pub fn start(ports: [u16; 2], base: u64) -> Writer {
+        Writer::paced(ports, base, None)
+    }
+
+    /// With `every`: at most one write per `every` (on a fixed schedule), so that the
+    /// writer leaves the machine CPU to spare. Refused writes are tried again after 2 ms
+    /// either way: the first write a new primary takes is timed as closely.
+    pub fn paced(ports: [u16; 2], base: u64, every: Option<Duration>) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
         let refused = Arc::new(Mutex::new(Vec::new()));
@@ -114,6 +122,7 @@ impl Writer {
         let thread = thread::spawn(move || {
             let mut sessions: [Slot; 2] = Default::default();
             let mut i = base;
+            let mut next = Instant::now();
             while !s.load(Ordering::SeqCst) {
                 i += 1;
                 let mut taken = false;
@@ -136,6 +145,10 @@ impl Writer {
                 if !taken {
                     // Both refused (a switchover's gap): not a busy loop of refusals.
                     thread::sleep(Duration::from_millis(2));
+                } else if let Some(every) = every {
+                    // The schedule does not drift, nor catch up after a gap.
+                    next = (next + every).max(Instant::now());
+                    thread::sleep(next.saturating_duration_since(Instant::now()));
                 }
             }
         });
