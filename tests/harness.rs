@@ -45,6 +45,47 @@ fn frozen_zookeeper_answers_nothing_until_thawed() {
     wait_until(secs(10), "the thawed server answers ruok", || zk.ruok());
 }
 
+/// A PostgreSQL server killed by a test (or fenced) and never started again once left a
+/// System V segment (`ipcs -m`) and two files in `/dev/shm` behind per kill, for good: a
+/// machine that runs the suite often would reach the kernel's limit of segments.
+#[test]
+fn a_killed_postgresql_leaves_no_shared_memory_behind() {
+    use common::postgres::PgServer;
+    let pg = PgServer::init();
+    let pid = pg.pid().expect("the postmaster's pid");
+    let shmid = fs::read_to_string(pg.pidfile())
+        .unwrap()
+        .lines()
+        .nth(6)
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .expect("the segment's id on line 7 of postmaster.pid");
+    // (`ipcs -i` exits 0 for an id it does not know too.)
+    let segment_exists = || {
+        let out = Command::new("ipcs")
+            .args(["-m", "-i", &shmid])
+            .stdin(Stdio::null())
+            .output()
+            .expect("ipcs");
+        String::from_utf8_lossy(&out.stdout).contains(&format!("shmid={shmid}"))
+    };
+    assert!(
+        segment_exists(),
+        "no System V segment {shmid} while the server runs"
+    );
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(
+        !maps.contains("/dev/shm/"),
+        "the server maps segments in /dev/shm, which nothing removes after a kill: {maps}"
+    );
+    pg.kill9();
+    pg.wait_gone(secs(30));
+    drop(pg);
+    assert!(
+        !segment_exists(),
+        "System V segment {shmid} outlived its server"
+    );
+}
+
 #[test]
 fn proc_stat_reads_state_group_and_start_time() {
     let me = std::process::id();

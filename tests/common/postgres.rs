@@ -191,7 +191,7 @@ impl PgServer {
                  wal_level = replica\nwal_log_hints = on\nmax_wal_senders = 10\n\
                  hot_standby = on\nfsync = off\nwal_keep_size = '256MB'\n\
                  logging_collector = off\nmax_connections = 50\nshared_buffers = '16MB'\n\
-                 log_line_prefix = '%m [%p] '\n",
+                 dynamic_shared_memory_type = mmap\nlog_line_prefix = '%m [%p] '\n",
                 data = d.display(),
                 conf = self.conf().display(),
                 port = self.port,
@@ -349,7 +349,35 @@ impl Drop for PgServer {
             .stderr(Stdio::null())
             .status();
         self.kill9();
+        self.remove_leftover_shared_memory();
         super::keep_dir_if_failed(&mut self.dir);
+    }
+}
+
+impl PgServer {
+    /// A postmaster killed by a test (or fenced by warden) and never started again leaves
+    /// its System V segment behind (`ipcs -m`: one per kill; the kernel's limit, `shmmni`,
+    /// is 4096), which the next start in the same data dir would have removed. Its id is on
+    /// line 7 of the pidfile, which only a clean stop removes. (The dynamic segments are
+    /// files in the data dir, `dynamic_shared_memory_type = mmap`: they go with it.)
+    fn remove_leftover_shared_memory(&self) {
+        let Ok(pidfile) = fs::read_to_string(self.pidfile()) else {
+            return;
+        };
+        let Some(shmid) = pidfile
+            .lines()
+            .nth(6)
+            .and_then(|l| l.split_whitespace().nth(1))
+            .filter(|id| id.parse::<u32>().is_ok())
+        else {
+            return;
+        };
+        let _ = Command::new("ipcrm")
+            .args(["-m", shmid])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
