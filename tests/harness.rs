@@ -1,6 +1,6 @@
-//! Self-tests of the test harness: the ZooKeeper server it starts, the journal service and
-//! the journal checker. These pass without the daemon, so a red election test means the
-//! daemon, not the harness.
+//! Self-tests of the test harness: the ZooKeeper server it starts, the PostgreSQL server's
+//! clean-up, the journal service and the journal checker. These pass without the daemon,
+//! so a red election test means the daemon, not the harness.
 
 mod common;
 
@@ -53,16 +53,13 @@ fn a_killed_postgresql_leaves_no_shared_memory_behind() {
     use common::postgres::PgServer;
     let pg = PgServer::init();
     let pid = pg.pid().expect("the postmaster's pid");
-    let shmid = fs::read_to_string(pg.pidfile())
-        .unwrap()
-        .lines()
-        .nth(6)
-        .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+    let shmid = pg
+        .shmid()
         .expect("the segment's id on line 7 of postmaster.pid");
     // (`ipcs -i` exits 0 for an id it does not know too.)
     let segment_exists = || {
         let out = Command::new("ipcs")
-            .args(["-m", "-i", &shmid])
+            .args(["-m", "-i", &shmid.to_string()])
             .stdin(Stdio::null())
             .output()
             .expect("ipcs");

@@ -255,6 +255,19 @@ impl PgServer {
         self.data().join("postmaster.pid")
     }
 
+    /// The id of the server's System V segment (`ipcs -m`), while its pidfile is there:
+    /// the second number on the pidfile's line 7.
+    pub fn shmid(&self) -> Option<u32> {
+        fs::read_to_string(self.pidfile())
+            .ok()?
+            .lines()
+            .nth(6)?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+
     /// The postmaster's pid, while its pidfile is there.
     pub fn pid(&self) -> Option<u32> {
         fs::read_to_string(self.pidfile())
@@ -361,19 +374,11 @@ impl PgServer {
     /// line 7 of the pidfile, which only a clean stop removes. (The dynamic segments are
     /// files in the data dir, `dynamic_shared_memory_type = mmap`: they go with it.)
     fn remove_leftover_shared_memory(&self) {
-        let Ok(pidfile) = fs::read_to_string(self.pidfile()) else {
-            return;
-        };
-        let Some(shmid) = pidfile
-            .lines()
-            .nth(6)
-            .and_then(|l| l.split_whitespace().nth(1))
-            .filter(|id| id.parse::<u32>().is_ok())
-        else {
+        let Some(shmid) = self.shmid() else {
             return;
         };
         let _ = Command::new("ipcrm")
-            .args(["-m", shmid])
+            .args(["-m", &shmid.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
