@@ -870,6 +870,25 @@ fn other_warnings() {
         .warnings()
         .iter()
         .any(|w| w.contains("only acts on an old active that ran on this host")));
+    // A follow hook learns the active's port from the active's own cluster.port.
+    let follow = "mode = \"hooks\"\npromote = [\"/p\"]\ndemote = [\"/d\"]\nfollow = [\"/f\"]";
+    let c = ok(&with("command = [\"/usr/bin/my-service\"]", follow));
+    let w = c.warnings();
+    assert!(
+        w.iter()
+            .any(|w| w.starts_with("service.follow is set but cluster.port is not")),
+        "{w:?}"
+    );
+    let c = ok(&with("command = [\"/usr/bin/my-service\"]", follow)
+        .replace("node_id = \"rm1\"\n", "node_id = \"rm1\"\nport = 5432\n"));
+    assert_eq!(c.cluster.port, Some(5432));
+    assert!(
+        c.warnings()
+            .iter()
+            .all(|w| !w.contains("cluster.port is not")),
+        "{:?}",
+        c.warnings()
+    );
     // What the server grants is judged at run time, by the granted value.
     let c = ok(&with("connect = ", "session_timeout = \"1s\"\nconnect = "));
     assert!(c
