@@ -874,10 +874,15 @@ fn other_warnings() {
     let follow = "mode = \"hooks\"\npromote = [\"/p\"]\ndemote = [\"/d\"]\nfollow = [\"/f\"]";
     let c = ok(&with("command = [\"/usr/bin/my-service\"]", follow));
     let w = c.warnings();
-    assert!(
-        w.iter()
-            .any(|w| w.starts_with("service.follow is set but cluster.port is not")),
-        "{w:?}"
+    let port: Vec<&String> = w.iter().filter(|w| w.contains("cluster.port")).collect();
+    assert_eq!(port.len(), 1, "{w:?}");
+    assert_eq!(
+        port[0],
+        "service.follow is set but cluster.port is not: while this node is active, the \
+         other nodes' follow hooks are told no WARDEN_ACTIVE_PORT, and a switchover's \
+         demote hook handing over to this node no WARDEN_SUCCESSOR_PORT; a hook that \
+         points a replica at the active needs it (set cluster.port to the service's port, \
+         as examples/postgresql and examples/redis do)"
     );
     let c = ok(&with("command = [\"/usr/bin/my-service\"]", follow)
         .replace("node_id = \"rm1\"\n", "node_id = \"rm1\"\nport = 5432\n"));

@@ -106,7 +106,12 @@ impl Config {
             // Each node's record carries its own port: the port is what the others' hooks
             // are told of this node, so only its own config can say it is missing.
             out.push(
-                "service.follow is set but cluster.port is not: while this node is active,                  the other nodes' follow hooks are told no WARDEN_ACTIVE_PORT, and a                  switchover's demote hook handing over to this node no                  WARDEN_SUCCESSOR_PORT; a hook that points a replica at the active needs                  it (set cluster.port to the service's port, as examples/postgresql and                  examples/redis do)"
+                "service.follow is set but cluster.port is not: while this node is active, \
+                 the other nodes' follow hooks are told no WARDEN_ACTIVE_PORT, and a \
+                 switchover's demote hook handing over to this node no \
+                 WARDEN_SUCCESSOR_PORT; a hook that points a replica at the active needs \
+                 it (set cluster.port to the service's port, as examples/postgresql and \
+                 examples/redis do)"
                     .to_string(),
             );
         }
