@@ -499,10 +499,10 @@ fn report(name: &str, samples: &[Duration], session: Option<Duration>) {
 ///
 /// The writer writes as fast as the primary takes its writes (`every` None; about 4400
 /// a second here): with both servers, ZooKeeper and the wardens on one machine of 2
-/// cores, that keeps the cores busy (`vmstat`: 5 to 12% idle, 3 to 10 runnable). With
-/// `every`, at most one write per `every`: the same switchover with CPU to spare (about
-/// 30% idle at one write per 2 ms). On that VM the two gave about the same medians
-/// (README, "Run after run").
+/// cores, that keeps the cores busy (`vmstat`: 8% idle at the median second, 5 to 17%;
+/// 3 to 10 runnable). With `every`, at most one write per `every`: the same switchover
+/// with CPU to spare (about 30% idle at one write per 2 ms). On that VM the two gave
+/// about the same medians (README, "Run after run").
 fn pg_switchover(runs: usize, every: Option<Duration>) -> Vec<Duration> {
     use common::pg_pair::{Pair, Writer};
     use std::time::Instant;
