@@ -747,3 +747,80 @@ fn an_active_cut_off_from_zookeeper_past_its_lease_can_still_be_fenced_by_its_se
     });
     assert!(!w2.log_mentions("names no service process"), "{}", w2.log());
 }
+
+/// A planned switchover whose demote hook fails: the old active releases the lock but keeps
+/// its breadcrumb, so the target fences it before it promotes (SPEC §8). The command says
+/// so: the operator asked for a clean handover and got a takeover. A clean one says
+/// nothing of the kind.
+#[test]
+fn a_switchover_whose_demote_fails_is_reported_as_a_takeover() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let fail_flag = cluster.dir().join("demote-fails");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "if [ -e '{}' ]; then echo 'demote: the successor did not confirm the last \
+             writes' >&2; exit 1; fi",
+            fail_flag.display()
+        ),
+    );
+    // A fence that reports success: this test is about what the command says.
+    let opts = || NodeOptions {
+        fences: Some(vec![cluster.no_op_fence()]),
+        ..Default::default()
+    };
+    let (n1, n2) = (
+        cluster.node_with("n1", opts()),
+        cluster.node_with("n2", opts()),
+    );
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "2s");
+    }
+    let _w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let _w2 = n2.start();
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+
+    // A clean switchover: no fencing, no warning.
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{}",
+        describe(&out)
+    );
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    wait_for_status(&n1.config, secs(30), "n1 is a standby", |s| {
+        member_role(s, "n1").as_deref() == Some("standby")
+    });
+
+    // Its demote fails: n1 fences n2 first, and the command says so.
+    fs::write(&fail_flag, "").unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n1", "--timeout", "10s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("new active: n1"), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "warning: n2 did not step down cleanly (its demote failed, or its service would \
+             not stop: see n2's log), so n1 fenced it before promoting (fenced the old active: \
+             fenced by script:fence-no-op.sh"
+        ) && stderr.contains("This was a takeover, not a clean handover"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(cluster.fence_calls(), ["n1 n2"]);
+}

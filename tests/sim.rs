@@ -145,6 +145,9 @@ pub struct Outcome {
     /// cluster.
     pub switched: u32,
     pub quiet: u32,
+    /// Of those, how many the command reported as a takeover: the new active fenced the
+    /// old one, whose demote had failed.
+    pub takeovers: u32,
     pub recovery: Option<Duration>,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
@@ -779,6 +782,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             confirms: w.confirms,
             switched: w.switched,
             quiet: w.quiet_switches,
+            takeovers: w.takeovers_reported,
             recovery,
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -920,6 +924,7 @@ struct Sweep {
     confirmed: Vec<u64>,
     switched: u64,
     quiet: u64,
+    takeovers: u64,
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
@@ -942,6 +947,7 @@ impl Sweep {
         }
         self.switched += u64::from(out.switched);
         self.quiet += u64::from(out.quiet);
+        self.takeovers += u64::from(out.takeovers);
         self.virtual_time += out.virtual_time;
         if let Some(r) = out.recovery {
             self.recoveries.push(r);
@@ -965,6 +971,7 @@ impl Sweep {
         self.confirmed.extend(o.confirmed);
         self.switched += o.switched;
         self.quiet += o.quiet;
+        self.takeovers += o.takeovers;
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
@@ -1044,8 +1051,8 @@ fn simulated_daemons_keep_every_invariant() {
     );
     println!(
         "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
-         one must)",
-        total.switched, total.quiet
+         one must; {} reported as a takeover, each by a node that did fence)",
+        total.switched, total.quiet, total.takeovers
     );
     println!(
         "{} seeds in hooks mode: {} follow hooks run, {} failed; {} hooks failed or hung as \

@@ -11,7 +11,8 @@ use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::coord::{Connector, Session};
-use crate::record::{self, Control, Epoch, FailoverRequest, Health, Role};
+use crate::elector::Reason;
+use crate::record::{self, Control, Epoch, FailoverRequest, Health, History, HistoryEntry, Role};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -60,6 +61,10 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
 #[derive(Clone, Debug)]
 pub struct Requested {
     pub request: FailoverRequest,
+    /// `from` held the lock when the request was written: it is to step down cleanly, so
+    /// that nobody needs to fence it. (Without an active, the target fences the last one
+    /// first, as SPEC §6 says.)
+    pub stepping_down: bool,
     /// When the write was sent: the switchover's time counts from here.
     pub sent_at: Instant,
     /// The request's deadline on this process's clock.
@@ -75,6 +80,9 @@ pub struct Switched {
     pub epoch: Option<Epoch>,
     /// From sending the request to seeing the new active.
     pub took: Duration,
+    /// The old active did not step down cleanly (its demote failed, or its service would
+    /// not stop), so the new active fenced it first: how, as the new active recorded it.
+    pub fenced: Option<String>,
 }
 
 /// Runs `warden failover`: prints the request and then the new active and the time taken;
@@ -112,7 +120,22 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
         s.epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
         s.took.as_millis()
     );
+    if let Some(how) = &s.fenced {
+        eprintln!("warning: {}", not_clean(&s, how));
+    }
     Ok(())
+}
+
+/// What the operator is told when the new active had to fence the old one on its way in.
+pub fn not_clean(s: &Switched, how: &str) -> String {
+    format!(
+        "{from} did not step down cleanly (its demote failed, or its service would not stop: \
+         see {from}'s log), so {to} fenced it before promoting ({how}). This was a takeover, \
+         not a clean handover: check {from}'s service, and that {to} has the data it should",
+        from = record::printable(&s.from),
+        to = record::printable(&s.to),
+        how = record::printable(how)
+    )
 }
 
 /// `failover --cancel`: removes whatever request `control` holds, version-checked, and
@@ -162,6 +185,7 @@ pub async fn request_at<S: Session>(
         }
     };
     control_refusal(&snap.control, wall).map_err(OpError::Refused)?;
+    let stepping_down = snap.active().is_some();
     let from = match (snap.active(), &snap.lock, &args.to) {
         (Some((holder, _)), _, _) => holder.node_id.clone(),
         // Nobody holds the lock and the operator names the node to take it: the way to
@@ -213,6 +237,7 @@ pub async fn request_at<S: Session>(
     match written {
         Ok(Ok(_)) => Ok(Requested {
             request,
+            stepping_down,
             sent_at,
             lapses_at: sent_at + args.timeout,
             timeout: args.timeout,
@@ -258,7 +283,11 @@ pub async fn await_switch<C: Connector>(
             Err(_) => break,
             Ok(Ok(snap)) => {
                 last_error = None;
-                if let Some(done) = switched(&snap, req) {
+                if let Some(mut done) = switched(&snap, req) {
+                    if req.stepping_down {
+                        done.fenced =
+                            fenced_on_the_way(&zk, snap.history, &done, req.lapses_at).await;
+                    }
                     return Ok(done);
                 }
                 if let Some(to) = &req.request.to {
@@ -297,7 +326,55 @@ fn switched(snap: &ClusterSnapshot, req: &Requested) -> Option<Switched> {
         to: holder.node_id.clone(),
         epoch: holder.epoch.or(member.node.epoch),
         took: req.sent_at.elapsed(),
+        fenced: None,
     })
+}
+
+/// The longest the command waits, once the new active is seen, for its history to show
+/// how it got there.
+const HISTORY_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether the new active fenced the old one (`done.from`) on its way to `done.epoch`,
+/// and how: from its history entries at that epoch (`→ fencing` naming `from`, then
+/// `fencing →` with how it fenced). Fencing something else (its own service, left over
+/// from an earlier stop) says nothing of `from`'s demotion. Each node appends its entries
+/// as it goes, and the new active is seen once its member record says so, which may be
+/// before its last entries have landed: the command reads the history again until the new
+/// active's `→ active` entry is there, for up to [`HISTORY_WAIT`] and never past the
+/// request's lapse (`until`: the command's own bound). Best effort: an entry that could
+/// not be written is not seen.
+async fn fenced_on_the_way<S: Session>(
+    zk: &S,
+    mut history: History,
+    done: &Switched,
+    until: Instant,
+) -> Option<String> {
+    let epoch = done.epoch?;
+    let deadline = (Instant::now() + HISTORY_WAIT).min(until);
+    // What the new active records as it starts to fence `from`.
+    let fencing_from = Reason::FencingNode(done.from.clone()).to_string();
+    loop {
+        let ours = |e: &&HistoryEntry| e.node_id == done.to && e.epoch == Some(epoch);
+        let entries: Vec<&HistoryEntry> = history.entries.iter().filter(ours).collect();
+        if entries
+            .iter()
+            .any(|e| e.to == "fencing" && e.reason == fencing_from)
+        {
+            // (Newest first: the first `fencing →` is the last fence's outcome.)
+            let how = entries.iter().find(|e| e.from == "fencing");
+            return Some(how.map_or(fencing_from, |e| e.reason.clone()));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if entries.iter().any(|e| e.to == "active") || left.is_zero() {
+            return None;
+        }
+        tokio::time::sleep(POLL.min(left)).await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        history = match tokio::time::timeout(left, zk.read_history()).await {
+            Ok(Ok(h)) => h,
+            _ => return None,
+        };
+    }
 }
 
 /// Why no new active was seen in time, from the last state read.

@@ -128,9 +128,24 @@ pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, qui
             "`warden failover` returned {late:?} after its request lapsed"
         ));
     }
-    if result.is_ok() {
+    if let Ok(s) = &result {
         w.switched += 1;
         w.quiet_switches += u32::from(quiet);
+        // "A takeover, not a clean handover" only when the new active did fence.
+        if let Some(how) = &s.fenced {
+            w.takeovers_reported += 1;
+            let sent = requested.sent_at;
+            let fenced_from = |(by, on, at): &(String, Option<String>, Instant)| {
+                *by == s.to && on.as_deref() == Some(s.from.as_str()) && *at >= sent
+            };
+            if !w.fence_runs.iter().any(fenced_from) {
+                w.fail(format!(
+                    "`warden failover` said {} fenced {} on its way in ({how}), but {} ran no \
+                     fence method on {} since the request",
+                    s.to, s.from, s.to, s.from
+                ));
+            }
+        }
     }
     if quiet && result.is_err() {
         w.fail(format!(

@@ -224,6 +224,10 @@ pub struct W {
     pub tracing: bool,
     pub starts: u32,
     pub fences: u32,
+    /// Who ran a fence method, on which node, and when.
+    pub fence_runs: Vec<(String, Option<String>, tokio::time::Instant)>,
+    /// Switchovers whose command said the new active had to fence the old one.
+    pub takeovers_reported: u32,
     pub confirms: u32,
     /// Each node's latest incarnation number.
     pub current: Vec<u32>,
@@ -298,6 +302,8 @@ impl World {
                 tracing,
                 starts: 0,
                 fences: 0,
+                fence_runs: Vec::new(),
+                takeovers_reported: 0,
                 confirms: 0,
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
