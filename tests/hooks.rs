@@ -100,6 +100,18 @@ fn with_follow(node: &Node, follow: &Path) {
     fs::write(&node.config, text).unwrap();
 }
 
+/// Starts n1 and waits until it is active, then n2 until it is a standby (hooks mode: no
+/// service of warden's own to wait for).
+fn start_n1_active_then_n2(n1: &Node, n2: &Node) -> (Warden, Warden) {
+    let w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let w2 = n2.start();
+    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+    });
+    (w1, w2)
+}
+
 fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
     cluster.script(
         name,
@@ -368,12 +380,7 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
         hooks_mode(n, &promote, &demote, "2s");
         with_port(n, port);
     }
-    let mut w1 = n1.start();
-    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
-    let _w2 = n2.start();
-    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
-        member_role(s, "n2").as_deref() == Some("standby")
-    });
+    let (mut w1, _w2) = start_n1_active_then_n2(&n1, &n2);
     let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(lines(&env), ["n1 n2 127.0.0.1 7002"]);
@@ -782,12 +789,7 @@ fn a_switchover_whose_demote_fails_is_reported_as_a_takeover() {
     for n in [&n1, &n2] {
         hooks_mode(n, &promote, &demote, "2s");
     }
-    let _w1 = n1.start();
-    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
-    let _w2 = n2.start();
-    wait_for_status(&n1.config, secs(30), "n2 is a standby", |s| {
-        member_role(s, "n2").as_deref() == Some("standby")
-    });
+    let _wardens = start_n1_active_then_n2(&n1, &n2);
 
     // A clean switchover: no fencing, no warning.
     let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
