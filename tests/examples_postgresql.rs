@@ -259,6 +259,47 @@ fn the_example_config_passes_check_config() {
     assert_example_config_passes_check_config("postgresql", "warden-postgresql");
 }
 
+/// Run as root, the hooks run PostgreSQL's programs as `OS_USER`: one that does not exist
+/// is named as such, before anything else is tried (it once surfaced as setpriv's "failed
+/// to parse reuid" inside another message).
+#[test]
+fn the_hooks_name_an_os_user_that_does_not_exist() {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "this test runs the hooks as root, as warden runs them without the drop-in: run the \
+         suite as root (scripts/test.sh does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(
+        &env_file,
+        format!(
+            "PGDATA={}\nOS_USER=warden-no-such-user\nPGPORT=1\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    for what in ["promote", "demote", "follow", "standby-check"] {
+        let out = run_bounded(
+            &hooks_script().display().to_string(),
+            &[what.to_string(), env_file.display().to_string()],
+            secs(10),
+        );
+        assert_eq!(out.status.code(), Some(2), "{what}: {}", describe(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            format!(
+                "{what}: OS_USER=warden-no-such-user is not a user on this machine (the hooks \
+                 run as root, and run PostgreSQL's programs as OS_USER): set OS_USER in {} to \
+                 the user that owns {}",
+                env_file.display(),
+                dir.path().display()
+            ),
+            "{what}"
+        );
+    }
+}
+
 /// The demote of a planned switchover, run by itself against real servers: a successor
 /// that cannot confirm the old primary's last WAL (a server of another history, which
 /// receives none; a port where nothing listens) fails the demote, says why, and leaves
