@@ -824,5 +824,10 @@ fn a_switchover_whose_demote_fails_is_reported_as_a_takeover() {
         "{}",
         describe(&out)
     );
-    assert_eq!(cluster.fence_calls(), ["n1 n2"]);
+    // (Once, unless a commit conflict made n1 read and fence again.)
+    let calls = cluster.fence_calls();
+    assert!(
+        !calls.is_empty() && calls.iter().all(|c| c == "n1 n2"),
+        "{calls:?}"
+    );
 }
