@@ -98,6 +98,8 @@ struct SessionCtx<S> {
     /// Our member record as it should be in the store; one task of `tasks` writes each
     /// new one after the last, so an older record can never land after a newer one.
     member: tokio::sync::watch::Sender<Option<MemberRecord>>,
+    /// Our history entries, appended by one task of `tasks` in the order sent.
+    history: mpsc::UnboundedSender<HistoryEntry>,
 }
 
 /// The driver of one warden process: generic over the store it is elected through and
@@ -500,11 +502,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     });
                 }
                 let member = spawn_member_writer(&mut tasks, zk.clone());
+                let history = spawn_history_writer(&mut tasks, zk.clone());
                 self.session = Some(SessionCtx {
                     zk: zk.clone(),
                     gen,
                     tasks,
                     member,
+                    history,
                 });
                 self.metrics.set_connected(true);
                 // READY once registered in the election, whatever the role: a node kept
@@ -1429,12 +1433,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         if let Some(ctx) = &mut self.session {
             ctx.member.send_replace(Some(m));
             if let Some(entry) = entry {
-                let zk = ctx.zk.clone();
-                ctx.tasks.spawn(async move {
-                    if let Err(e) = zk.append_history(&entry).await {
-                        warn!("could not append to history: {e}");
-                    }
-                });
+                // The writer ends only with the session, when this one is gone too.
+                let _ = ctx.history.send(entry);
             }
         }
     }
@@ -1722,6 +1722,27 @@ async fn fence_own_service<H: Host>(
             ),
         ),
     }
+}
+
+/// The task that appends a session's history entries, one after the other in the order
+/// sent. A task per entry, as before, raced our own appends against each other: each
+/// read-modify-write but the first was refused and read again, and over an unreadable
+/// history each made its own copy of it (two copies of the same bytes after one start,
+/// seen in CI). An entry that fails is logged and not tried again: history is a record
+/// for operators, and a later entry must not wait behind it.
+fn spawn_history_writer<S: Session>(
+    tasks: &mut JoinSet<()>,
+    zk: S,
+) -> mpsc::UnboundedSender<HistoryEntry> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<HistoryEntry>();
+    tasks.spawn(async move {
+        while let Some(entry) = rx.recv().await {
+            if let Err(e) = zk.append_history(&entry).await {
+                warn!("could not append to history: {e}");
+            }
+        }
+    });
+    tx
 }
 
 /// The task that writes a session's member record: each write waits for the one before,

@@ -325,7 +325,15 @@ fn an_unreadable_history_znode_is_copied_aside_before_it_is_replaced() {
     wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
         active_id(s).as_deref() == Some("n1")
     });
-    wait_until(secs(10), "a second copy", || kept(&client).len() == 2);
+    // Its start writes several entries in a moment; the first to land finds the
+    // garbage, and only it may copy it. (Each entry had its own writer once: under load
+    // two of them read the garbage before either replaced it, and each kept a copy.)
+    wait_until(secs(10), "n1's promotion is in history", || {
+        client
+            .get(&history)
+            .is_some_and(|h| String::from_utf8_lossy(&h).contains(r#""to":"active""#))
+    });
+    assert_eq!(kept(&client).len(), 2, "{:?}", client.children(&base));
     let second = kept(&client)
         .into_iter()
         .find(|c| *c != copies[0])
