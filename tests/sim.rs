@@ -148,6 +148,8 @@ pub struct Outcome {
     /// Of those, how many the command reported as a takeover: the new active fenced the
     /// old one, whose demote had failed.
     pub takeovers: u32,
+    /// And how many takeovers it could not tell from a clean handover.
+    pub unreported: u32,
     pub recovery: Option<Duration>,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
@@ -783,6 +785,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             switched: w.switched,
             quiet: w.quiet_switches,
             takeovers: w.takeovers_reported,
+            unreported: w.takeovers_unreported,
             recovery,
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -925,6 +928,7 @@ struct Sweep {
     switched: u64,
     quiet: u64,
     takeovers: u64,
+    unreported: u64,
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
@@ -948,6 +952,7 @@ impl Sweep {
         self.switched += u64::from(out.switched);
         self.quiet += u64::from(out.quiet);
         self.takeovers += u64::from(out.takeovers);
+        self.unreported += u64::from(out.unreported);
         self.virtual_time += out.virtual_time;
         if let Some(r) = out.recovery {
             self.recoveries.push(r);
@@ -972,6 +977,7 @@ impl Sweep {
         self.switched += o.switched;
         self.quiet += o.quiet;
         self.takeovers += o.takeovers;
+        self.unreported += o.unreported;
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
@@ -1051,8 +1057,9 @@ fn simulated_daemons_keep_every_invariant() {
     );
     println!(
         "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
-         one must; {} reported as a takeover, each by a node that did fence)",
-        total.switched, total.quiet, total.takeovers
+         one must; {} reported as a takeover, each by a node that did fence; {} more where \
+         the new active fenced the old one but the command could not tell)",
+        total.switched, total.quiet, total.takeovers, total.unreported
     );
     println!(
         "{} seeds in hooks mode: {} follow hooks run, {} failed; {} hooks failed or hung as \

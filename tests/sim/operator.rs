@@ -132,12 +132,17 @@ pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, qui
         w.switched += 1;
         w.quiet_switches += u32::from(quiet);
         // "A takeover, not a clean handover" only when the new active did fence.
+        let sent = requested.sent_at;
+        let fenced_from = |(by, on, at): &(String, Option<String>, Instant)| {
+            *by == s.to && on.as_deref() == Some(s.from.as_str()) && *at >= sent
+        };
+        // Only a step-down is reported so: without an active, fencing the last one is the
+        // rule (SPEC 6), not news.
+        if requested.stepping_down && s.fenced.is_none() && w.fence_runs.iter().any(fenced_from) {
+            w.takeovers_unreported += 1;
+        }
         if let Some(how) = &s.fenced {
             w.takeovers_reported += 1;
-            let sent = requested.sent_at;
-            let fenced_from = |(by, on, at): &(String, Option<String>, Instant)| {
-                *by == s.to && on.as_deref() == Some(s.from.as_str()) && *at >= sent
-            };
             if !w.fence_runs.iter().any(fenced_from) {
                 w.fail(format!(
                     "`warden failover` said {} fenced {} on its way in ({how}), but {} ran no \

@@ -228,6 +228,9 @@ pub struct W {
     pub fence_runs: Vec<(String, Option<String>, tokio::time::Instant)>,
     /// Switchovers whose command said the new active had to fence the old one.
     pub takeovers_reported: u32,
+    /// Switchovers from an active whose new active fenced the old one since the request,
+    /// but whose command could not tell (the history entries it reads were not written).
+    pub takeovers_unreported: u32,
     pub confirms: u32,
     /// Each node's latest incarnation number.
     pub current: Vec<u32>,
@@ -304,6 +307,7 @@ impl World {
                 fences: 0,
                 fence_runs: Vec::new(),
                 takeovers_reported: 0,
+                takeovers_unreported: 0,
                 confirms: 0,
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
