@@ -27,6 +27,27 @@ missing_base_packages() {
   dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "ok installed" || echo libssl-dev
 }
 
+# Builds the binaries named (debug) and sets bindir to where they are; with
+# WARDEN_BIN_DIR set, uses the ones there instead (the tests run the demos so, on the
+# binaries they were built with).
+build_bins() { # bin...
+  if [ -n "${WARDEN_BIN_DIR:-}" ]; then
+    bindir=$WARDEN_BIN_DIR
+    return
+  fi
+  say "Building warden"
+  local args=()
+  for b in "$@"; do args+=(--bin "$b"); done
+  cargo build --quiet "${args[@]}"
+  bindir="$here/target/debug"
+}
+
+# Says that a claim the demo just made does not hold, and stops it (keeping its logs).
+broken() { # what...
+  echo "error: $*: this is a bug in warden or in this demo; the logs are in $dir" >&2
+  exit 1
+}
+
 free_port() { # a port nothing listens on
   local p
   while :; do

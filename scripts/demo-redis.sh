@@ -15,9 +15,8 @@ mapfile -t need < <(missing_base_packages)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ensure_packages "${need[@]}"
 
-say "Building warden"
-cargo build --quiet --bin warden
-warden="$here/target/debug/warden"
+build_bins warden
+warden="$bindir/warden"
 hooks="$here/examples/redis/warden-redis"
 
 dir=$(mktemp -d /tmp/warden-demo-redis.XXXXXX)
@@ -40,6 +39,7 @@ trap 'exit 130' INT TERM
 
 say "Starting a local ZooKeeper"
 start_zookeeper
+note "configs and logs go to $dir (removed at the end; KEEP=1 keeps them)"
 
 say "Starting two Redis servers (appendonly, a shared password for replication)"
 pw="demo-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
@@ -159,7 +159,8 @@ note "n1 fences n2's Redis (by its pidfile) once n2's session expires, then prom
 wait_for "n1 is active" is_active n1
 sleep 1
 kill -KILL "$client" 2>/dev/null || true
-note "n2's Redis still running? $(kill -0 "$(cat "$dir/n2/redis.pid")" 2>/dev/null && echo yes || echo no: it was fenced)"
+kill -0 "$(cat "$dir/n2/redis.pid")" 2>/dev/null && broken "n2's Redis still runs after n1 took over"
+note "n2's Redis still running? no: it was fenced"
 total=$(rcli "$port_n1" LLEN writes)
 last=$(rcli "$port_n1" GET last)
 note "writes on n1 (the primary again): $total, the last one $last"

@@ -6,6 +6,10 @@
 #   scripts/demo.sh            # run it
 #   scripts/demo.sh redis      # the same story on real Redis servers (examples/redis)
 #   KEEP=1 scripts/demo.sh     # keep the temp dir (configs, logs, journals) afterwards
+#
+# It stops with an error (exit 1) when something it shows does not happen: no new
+# active, a frozen active's service left running, a service started with an epoch not
+# above the last one.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,10 +24,9 @@ fi
 mapfile -t need < <(missing_base_packages)
 ensure_packages "${need[@]}"
 
-say "Building warden"
-cargo build --quiet --bin warden --bin warden-journal-service
-warden="$here/target/debug/warden"
-service="$here/target/debug/warden-journal-service"
+build_bins warden warden-journal-service
+warden="$bindir/warden"
+service="$bindir/warden-journal-service"
 
 # --- 2. A scratch dir, and cleanup of everything we start ------------------------------
 dir=$(mktemp -d /tmp/warden-demo.XXXXXX)
@@ -51,6 +54,7 @@ trap 'exit 130' INT TERM
 say "Starting a local ZooKeeper (standalone, on loopback)"
 start_zookeeper
 note "ZooKeeper listens on 127.0.0.1:$zkport"
+note "configs and logs go to $dir (removed at the end; KEEP=1 keeps them)"
 
 # --- 4. Two nodes ----------------------------------------------------------------------
 for n in n1 n2; do
@@ -104,6 +108,8 @@ wait_role() { # node role
     "$warden" -c "$dir/n1.toml" status | grep -qE "^$1 +$2 " && return
     sleep 0.1
   done
+  echo "$1 is not $2 after 20s; see $dir/*.log" >&2
+  exit 1
 }
 show_log() { # node pattern
   grep -E "$2" "$dir/$1.log" | sed -E 's/\x1b\[[0-9;]*m//g; s/^[^ ]+ +//' | tail -n "${3:-6}" | sed "s/^/   [$1] /"
@@ -146,10 +152,18 @@ eval "kill -STOP \$pid_$second"
 third=$(wait_active "$second")
 note "new active: $third"
 show_log "$third" "transition|fenc" 6
-note "$second's service (pid $svc) still running? $(kill -0 "$svc" 2>/dev/null && [ "$(awk '/^State:/{print $2}' /proc/$svc/status 2>/dev/null)" != Z ] && echo yes || echo no: it was fenced)"
+if kill -0 "$svc" 2>/dev/null && [ "$(awk '/^State:/{print $2}' /proc/$svc/status 2>/dev/null)" != Z ]; then
+  broken "$second's service (pid $svc) still runs after $third took over"
+fi
+note "$second's service (pid $svc) still running? no: it was fenced"
 status
 
 say "What the services wrote (start lines; epochs only grow, runs never overlap)"
 grep -h '^start' "$dir"/n1.journal "$dir"/n2.journal | sort -k2 -n | sed 's/^/   /'
+starts=$(grep -h '^start' "$dir"/n1.journal "$dir"/n2.journal | wc -l)
+[ "$starts" -eq 3 ] || broken "the services started $starts times, not 3"
+grep -h '^start' "$dir"/n1.journal "$dir"/n2.journal | sort -k2 -n |
+  awk '{ e = $5; sub(/^epoch=/, "", e); if (NR > 1 && e + 0 <= last) exit 1; last = e + 0 }' ||
+  broken "a service started with an epoch not above the one before it"
 
 say "Done. Cleaning up."
