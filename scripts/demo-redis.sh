@@ -70,8 +70,9 @@ port = $port                 # this node's Redis: followers replicate host:port
 
 [coordination.zookeeper]
 connect = "127.0.0.1:$zkport"
-session_timeout = "2s"
-connect_timeout = "1s"
+session_timeout = "2s"         # short for the demo; warden warns that with hook_timeout
+connect_timeout = "1s"         # 3s one late renewal demotes the active (the shipped
+                               # examples/redis/warden.toml uses 10s)
 
 [service]
 mode = "hooks"               # Redis always runs; warden moves the primary role
@@ -82,9 +83,11 @@ hook_timeout = "3s"
 pidfile = "$dir/$n/redis.pid"
 
 [health]
-kind = "none"
+kind = "tcp"                 # the active's Redis answers on its port
+address = "127.0.0.1:$port"
 standby_command = ["$hooks", "standby-check", "$dir/$n/redis.env"]
-interval = "300ms"
+interval = "500ms"
+timeout = "500ms"
 
 [[fence]]
 kind = "signal"

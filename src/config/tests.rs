@@ -1127,6 +1127,12 @@ fn sub_millisecond_durations_are_refused_and_shown_with_their_unit() {
     assert_eq!(fmt_duration(Duration::from_nanos(1)), "1ns");
     assert_eq!(fmt_duration(Duration::from_micros(1500)), "1ms 500us");
     assert_eq!(fmt_duration(Duration::ZERO), "0s");
+    assert_eq!(fmt_computed(Duration::from_nanos(333_333_333)), "333ms");
+    assert_eq!(
+        fmt_computed(Duration::from_nanos(1_666_666_666)),
+        "1s 666ms"
+    );
+    assert_eq!(fmt_computed(Duration::from_nanos(999_999)), "999us 999ns");
     assert_eq!(
         fmt_duration(Duration::from_nanos(1_666_666_666)),
         "1s 666ms"

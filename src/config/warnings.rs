@@ -17,6 +17,15 @@ pub(super) fn fmt_duration(d: Duration) -> String {
     humantime::format_duration(shown).to_string()
 }
 
+/// A computed duration (a sixth of the session timeout) for messages: to the millisecond
+/// (`333ms`, not `333ms 333us 333ns`), exactly when below one.
+pub(super) fn fmt_computed(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        return fmt_duration(d);
+    }
+    fmt_duration(Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000))
+}
+
 impl Config {
     /// Settings that are valid but that an operator should know the consequences of;
     /// `warden check-config` prints them (SPEC §7) and `run` logs them.
@@ -35,8 +44,8 @@ impl Config {
                  (half of coordination.{}.session_timeout = {}), so a single late \
                  renewal demotes the active; raise session_timeout or lower {grace_key}",
                 fmt_duration(grace),
-                fmt_duration(renewal),
-                fmt_duration(lease),
+                fmt_computed(renewal),
+                fmt_computed(lease),
                 self.coordination.backend.as_str(),
                 fmt_duration(self.session_timeout()),
             ));
@@ -60,7 +69,7 @@ impl Config {
                     "{key}.poll_interval = {} is longer than a renewal interval ({}): standbys \
                      notice a released or expired lock later than the active renews it",
                     fmt_duration(st.poll_interval),
-                    fmt_duration(st.session_timeout / 6)
+                    fmt_computed(st.session_timeout / 6)
                 ));
             }
             if st.session_timeout < Duration::from_secs(3) {
