@@ -42,6 +42,11 @@ build_bins() { # bin...
   bindir="$here/target/debug"
 }
 
+# Whether the process runs (a zombie, killed but not yet reaped, does not).
+alive() { # pid
+  kill -0 "$1" 2>/dev/null && [ "$(awk '/^State:/{print $2}' "/proc/$1/status" 2>/dev/null)" != Z ]
+}
+
 # Says that a claim the demo just made does not hold, and stops it (keeping its logs).
 broken() { # what...
   echo "error: $*: this is a bug in warden or in this demo; the logs are in $dir" >&2

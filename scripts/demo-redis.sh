@@ -162,7 +162,7 @@ note "n1 fences n2's Redis (by its pidfile) once n2's session expires, then prom
 wait_for "n1 is active" is_active n1
 sleep 1
 kill -KILL "$client" 2>/dev/null || true
-kill -0 "$(cat "$dir/n2/redis.pid")" 2>/dev/null && broken "n2's Redis still runs after n1 took over"
+alive "$(cat "$dir/n2/redis.pid")" && broken "n2's Redis still runs after n1 took over"
 note "n2's Redis still running? no: it was fenced"
 total=$(rcli "$port_n1" LLEN writes)
 last=$(rcli "$port_n1" GET last)

@@ -147,14 +147,12 @@ say "Act 2: freeze the active warden ($second) with SIGSTOP"
 note "This is the dangerous case: a hung machine whose service still runs. The frozen"
 note "warden cannot stop it. The standby must kill it (fence) BEFORE it starts its own."
 svc=$(grep start "$dir/$second.journal" | tail -n1 | grep -o 'pid=[0-9]*' | cut -d= -f2)
-note "$second's service (pid $svc) is still running: $(kill -0 "$svc" 2>/dev/null && echo yes || echo no)"
+note "$second's service (pid $svc) is still running: $(alive "$svc" && echo yes || echo no)"
 eval "kill -STOP \$pid_$second"
 third=$(wait_active "$second")
 note "new active: $third"
 show_log "$third" "transition|fenc" 6
-if kill -0 "$svc" 2>/dev/null && [ "$(awk '/^State:/{print $2}' /proc/$svc/status 2>/dev/null)" != Z ]; then
-  broken "$second's service (pid $svc) still runs after $third took over"
-fi
+alive "$svc" && broken "$second's service (pid $svc) still runs after $third took over"
 note "$second's service (pid $svc) still running? no: it was fenced"
 status
 
