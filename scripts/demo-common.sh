@@ -53,10 +53,18 @@ broken() { # what...
   exit 1
 }
 
-free_port() { # a port nothing listens on
-  local p
+# A port nothing listens on, outside the kernel's range for outgoing connections: a port
+# in that range may be the local end of a connection (to ZooKeeper, say), which no
+# connect finds, and then the server's bind fails ("Address already in use").
+free_port() {
+  local p from=10000 to=32767 low high
+  if read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null; then
+    if [ "$low" -gt 11000 ]; then to=$((low - 1));
+    elif [ "$high" -lt 64000 ]; then from=$((high + 1)) to=65535;
+    else from=20000 to=60000; fi
+  fi
   while :; do
-    p=$(shuf -i 20000-60000 -n 1)
+    p=$(shuf -i "$from-$to" -n 1)
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
 }
@@ -75,16 +83,21 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
 ZOO
-  java -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" -XX:+UseSerialGC -Xmx256m \
+  # Without an slf4j binding on the classpath, ZooKeeper logs nothing at all.
+  local cp=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar zk
+  [ -f /usr/share/java/slf4j-simple.jar ] && cp=$cp:/usr/share/java/slf4j-simple.jar
+  java -cp "$cp" -XX:+UseSerialGC -Xmx256m \
     org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
-  pids+=($!)
-  disown $!
+  zk=$!
+  pids+=($zk)
+  disown $zk
   for _ in $(seq 1 150); do
     [ "$(ruok)" = imok ] && return
+    kill -0 "$zk" 2>/dev/null || break
     sleep 0.1
   done
-  echo "ZooKeeper did not start; its log:" >&2
-  cat "$dir/zk.log" >&2
+  echo "ZooKeeper did not start on port $zkport; the end of its log ($dir/zk.log):" >&2
+  tail -n 20 "$dir/zk.log" >&2
   exit 1
 }
 ruok() { (exec 3<>"/dev/tcp/127.0.0.1/$zkport" && printf ruok >&3 && timeout 1 cat <&3) 2>/dev/null; }

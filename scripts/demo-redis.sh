@@ -98,7 +98,15 @@ done
 rcli() { REDISCLI_AUTH="$pw" timeout 3 redis-cli --no-auth-warning -h 127.0.0.1 -p "$1" "${@:2}"; }
 for n in n1 n2; do
   eval "p=\$port_$n"
-  for _ in $(seq 1 100); do [ "$(rcli "$p" PING 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+  for i in $(seq 1 101); do
+    [ "$(rcli "$p" PING 2>/dev/null)" = PONG ] && break
+    if [ "$i" = 101 ]; then
+      echo "$n's Redis does not answer on port $p after 10s; the end of its log:" >&2
+      tail -n 5 "$dir/$n/redis.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
 done
 note "n1's Redis on port $port_n1, n2's on $port_n2; both start refusing writes"
 
