@@ -86,7 +86,10 @@ ZOO
   # Without an slf4j binding on the classpath, ZooKeeper logs nothing at all.
   local cp=/etc/zookeeper/conf:/usr/share/java/zookeeper.jar zk
   [ -f /usr/share/java/slf4j-simple.jar ] && cp=$cp:/usr/share/java/slf4j-simple.jar
+  # (Each client that closes its socket, as every `warden status` does, would log a
+  # stack trace at WARN.)
   java -cp "$cp" -XX:+UseSerialGC -Xmx256m \
+    -Dorg.slf4j.simpleLogger.log.org.apache.zookeeper.server.NIOServerCnxn=error \
     org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
   zk=$!
   pids+=($zk)
