@@ -42,14 +42,7 @@ fn scratch_dir(stdout: &str) -> String {
 /// The dir is gone, and no process it started still runs (their command lines name it).
 fn assert_cleaned_up(dir: &str) {
     assert!(!Path::new(dir).exists(), "{dir} is still there");
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(dir))
-        .collect();
+    let left = processes_with(dir);
     assert!(left.is_empty(), "still running: {left:?}");
 }
 

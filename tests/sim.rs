@@ -780,7 +780,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             forced_commits: w.forced_commits,
             leaderless,
             starts: w.starts,
-            fences: w.fences,
+            fences: w.fence_runs.len() as u32,
             confirms: w.confirms,
             switched: w.switched,
             quiet: w.quiet_switches,

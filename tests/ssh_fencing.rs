@@ -22,7 +22,7 @@ mod common;
 mod sshd;
 
 use common::{
-    active_id, dump_logs, holds_for, mono_now_ns, ms, nanos, process_alive, process_cmdline,
+    active_id, dump_logs, holds_for, mono_now_ns, ms, nanos, process_alive, processes_with,
     register_log, secs, start_active_then_standbys, toml_array, toml_duration, toml_str,
     wait_for_status, wait_until, Cluster, Node, NodeOptions, PidFileReaper, Run, Warden, ZkServer,
     WARDEN,
@@ -327,26 +327,6 @@ fn freeze_active(w: &Warden, node: &Node) {
                 .is_some_and(|r| r.last_ns > freeze_ns + nanos(ms(300)))
         },
     );
-}
-
-/// Pids of live processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Some(cmdline) = process_cmdline(pid) {
-            if cmdline.contains(marker) && process_alive(pid) {
-                found.push((pid, cmdline));
-            }
-        }
-    }
-    found
 }
 
 // ---------------------------------------------------------------------------------------

@@ -353,19 +353,20 @@ async fn fenced_on_the_way<S: Session>(
     let deadline = (Instant::now() + HISTORY_WAIT).min(until);
     // What the new active records as it starts to fence `from`.
     let fencing_from = Reason::FencingNode(done.from.clone()).to_string();
+    let (fencing, active) = (Role::Fencing.as_str(), Role::Active.as_str());
     loop {
         let ours = |e: &&HistoryEntry| e.node_id == done.to && e.epoch == Some(epoch);
         let entries: Vec<&HistoryEntry> = history.entries.iter().filter(ours).collect();
         if entries
             .iter()
-            .any(|e| e.to == "fencing" && e.reason == fencing_from)
+            .any(|e| e.to == fencing && e.reason == fencing_from)
         {
             // (Newest first: the first `fencing →` is the last fence's outcome.)
-            let how = entries.iter().find(|e| e.from == "fencing");
+            let how = entries.iter().find(|e| e.from == fencing);
             return Some(how.map_or(fencing_from, |e| e.reason.clone()));
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if entries.iter().any(|e| e.to == "active") || left.is_zero() {
+        if entries.iter().any(|e| e.to == active) || left.is_zero() {
             return None;
         }
         tokio::time::sleep(POLL.min(left)).await;

@@ -118,6 +118,26 @@ pub fn process_cmdline(pid: u32) -> Option<String> {
     )
 }
 
+/// Pids of live processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(cmdline) = process_cmdline(pid) {
+            if cmdline.contains(marker) && process_alive(pid) {
+                found.push((pid, cmdline));
+            }
+        }
+    }
+    found
+}
+
 /// The fields of `/proc/PID/stat` that the tests read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcStat {

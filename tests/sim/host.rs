@@ -533,7 +533,6 @@ impl Methods for SimMethods {
         let world = &self.host.world;
         let fault = {
             let mut w = world.lock();
-            w.fences += 1;
             w.fence_runs
                 .push((ctx.node_id.clone(), target.node_id.clone(), Instant::now()));
             w.fence_fault

@@ -223,8 +223,7 @@ pub struct W {
     pub trace: Vec<String>,
     pub tracing: bool,
     pub starts: u32,
-    pub fences: u32,
-    /// Who ran a fence method, on which node, and when.
+    /// Who ran a fence method, on which node, and when (one entry per attempt).
     pub fence_runs: Vec<(String, Option<String>, tokio::time::Instant)>,
     /// Switchovers whose command said the new active had to fence the old one.
     pub takeovers_reported: u32,
@@ -304,7 +303,6 @@ impl World {
                 trace: Vec::new(),
                 tracing,
                 starts: 0,
-                fences: 0,
                 fence_runs: Vec::new(),
                 takeovers_reported: 0,
                 takeovers_unreported: 0,
