@@ -902,7 +902,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Action::Connect => self.connect(),
             Action::Join { ticket } => {
                 self.join_ticket = ticket;
-                let me = self.record(None);
+                // SPEC §3a: the store checks the counter against what we have seen, in the
+                // same step that would move it.
+                let mut me = self.record(None);
+                me.epoch_seen = self.elector.epoch_seen();
                 // The store reports the end of the holder this join sees (ours or
                 // another's) as a `HolderGone` of this ticket.
                 self.in_session(

@@ -27,6 +27,14 @@ trait TestStore: Sized {
     fn roll_back_epoch(&self, cluster: &str);
     /// Garbage in the breadcrumb and in control.
     fn put_garbage(&self, cluster: &str);
+    /// A backup of the cluster's state as it is now, for [`restore`](Self::restore).
+    type Backup;
+    fn backup(&self, cluster: &str) -> Self::Backup;
+    /// The cluster's state put back as `backup` had it (a restore from a backup, or a
+    /// crash that lost the writes since), whatever was written since; but without the
+    /// lock, which expired meanwhile (a restore or restart that took longer than a
+    /// session timeout).
+    fn restore(&self, cluster: &str, backup: &Self::Backup);
 }
 
 impl TestStore for MariaDb {
@@ -60,6 +68,16 @@ impl TestStore for MariaDb {
             "INSERT INTO warden.warden_kv (cluster, name, value, version) VALUES \
              ('{cluster}', 'breadcrumb', 0xfffe7b206e6f74, 0), \
              ('{cluster}', 'control', 'not json', 0)"
+        ));
+    }
+    type Backup = String;
+    fn backup(&self, cluster: &str) -> String {
+        self.dump_rows(cluster)
+    }
+    fn restore(&self, cluster: &str, backup: &String) {
+        self.restore_rows(cluster, backup);
+        self.sql(&format!(
+            "DELETE FROM warden.warden_lock WHERE cluster = '{cluster}'"
         ));
     }
 }
@@ -100,6 +118,19 @@ impl TestStore for RedisServer {
         ]);
         self.cli(&["HSET", &key("control"), "data", "not json", "version", "0"]);
     }
+    type Backup = Vec<(String, Vec<u8>, i64)>;
+    fn backup(&self, cluster: &str) -> Self::Backup {
+        self.dump_keys(cluster)
+    }
+    fn restore(&self, cluster: &str, backup: &Self::Backup) {
+        let lock = format!("warden:{{{cluster}}}:lock");
+        let without_lock: Self::Backup = backup
+            .iter()
+            .filter(|(k, ..)| *k != lock)
+            .cloned()
+            .collect();
+        self.restore_keys(cluster, &without_lock)
+    }
 }
 
 /// Every scenario, once for each store.
@@ -125,6 +156,8 @@ on_every_store!(
     a_store_restarted_with_its_data_elects_again,
     a_wiped_store_blocks_every_promotion_until_init_force,
     an_epoch_counter_that_went_back_is_lost_data,
+    a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
+    a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
 );
@@ -518,6 +551,150 @@ fn an_epoch_counter_that_went_back_is_lost_data<S: TestStore>() {
     });
     assert!(active_epoch(&status) > old.epoch, "{status:#}");
     assert!(wardens[0].is_running());
+    cluster.assert_safe();
+}
+
+/// Issue 30.1 (SPEC §3a "A store that forgot"): the store loses exactly the last
+/// promotion (MySQL restored from a backup one failover old; Redis crashed within a second
+/// of it) while the last active's warden is frozen with its service running. The nodes that
+/// saw that promotion must not climb past it: nobody promotes, no epoch is handed out
+/// twice, `status` says the store lost data and names who sets the floor, until the
+/// operator has stopped the old active and run `init --force`.
+fn a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force<S: TestStore>() {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    let wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
+    let e = n1.last_run().unwrap().epoch.unwrap();
+    let seen_by = |s: &serde_json::Value, node: &str, epoch: u64| {
+        member(s, node).is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(epoch))
+    };
+    wait_for_status(&n1.config, secs(10), "every node has seen epoch e", |s| {
+        ["n1", "n2", "n3"].iter().all(|n| seen_by(s, n, e))
+    });
+    let backup = db.backup(&cluster.name);
+
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(20), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let e2 = active_epoch(&status).unwrap();
+    assert!(e2 > e, "{status:#}");
+    wait_until(secs(10), "n2's service runs", || {
+        n2.last_run()
+            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
+    });
+    wait_for_status(&n1.config, secs(10), "n3 has seen n2's epoch", |s| {
+        seen_by(s, "n3", e2)
+    });
+
+    // n2's warden freezes with its service running, and the store forgets n2's promotion.
+    wardens[1].sigstop();
+    let n2_run = n2.last_run().unwrap();
+    db.restore(&cluster.name, &backup);
+
+    let status = wait_for_status(
+        &n1.config,
+        secs(30),
+        "status says the store lost data",
+        |s| s["lost_data"] == true,
+    );
+    let text = String::from_utf8_lossy(&cli(&n1.config, &["status"]).stdout).into_owned();
+    assert!(text.contains("init --force"), "{text}");
+    assert!(
+        text.contains("node n1") || text.contains("node n3"),
+        "status does not name the node that sets the floor:\n{text}\n{status:#}"
+    );
+    // Long enough for several join attempts of n1 and n3 (a second apart) after the
+    // first refusal: the bug promoted 0.2 to 0.3 s after the restore.
+    holds_for(
+        secs(4),
+        "nobody promotes on a store that forgot the last promotion",
+        || {
+            for n in [&n1, &n3] {
+                if let Some(r) = n.runs().iter().find(|r| r.start_ns > n2_run.start_ns) {
+                    return Err(format!("{} promoted: {r}", n.id));
+                }
+            }
+            Ok(())
+        },
+    );
+    let refused = cli(&n1.config, &["init"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+
+    // The operator's way out: stop the old active for good, then `init --force`.
+    wardens[1].kill9();
+    wait_until(secs(10), "n2's service is gone with its warden", || {
+        !process_alive(n2_run.pid)
+    });
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        matches!(active_id(s).as_deref(), Some("n1" | "n3"))
+    });
+    let e3 = active_epoch(&status).unwrap();
+    assert!(
+        e3 > e2,
+        "epoch {e3} after the store forgot epoch {e2}: {status:#}"
+    );
+    assert_eq!(status["lost_data"], false, "{status:#}");
+    let runs = cluster.runs();
+    let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
+    epochs.sort();
+    epochs.dedup();
+    assert_eq!(
+        epochs.len(),
+        runs.iter().filter(|r| r.epoch.is_some()).count(),
+        "an epoch was handed out twice: {runs:?}"
+    );
+    cluster.assert_safe();
+}
+
+/// Issue 30.2 (SPEC §3a): the floor counts every node ever seen, alive or not, and
+/// `status`, `init` and `init --force` read the same floor as the join. The only node that
+/// saw the last epoch is dead for good: `status` must still say the store lost data and
+/// name it, and `init --force` must raise the counter above it, so a node is active again.
+fn a_dead_member_sets_the_floor_for_status_and_init_force_too<S: TestStore>() {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    // n2 is stopped all along: only n1 sees its epoch.
+    let wardens = start_active_then_standbys(&n1, &[]);
+    let e = n1.last_run().unwrap().epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "n1's record carries its epoch", |s| {
+        member(s, "n1").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e))
+    });
+    db.roll_back_epoch(&cluster.name);
+    wardens[0].kill9();
+    let run = n1.last_run().unwrap();
+    wait_until(secs(10), "n1's service is gone with its warden", || {
+        !process_alive(run.pid)
+    });
+    wait_for_status(&n1.config, secs(10), "n1's member record expired", |s| {
+        member(s, "n1").is_none()
+    });
+
+    let _n2 = n2.start();
+    let status = wait_for_status(
+        &n1.config,
+        secs(20),
+        "status says the store lost data",
+        |s| s["lost_data"] == true && member(s, "n2").is_some(),
+    );
+    assert_eq!(active_id(&status), None, "{status:#}");
+    let text = String::from_utf8_lossy(&cli(&n1.config, &["status"]).stdout).into_owned();
+    assert!(
+        text.contains("node n1") && text.contains("init --force"),
+        "status does not name dead n1 as the node that sets the floor:\n{text}"
+    );
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert!(active_epoch(&status) > Some(e), "{status:#}");
+    assert_eq!(status["lost_data"], false, "{status:#}");
     cluster.assert_safe();
 }
 

@@ -640,6 +640,11 @@ pub struct ClusterSnapshot {
     pub marker_missing: bool,
     /// The store's epoch counter (ZooKeeper: the greatest zxid read), when known.
     pub epoch_counter: Option<Epoch>,
+    /// SPEC §3a, the floor as the store keeps it for good: the greatest `epoch_seen` of any
+    /// node, alive or not, and whose it is (Redis `:seen`, MySQL every member row and the
+    /// rows that keep each node's). `None` where the store keeps none (ZooKeeper: its
+    /// members are ephemeral), or none was seen.
+    pub kept_floor: Option<(Epoch, String)>,
 }
 
 impl ClusterSnapshot {
@@ -689,17 +694,20 @@ impl ClusterSnapshot {
         self.members.push((id, record::parse::<MemberRecord>(data)));
     }
 
-    /// The greatest `epoch_seen` among the member records, and whose it is.
-    pub fn max_epoch_seen(&self) -> Option<(Epoch, &str)> {
+    /// SPEC §3a, the floor: the greatest `epoch_seen` of the live member records and of
+    /// what the store keeps for nodes alive or not, and whose it is. `status`, `init` and
+    /// the join read this same floor.
+    pub fn floor(&self) -> Option<(Epoch, &str)> {
         self.members
             .iter()
             .filter_map(|(id, m)| Some((m.as_ref().ok()?.node.epoch_seen?, id.as_str())))
+            .chain(self.kept_floor.iter().map(|(e, id)| (*e, id.as_str())))
             .max()
     }
 
     /// SPEC §3a: why the store lost data, in words with the way out, or `None`.
     pub fn lost_data(&self) -> Option<String> {
-        let seen = self.max_epoch_seen();
+        let seen = self.floor();
         lost_data(
             self.marker_missing,
             self.epoch_counter,

@@ -226,23 +226,74 @@ enum Taking {
     Lost(String),
 }
 
-/// The greatest `epoch_seen` in the cluster's member rows, live or not (SPEC §3a). Parsed
-/// here rather than in SQL: a handful of rows, and no JSON functions to depend on.
-async fn max_epoch_seen<Q: Queryable>(
+/// The name, in `<prefix>kv`, of the row that keeps `node`'s greatest `epoch_seen` for good
+/// (SPEC §3a, the floor): a member row is replaced when its node registers again, with
+/// what the new process has seen, which may be less.
+fn seen_row(node: &str) -> String {
+    format!("{SEEN_PREFIX}{node}")
+}
+
+/// The prefix of the floor's rows in `<prefix>kv`.
+const SEEN_PREFIX: &str = "seen/";
+
+/// Raises `node`'s row of the floor to `epoch` (never lowers it): one statement, atomic on
+/// the server, so that concurrent raises of one row keep the greater.
+async fn raise_seen<Q: Queryable>(
     q: &mut Q,
     t: &Tables,
     cluster: &str,
-) -> Result<Option<Epoch>, mysql_async::Error> {
-    let records: Vec<Vec<u8>> = q
+    node: &str,
+    epoch: Option<Epoch>,
+) -> Result<(), mysql_async::Error> {
+    let Some(epoch) = epoch else { return Ok(()) };
+    q.exec_drop(
+        format!(
+            "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0) ON DUPLICATE \
+             KEY UPDATE version = version + (CAST(value AS UNSIGNED) < CAST(VALUES(value) AS \
+             UNSIGNED)), value = IF(CAST(value AS UNSIGNED) < CAST(VALUES(value) AS UNSIGNED), \
+             VALUES(value), value)",
+            t.kv
+        ),
+        (cluster, seen_row(node), epoch.to_string().into_bytes()),
+    )
+    .await
+}
+
+/// The floor (SPEC §3a): the greatest `epoch_seen` of any node, alive or not, from the
+/// member rows whatever their age and the rows that keep each node's for good; with the
+/// node that set it. Parsed here rather than in SQL: a handful of rows, and no JSON
+/// functions to depend on.
+async fn read_floor<Q: Queryable>(
+    q: &mut Q,
+    t: &Tables,
+    cluster: &str,
+) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
+    let members: Vec<(String, Vec<u8>)> = q
         .exec(
-            format!("SELECT record FROM {} WHERE cluster = ?", t.member),
+            format!("SELECT node_id, record FROM {} WHERE cluster = ?", t.member),
             (cluster,),
         )
         .await?;
-    Ok(records
-        .iter()
-        .filter_map(|r| record::parse::<MemberRecord>(r).ok()?.node.epoch_seen)
-        .max())
+    let kept: Vec<(String, Vec<u8>)> = q
+        .exec(
+            format!(
+                "SELECT name, value FROM {} WHERE cluster = ? AND name LIKE ?",
+                t.kv
+            ),
+            (cluster, format!("{SEEN_PREFIX}%")),
+        )
+        .await?;
+    let from_members = members.into_iter().filter_map(|(node, r)| {
+        Some((
+            record::parse::<MemberRecord>(&r).ok()?.node.epoch_seen?,
+            node,
+        ))
+    });
+    let from_rows = kept.into_iter().filter_map(|(name, v)| {
+        let node = name.strip_prefix(SEEN_PREFIX)?.to_string();
+        Some((std::str::from_utf8(&v).ok()?.trim().parse().ok()?, node))
+    });
+    Ok(from_members.chain(from_rows).max())
 }
 
 /// A session: clones share it; it ends when the last clone is dropped.
@@ -358,6 +409,7 @@ impl Inner {
             self.core.id,
         );
         let data = record::to_bytes(me);
+        let (me_id, me_seen) = (me.node_id.clone(), me.epoch_seen);
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
             let row: Option<(i64, Vec<u8>, u64, bool)> = tx
@@ -395,10 +447,17 @@ impl Inner {
                     (&cluster, MARKER),
                 )
                 .await?;
-            let seen = max_epoch_seen(&mut tx, t, &cluster).await?;
-            if let Some(why) =
-                super::lost_data(marker.is_none() || counter.is_none(), counter, seen, None)
-            {
+            // SPEC §3a: the joiner's entry of the floor first, then the floor against the
+            // counter, before it moves; a refusal keeps the raised floor (committed).
+            raise_seen(&mut tx, t, &cluster, &me_id, me_seen).await?;
+            let floor = read_floor(&mut tx, t, &cluster).await?;
+            if let Some(why) = super::lost_data(
+                marker.is_none() || counter.is_none(),
+                counter,
+                floor.as_ref().map(|(e, _)| *e),
+                floor.as_ref().map(|(_, who)| who.as_str()),
+            ) {
+                tx.commit().await?;
                 return Ok(Taking::Lost(why));
             }
             tx.exec_drop(
@@ -567,6 +626,12 @@ impl MysqlSession {
         }
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
+        let cluster = i.s.cluster.clone();
+        snap.kept_floor = i
+            .run("reading the floor", |mut c| async move {
+                read_floor(&mut c, t, &cluster).await
+            })
+            .await?;
         snap.epoch_counter = match self.current_epoch().await {
             Ok(e) => Some(e),
             Err(StoreError::Rejected(_)) => None,
@@ -711,24 +776,30 @@ impl Session for MysqlSession {
         let node = m.node.node_id.clone();
         let data = record::to_bytes(m);
         let node2 = node.clone();
+        let seen = m.node.epoch_seen;
         let created = i
             .run("registering this node", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let row: Option<(i64, bool)> = tx
+                let row: Option<(i64, bool, Vec<u8>)> = tx
                     .exec_first(
                         format!(
-                            "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND FROM \
-                             {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
+                            "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, \
+                             record FROM {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
                             t.member
                         ),
                         (exp, &cluster, &node2),
                     )
                     .await?;
-                if let Some((holder, false)) = row {
+                if let Some((holder, false, _)) = row {
                     if holder != id {
                         return Ok(false);
                     }
                 }
+                // The row replaced below may have seen more than this process has: its
+                // epoch stays in the floor (SPEC §3a).
+                let old_seen = row
+                    .and_then(|(_, _, r)| record::parse::<MemberRecord>(&r).ok()?.node.epoch_seen);
+                raise_seen(&mut tx, t, &cluster, &node2, old_seen.max(seen)).await?;
                 tx.exec_drop(
                     format!(
                         "REPLACE INTO {} (cluster, node_id, session, record, renewed_at) VALUES \
@@ -768,6 +839,7 @@ impl Session for MysqlSession {
         let i = &self.inner;
         let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
         let (node, data) = (m.node.node_id.clone(), record::to_bytes(m));
+        let seen = m.node.epoch_seen;
         let done = i
             .run("publishing the member record", |mut c| async move {
                 c.exec_drop(
@@ -779,7 +851,11 @@ impl Session for MysqlSession {
                     (&data, &cluster, &node, id),
                 )
                 .await?;
-                Ok(c.affected_rows() == 1)
+                let mine = c.affected_rows() == 1;
+                if mine {
+                    raise_seen(&mut c, t, &cluster, &node, seen).await?;
+                }
+                Ok(mine)
             })
             .await?;
         if done {
@@ -830,7 +906,7 @@ impl Session for MysqlSession {
             i.get(BREADCRUMB),
             self.read_history(),
             i.run("reading the members' epochs", |mut c| async move {
-                max_epoch_seen(&mut c, t, &cluster).await
+                Ok(read_floor(&mut c, t, &cluster).await?.map(|(e, _)| e))
             })
         );
         let breadcrumb = items::breadcrumb_view(breadcrumb?);

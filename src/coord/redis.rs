@@ -101,30 +101,35 @@ local function raise_seen(key, node, e)
 end
 "#;
 
-/// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms.
+/// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms, node id, the joiner's
+/// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
+/// a counter below the floor is refused before it moves, so a store that forgot exactly
+/// the last promotion never hands its epoch out again (the joiner remembers it).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+    Script::new(&format!(
+        r#"{SEEN_FN}
 local cur = redis.call('HGET', KEYS[1], 'session')
 if cur then
-  if cur == ARGV[1] then return {'held', redis.call('HGET', KEYS[1], 'epoch')} end
-  return {'other', cur, redis.call('HGET', KEYS[1], 'record') or ''}
+  if cur == ARGV[1] then return {{'held', redis.call('HGET', KEYS[1], 'epoch')}} end
+  return {{'other', cur, redis.call('HGET', KEYS[1], 'record') or ''}}
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then return {'lost', 'marker'} end
+raise_seen(KEYS[4], ARGV[4], ARGV[5])
+if redis.call('EXISTS', KEYS[3]) == 0 then return {{'lost', 'marker'}} end
 local e = redis.call('GET', KEYS[2])
-if not e then return {'lost', 'counter'} end
-local seen = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[4])) do
-  local n = tonumber(v)
-  if n and n > seen then seen = n end
+if not e then return {{'lost', 'counter'}} end
+local seen, who = 0, ''
+local all = redis.call('HGETALL', KEYS[4])
+for i = 1, #all, 2 do
+  local n = tonumber(all[i + 1])
+  if n and n > seen then seen, who = n, all[i] end
 end
-if tonumber(e) < seen then return {'lost', e, tostring(seen)} end
+if tonumber(e) == nil or tonumber(e) < seen then return {{'lost', e, tostring(seen), who}} end
 local n = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'epoch', n, 'version', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'held', tostring(n)}
-"#,
-    )
+return {{'held', tostring(n)}}
+"#
+    ))
 });
 
 /// KEYS: member, lock. ARGV: session, ttl ms.
@@ -840,7 +845,9 @@ impl Session for RedisSession {
             .key(i.k.seen())
             .arg(i.core.id)
             .arg(record::to_bytes(me))
-            .arg(i.ttl_ms());
+            .arg(i.ttl_ms())
+            .arg(&me.node_id)
+            .arg(me.epoch_seen.map(|e| e.to_string()).unwrap_or_default());
         let answer: Result<Vec<Value>, StoreError> = i
             .bounded("taking the lock", |mut c| async move {
                 inv.invoke_async(&mut c).await
@@ -861,8 +868,9 @@ impl Session for RedisSession {
                 Some("lost") => {
                     let what = v.get(1).and_then(text).unwrap_or_default();
                     let seen = v.get(2).and_then(text).and_then(|s| s.parse().ok());
+                    let who = v.get(3).and_then(text).filter(|w| !w.is_empty());
                     let counter = what.parse().ok();
-                    let why = super::lost_data(seen.is_none(), counter, seen, None)
+                    let why = super::lost_data(seen.is_none(), counter, seen, who.as_deref())
                         .unwrap_or_else(|| format!("the store lost data ({what})"));
                     return JoinOutcome::LostData(why);
                 }
@@ -1050,6 +1058,19 @@ impl Session for RedisSession {
         }
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
+        let seen_key = i.k.seen();
+        let seen: HashMap<String, String> = i
+            .bounded("reading the floor", |mut c| async move {
+                redis::cmd("HGETALL")
+                    .arg(&seen_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        snap.kept_floor = seen
+            .into_iter()
+            .filter_map(|(node, e)| Some((e.parse().ok()?, node)))
+            .max();
         snap.marker_missing = !init || counter.is_none();
         snap.epoch_counter = counter;
         Ok(snap)

@@ -174,8 +174,8 @@ async fn restore(
         )));
     }
     let newest = [
-        before.max_epoch_seen().map(|(e, _)| e),
-        now.max_epoch_seen().map(|(e, _)| e),
+        before.floor().map(|(e, _)| e),
+        now.floor().map(|(e, _)| e),
         before.epoch_counter,
         now.epoch_counter,
         now.breadcrumb

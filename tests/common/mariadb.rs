@@ -319,6 +319,47 @@ impl MariaDb {
         }
     }
 
+    /// Every row of `cluster` in warden's four tables (prefix `warden_`), as SQL that puts
+    /// them back: a backup taken now, for [`restore_rows`](Self::restore_rows).
+    pub fn dump_rows(&self, cluster: &str) -> String {
+        let out = Command::new("mariadb-dump")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args([
+                "-uroot",
+                "--no-create-info",
+                "--skip-extended-insert",
+                "--compact",
+            ])
+            .arg("--hex-blob")
+            .arg(format!("--where=cluster = '{cluster}'"))
+            .args([
+                "warden",
+                "warden_lock",
+                "warden_epoch",
+                "warden_member",
+                "warden_kv",
+            ])
+            .output()
+            .expect("run mariadb-dump");
+        assert!(
+            out.status.success(),
+            "mariadb-dump failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("mariadb-dump writes SQL text")
+    }
+
+    /// A restore of `dump` (from [`dump_rows`](Self::dump_rows)): the cluster's rows as
+    /// they were then, in one transaction, whatever was written since.
+    pub fn restore_rows(&self, cluster: &str, dump: &str) {
+        let wipe: String = ["warden_lock", "warden_epoch", "warden_member", "warden_kv"]
+            .iter()
+            .map(|t| format!("DELETE FROM warden.{t} WHERE cluster = '{cluster}'; "))
+            .collect();
+        self.sql(&format!("USE warden; BEGIN; {wipe}{dump} COMMIT;"));
+    }
+
     /// SIGSTOP of mariadbd: it keeps its sockets and answers nothing.
     pub fn freeze(&mut self) {
         freeze_pid(self.pid().expect("a running server"));

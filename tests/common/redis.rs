@@ -205,6 +205,56 @@ impl RedisServer {
         }
     }
 
+    /// Every key of `cluster` (prefix `warden`) as `DUMP` gives it, with its time to live:
+    /// a backup taken now, for [`restore_keys`](Self::restore_keys).
+    pub fn dump_keys(&self, cluster: &str) -> Vec<(String, Vec<u8>, i64)> {
+        let mut c = self.connection();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("warden:{{{cluster}}}:*"))
+            .query(&mut c)
+            .expect("KEYS");
+        keys.into_iter()
+            .filter_map(|k| {
+                let data: Option<Vec<u8>> = ::redis::cmd("DUMP").arg(&k).query(&mut c).ok()?;
+                let ttl: i64 = ::redis::cmd("PTTL").arg(&k).query(&mut c).ok()?;
+                Some((k, data?, ttl.max(0)))
+            })
+            .collect()
+    }
+
+    /// A restore of `dump` (from [`dump_keys`](Self::dump_keys)) in one `MULTI`: the
+    /// cluster's keys as they were then (with the time to live they had), whatever was
+    /// written since, as after a crash that lost the last writes.
+    pub fn restore_keys(&self, cluster: &str, dump: &[(String, Vec<u8>, i64)]) {
+        let mut c = self.connection();
+        let now: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("warden:{{{cluster}}}:*"))
+            .query(&mut c)
+            .expect("KEYS");
+        let mut p = ::redis::pipe();
+        p.atomic();
+        for k in &now {
+            p.cmd("DEL").arg(k).ignore();
+        }
+        for (k, data, ttl) in dump {
+            p.cmd("RESTORE")
+                .arg(k)
+                .arg(*ttl)
+                .arg(data.as_slice())
+                .ignore();
+        }
+        let () = p.query(&mut c).expect("restore the cluster's keys");
+    }
+
+    fn connection(&self) -> ::redis::Connection {
+        ::redis::Client::open(format!(
+            "redis://:{}@127.0.0.1:{}/",
+            self.password, self.port
+        ))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+        .expect("connect to the test's Redis")
+    }
+
     /// SIGSTOP of redis-server: it keeps its sockets and answers nothing.
     pub fn freeze(&mut self) {
         freeze_pid(self.pid().expect("a running server"));

@@ -925,6 +925,7 @@ impl State {
             control_unreadable: None,
             marker_missing: false,
             epoch_counter: Some(self.zxid),
+            kept_floor: None,
             members: self
                 .members
                 .iter()
