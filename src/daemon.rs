@@ -1489,9 +1489,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         }));
                         return;
                     }
-                    Err(RegisterError::Store(StoreError::NotInitialized(message)))
-                        if first_start =>
-                    {
+                    Err(RegisterError::Store(
+                        StoreError::NotInitialized(message) | StoreError::Unsuitable(message),
+                    )) if first_start => {
                         let _ = tx.send(Input::Fatal(Fatal {
                             code: EXIT_USAGE,
                             message,

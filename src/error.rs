@@ -50,6 +50,7 @@ impl OpError {
     pub fn exit_code(&self) -> u8 {
         match self {
             OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
+            OpError::Store { source, .. } if source.is_unsuitable() => EXIT_USAGE,
             _ => EXIT_FAILED,
         }
     }
@@ -113,6 +114,7 @@ impl Error {
             Error::Config(_) | Error::FenceLocalArguments(_) => EXIT_USAGE,
             Error::Op(e) => e.exit_code(),
             Error::Store(e) if e.is_unreachable() => EXIT_UNREACHABLE,
+            Error::Store(e) if e.is_unsuitable() => EXIT_USAGE,
             Error::Fatal(f) => f.code,
             Error::Stopped(code) => *code,
             Error::Store(_) | Error::Local(_) | Error::NotFenced(_) => EXIT_FAILED,

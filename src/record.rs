@@ -125,6 +125,10 @@ pub enum WriteOutcome {
     Conflict,
     /// Not known whether it was applied.
     Unknown,
+    /// Applied, but the store could not make it durable as configured (Redis
+    /// `replicas_ack`: too few replicas have it in time) and took it back where it could:
+    /// the write must not be acted on.
+    NotDurable,
 }
 
 /// Who a warden process is and where its service runs: the data of `lock`, `breadcrumb`

@@ -770,6 +770,88 @@ fn redis_without_appendonly_is_warned_of() {
     cluster.assert_safe();
 }
 
+/// Issue 30.11 (SPEC §3a "Redis as a store, for real"): a Redis that may evict keys can
+/// drop the counter, the floor or the lock. `init` and `run` refuse it, exit 2, naming the
+/// setting; once it is `noeviction`, both work.
+#[test]
+fn a_redis_that_may_evict_keys_is_refused_by_init_and_run() {
+    let r = RedisServer::start();
+    let cluster = r.cluster();
+    let n1 = cluster.node("n1");
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        r.cli(&["CONFIG", "SET", "maxmemory-policy", policy]);
+        let out = cli(&n1.config, &["init"]);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("maxmemory-policy") && err.contains(policy) && err.contains("noeviction"),
+            "{}",
+            describe(&out)
+        );
+    }
+    r.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let out = cli(&n1.config, &["init"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    r.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut w = n1.start();
+    let code = w.wait_exit(secs(20));
+    assert_eq!(code.code(), Some(2), "{}", w.log());
+    assert!(w.log().contains("maxmemory-policy"), "{}", w.log());
+    r.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let _w = n1.start();
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    cluster.assert_safe();
+}
+
+/// Issue 30.11 (SPEC §3a `replicas_ack`): with `replicas_ack = 1`, a promotion counts only
+/// once a replica of the store has it. The store's replica frozen: nobody is promoted (a
+/// failover of the store to that replica would lose the promotion and hand its epoch out
+/// again), and the log says why; the replica back: the node is promoted.
+#[test]
+fn replicas_ack_promotes_only_once_a_replica_of_the_store_has_it() {
+    let primary = RedisServer::start_replicable("storepw");
+    let mut replica = RedisServer::start_replicable("storepw");
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    wait_until(secs(20), "the store's replica is in sync", || {
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+            && replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+    });
+    let mut cluster = primary.cluster();
+    cluster.coordination = cluster
+        .coordination
+        .take()
+        .map(|c| format!("{c}replicas_ack = 1\n"));
+    let n1 = cluster.node("n1");
+    let out = cli(&n1.config, &["init"]);
+    assert!(out.status.success(), "{}", describe(&out));
+
+    replica.freeze();
+    let w = n1.start();
+    w.wait_for_log("replicas_ack", secs(20));
+    holds_for(
+        secs(2),
+        "nobody promotes while no replica acknowledges",
+        || match n1.last_run() {
+            Some(r) => Err(format!("n1 promoted: {r}")),
+            None => Ok(()),
+        },
+    );
+    let status = status_json(&n1.config);
+    assert_eq!(status["breadcrumb"], serde_json::Value::Null, "{status:#}");
+
+    replica.thaw();
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    cluster.assert_safe();
+}
+
 /// `init` makes the MySQL tables one by one, and a wiped database gets them back the
 /// same way: `status` run between two of them reads as "no tables", not as an error
 /// (it failed on the missing `warden_kv` in one CI run of the wiped-store scenario).

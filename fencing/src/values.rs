@@ -89,6 +89,11 @@ pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     int_in(d, 1, i64::from(u32::MAX)).map(|n| n as u32)
 }
 
+/// A number of replicas to wait for: 0 (none) to 100.
+pub fn replicas<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    int_in(d, 0, 100).map(|n| n as u32)
+}
+
 /// An election priority (SPEC §6): 0 to 1000.
 pub fn priority<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     int_in(d, 0, 1000).map(|n| n as u16)

@@ -184,6 +184,8 @@ pub(crate) struct StoreView<'a> {
     pub connect_timeout: Duration,
     /// `table_prefix` or `key_prefix`.
     pub prefix: Option<&'a String>,
+    /// Redis `replicas_ack`; 0 elsewhere.
+    pub replicas_ack: u32,
 }
 
 impl Config {
@@ -198,6 +200,7 @@ impl Config {
                 poll_interval: m.poll_interval,
                 connect_timeout: m.connect_timeout,
                 prefix: Some(&m.table_prefix),
+                replicas_ack: 0,
             }),
             Backend::Redis => self.coordination.redis.as_ref().map(|r| StoreView {
                 url: &r.url,
@@ -206,6 +209,7 @@ impl Config {
                 poll_interval: r.poll_interval,
                 connect_timeout: r.connect_timeout,
                 prefix: Some(&r.key_prefix),
+                replicas_ack: r.replicas_ack,
             }),
         }
     }

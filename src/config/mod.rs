@@ -179,6 +179,10 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     #[serde(default = "default_key_prefix", deserialize_with = "values::text")]
     pub key_prefix: String,
+    /// SPEC §3a: replicas of the store that must have a promotion (`WAIT`) before the
+    /// service is promoted; 0 = none.
+    #[serde(default, deserialize_with = "values::replicas")]
+    pub replicas_ack: u32,
 }
 
 /// `[coordination.zookeeper]`.

@@ -495,6 +495,8 @@ pub struct StoreSettings {
     /// `table_prefix` or `key_prefix`.
     pub prefix: String,
     pub cluster: String,
+    /// Redis `replicas_ack` (SPEC §3a); 0 for MySQL.
+    pub replicas_ack: u32,
 }
 
 impl StoreSettings {
@@ -515,6 +517,7 @@ impl StoreSettings {
             connect_timeout: view.connect_timeout,
             prefix: view.prefix.cloned().unwrap_or_default(),
             cluster: cfg.cluster.name.clone(),
+            replicas_ack: view.replicas_ack,
         })
     }
 
@@ -546,6 +549,10 @@ pub enum StoreError {
     /// it lost it (wiped, restored). The text says which command helps.
     #[error("{0}")]
     NotInitialized(String),
+    /// The store is set up in a way warden cannot be safe on (Redis evicting keys); the
+    /// text names the setting and the fix. A configuration error of the store's: exit 2.
+    #[error("{0}")]
+    Unsuitable(String),
     /// The session expired or was closed; nothing more can be done in it.
     #[error("the coordination session was lost: {0}")]
     SessionLost(String),
@@ -567,6 +574,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the store's own setup is wrong for warden (exit 2, like a config error).
+    pub fn is_unsuitable(&self) -> bool {
+        matches!(self, StoreError::Unsuitable(_))
+    }
+
     /// Whether the operator's command should exit 3 (coordination unreachable or auth).
     pub fn is_unreachable(&self) -> bool {
         matches!(

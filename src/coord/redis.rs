@@ -585,6 +585,43 @@ impl Inner {
         }
     }
 
+    /// SPEC §3a: a Redis that may evict keys under memory pressure can drop the epoch
+    /// counter, the floor or the lock itself (every `volatile-*` policy picks among the keys
+    /// with a TTL: the lock and the members). `Unsuitable` unless `maxmemory-policy` is
+    /// `noeviction`; a policy that cannot be read (CONFIG renamed) is warned of.
+    async fn check_eviction(&self) -> Result<(), StoreError> {
+        let got: Result<Vec<String>, StoreError> = self
+            .bounded("reading maxmemory-policy", |mut c| async move {
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("maxmemory-policy")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await;
+        match got {
+            Ok(v) if v.get(1).map(String::as_str) == Some("noeviction") => Ok(()),
+            Ok(v) if v.len() >= 2 => Err(StoreError::Unsuitable(format!(
+                "Redis at {} runs with maxmemory-policy {:?}: under memory pressure it may \
+                 evict warden's keys (the epoch counter, the lock, what each node has seen), \
+                 and two nodes could be promoted; set `maxmemory-policy noeviction` (CONFIG \
+                 SET maxmemory-policy noeviction, and in redis.conf) or give warden a Redis \
+                 of its own",
+                self.s.url, v[1]
+            ))),
+            // A user whose ACL has no CONFIG is allowed: warn, as for `appendonly`.
+            Ok(_) | Err(StoreError::Rejected(_) | StoreError::Auth(_)) => {
+                tracing::warn!(
+                    "could not read Redis's maxmemory-policy at {}; a renamed or disabled \
+                     CONFIG command hides it: make sure it is `noeviction`",
+                    self.s.url
+                );
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes or deletes the breadcrumb at `version`, checking the lock when asked.
     async fn breadcrumb_at(
         &self,
@@ -729,6 +766,7 @@ impl Session for RedisSession {
 
     async fn check_initialized(&self) -> Result<(), StoreError> {
         let i = &self.inner;
+        i.check_eviction().await?;
         let key = i.k.init();
         let exists: bool = i
             .bounded("looking for the init marker", |mut c| async move {
@@ -943,11 +981,56 @@ impl Session for RedisSession {
                     .unwrap_or_default(),
             )
             .arg(i.ttl_ms());
-        outcome(
+        let written = outcome(
             i.call("committing the promotion", inv)
                 .await
                 .map(|n| n == 1),
-        )
+        );
+        if written != WriteOutcome::Done || i.s.replicas_ack == 0 {
+            return written;
+        }
+        // SPEC §3a `replicas_ack`: a failover of the store to a replica that lacks this
+        // promotion would hand its epoch out again. WAIT counts the replicas that have
+        // every write of this connection, so it runs on the one that committed.
+        let need = i.s.replicas_ack;
+        let wait_ms = (i.s.session_timeout / 6).as_millis().max(1) as u64;
+        let acked: Result<i64, StoreError> = i
+            .bounded("waiting for the store's replicas", |mut c| async move {
+                redis::cmd("WAIT")
+                    .arg(need)
+                    .arg(wait_ms)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await;
+        match acked {
+            Ok(n) if n >= i64::from(need) => WriteOutcome::Done,
+            other => {
+                let got = match other {
+                    Ok(n) => format!("{n} of them did"),
+                    Err(e) => e.to_string(),
+                };
+                // Taken back while the lock is ours, so that nobody fences this node for
+                // a promotion that never started; what stays (an unknown outcome) names a
+                // node whose service never ran.
+                let written = breadcrumb_version.map_or(0, |v| v.get() + 1);
+                let undone = i
+                    .breadcrumb_at("taking the promotion back", true, written, None)
+                    .await;
+                tracing::warn!(
+                    "the promotion is not on {need} replicas of Redis within {wait_ms} ms \
+                     ({got}; coordination.redis.replicas_ack = {need}): not promoting{}; \
+                     check the store's replicas (INFO replication on {})",
+                    match undone {
+                        Ok(true) => ", the breadcrumb taken back".to_string(),
+                        Ok(false) => ", the breadcrumb changed meanwhile".to_string(),
+                        Err(e) => format!(", the breadcrumb not taken back ({e})"),
+                    },
+                    i.s.url
+                );
+                WriteOutcome::NotDurable
+            }
+        }
     }
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
@@ -1089,6 +1172,7 @@ impl Session for RedisSession {
 
     async fn init(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
+        i.check_eviction().await?;
         let mut done = vec![format!(
             "Redis at {} answers; cluster {} lives under the keys {}:*",
             i.s.url, i.s.cluster, i.k.base

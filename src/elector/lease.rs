@@ -55,7 +55,7 @@ impl Elector {
                 self.reason = Some(Reason::LockNotOurs);
                 self.lock_lost(now);
             }
-            WriteOutcome::Unknown => {
+            WriteOutcome::Unknown | WriteOutcome::NotDurable => {
                 self.lease.doubt = true;
                 self.reason = Some(Reason::RenewalFailed);
                 self.lease.next_renewal = Some(now + RETRY_DELAY);

@@ -197,6 +197,18 @@ impl Elector {
                 self.read_state(epoch, None);
             }
             WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
+            // SPEC §3a `replicas_ack`: the store could lose this promotion in a failover of
+            // its own; it took the breadcrumb back where it could. Never promote on it:
+            // release and back off like a failed promotion.
+            WriteOutcome::NotDurable if self.stopping => self.leave(Leave::Stop),
+            WriteOutcome::NotDurable => {
+                self.reason = Some(Reason::PromotionFailed(
+                    "the store did not have the promotion on its replicas in time \
+                     (coordination.redis.replicas_ack)"
+                        .into(),
+                ));
+                self.leave(Leave::PromotionFailed);
+            }
         }
     }
 

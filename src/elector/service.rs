@@ -101,7 +101,9 @@ impl Elector {
                 self.names_earlier_start = false;
                 self.start_if_due(now);
             }
-            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
+            WriteOutcome::Unknown | WriteOutcome::Conflict | WriteOutcome::NotDurable => {
+                self.rewrite_failed(outcome, now)
+            }
         }
     }
 
@@ -145,7 +147,9 @@ impl Elector {
                     self.actions.push_back(Action::ClearFailover { request });
                 }
             }
-            WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
+            WriteOutcome::Unknown | WriteOutcome::Conflict | WriteOutcome::NotDurable => {
+                self.rewrite_failed(outcome, now)
+            }
         }
     }
 

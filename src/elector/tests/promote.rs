@@ -535,6 +535,27 @@ fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing()
 }
 
 #[test]
+fn rule_3a_a_promotion_the_stores_replicas_do_not_have_is_never_acted_on() {
+    let mut h = H::new();
+    let c = h.committing(6);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::NotDurable,
+    });
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    let a = h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    assert_eq!(a, vec![Action::Connect]);
+    // Backing off like any failed promotion (§4.8): no join at once.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+}
+
+#[test]
 fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
     let mut h = H::new();
     let c = h.committing(8);
