@@ -356,7 +356,7 @@ fn a_demoted_node_does_not_claim_health_its_checks_do_not_know() {
 
 /// SPEC §6: a demote in a planned switchover to a named node is told the successor
 /// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`, from its member record); a demote without one
-/// (SIGTERM, `failover` without `--to`) is not.
+/// (SIGTERM) is not. (`failover` without `--to` names one: SPEC §6a.3, below.)
 #[test]
 fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     let zk = ZkServer::start();
