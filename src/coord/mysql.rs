@@ -36,6 +36,28 @@ use tokio::sync::mpsc;
 /// The init marker's name in `<prefix>kv`.
 const MARKER: &str = "init";
 
+/// How long the server keeps a warden connection that says nothing (SPEC 3a), and how
+/// long the pool reuses one that idled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SessionBounds {
+    /// `wait_timeout`, whole seconds: the session timeout rounded down (at least 1 s,
+    /// which the config's least session timeout allows).
+    wait_timeout_s: usize,
+    /// Half of `wait_timeout`: a connection idle longer is closed by the pool rather than
+    /// handed out again, well before the server ends it.
+    reuse_for: Duration,
+}
+
+impl SessionBounds {
+    fn of(session_timeout: Duration) -> SessionBounds {
+        let wait = session_timeout.as_secs().max(1);
+        SessionBounds {
+            wait_timeout_s: usize::try_from(wait).unwrap_or(usize::MAX),
+            reuse_for: Duration::from_secs(wait) / 2,
+        }
+    }
+}
+
 /// Opens sessions on one cluster's rows. Sessions of one connector share a small pool.
 #[derive(Clone)]
 pub struct MysqlConnector {
@@ -49,6 +71,7 @@ impl MysqlConnector {
         let opts = Opts::from_url(&s.url)
             .map_err(|e| StoreError::Rejected(format!("coordination.mysql.url: {e}")))?;
         let lock_wait = s.op_timeout().as_secs().max(1);
+        let bounds = SessionBounds::of(s.session_timeout);
         // A connection goes back to the pool as it is: mysql_async would otherwise reset
         // it (COM_RESET_CONNECTION), which puts every session setting below back to the
         // server's default on its next use. warden leaves nothing else in a session (a
@@ -60,6 +83,15 @@ impl MysqlConnector {
         let opts = OptsBuilder::from_opts(opts)
             .pass(s.password.clone())
             .pool_opts(pool_opts)
+            // The host of the URL, never a local server's socket: by default the driver
+            // asks the server for its socket path and reconnects there when that path
+            // exists here, which on a host running its own MySQL is another server.
+            .prefer_socket(false)
+            // The server ends a connection idle for `wait_timeout` (set below); one idle
+            // for half of it is not handed out again, so no statement goes to a connection
+            // the server is closing.
+            .wait_timeout(Some(bounds.wait_timeout_s))
+            .conn_ttl(Some(bounds.reuse_for))
             // `setup`, not `init`: run on every new connection and again after any reset,
             // so no statement runs without these settings (with `init` and the pool's
             // default reset, every reused connection wrote renewals in the server's own
@@ -68,18 +100,23 @@ impl MysqlConnector {
             // local time would age every row by an hour.
             .setup(vec![
                 "SET time_zone = '+00:00'".to_string(),
-                // A warden frozen (SIGSTOP, a VM paused) inside one of its short
-                // transactions keeps its row locks while its connection stays open: every
-                // other warden's statement on the lock row then waits, and nobody can take
-                // over until the frozen one thaws (found when a frozen active left a MariaDB
-                // cluster without an active). MariaDB (10.3+) ends a connection idle in a
-                // transaction after idle_transaction_timeout, which rolls it back and frees
-                // the rows; `/*M!100300 ... */` is run by MariaDB only, and MySQL skips it as
-                // a comment (MySQL has no such setting: there a frozen holder's locks last
-                // until its connection ends).
+                // SPEC 3a: a warden that vanishes inside one of its short transactions
+                // (frozen, or its network cut between an UPDATE of the lock row and the
+                // COMMIT) keeps its row locks while the server keeps its connection, and
+                // every rival's statement on the lock row waits on it. The server ends an
+                // idle connection after `wait_timeout` (8 h by default; TCP keepalive
+                // notices a dead peer after 2 h), which rolls its transaction back and
+                // frees the rows: at most the session timeout here, on MySQL and MariaDB.
+                // MariaDB (10.3+) also ends a connection idle *in a transaction* sooner:
+                // `/*M!100300 ... */` is run by MariaDB only, and sets all three of its
+                // idle-transaction timeouts, since a server-wide read-only or write one
+                // would override the general one.
                 format!(
-                    "SET SESSION innodb_lock_wait_timeout = {lock_wait} \
-                     /*M!100300 , idle_transaction_timeout = {lock_wait} */"
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}, wait_timeout = {wait} \
+                     /*M!100300 , idle_transaction_timeout = {lock_wait}, \
+                     idle_readonly_transaction_timeout = {lock_wait}, \
+                     idle_write_transaction_timeout = {lock_wait} */",
+                    wait = bounds.wait_timeout_s,
                 ),
             ]);
         Ok(MysqlConnector {
