@@ -162,3 +162,60 @@ fn a_holder_cut_off_inside_a_transaction_frees_the_lock_row() {
     });
     cluster.assert_safe();
 }
+
+/// Lock tables made by an older warden have no `expires_at`. A warden adds the column
+/// when it connects, where the user may ALTER the table (old wardens sharing the table in
+/// a rolling upgrade go on writing it: the column is nullable); where it may not, `run`
+/// exits 2 naming `warden init` and the statement to run, instead of failing on every
+/// read of the lock. `warden init` by a user who may adds it.
+#[test]
+fn a_lock_table_of_an_older_warden_gets_its_expiry_column() {
+    let db = MariaDb::start();
+    let cluster = Cluster::with_mysql(&db);
+    initialized(&cluster);
+    db.sql(
+        "ALTER TABLE warden.warden_lock DROP COLUMN expires_at; \
+         REVOKE ALTER ON warden.* FROM 'warden'@'127.0.0.1'",
+    );
+    let has_column = || {
+        db.sql(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'warden' \
+             AND TABLE_NAME = 'warden_lock' AND COLUMN_NAME = 'expires_at'",
+        )
+        .trim()
+            == "1"
+    };
+    let n1 = cluster.node("n1");
+    let mut w = n1.start();
+    let status = w.wait_exit(secs(30));
+    assert_eq!(status.code(), Some(2), "{}", w.log());
+    assert!(
+        w.log_mentions("run `warden init` as a user allowed to ALTER it")
+            && w.log_mentions("ADD COLUMN expires_at"),
+        "{}",
+        w.log()
+    );
+    let out = cli(&n1.config, &["status"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("run `warden init`"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!has_column());
+
+    db.sql("GRANT ALTER ON warden.* TO 'warden'@'127.0.0.1'");
+    let out = cli(&n1.config, &["init"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(has_column());
+    let _w = n1.start();
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    assert_eq!(
+        db.sql("SELECT expires_at > renewed_at FROM warden.warden_lock")
+            .trim(),
+        "1",
+        "the holder writes its expiry"
+    );
+    cluster.assert_safe();
+}

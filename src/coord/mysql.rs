@@ -58,6 +58,21 @@ impl SessionBounds {
     }
 }
 
+/// SPEC 3a, "lock expiry is the holder's": the holder writes its own expiry with every
+/// touch of the lock row, so that a reader with a shorter `session_timeout` (a rolling
+/// change of the setting) never ends a lease that is still valid. Nullable: a warden of
+/// an older version still writes the table (its rows have none), and a row without one
+/// expires after the reader's own session timeout, as it did then.
+const EXPIRES_AT_COLUMN: &str = "expires_at DATETIME(6) NULL";
+
+/// What a write of the lock row by its holder sets; its parameter is the holder's
+/// session timeout in microseconds.
+const LOCK_RENEWED: &str = "renewed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND";
+
+/// Whether the lock row has expired, on the server's clock; its parameter is the reader's
+/// session timeout in microseconds, for a row an older warden wrote without `expires_at`.
+const LOCK_EXPIRED: &str = "COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND) < NOW(6)";
+
 /// Opens sessions on one cluster's rows. Sessions of one connector share a small pool.
 #[derive(Clone)]
 pub struct MysqlConnector {
@@ -110,9 +125,12 @@ impl MysqlConnector {
                 // MariaDB (10.3+) also ends a connection idle *in a transaction* sooner:
                 // `/*M!100300 ... */` is run by MariaDB only, and sets all three of its
                 // idle-transaction timeouts, since a server-wide read-only or write one
-                // would override the general one.
+                // would override the general one. `lock_wait_timeout` bounds the wait of
+                // `init`'s DDL on a table a frozen warden has open (the default is a year,
+                // and every statement on the table queues behind a waiting ALTER).
                 format!(
-                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}, wait_timeout = {wait} \
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = \
+                     {lock_wait}, wait_timeout = {wait} \
                      /*M!100300 , idle_transaction_timeout = {lock_wait}, \
                      idle_readonly_transaction_timeout = {lock_wait}, \
                      idle_write_transaction_timeout = {lock_wait} */",
@@ -166,6 +184,7 @@ impl Connector for MysqlConnector {
                 self.s.poll_interval,
             ),
         });
+        inner.upgrade_lock_table().await?;
         tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
         Ok(MysqlSession { inner })
     }
@@ -197,7 +216,8 @@ impl Tables {
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (cluster {key}, session BIGINT NOT NULL, \
                  record LONGBLOB NOT NULL, epoch BIGINT UNSIGNED NOT NULL, version BIGINT NOT \
-                 NULL, renewed_at DATETIME(6) NOT NULL, PRIMARY KEY (cluster)) ENGINE=InnoDB",
+                 NULL, renewed_at DATETIME(6) NOT NULL, {EXPIRES_AT_COLUMN}, PRIMARY KEY (cluster)) \
+                 ENGINE=InnoDB",
                 self.lock
             ),
             format!(
@@ -327,9 +347,69 @@ impl Inner {
         self.s.session_timeout.as_micros().min(i64::MAX as u128) as i64
     }
 
+    /// Gives a lock table made by an older warden its `expires_at` column, as
+    /// `ensure_cluster` makes missing tables: where the grants allow, else the error says
+    /// what to run. Chosen over refusing to start: old and new wardens share the table
+    /// during a rolling upgrade (the column is nullable), and nothing else needs doing.
+    async fn upgrade_lock_table(&self) -> Result<(), StoreError> {
+        let (t, name) = (&self.t, format!("{}lock", self.s.prefix));
+        let alter = format!("ALTER TABLE {} ADD COLUMN {EXPIRES_AT_COLUMN}", t.lock);
+        let alter2 = alter.clone();
+        let added = self
+            .run(
+                "adding the expires_at column to the lock table",
+                |mut c| async move {
+                    let columns: Vec<String> = c
+                        .exec(
+                            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE \
+                         TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                            (&name,),
+                        )
+                        .await?;
+                    // No table: `init` (or `ensure_cluster`) makes it whole.
+                    if columns.is_empty()
+                        || columns.iter().any(|c| c.eq_ignore_ascii_case("expires_at"))
+                    {
+                        return Ok(false);
+                    }
+                    match c.query_drop(alter2).await {
+                        Ok(()) => Ok(true),
+                        // Another warden added it meanwhile.
+                        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                },
+            )
+            .await;
+        match added {
+            Ok(true) => {
+                tracing::info!(
+                    "added the expires_at column to {} (made by an older warden): each lock \
+                     holder now writes its own expiry (SPEC 3a)",
+                    t.lock
+                );
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(StoreError::Auth(why)) => Err(StoreError::NotInitialized(format!(
+                "the lock table {} was made by an older warden and lacks the expires_at column \
+                 this version needs (each holder writes its own expiry), and this user may \
+                 not add it ({why}): run `warden init` as a user allowed to ALTER it, or have \
+                 an administrator run `{alter}`",
+                t.lock
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The keepalive: `Ok(false)` when the member row no longer names this session.
     async fn touch_rows(&self, node: &str) -> Result<bool, StoreError> {
-        let (t, cluster, id) = (&self.t, self.s.cluster.clone(), self.core.id);
+        let (t, cluster, id, exp) = (
+            &self.t,
+            self.s.cluster.clone(),
+            self.core.id,
+            self.expiry_us(),
+        );
         let node = node.to_string();
         self.run("keeping the session alive", |mut c| async move {
             c.exec_drop(
@@ -355,10 +435,10 @@ impl Inner {
             if holder == Some(id) {
                 c.exec_drop(
                     format!(
-                        "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND session = ?",
+                        "UPDATE {} SET {LOCK_RENEWED} WHERE cluster = ? AND session = ?",
                         t.lock
                     ),
-                    (&cluster, id),
+                    (exp, &cluster, id),
                 )
                 .await?;
             }
@@ -373,8 +453,7 @@ impl Inner {
         self.run("reading the lock", |mut c| async move {
             c.exec_first::<(i64, Vec<u8>, u64, bool), _, _>(
                 format!(
-                    "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
-                     FROM {} WHERE cluster = ?",
+                    "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ?",
                     t.lock
                 ),
                 (exp, &cluster),
@@ -400,8 +479,8 @@ impl Inner {
             let row: Option<(i64, Vec<u8>, u64, bool)> = tx
                 .exec_first(
                     format!(
-                        "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? \
-                         MICROSECOND FROM {} WHERE cluster = ? FOR UPDATE",
+                        "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ? \
+                         FOR UPDATE",
                         t.lock
                     ),
                     (exp, &cluster),
@@ -452,11 +531,11 @@ impl Inner {
                 .unwrap_or_default();
             tx.exec_drop(
                 format!(
-                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at) \
-                     VALUES (?, ?, ?, ?, 0, NOW(6))",
+                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at, \
+                     expires_at) VALUES (?, ?, ?, ?, 0, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)",
                     t.lock
                 ),
-                (&cluster, id, &data, epoch),
+                (&cluster, id, &data, epoch, exp),
             )
             .await?;
             tx.commit().await?;
@@ -888,7 +967,7 @@ impl Session for MysqlSession {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
         let data = record::to_bytes(breadcrumb);
         let bv = breadcrumb_version.map(Version::get);
         let cv = control_version.get();
@@ -906,11 +985,11 @@ impl Session for MysqlSession {
                 // The commit is a renewal too: the lease starts at its send time.
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET record = ?, version = version + 1, renewed_at = NOW(6) \
-                         WHERE cluster = ? AND session = ?",
+                        "UPDATE {} SET record = ?, version = version + 1, {LOCK_RENEWED} WHERE \
+                         cluster = ? AND session = ?",
                         t.lock
                     ),
-                    (&data, &cluster, id),
+                    (&data, exp, &cluster, id),
                 )
                 .await?;
                 if tx.affected_rows() != 1 {
@@ -949,18 +1028,18 @@ impl Session for MysqlSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
         let (node, data) = (member.node.node_id.clone(), record::to_bytes(member));
         outcome(
             i.run("renewing the lease", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET renewed_at = NOW(6), version = version + 1 WHERE cluster \
-                         = ? AND session = ?",
+                        "UPDATE {} SET {LOCK_RENEWED}, version = version + 1 WHERE cluster = ? \
+                         AND session = ?",
                         t.lock
                     ),
-                    (&cluster, id),
+                    (exp, &cluster, id),
                 )
                 .await?;
                 if tx.affected_rows() != 1 {
