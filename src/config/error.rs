@@ -191,6 +191,24 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
         }
         // The values too, as the driver reads them (`compression=fast`, not `=quick`).
         mysql_async::Opts::from_url(text).map_err(|e| format!("is not usable: {e}"))?;
+    } else {
+        // The Redis driver reads `protocol` and ignores any other parameter: one that
+        // does nothing is a mistake to say, not to pass over.
+        if let Some((name, _)) = url.query_pairs().find(|(name, _)| name != "protocol") {
+            return Err(format!(
+                "has the unknown parameter {name:?}: warden takes only \"protocol\" in a \
+                 Redis URL"
+            ));
+        }
+        let db = url.path().trim_matches('/');
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(format!(
+                "names the database {db:?}: a Redis database is a number, as in \
+                 redis://db1:6379/0"
+            ));
+        }
+        redis::IntoConnectionInfo::into_connection_info(text)
+            .map_err(|e| format!("is not usable: {e}"))?;
     }
     Ok(())
 }
