@@ -7,7 +7,6 @@ mod common;
 use common::mariadb::MariaDb;
 use common::proxy::TcpProxy;
 use common::*;
-use std::time::Duration;
 
 /// A cluster on `db`, its tables made by `warden init`.
 fn initialized(cluster: &Cluster) {
