@@ -155,7 +155,13 @@ fn a_holder_cut_off_inside_a_transaction_frees_the_lock_row() {
         .is_ok()
     };
     wait_until(secs(5), "the lock row is locked", || !row_free());
+    let locked_ns = mono_now_ns();
     wait_until(secs(60), "the lock row is free again", row_free);
+    eprintln!(
+        "the silent transaction held the lock row for {:?} (session timeout {:?})",
+        ns(mono_now_ns() - locked_ns),
+        cluster.session_timeout
+    );
     wait_for_status(&n2.config, secs(30), "a node is active", |s| {
         active_id(s).is_some()
     });
