@@ -1,14 +1,15 @@
 //! The MySQL/MariaDB backend (SPEC §3a), on `mysql_async`.
 //!
-//! Tables, all keyed by cluster: `<prefix>lock` (the holder's session, record, epoch and
-//! `renewed_at`), `<prefix>epoch` (the counter, never deleted), `<prefix>member` (one row
+//! Tables, all keyed by cluster: `<prefix>lock` (the holder's session, record, epoch,
+//! `renewed_at` and `expires_at`), `<prefix>epoch` (the counter, never deleted), `<prefix>member` (one row
 //! per node: session, record, `renewed_at`) and `<prefix>kv` (breadcrumb, control,
 //! history, the init marker, set-aside histories: data and a version).
 //!
 //! There is no session service: a session is a random id. Its member row and, while it
 //! holds it, the lock row are touched every `session_timeout / 6` by a keepalive task;
 //! a row not touched for `session_timeout` on the server's clock (`NOW(6)`, in UTC) is
-//! gone, and the session that cannot touch its member row for `session_timeout` on its
+//! gone (the lock row: the *holder's* `session_timeout`, which it writes as `expires_at`),
+//! and the session that cannot touch its member row for `session_timeout` on its
 //! own clock (or finds it gone) is lost. Only the elector's renewal, acknowledged, extends
 //! the holder's lease (SPEC §4): the keepalive only keeps rivals out longer, the way
 //! ZooKeeper's pings keep an ephemeral lock alive.
@@ -362,7 +363,7 @@ impl Inner {
                     let columns: Vec<String> = c
                         .exec(
                             "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE \
-                         TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                             TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
                             (&name,),
                         )
                         .await?;
@@ -1355,4 +1356,27 @@ async fn locked_version(
         (cluster, name),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC 3a: the server ends a silent connection within the session timeout, and the
+    /// pool stops reusing one well before that.
+    #[test]
+    fn session_bounds_stay_within_the_session_timeout() {
+        for (session, wait) in [
+            (1_000, 1),
+            (1_999, 1),
+            (2_000, 2),
+            (10_000, 10),
+            (600_000, 600),
+        ] {
+            let b = SessionBounds::of(Duration::from_millis(session));
+            assert_eq!(b.wait_timeout_s, wait, "{session} ms");
+            assert!(Duration::from_secs(wait as u64) <= Duration::from_millis(session));
+            assert_eq!(b.reuse_for, Duration::from_secs(wait as u64) / 2);
+        }
+    }
 }
