@@ -78,6 +78,9 @@ enum Input<S, R> {
     /// The service health check changed.
     ServiceHealth(HealthChange),
     Fatal(Fatal),
+    /// The task of connect attempt `n` died (panicked) without a session or an error: a
+    /// new attempt is due, if `n` is still the newest.
+    ConnectDied(u64),
 }
 
 /// A session just opened and registered, with its event stream running.
@@ -126,6 +129,8 @@ pub struct Daemon<C: Connector, H: Host> {
     /// The join whose lock watch counts.
     join_ticket: Ticket,
     connecting: Option<AbortHandle>,
+    /// The number of the newest connect attempt (see [`Input::ConnectDied`]).
+    connect_attempt: u64,
     /// The running service, if any.
     service: Option<ServiceIdentity>,
     /// Spawn mode: the start the last commit prepared (its cgroup is in the breadcrumb),
@@ -281,6 +286,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             next_gen: 1,
             join_ticket: 0,
             connecting: None,
+            connect_attempt: 0,
             service: None,
             prepared: None,
             committed_cgroup: None,
@@ -602,6 +608,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 });
             }
             Input::Fatal(f) => return Err(f),
+            Input::ConnectDied(attempt) => {
+                if attempt == self.connect_attempt && self.session.is_none() {
+                    self.connecting = None;
+                    self.connect();
+                }
+            }
         }
         Ok(())
     }
@@ -1532,6 +1544,29 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
         });
         self.connecting = Some(h.abort_handle());
+        // SPEC 10a: a connect task that dies (a panic in a store's driver: mysql_async's
+        // on a URL asking for TLS of a build without it) would leave `run` without a
+        // session and silent until systemd restarted it. Noticed here, said, and tried
+        // again after the longest back-off, since the same panic may well come again.
+        self.connect_attempt += 1;
+        let (attempt, tx) = (self.connect_attempt, self.tx.clone());
+        tokio::spawn(async move {
+            // An end with a result (sent) or by abort (a newer attempt, or the daemon's
+            // end) needs nothing.
+            let Err(e) = h.await else { return };
+            if !e.is_panic() {
+                return;
+            }
+            error!(
+                "the task connecting to the coordination store died: {}; connecting again in \
+                 {} (this is a bug in warden or its store driver: please report it with this \
+                 line)",
+                panic_text(e),
+                humantime::format_duration(CONNECT_BACKOFF_MAX)
+            );
+            tokio::time::sleep(CONNECT_BACKOFF_MAX).await;
+            let _ = tx.send(Input::ConnectDied(attempt));
+        });
     }
 
     fn member_for_registration(&self) -> MemberRecord {
@@ -1555,6 +1590,16 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             ServiceControl::Hooks(_) => None,
         }
     }
+}
+
+/// What a task's panic said, for the log.
+fn panic_text(e: tokio::task::JoinError) -> String {
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// `WARDEN_ACTIVE_NODE/HOST/PORT` for a hook that follows `active` (SPEC §6); host and

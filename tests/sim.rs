@@ -1148,6 +1148,19 @@ fn hooks_mode_gets_a_primary_again_after_the_service_restarted_as_a_replica_duri
     }
 }
 
+/// SPEC 10a: a connect task that dies is noticed, said and retried. The first connect of
+/// every node panics: each daemon connects again, and one node becomes active. (Each sat
+/// without a session, silent, for good.)
+#[test]
+fn a_connect_task_that_panics_is_retried() {
+    let (plan, mut store_cfg) = draw_seed(3, 3, 0);
+    store_cfg.loss = 0.0;
+    store::panic_next_connects(3);
+    let out = run_plan(3, plan, store_cfg, true);
+    assert!(out.failure.is_none(), "{:?}", out.failure);
+    assert!(out.recovery.is_some(), "nobody became active");
+}
+
 /// Without faults, one node is active soon, through the real daemon's first election.
 #[test]
 fn without_faults_one_node_is_active() {

@@ -185,7 +185,90 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
             "names no database: add it as the path, as in mysql://warden@db1:3306/warden".into(),
         );
     }
+    if backend == Backend::Mysql {
+        for (name, _) in url.query_pairs() {
+            check_mysql_parameter(&name)?;
+        }
+        // The values too, as the driver reads them (`compression=fast`, not `=quick`).
+        mysql_async::Opts::from_url(text).map_err(|e| format!("is not usable: {e}"))?;
+    } else {
+        // The Redis driver reads `protocol` and ignores any other parameter: one that
+        // does nothing is a mistake to say, not to pass over.
+        if let Some((name, _)) = url.query_pairs().find(|(name, _)| name != "protocol") {
+            return Err(format!(
+                "has the unknown parameter {name:?}: warden takes only \"protocol\" in a \
+                 Redis URL"
+            ));
+        }
+        let db = url.path().trim_matches('/');
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(format!(
+                "names the database {db:?}: a Redis database is a number, as in \
+                 redis://db1:6379/0"
+            ));
+        }
+        redis::IntoConnectionInfo::into_connection_info(text)
+            .map_err(|e| format!("is not usable: {e}"))?;
+    }
     Ok(())
+}
+
+/// The parameters of a MySQL URL that warden passes on to its driver (mysql_async), and
+/// that change nothing warden relies on.
+const MYSQL_PARAMETERS: &[&str] = &[
+    "tcp_nodelay",
+    "tcp_keepalive",
+    "compression",
+    "max_allowed_packet",
+    "stmt_cache_size",
+    "secure_auth",
+    "enable_cleartext_plugin",
+    "socket",
+];
+
+/// A URL parameter warden can honour, or why not. The driver would take the others, but
+/// either this build cannot do what they ask (TLS: its connect panicked) or warden sets
+/// them itself and would silently override them, or they would change what it relies on.
+fn check_mysql_parameter(name: &str) -> Result<(), String> {
+    let why = match name {
+        _ if MYSQL_PARAMETERS.contains(&name) => return Ok(()),
+        "require_ssl" | "verify_ca" | "verify_identity" | "built_in_roots" => {
+            "asks for TLS, which this build of warden cannot do with MySQL yet: remove it \
+             (and keep the network between warden and MySQL private)"
+        }
+        "pool_min"
+        | "pool_max"
+        | "inactive_connection_ttl"
+        | "ttl_check_interval"
+        | "conn_ttl"
+        | "abs_conn_ttl"
+        | "abs_conn_ttl_jitter"
+        | "reset_connection" => {
+            "tunes the connection pool, which warden sizes and ages itself (its connections \
+             keep per-session settings and must not outlive the server's wait_timeout): \
+             remove it"
+        }
+        "wait_timeout" => {
+            "is set by warden on every connection from session_timeout (SPEC 3a), so that a \
+             warden cut off inside a transaction cannot hold the lock row for hours: remove \
+             it, and change coordination.mysql.session_timeout instead"
+        }
+        "client_found_rows" => {
+            "changes which rows MySQL counts as affected, which warden's compare-and-set \
+             reads: remove it"
+        }
+        "prefer_socket" => {
+            "would let the driver switch to a local server's Unix socket instead of the \
+             host in the URL: remove it (name a socket with `socket=/path` if you mean one)"
+        }
+        _ => {
+            return Err(format!(
+                "has the unknown parameter {name:?}: warden takes {}",
+                quoted_list(MYSQL_PARAMETERS)
+            ))
+        }
+    };
+    Err(format!("has the parameter {name:?}, which {why}"))
 }
 
 pub(super) fn quoted(s: &str) -> String {

@@ -72,6 +72,49 @@ fn a_mysql_backend_needs_only_its_own_table() {
     assert!(m.contains("needs a [coordination.mysql] table"), "{m}");
 }
 
+/// SPEC 10a: a URL parameter the build cannot honour, or that would silently change
+/// what warden relies on, is a config error naming it; so is one the driver ignores.
+#[test]
+fn store_url_parameters_are_checked() {
+    for (param, says) in [
+        ("require_ssl=true", "asks for TLS"),
+        ("verify_identity=false", "asks for TLS"),
+        ("pool_max=1", "connection pool"),
+        ("wait_timeout=28800", "session_timeout"),
+        ("client_found_rows=true", "affected"),
+        ("prefer_socket=true", "Unix socket"),
+        ("sslmode=require", "unknown parameter"),
+        ("compression=quick", "is not usable"),
+    ] {
+        let m = msg(&mysql(&format!(
+            "url = \"mysql://warden@db1/warden?{param}\""
+        )));
+        let name = param.split('=').next().unwrap_or_default();
+        assert!(
+            m.contains("`coordination.mysql.url`") && m.contains(name) && m.contains(says),
+            "{param}: {m}"
+        );
+    }
+    ok(&mysql(
+        "url = \"mysql://warden@db1/warden?tcp_keepalive=10000&compression=fast\"",
+    ));
+    let redis = |url: &str| {
+        with(
+            "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+            &format!(
+                "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = \"{url}\"\n"
+            ),
+        )
+    };
+    let m = msg(&redis("redis://db1:6379/0?db=3"));
+    assert!(m.contains("unknown parameter \"db\""), "{m}");
+    let m = msg(&redis("redis://db1:6379/warden"));
+    assert!(m.contains("a Redis database is a number"), "{m}");
+    let m = msg(&redis("redis://db1:6379/0?protocol=7"));
+    assert!(m.contains("is not usable"), "{m}");
+    ok(&redis("rediss://db1:6379/0?protocol=resp2"));
+}
+
 #[test]
 fn mysql_values_are_checked() {
     let m = msg(&mysql("url = \"mysql://warden:secret@db1/warden\""));

@@ -1,14 +1,15 @@
 //! The MySQL/MariaDB backend (SPEC §3a), on `mysql_async`.
 //!
-//! Tables, all keyed by cluster: `<prefix>lock` (the holder's session, record, epoch and
-//! `renewed_at`), `<prefix>epoch` (the counter, never deleted), `<prefix>member` (one row
+//! Tables, all keyed by cluster: `<prefix>lock` (the holder's session, record, epoch,
+//! `renewed_at` and `expires_at`), `<prefix>epoch` (the counter, never deleted), `<prefix>member` (one row
 //! per node: session, record, `renewed_at`) and `<prefix>kv` (breadcrumb, control,
 //! history, the init marker, set-aside histories: data and a version).
 //!
 //! There is no session service: a session is a random id. Its member row and, while it
 //! holds it, the lock row are touched every `session_timeout / 6` by a keepalive task;
 //! a row not touched for `session_timeout` on the server's clock (`NOW(6)`, in UTC) is
-//! gone, and the session that cannot touch its member row for `session_timeout` on its
+//! gone (the lock row: the *holder's* `session_timeout`, which it writes as `expires_at`),
+//! and the session that cannot touch its member row for `session_timeout` on its
 //! own clock (or finds it gone) is lost. Only the elector's renewal, acknowledged, extends
 //! the holder's lease (SPEC §4): the keepalive only keeps rivals out longer, the way
 //! ZooKeeper's pings keep an ephemeral lock alive.
@@ -36,6 +37,43 @@ use tokio::sync::mpsc;
 /// The init marker's name in `<prefix>kv`.
 const MARKER: &str = "init";
 
+/// How long the server keeps a warden connection that says nothing (SPEC 3a), and how
+/// long the pool reuses one that idled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SessionBounds {
+    /// `wait_timeout`, whole seconds: the session timeout rounded down (at least 1 s,
+    /// which the config's least session timeout allows).
+    wait_timeout_s: usize,
+    /// Half of `wait_timeout`: a connection idle longer is closed by the pool rather than
+    /// handed out again, well before the server ends it.
+    reuse_for: Duration,
+}
+
+impl SessionBounds {
+    fn of(session_timeout: Duration) -> SessionBounds {
+        let wait = session_timeout.as_secs().max(1);
+        SessionBounds {
+            wait_timeout_s: usize::try_from(wait).unwrap_or(usize::MAX),
+            reuse_for: Duration::from_secs(wait) / 2,
+        }
+    }
+}
+
+/// SPEC 3a, "lock expiry is the holder's": the holder writes its own expiry with every
+/// touch of the lock row, so that a reader with a shorter `session_timeout` (a rolling
+/// change of the setting) never ends a lease that is still valid. Nullable: a warden of
+/// an older version still writes the table (its rows have none), and a row without one
+/// expires after the reader's own session timeout, as it did then.
+const EXPIRES_AT_COLUMN: &str = "expires_at DATETIME(6) NULL";
+
+/// What a write of the lock row by its holder sets; its parameter is the holder's
+/// session timeout in microseconds.
+const LOCK_RENEWED: &str = "renewed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND";
+
+/// Whether the lock row has expired, on the server's clock; its parameter is the reader's
+/// session timeout in microseconds, for a row an older warden wrote without `expires_at`.
+const LOCK_EXPIRED: &str = "COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND) < NOW(6)";
+
 /// Opens sessions on one cluster's rows. Sessions of one connector share a small pool.
 #[derive(Clone)]
 pub struct MysqlConnector {
@@ -49,6 +87,7 @@ impl MysqlConnector {
         let opts = Opts::from_url(&s.url)
             .map_err(|e| StoreError::Rejected(format!("coordination.mysql.url: {e}")))?;
         let lock_wait = s.op_timeout().as_secs().max(1);
+        let bounds = SessionBounds::of(s.session_timeout);
         // A connection goes back to the pool as it is: mysql_async would otherwise reset
         // it (COM_RESET_CONNECTION), which puts every session setting below back to the
         // server's default on its next use. warden leaves nothing else in a session (a
@@ -60,6 +99,15 @@ impl MysqlConnector {
         let opts = OptsBuilder::from_opts(opts)
             .pass(s.password.clone())
             .pool_opts(pool_opts)
+            // The host of the URL, never a local server's socket: by default the driver
+            // asks the server for its socket path and reconnects there when that path
+            // exists here, which on a host running its own MySQL is another server.
+            .prefer_socket(false)
+            // The server ends a connection idle for `wait_timeout` (set below); one idle
+            // for half of it is not handed out again, so no statement goes to a connection
+            // the server is closing.
+            .wait_timeout(Some(bounds.wait_timeout_s))
+            .conn_ttl(Some(bounds.reuse_for))
             // `setup`, not `init`: run on every new connection and again after any reset,
             // so no statement runs without these settings (with `init` and the pool's
             // default reset, every reused connection wrote renewals in the server's own
@@ -68,18 +116,26 @@ impl MysqlConnector {
             // local time would age every row by an hour.
             .setup(vec![
                 "SET time_zone = '+00:00'".to_string(),
-                // A warden frozen (SIGSTOP, a VM paused) inside one of its short
-                // transactions keeps its row locks while its connection stays open: every
-                // other warden's statement on the lock row then waits, and nobody can take
-                // over until the frozen one thaws (found when a frozen active left a MariaDB
-                // cluster without an active). MariaDB (10.3+) ends a connection idle in a
-                // transaction after idle_transaction_timeout, which rolls it back and frees
-                // the rows; `/*M!100300 ... */` is run by MariaDB only, and MySQL skips it as
-                // a comment (MySQL has no such setting: there a frozen holder's locks last
-                // until its connection ends).
+                // SPEC 3a: a warden that vanishes inside one of its short transactions
+                // (frozen, or its network cut between an UPDATE of the lock row and the
+                // COMMIT) keeps its row locks while the server keeps its connection, and
+                // every rival's statement on the lock row waits on it. The server ends an
+                // idle connection after `wait_timeout` (8 h by default; TCP keepalive
+                // notices a dead peer after 2 h), which rolls its transaction back and
+                // frees the rows: at most the session timeout here, on MySQL and MariaDB.
+                // MariaDB (10.3+) also ends a connection idle *in a transaction* sooner:
+                // `/*M!100300 ... */` is run by MariaDB only, and sets all three of its
+                // idle-transaction timeouts, since a server-wide read-only or write one
+                // would override the general one. `lock_wait_timeout` bounds the wait of
+                // `init`'s DDL on a table a frozen warden has open (the default is a year,
+                // and every statement on the table queues behind a waiting ALTER).
                 format!(
-                    "SET SESSION innodb_lock_wait_timeout = {lock_wait} \
-                     /*M!100300 , idle_transaction_timeout = {lock_wait} */"
+                    "SET SESSION innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = \
+                     {lock_wait}, wait_timeout = {wait} \
+                     /*M!100300 , idle_transaction_timeout = {lock_wait}, \
+                     idle_readonly_transaction_timeout = {lock_wait}, \
+                     idle_write_transaction_timeout = {lock_wait} */",
+                    wait = bounds.wait_timeout_s,
                 ),
             ]);
         Ok(MysqlConnector {
@@ -129,6 +185,7 @@ impl Connector for MysqlConnector {
                 self.s.poll_interval,
             ),
         });
+        inner.upgrade_lock_table().await?;
         tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
         Ok(MysqlSession { inner })
     }
@@ -160,7 +217,8 @@ impl Tables {
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (cluster {key}, session BIGINT NOT NULL, \
                  record LONGBLOB NOT NULL, epoch BIGINT UNSIGNED NOT NULL, version BIGINT NOT \
-                 NULL, renewed_at DATETIME(6) NOT NULL, PRIMARY KEY (cluster)) ENGINE=InnoDB",
+                 NULL, renewed_at DATETIME(6) NOT NULL, {EXPIRES_AT_COLUMN}, PRIMARY KEY (cluster)) \
+                 ENGINE=InnoDB",
                 self.lock
             ),
             format!(
@@ -341,9 +399,69 @@ impl Inner {
         self.s.session_timeout.as_micros().min(i64::MAX as u128) as i64
     }
 
+    /// Gives a lock table made by an older warden its `expires_at` column, as
+    /// `ensure_cluster` makes missing tables: where the grants allow, else the error says
+    /// what to run. Chosen over refusing to start: old and new wardens share the table
+    /// during a rolling upgrade (the column is nullable), and nothing else needs doing.
+    async fn upgrade_lock_table(&self) -> Result<(), StoreError> {
+        let (t, name) = (&self.t, format!("{}lock", self.s.prefix));
+        let alter = format!("ALTER TABLE {} ADD COLUMN {EXPIRES_AT_COLUMN}", t.lock);
+        let alter2 = alter.clone();
+        let added = self
+            .run(
+                "adding the expires_at column to the lock table",
+                |mut c| async move {
+                    let columns: Vec<String> = c
+                        .exec(
+                            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE \
+                             TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                            (&name,),
+                        )
+                        .await?;
+                    // No table: `init` (or `ensure_cluster`) makes it whole.
+                    if columns.is_empty()
+                        || columns.iter().any(|c| c.eq_ignore_ascii_case("expires_at"))
+                    {
+                        return Ok(false);
+                    }
+                    match c.query_drop(alter2).await {
+                        Ok(()) => Ok(true),
+                        // Another warden added it meanwhile.
+                        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                },
+            )
+            .await;
+        match added {
+            Ok(true) => {
+                tracing::info!(
+                    "added the expires_at column to {} (made by an older warden): each lock \
+                     holder now writes its own expiry (SPEC 3a)",
+                    t.lock
+                );
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(StoreError::Auth(why)) => Err(StoreError::NotInitialized(format!(
+                "the lock table {} was made by an older warden and lacks the expires_at column \
+                 this version needs (each holder writes its own expiry), and this user may \
+                 not add it ({why}): run `warden init` as a user allowed to ALTER it, or have \
+                 an administrator run `{alter}`",
+                t.lock
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The keepalive: `Ok(false)` when the member row no longer names this session.
     async fn touch_rows(&self, node: &str) -> Result<bool, StoreError> {
-        let (t, cluster, id) = (&self.t, self.s.cluster.clone(), self.core.id);
+        let (t, cluster, id, exp) = (
+            &self.t,
+            self.s.cluster.clone(),
+            self.core.id,
+            self.expiry_us(),
+        );
         let node = node.to_string();
         self.run("keeping the session alive", |mut c| async move {
             c.exec_drop(
@@ -369,10 +487,10 @@ impl Inner {
             if holder == Some(id) {
                 c.exec_drop(
                     format!(
-                        "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND session = ?",
+                        "UPDATE {} SET {LOCK_RENEWED} WHERE cluster = ? AND session = ?",
                         t.lock
                     ),
-                    (&cluster, id),
+                    (exp, &cluster, id),
                 )
                 .await?;
             }
@@ -387,8 +505,7 @@ impl Inner {
         self.run("reading the lock", |mut c| async move {
             c.exec_first::<(i64, Vec<u8>, u64, bool), _, _>(
                 format!(
-                    "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
-                     FROM {} WHERE cluster = ?",
+                    "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ?",
                     t.lock
                 ),
                 (exp, &cluster),
@@ -415,8 +532,8 @@ impl Inner {
             let row: Option<(i64, Vec<u8>, u64, bool)> = tx
                 .exec_first(
                     format!(
-                        "SELECT session, record, epoch, renewed_at < NOW(6) - INTERVAL ? \
-                         MICROSECOND FROM {} WHERE cluster = ? FOR UPDATE",
+                        "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ? \
+                         FOR UPDATE",
                         t.lock
                     ),
                     (exp, &cluster),
@@ -474,11 +591,11 @@ impl Inner {
                 .unwrap_or_default();
             tx.exec_drop(
                 format!(
-                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at) \
-                     VALUES (?, ?, ?, ?, 0, NOW(6))",
+                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at, \
+                     expires_at) VALUES (?, ?, ?, ?, 0, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)",
                     t.lock
                 ),
-                (&cluster, id, &data, epoch),
+                (&cluster, id, &data, epoch, exp),
             )
             .await?;
             tx.commit().await?;
@@ -927,7 +1044,7 @@ impl Session for MysqlSession {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
         let data = record::to_bytes(breadcrumb);
         let bv = breadcrumb_version.map(Version::get);
         let cv = control_version.get();
@@ -945,11 +1062,11 @@ impl Session for MysqlSession {
                 // The commit is a renewal too: the lease starts at its send time.
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET record = ?, version = version + 1, renewed_at = NOW(6) \
-                         WHERE cluster = ? AND session = ?",
+                        "UPDATE {} SET record = ?, version = version + 1, {LOCK_RENEWED} WHERE \
+                         cluster = ? AND session = ?",
                         t.lock
                     ),
-                    (&data, &cluster, id),
+                    (&data, exp, &cluster, id),
                 )
                 .await?;
                 if tx.affected_rows() != 1 {
@@ -988,18 +1105,18 @@ impl Session for MysqlSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
         let (node, data) = (member.node.node_id.clone(), record::to_bytes(member));
         outcome(
             i.run("renewing the lease", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET renewed_at = NOW(6), version = version + 1 WHERE cluster \
-                         = ? AND session = ?",
+                        "UPDATE {} SET {LOCK_RENEWED}, version = version + 1 WHERE cluster = ? \
+                         AND session = ?",
                         t.lock
                     ),
-                    (&cluster, id),
+                    (exp, &cluster, id),
                 )
                 .await?;
                 if tx.affected_rows() != 1 {
@@ -1315,4 +1432,27 @@ async fn locked_version(
         (cluster, name),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC 3a: the server ends a silent connection within the session timeout, and the
+    /// pool stops reusing one well before that.
+    #[test]
+    fn session_bounds_stay_within_the_session_timeout() {
+        for (session, wait) in [
+            (1_000, 1),
+            (1_999, 1),
+            (2_000, 2),
+            (10_000, 10),
+            (600_000, 600),
+        ] {
+            let b = SessionBounds::of(Duration::from_millis(session));
+            assert_eq!(b.wait_timeout_s, wait, "{session} ms");
+            assert!(Duration::from_secs(wait as u64) <= Duration::from_millis(session));
+            assert_eq!(b.reuse_for, Duration::from_secs(wait as u64) / 2);
+        }
+    }
 }

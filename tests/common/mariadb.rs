@@ -240,6 +240,11 @@ impl MariaDb {
         format!("mysql://warden@127.0.0.1:{}/warden", self.port)
     }
 
+    /// [`url`](Self::url) with another port: a proxy's in front of this server.
+    pub fn url_via(&self, port: u16) -> String {
+        format!("mysql://warden@127.0.0.1:{port}/warden")
+    }
+
     pub fn password_file(&self) -> PathBuf {
         self.dir.path().join("mysql.pass")
     }

@@ -20,6 +20,7 @@
 pub mod mariadb;
 pub mod pg_pair;
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 pub mod redis_setup;
 
@@ -926,12 +927,18 @@ impl Cluster {
 
     /// Points the nodes written from now on at `db`, with this cluster's timeouts.
     pub fn use_mysql(&mut self, db: &mariadb::MariaDb) {
+        self.use_mysql_at(db, &db.url());
+    }
+
+    /// Points the nodes written from now on at `db` through `url` (another port: a
+    /// [`proxy::TcpProxy`] in front of it), with this cluster's timeouts.
+    pub fn use_mysql_at(&mut self, db: &mariadb::MariaDb, url: &str) {
         let c = self;
         c.coordination = Some(format!(
             "[coordination]\nbackend = \"mysql\"\n\n[coordination.mysql]\nurl = {}\n\
              password_file = {}\nsession_timeout = {}\npoll_interval = \"100ms\"\n\
              connect_timeout = {}\n",
-            toml_str(&db.url()),
+            toml_str(url),
             toml_str(&db.password_file().display().to_string()),
             toml_duration(c.session_timeout),
             toml_duration(c.connect_timeout),

@@ -1305,6 +1305,18 @@ fn spawn_wire(store: SimStore) -> mpsc::UnboundedSender<Job> {
     tx
 }
 
+thread_local! {
+    /// How many connects, of any node, panic before the next one runs: a connect task
+    /// that dies (SPEC 10a), as mysql_async's did on `require_ssl` in a build without TLS.
+    /// Per thread: a run's current-thread runtime is its test's thread.
+    static CONNECT_PANICS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The next `n` connects on this thread panic.
+pub fn panic_next_connects(n: u32) {
+    CONNECT_PANICS.with(|c| c.set(n));
+}
+
 /// Opens sessions for one warden process.
 #[derive(Clone)]
 pub struct SimConnector {
@@ -1316,6 +1328,14 @@ impl Connector for SimConnector {
     type Session = SimSession;
 
     async fn connect(&self) -> Result<SimSession, StoreError> {
+        let panics = CONNECT_PANICS.with(|c| {
+            let n = c.get();
+            c.set(n.saturating_sub(1));
+            n > 0
+        });
+        if panics {
+            panic!("the simulated connect panics, as a store driver's may");
+        }
         let store = &self.store;
         let owner = self.owner;
         store.gate(owner).await;
