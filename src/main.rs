@@ -49,8 +49,9 @@ enum Command {
     },
     /// Validate the config without contacting anything; print it resolved, secrets masked.
     CheckConfig,
-    /// Planned switchover: the active steps down cleanly and NODE (or any healthy standby)
-    /// takes over; waits for the new active and prints it and the time taken.
+    /// Planned switchover: the active steps down cleanly and NODE (or the eligible standby
+    /// of highest priority) takes over; waits for the new active and prints it and the
+    /// time taken; exit 1 when the old active called it off (its demote could not hand over).
     Failover(ops::failover::FailoverArgs),
     /// Maintenance: while paused nobody is promoted or demoted automatically.
     Pause(ops::pause::PauseArgs),
