@@ -319,44 +319,31 @@ fn the_example_config_passes_check_config() {
 }
 
 /// The demote of a planned switchover, run by itself against real servers, never hands
-/// the role to a successor that lacks what the primary wrote: to a Redis that replicates
-/// another history, or to one that does not answer, it sends no `FAILOVER`. The primary
-/// then refuses writes (they are not left paused) and the hook says why, as warden quotes
-/// it in `status`.
+/// over to a successor that lacks what the primary wrote: to a Redis that replicates
+/// another history, or to one that does not answer, it fails (issue 30, point 5: warden
+/// then calls the switchover off), its last line saying why, as warden quotes it. The
+/// primary then refuses writes at once (they are not left paused), and neither server's
+/// role changed.
 #[test]
-fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
+fn a_switchover_demote_fails_when_the_successor_lacks_the_writes() {
     let password = format!("pw{:016x}", common::mariadb::rand_u64());
     let primary = RedisServer::start_replicable(&password);
     let stranger = RedisServer::start_replicable(&password);
     primary.cli(&["SET", "k", "written"]);
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    std::fs::write(
-        &env_file,
-        format!(
-            "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n",
-            primary.port(),
-            primary.password_file().display()
-        ),
-    )
-    .unwrap();
+    let env_file = hooks_env(&primary, "");
     let closed = free_port();
     for (port, why) in [
         (stranger.port(), "(it does not replicate this primary)"),
         (closed, "(it did not answer)"),
     ] {
-        let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(10));
+        let out = run_switchover_demote(&hooks_script(), &env_file.1, port, secs(10));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{}", describe(&out));
+        let last = stderr.lines().last().unwrap_or_default();
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
         assert!(
-            stderr.contains(&format!("n2 (127.0.0.1:{port}) did not receive everything"))
-                && stderr.contains(why),
-            "the hook does not say why it did not hand over: {}",
-            describe(&out)
-        );
-        assert!(
-            !stderr.contains("FAILOVER TO"),
-            "the hook sent a FAILOVER: {}",
+            last.contains(&format!("n2 (127.0.0.1:{port}) did not receive everything"))
+                && last.contains(why),
+            "the hook's last line does not say why it did not hand over: {}",
             describe(&out)
         );
         assert_eq!(role(&primary), "master", "the primary handed its role over");
@@ -373,4 +360,203 @@ fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
         assert!(started.elapsed() < secs(1), "the write waited on a pause");
         primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
     }
+}
+
+/// An env file for the hooks on `r` (REDIS_TIMEOUT 1), plus `extra` lines.
+fn hooks_env(r: &RedisServer, extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n{extra}",
+            r.port(),
+            r.password_file().display()
+        ),
+    )
+    .unwrap();
+    (dir, env_file)
+}
+
+/// Whether a write to `r` is refused with NOREPLICAS.
+fn refuses_writes(r: &RedisServer) -> Result<(), String> {
+    match r.try_cli(&["SET", "probe", "x"]) {
+        Err(e) if e.contains("NOREPLICAS") => Ok(()),
+        Ok(o) if o.contains("NOREPLICAS") => Ok(()),
+        other => Err(format!("a write was not refused: {other:?}")),
+    }
+}
+
+/// Issue 30, point 10: Redis ignores `min-replicas-to-write` while
+/// `min-replicas-max-lag` is 0, so "refuse writes" must not depend on that setting. A
+/// Redis whose lag is 0 (its redis.conf, and redis.env says 0 too) refuses writes after
+/// each kind of demote: a plain one, and a switchover's, whose successor has everything
+/// (the hook then exits 0). And a Redis started as the shipped systemd drop-in starts
+/// it (its arguments read from the file) over a redis.conf with a lag of 0 refuses
+/// writes too.
+#[test]
+fn refusing_writes_works_whatever_min_replicas_max_lag_says() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let primary = RedisServer::start_replicable(&password);
+    let replica = RedisServer::start_replicable(&password);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    wait_until(secs(30), "the replica's link is up", || {
+        linked_to(&replica, primary.port())
+    });
+    let env = hooks_env(&primary, "MIN_REPLICAS_MAX_LAG=0\n");
+    let script = hooks_script().display().to_string();
+    let env_path = env.1.display().to_string();
+
+    // A plain demote (SIGTERM, lease end: no successor).
+    primary.cli(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    let out = run_bounded(&script, &["demote".to_string(), env_path.clone()], secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    refuses_writes(&primary).unwrap_or_else(|e| panic!("after a plain demote: {e}"));
+
+    // A switchover's demote to a replica that has everything.
+    primary.cli(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    primary.cli(&["SET", "k", "written"]);
+    let out = run_switchover_demote(&hooks_script(), &env.1, replica.port(), secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    refuses_writes(&primary).unwrap_or_else(|e| panic!("after a switchover's demote: {e}"));
+    assert_eq!(replica.cli(&["GET", "k"]).trim(), "written");
+    assert_eq!(
+        role(&replica),
+        "slave",
+        "the demote made the successor a primary"
+    );
+
+    // The drop-in, over a redis.conf whose lag is 0.
+    let mut restarted = RedisServer::start_replicable(&password);
+    restarted.kill();
+    restarted.start_as_the_drop_in_does_over(&["--min-replicas-max-lag", "0"]);
+    refuses_writes(&restarted).unwrap_or_else(|e| panic!("as the drop-in starts it: {e}"));
+}
+
+/// Issue 30, point 3: a successor whose warden is frozen (SIGSTOP) when the switchover
+/// to it starts. The old primary's demote must not make the successor's Redis writable
+/// (no `FAILOVER TO`: SPEC §6a.1), so when the request lapses and another node takes
+/// over, never do two Redis accept a write at once (from the servers' own answers), and
+/// nothing acknowledged is lost. Once thawed, n2 follows the new primary.
+#[test]
+fn a_frozen_successor_never_leaves_two_redis_taking_writes() {
+    let mut s = Setup::new(3);
+    let wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+
+    wardens[1].sigstop();
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "5s"],
+    );
+    eprintln!("failover to a frozen n2: {}", describe(&out));
+    assert!(!out.status.success(), "{}", describe(&out));
+    // The request lapses; n1 or n3 takes over.
+    let (new, _) = wait_for(secs(60), "n1 or n3 is active after the deadline", || {
+        let st = status_json(&s.nodes[0].config);
+        active_id(&st)
+            .filter(|id| id != "n2")
+            .map(|id| (id, st.clone()))
+    });
+    let new_i: usize = new[1..].parse::<usize>().unwrap() - 1;
+    let seen = Instant::now();
+    let taken = wait_for(secs(30), "the new active's Redis takes writes", || {
+        prober.first_on(new_i, seen)
+    });
+    // A few hundred rounds with the new primary taking writes while n2's warden is still
+    // frozen: n2's Redis must refuse every one of them.
+    let rounds = prober.rounds();
+    wait_until(secs(30), "50 more rounds", || {
+        prober.rounds() >= rounds + 50
+    });
+    let on_n2 = prober.accepted_on(1, asked);
+    assert!(
+        on_n2.is_empty(),
+        "n2's Redis took writes while its warden was frozen (new primary {new} since \
+         {:?} after the request): {on_n2:?}",
+        taken - asked
+    );
+    assert_ne!(role(&s.redis[1]), "master", "n2's Redis is a primary");
+
+    wardens[1].sigcont();
+    let new_port = s.redis[new_i].port();
+    for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != new_i) {
+        wait_until(
+            secs(30),
+            &format!("n{}'s Redis follows {new}", i + 1),
+            || linked_to(r, new_port),
+        );
+    }
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    // The handover is warden's, inside the lock: no Redis was asked for its own
+    // FAILOVER (which hands the role over before the successor's warden holds the lock).
+    for (i, r) in s.redis.iter().enumerate() {
+        assert!(
+            !r.log().contains("FAILOVER requested"),
+            "n{}'s Redis was asked for a FAILOVER",
+            i + 1
+        );
+    }
+    drop(wardens);
+    prober.finish();
+    s.zk.stop();
+}
+
+/// Issue 30, point 4: the successor's Redis refuses the old primary's `PSYNC`
+/// (`ACL SETUSER default -psync`). Redis's own `FAILOVER` would report `slave` while
+/// it tried and then make the old primary writable again; with the handover inside the
+/// lock, the old primary is never writable once it stepped down, the successor is the
+/// only primary, and nothing acknowledged is lost.
+#[test]
+fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
+    let mut s = Setup::new(3);
+    let wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+    // (The first node's PSYNC is the one refused: n1 follows n2 after the switchover.)
+    s.redis[1].cli(&["ACL", "SETUSER", "default", "-psync"]);
+
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "20s"],
+    );
+    eprintln!("failover to n2, which refuses PSYNC: {}", describe(&out));
+    wait_for(secs(30), "n2's Redis takes writes", || {
+        prober.first_on(1, asked)
+    });
+    let rounds = prober.rounds();
+    wait_until(secs(30), "100 more rounds", || {
+        prober.rounds() >= rounds + 100
+    });
+    let on_n1 = prober.accepted_on(0, prober.first_on(1, asked).unwrap());
+    assert!(
+        on_n1.is_empty(),
+        "n1's Redis took writes after n2's did: {on_n1:?}"
+    );
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    // The handover is warden's, inside the lock: no Redis was asked for its own
+    // FAILOVER (which hands the role over before the successor's warden holds the lock).
+    for (i, r) in s.redis.iter().enumerate() {
+        assert!(
+            !r.log().contains("FAILOVER requested"),
+            "n{}'s Redis was asked for a FAILOVER",
+            i + 1
+        );
+    }
+    drop(wardens);
+    prober.finish();
+    s.zk.stop();
 }

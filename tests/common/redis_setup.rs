@@ -321,6 +321,11 @@ impl Prober {
             .collect()
     }
 
+    /// How many rounds the prober has finished.
+    pub fn rounds(&self) -> usize {
+        self.log.lock().unwrap().rounds
+    }
+
     pub fn refused_since(&self, node: usize, since: Instant) -> bool {
         self.log.lock().unwrap().refused_at[node].is_some_and(|at| at >= since)
     }
