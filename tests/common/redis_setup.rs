@@ -149,8 +149,8 @@ pub struct Write {
 pub struct ProbeLog {
     writes: Vec<Write>,
     rounds: usize,
-    /// Rounds in which two servers accepted the write.
-    two_accepted: Vec<String>,
+    /// Rounds in which two servers accepted the write, with when.
+    two_accepted: Vec<(Instant, String)>,
     /// Rounds in which two servers called themselves the primary, with when.
     two_masters: Vec<(Instant, String)>,
     /// The last round in which each server refused the write (or did not answer).
@@ -265,8 +265,10 @@ impl Prober {
                 log.rounds += 1;
                 let round = log.rounds;
                 if accepted.len() > 1 {
-                    log.two_accepted
-                        .push(format!("round {round}: {}", accepted.join(", ")));
+                    log.two_accepted.push((
+                        Instant::now(),
+                        format!("round {round}: {}", accepted.join(", ")),
+                    ));
                 }
                 if masters.len() > 1 {
                     log.two_masters.push((
@@ -334,6 +336,16 @@ impl Prober {
     pub fn two_masters_between(&self, from: Instant, to: Instant) -> Vec<String> {
         let log = self.log.lock().unwrap();
         log.two_masters
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= to)
+            .map(|(_, what)| what.clone())
+            .collect()
+    }
+
+    /// Rounds in which two servers accepted the write between `from` and `to`.
+    pub fn two_accepting_between(&self, from: Instant, to: Instant) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.two_accepted
             .iter()
             .filter(|(at, _)| *at >= from && *at <= to)
             .map(|(_, what)| what.clone())
