@@ -349,3 +349,65 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
         });
     }
 }
+
+/// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
+/// stalls (every process of the server SIGSTOPped) as a switchover to it starts, under a
+/// steady writer. The old primary's fast shutdown waits on the successor, which
+/// confirms nothing: the demote cuts the shutdown short, starts the server again as a
+/// standby of nobody and fails, saying so; warden calls the switchover off and promotes
+/// it again. `failover` exits 1 with that line, p1 takes writes again, nothing
+/// acknowledged is lost, and p2, thawed, streams from p1 again.
+#[test]
+fn a_stalled_successor_calls_the_switchover_off() {
+    let pair = Pair::new();
+    let _wardens = pair.start_with_n1_active();
+    let (p1, p2) = (&pair.p1, &pair.p2);
+    let writer = Writer::start(pair.ports(), 0);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+
+    let frozen = server_processes(p2);
+    assert!(frozen.len() > 2, "p2's processes: {frozen:?}");
+    for &pid in &frozen {
+        freeze_pid(pid);
+    }
+    let asked = Instant::now();
+    // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
+    let args = [
+        "-c",
+        &pair.n1.config.display().to_string(),
+        "failover",
+        "--to",
+        "n2",
+    ]
+    .iter()
+    .chain(&["--timeout", "60s"])
+    .map(|a| a.to_string())
+    .collect::<Vec<_>>();
+    let out = run_bounded(WARDEN, &args, secs(70));
+    for &pid in &frozen {
+        thaw_pid(pid);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("called off") && stderr.contains("did not confirm"),
+        "{}",
+        describe(&out)
+    );
+    let st = status_json(&pair.n1.config);
+    assert_eq!(active_id(&st).as_deref(), Some("n1"), "{st:#}");
+    wait_for(secs(30), "p1 takes writes again", || {
+        writer.first_on(p1.port(), asked)
+    });
+    pair.await_follower(&pair.n2, p2, p1);
+    let taken = writer.first_on(p2.port(), asked);
+    assert!(taken.is_none(), "p2 took a write at {taken:?}");
+    let acked = writer.finish();
+    let on_p1 = rows(p1.port());
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|v| on_p1.binary_search(v).is_err())
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}

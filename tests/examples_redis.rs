@@ -575,3 +575,62 @@ fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
     prober.finish();
     s.zk.stop();
 }
+
+/// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's Redis stalls
+/// (`DEBUG SLEEP`) as a switchover to it starts, under a steady writer. The old
+/// primary's demote fails (the successor did not receive everything), warden calls the
+/// switchover off and promotes the old primary again: `failover` exits 1 saying so, the
+/// old primary takes writes again, and no acknowledged write is lost.
+#[test]
+fn a_stalled_successor_calls_the_switchover_off() {
+    let mut s = Setup::new(3);
+    let _wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+
+    let (port, password) = (s.redis[1].port(), s.redis[0].password().to_string());
+    let sleeper = std::thread::spawn(move || {
+        let con = connect(port, &password).map(|mut c| {
+            c.set_read_timeout(Some(secs(10))).unwrap();
+            ::redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(4)
+                .query::<String>(&mut c)
+        });
+        eprintln!("DEBUG SLEEP 4 on n2's Redis: {con:?}");
+    });
+    wait_until(secs(10), "n2's Redis sleeps", || {
+        connect(port, s.redis[0].password())
+            .is_none_or(|mut c| ::redis::cmd("PING").query::<String>(&mut c).is_err())
+    });
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "20s"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("called off") && stderr.contains("did not receive everything"),
+        "{}",
+        describe(&out)
+    );
+    let st = status_json(&s.nodes[0].config);
+    assert_eq!(active_id(&st).as_deref(), Some("n1"), "{st:#}");
+    wait_for(secs(30), "n1's Redis takes writes again", || {
+        prober.first_on(0, asked)
+    });
+    sleeper.join().unwrap();
+    for i in [1, 2] {
+        wait_until(secs(30), &format!("n{}'s Redis follows n1", i + 1), || {
+            linked_to(&s.redis[i], s.redis[0].port())
+        });
+    }
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    prober.finish();
+    s.zk.stop();
+}

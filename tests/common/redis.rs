@@ -127,6 +127,8 @@ impl RedisServer {
             .args(["--save", ""])
             .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
+            // DEBUG SLEEP stalls a server in the tests (loopback connections are local).
+            .args(["--enable-debug-command", "local"])
             .args(["--requirepass", &self.password])
             .args(match &self.masterauth {
                 Some(auth) => vec!["--masterauth".to_string(), auth.clone()],

@@ -11,8 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The shipped hooks, or the script `WARDEN_REDIS_HOOKS` names (the benchmark times
+/// another version of the recipe with it, alternated with this one).
 pub fn hooks_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/warden-redis")
+    match std::env::var_os("WARDEN_REDIS_HOOKS") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/warden-redis"),
+    }
 }
 
 /// The role Redis itself reports: `master` or `slave`.
