@@ -1165,26 +1165,36 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                                 None => Vec::new(),
                             };
                             extra.extend(active.into_iter().flatten());
-                            let (clean, detail) = match hooks.demote(epoch, extra).await {
-                                Ok(()) => (true, "the demote hook succeeded".to_string()),
-                                Err(e) => {
-                                    // §6: after a forced demotion, a service whose role is
-                                    // unknown must not keep serving.
-                                    let killed =
-                                        cause == crate::elector::StopCause::Forced && hooks.kill();
-                                    let what = if killed {
-                                        "; killed the pidfile process"
-                                    } else {
-                                        ""
-                                    };
-                                    (false, format!("the demote hook failed: {e}{what}"))
+                            let event = match hooks.demote(epoch, extra).await {
+                                Ok(()) => Event::ServiceStopped {
+                                    ticket,
+                                    clean: true,
+                                    detail: "the demote hook succeeded".to_string(),
+                                },
+                                // §6: after a forced demotion, a service whose role is
+                                // unknown must not keep serving.
+                                Err(e)
+                                    if cause == crate::elector::StopCause::Forced
+                                        && hooks.kill() =>
+                                {
+                                    Event::ServiceStopped {
+                                        ticket,
+                                        clean: false,
+                                        detail: format!(
+                                            "the demote hook failed: {e}; killed the pidfile \
+                                             process"
+                                        ),
+                                    }
                                 }
+                                // Nothing was killed: the elector decides whether a planned
+                                // switchover is called off (SPEC §6a.2).
+                                Err(e) => Event::DemoteFailed {
+                                    ticket,
+                                    detail: format!("the demote hook failed: {e}"),
+                                    said: e.said,
+                                },
                             };
-                            let _ = tx.send(Input::Elector(Event::ServiceStopped {
-                                ticket,
-                                clean,
-                                detail,
-                            }));
+                            let _ = tx.send(Input::Elector(event));
                         });
                         return;
                     }

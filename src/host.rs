@@ -97,6 +97,22 @@ pub trait RunningService: Send + 'static {
     fn exited(self) -> impl Future<Output = String> + Send;
 }
 
+/// A hook that did not succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookFailure {
+    /// What happened, for the log.
+    pub detail: String,
+    /// The last line the hook wrote to stderr, when it wrote one: its own words for why
+    /// (a called-off switchover quotes it, SPEC §6a.2).
+    pub said: Option<String>,
+}
+
+impl std::fmt::Display for HookFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
 /// Hooks mode: the service always runs; hooks change its role.
 pub trait HookControl: Clone + Send + Sync + 'static {
     fn promote(&self, epoch: Epoch) -> impl Future<Output = Result<(), String>> + Send;
@@ -105,7 +121,7 @@ pub trait HookControl: Clone + Send + Sync + 'static {
         &self,
         epoch: Option<Epoch>,
         extra: Vec<(String, String)>,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    ) -> impl Future<Output = Result<(), HookFailure>> + Send;
     /// The `follow` hook (SPEC §6), with `WARDEN_ACTIVE_*` in `extra`.
     fn follow(
         &self,
@@ -254,10 +270,16 @@ impl HookControl for Hooks {
         &self,
         epoch: Option<Epoch>,
         extra: Vec<(String, String)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookFailure> {
         Hooks::demote(self, epoch, &extra)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| HookFailure {
+                detail: e.to_string(),
+                said: match e {
+                    service::HookError::Failed { said, .. } => said,
+                    _ => None,
+                },
+            })
     }
 
     async fn follow(

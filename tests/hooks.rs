@@ -755,17 +755,28 @@ fn an_active_cut_off_from_zookeeper_past_its_lease_can_still_be_fenced_by_its_se
     assert!(!w2.log_mentions("names no service process"), "{}", w2.log());
 }
 
-/// A planned switchover whose demote hook fails: the old active releases the lock but keeps
-/// its breadcrumb, so the target fences it before it promotes (SPEC §8). The command says
-/// so: the operator asked for a clean handover and got a takeover. A clean one says
-/// nothing of the kind.
+/// A planned switchover whose demote hook fails, and whose promote again (the switchover
+/// called off, SPEC §6a.2) fails too: the old active releases the lock but keeps its
+/// breadcrumb, so the target fences it before it promotes (SPEC §8). The command says so:
+/// the operator asked for a clean handover and got a takeover. A clean one says nothing
+/// of the kind.
 #[test]
-fn a_switchover_whose_demote_fails_is_reported_as_a_takeover() {
+fn a_switchover_whose_demote_and_promote_again_fail_is_reported_as_a_takeover() {
     let zk = ZkServer::start();
     let cluster = Cluster::new(&zk);
     let record = cluster.dir().join("hook-calls");
     let fail_flag = cluster.dir().join("demote-fails");
-    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let promote = hook(
+        &cluster,
+        "promote.sh",
+        &record,
+        "promote",
+        &format!(
+            "if [ -e '{}' ] && [ \"$WARDEN_NODE_ID\" = n2 ]; then echo 'promote: refused' >&2; \
+             exit 1; fi",
+            fail_flag.display()
+        ),
+    );
     let demote = hook(
         &cluster,
         "demote.sh",
@@ -829,5 +840,233 @@ fn a_switchover_whose_demote_fails_is_reported_as_a_takeover() {
     assert!(
         !calls.is_empty() && calls.iter().all(|c| c == "n1 n2"),
         "{calls:?}"
+    );
+    // n2 tried to call the switchover off first.
+    let history = cli(&n1.config, &["history"]);
+    assert!(
+        String::from_utf8_lossy(&history.stdout).contains(
+            "switchover called off: demote: the successor did not confirm the last writes"
+        ),
+        "{}",
+        describe(&history)
+    );
+}
+
+/// Replays the hooks' record (`promote`, `demote`, and `demote-failed` once a demote hook
+/// gave up, leaving its node's service promoted) and returns the first moment two nodes'
+/// services were promoted at once, if any.
+fn two_promoted(c: &[HookCall]) -> Option<String> {
+    let mut promoted: Vec<&str> = Vec::new();
+    for (i, h) in c.iter().enumerate() {
+        match h.what.as_str() {
+            "promote" | "demote-failed" => {
+                if let Some(other) = promoted.iter().find(|n| **n != h.node) {
+                    return Some(format!(
+                        "call {i} ({h:?}) while {other} was promoted: {c:?}"
+                    ));
+                }
+                if !promoted.contains(&h.node.as_str()) {
+                    promoted.push(&h.node);
+                }
+            }
+            "demote" => promoted.retain(|n| *n != h.node),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A demote hook that records its call and, while `flag` exists, refuses to hand over:
+/// records `demote-failed` and exits 1 with `line` on stderr.
+fn refusing_demote(cluster: &Cluster, record: &Path, flag: &Path, line: &str) -> PathBuf {
+    hook(
+        cluster,
+        "demote.sh",
+        record,
+        "demote",
+        &format!(
+            "if [ -e '{flag}' ]; then echo \"demote-failed $(date +%s%N) $WARDEN_NODE_ID \
+             $WARDEN_ROLE ${{WARDEN_EPOCH:--}}\" >> '{record}'; echo '{line}' >&2; exit 1; fi",
+            flag = flag.display(),
+            record = record.display(),
+        ),
+    )
+}
+
+/// SPEC §6a.2: a planned switchover whose demote fails (the successor has not caught up)
+/// is called off while the old active holds the lock and its lease: it promotes itself
+/// again at the same epoch, nobody fences it, history says why, and `failover` exits 1
+/// with the hook's line. The hooks' own record never shows two nodes promoted at once.
+#[test]
+fn a_switchover_whose_demote_fails_is_called_off_and_the_old_active_serves_on() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let flag = cluster.dir().join("demote-refuses");
+    let line = "n2 has not caught up: 42 bytes behind";
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = refusing_demote(&cluster, &record, &flag, line);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "2s");
+    }
+    let _wardens = start_n1_active_then_n2(&n1, &n2);
+    let (_, epoch) = wait_for_active(&n1.config, secs(30));
+
+    fs::write(&flag, "").unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains(&format!("switchover called off: {line}")),
+        "{}",
+        describe(&out)
+    );
+    // n1 serves on at the same epoch; the request is gone; nobody fenced n1.
+    let s = wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 active, the request cleared",
+        |s| active_id(s).as_deref() == Some("n1") && s["failover"].is_null(),
+    );
+    assert_eq!(active_epoch(&s), Some(epoch), "{s}");
+    assert_eq!(member_role(&s, "n2").as_deref(), Some("standby"), "{s}");
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    let history = cli(&n1.config, &["history"]);
+    assert!(
+        String::from_utf8_lossy(&history.stdout)
+            .contains(&format!("switchover called off: {line}")),
+        "{}",
+        describe(&history)
+    );
+    let c = calls(&record);
+    assert_eq!(
+        c.iter()
+            .map(|h| (h.what.as_str(), h.node.as_str(), h.epoch.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("promote", "n1", epoch.to_string().as_str()),
+            ("demote", "n1", epoch.to_string().as_str()),
+            ("demote-failed", "n1", epoch.to_string().as_str()),
+            ("promote", "n1", epoch.to_string().as_str()),
+        ],
+        "{c:?}"
+    );
+    assert_eq!(two_promoted(&c), None);
+
+    // Once the successor can take everything, the same switchover goes through.
+    fs::remove_file(&flag).unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(two_promoted(&calls(&record)), None);
+}
+
+/// SPEC §6a.3: `failover` without `--to` names the successor itself, the eligible standby
+/// with the highest priority, so the demote hook always knows whom to hand over to
+/// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`), and that node takes over.
+#[test]
+fn failover_without_to_names_the_standby_of_highest_priority_as_the_successor() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let env = cluster.dir().join("demote-env");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
+             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
+            env.display()
+        ),
+    );
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    for (n, port, priority) in [(&n1, 7001, 100), (&n2, 7002, 300), (&n3, 7003, 200)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        with_port(n, port);
+        set_priority(n, priority);
+    }
+    let _w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let _w2 = n2.start();
+    let _w3 = n3.start();
+    wait_for_status(&n1.config, secs(30), "n2 and n3 are standbys", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+            && member_role(s, "n3").as_deref() == Some("standby")
+    });
+    let out = cli(&n1.config, &["failover", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("new active: n2"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(lines(&env), ["n1 n2 127.0.0.1 7002"]);
+    let s = wait_for_status(&n1.config, secs(30), "n2 active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert_eq!(member_role(&s, "n3").as_deref(), Some("standby"), "{s}");
+}
+
+/// SPEC §6 `follow`: a standby never promotes while its `follow` hook runs (the hook
+/// repoints its service at the old active; a `promote` beside it would race it). The
+/// hooks' record shows each follow's start and end and each promote.
+#[test]
+fn a_standby_does_not_promote_while_its_follow_hook_runs() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "exit 0");
+    // Slow: long enough for n1 to step down while n2's first follow runs.
+    let follow = hook(
+        &cluster,
+        "follow.sh",
+        &record,
+        "follow-start",
+        &format!(
+            "sleep 3\necho \"follow-end $(date +%s%N) $WARDEN_NODE_ID $WARDEN_ROLE \
+             ${{WARDEN_EPOCH:--}}\" >> '{}'",
+            record.display()
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "10s");
+        with_follow(n, &follow);
+    }
+    let mut w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let _w2 = n2.start();
+    wait_until(secs(30), "n2's follow started", || {
+        calls(&record)
+            .iter()
+            .any(|h| h.what == "follow-start" && h.node == "n2")
+    });
+    // n1 steps down (SIGTERM: a clean handover) while n2's follow still runs.
+    w1.sigterm();
+    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
+    wait_for_status(&n2.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let c = calls(&record);
+    let mut following = false;
+    for h in c.iter().filter(|h| h.node == "n2") {
+        match h.what.as_str() {
+            "follow-start" => following = true,
+            "follow-end" => following = false,
+            "promote" => assert!(!following, "n2 promoted while its follow ran: {c:?}"),
+            _ => {}
+        }
+    }
+    assert!(
+        c.iter().any(|h| h.what == "promote" && h.node == "n2"),
+        "{c:?}"
     );
 }

@@ -43,12 +43,19 @@ impl Elector {
     /// A switchover request lapses at its deadline, but never later than
     /// [`MAX_SWITCHOVER`] after this node first saw it.
     pub(super) fn bounded(&mut self, mut control: ControlView, now: Instant) -> ControlView {
+        let same = |a: &FailoverView, b: &FailoverView| {
+            a.from == b.from && a.to == b.to && a.deadline == b.deadline
+        };
+        // SPEC §6a.2: a request this node called off is withdrawn for it, until `control`
+        // no longer holds it.
+        match (&self.called_off, &control.failover) {
+            (Some(off), Some(f)) if same(off, f) => control.failover = None,
+            (Some(_), _) => self.called_off = None,
+            _ => {}
+        }
         let Some(f) = control.failover.as_mut() else {
             self.failover_seen = None;
             return control;
-        };
-        let same = |a: &FailoverView, b: &FailoverView| {
-            a.from == b.from && a.to == b.to && a.deadline == b.deadline
         };
         let first_seen = match &self.failover_seen {
             Some((seen, at)) if same(seen, f) => *at,

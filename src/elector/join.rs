@@ -96,6 +96,10 @@ impl Elector {
                 if !self.may_join(now) || self.stopping {
                     self.reason = Some(Reason::NoLongerEligible);
                     self.leave(Leave::StandAside);
+                } else if self.following.is_some() {
+                    // A follow started while the join was out: never promote beside it.
+                    self.reason = Some(Reason::StillFollowing);
+                    self.leave(Leave::StandAside);
                 } else if let Some(why) = self.takeover_refusal(now) {
                     self.reason = Some(why);
                     self.leave(Leave::StandAside);
@@ -163,6 +167,12 @@ impl Elector {
             return;
         }
         if self.retry_at.is_some() && !self.must_rejoin {
+            return;
+        }
+        // SPEC §6: `follow` repoints this node's service at the active; a promotion beside
+        // it would run `promote` on a service being turned into a replica. Join once it
+        // ends (`on_followed`), at most `hook_timeout` later.
+        if self.following.is_some() && !self.must_rejoin {
             return;
         }
         if !self.must_rejoin && !self.named_target(now) {

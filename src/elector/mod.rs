@@ -40,7 +40,7 @@ pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
 use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Role};
 use lease::Lease;
 use leave::Leave;
-pub use reason::Reason;
+pub use reason::{Reason, SWITCHOVER_CALLED_OFF};
 use service::Svc;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -219,6 +219,15 @@ pub enum Event {
         /// Verified down (possibly after SIGKILL).
         clean: bool,
         detail: String,
+    },
+    /// Hooks mode: the `demote` hook for `ticket` failed and nothing was killed, so the
+    /// service runs on whole, in a role nobody knows; `promote` can put it back (SPEC
+    /// §6a.2). Otherwise it counts as a stop that could not be verified.
+    DemoteFailed {
+        ticket: Ticket,
+        detail: String,
+        /// The hook's last line (its own words: why), when it wrote one.
+        said: Option<String>,
     },
     Released {
         ticket: Ticket,
@@ -431,6 +440,11 @@ pub struct Elector {
     /// `control` still holds a switchover request that lapsed: the next active clears it
     /// (SPEC §8), though the election already ignores it.
     lapsed_failover: Option<FailoverView>,
+    /// SPEC §6a.2: the switchover request this node called off (its demote failed and it
+    /// promoted itself again): withdrawn as far as this node is concerned, so that it never
+    /// cedes to it again, and cleared once the promotion is recorded (it lapses at its
+    /// deadline if the clear never lands).
+    called_off: Option<FailoverView>,
     /// The switchover request seen last (from, to, deadline) and when it was first seen:
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     failover_seen: Option<(FailoverView, Instant)>,
@@ -492,6 +506,7 @@ impl Elector {
             own_leftovers: false,
             breadcrumb_written: false,
             lapsed_failover: None,
+            called_off: None,
             failover_seen: None,
             granted: None,
             service_recorded: false,
@@ -641,6 +656,11 @@ impl Elector {
                 clean,
                 detail,
             } => self.on_service_stopped(ticket, clean, detail, now),
+            Event::DemoteFailed {
+                ticket,
+                detail,
+                said,
+            } => self.on_demote_failed(ticket, detail, said, now),
             Event::Released { ticket } => self.on_released(ticket, now),
             Event::BreadcrumbPeeked { ticket, version } => {
                 self.on_breadcrumb_peeked(ticket, version, now)

@@ -40,6 +40,9 @@ pub enum Reason {
     SwitchoverMovesAway,
     /// A switchover request names another node.
     SwitchoverNamesAnother { to: String },
+    /// SPEC §6a.2: the demote of a planned switchover failed while this node held the lock
+    /// and its lease: it promotes itself again. The hook's last line.
+    SwitchoverCalledOff(String),
 
     /// The `follow` hook failed (SPEC §6): its detail.
     FollowFailed(String),
@@ -49,6 +52,8 @@ pub enum Reason {
     NotFollowing(String),
     /// Holding the lock, but not eligible any more: no promotion.
     NotEligible,
+    /// Holding the lock while the `follow` hook runs: no promotion beside it.
+    StillFollowing,
     /// Holding the lock with priority 0 and no switchover naming this node any more.
     Priority0NotNamed,
 
@@ -105,6 +110,10 @@ pub enum Reason {
     ShuttingDown,
 }
 
+/// How a history entry of a called-off switchover begins (SPEC §6a.2); `failover` looks
+/// for it.
+pub const SWITCHOVER_CALLED_OFF: &str = "switchover called off: ";
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -139,12 +148,16 @@ impl fmt::Display for Reason {
             Reason::SwitchoverNamesAnother { to } => {
                 write!(f, "a planned switchover names {to} as the new active")
             }
+            Reason::SwitchoverCalledOff(line) => write!(f, "{SWITCHOVER_CALLED_OFF}{line}"),
             Reason::FollowFailed(detail) => write!(f, "the follow hook failed: {detail}"),
             Reason::FollowingAgain => f.write_str("following the active again"),
             Reason::NotFollowing(why) => {
                 write!(f, "{why}: not promoting until a follow succeeds")
             }
             Reason::NotEligible => f.write_str("no longer eligible: not promoting"),
+            Reason::StillFollowing => {
+                f.write_str("the follow hook is still running: not promoting beside it")
+            }
             Reason::Priority0NotNamed => f.write_str(
                 "priority 0 and no pending switchover names this node any more: not promoting",
             ),

@@ -10,8 +10,9 @@ impl Elector {
         match &self.phase {
             // Priority 0: in the cluster, but never taking the lock by itself.
             // Or waiting for a standby of higher priority to try first.
+            // Or waiting for its follow hook to end before it tries.
             Phase::Idle
-                if (self.cfg.priority == 0 || self.rival_waited)
+                if (self.cfg.priority == 0 || self.rival_waited || self.following.is_some())
                     && self.svc == Svc::Down
                     && self.may_join(now) =>
             {

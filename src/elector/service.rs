@@ -144,6 +144,10 @@ impl Elector {
                 if let Some(request) = pending {
                     self.actions.push_back(Action::ClearFailover { request });
                 }
+                // SPEC §6a.2: the switchover this node called off is over.
+                if let Some(request) = self.called_off.clone() {
+                    self.actions.push_back(Action::ClearFailover { request });
+                }
             }
             WriteOutcome::Unknown | WriteOutcome::Conflict => self.rewrite_failed(outcome, now),
         }
@@ -171,7 +175,11 @@ impl Elector {
                 return;
             }
             // §4.3e: demote (a promote hook may have done half its work), keep the
-            // breadcrumb, release.
+            // breadcrumb, release. A switchover this node called off stands again (SPEC
+            // §6a.2): its target takes over, fencing this node first.
+            if let Some(request) = self.called_off.take() {
+                self.control.failover = Some(request);
+            }
             self.svc = Svc::Up;
             self.leave(Leave::PromotionFailed);
         }
@@ -264,6 +272,71 @@ impl Elector {
                 }
             }
         }
+    }
+
+    /// Hooks mode: the `demote` hook failed and nothing was killed. In a planned
+    /// switchover, while this node still holds the lock and its lease, the switchover is
+    /// called off (SPEC §6a.2): the service is promoted again at the same epoch (no fencing:
+    /// the breadcrumb is ours). Otherwise, as any stop that could not be verified: the
+    /// breadcrumb is kept and the next active fences this node.
+    ///
+    /// Only hooks mode's `demote` can be called off. A spawned service whose stop failed
+    /// still has processes after SIGKILL: starting it again beside them would make two
+    /// copies, and a stop that succeeded has nothing to call off (the successor then
+    /// takes over with what it has, as before).
+    pub(super) fn on_demote_failed(
+        &mut self,
+        ticket: Ticket,
+        detail: String,
+        said: Option<String>,
+        now: Instant,
+    ) {
+        let cede = matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Leaving {
+                    why: Leave::Cede,
+                    ..
+                },
+                ..
+            }
+        );
+        // The lease is checked here and again right before the hook (§4.3d).
+        let may_call_off = cede
+            && self.svc == Svc::Stopping(ticket, StopCause::Demote)
+            && !self.stopping
+            && !self.lease.doubt
+            && self.lease_left(now).is_some();
+        if !may_call_off {
+            self.on_service_stopped(ticket, false, detail, now);
+            return;
+        }
+        let Phase::Holding { epoch, .. } = self.phase else {
+            return;
+        };
+        let line = said.unwrap_or(detail);
+        self.notice(
+            true,
+            format!(
+                "the demote hook failed in a planned switchover ({line}): calling the \
+                 switchover off and promoting this node again at epoch {epoch}"
+            ),
+        );
+        self.svc = Svc::Down;
+        self.forget_record();
+        self.lease.killed = false;
+        // Withdrawn as far as this node goes: it must not cede to it again (`bounded`
+        // keeps it out of every later view of `control`).
+        self.called_off = self.control.failover.take();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        };
+        // The breadcrumb names the process pinned at the commit, which is the one the
+        // hook promotes again: nothing to forget first.
+        self.names_earlier_start = false;
+        self.reason = Some(Reason::SwitchoverCalledOff(line));
+        self.start_if_due(now);
     }
 
     pub(super) fn on_service_health(&mut self, healthy: bool, detail: String) {

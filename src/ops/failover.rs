@@ -11,7 +11,7 @@ use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::coord::{Connector, Session};
-use crate::elector::Reason;
+use crate::elector::{Reason, SWITCHOVER_CALLED_OFF};
 use crate::record::{self, Control, Epoch, FailoverRequest, Health, History, HistoryEntry, Role};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -70,6 +70,12 @@ pub struct Requested {
     /// The request's deadline on this process's clock.
     pub lapses_at: Instant,
     pub timeout: Duration,
+    /// The epoch `from` was active at when the request was written: a switchover it calls
+    /// off (SPEC §6a.2) is recorded in history at that epoch.
+    pub epoch: Option<Epoch>,
+    /// How many called-off switchovers of `from` at `epoch` history held already: only a
+    /// newer one is this request's.
+    pub called_off_before: usize,
 }
 
 /// A finished switchover.
@@ -106,9 +112,14 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
     let requested = request(&zk, cfg, args).await?;
     let r = &requested.request;
     println!(
-        "switchover requested: {} -> {} (by {}, lapses at {}); waiting up to {}",
+        "switchover requested: {} -> {}{} (by {}, lapses at {}); waiting up to {}",
         r.from,
         r.to.as_deref().unwrap_or("any healthy standby"),
+        if args.to.is_none() && r.to.is_some() {
+            " (the eligible standby with the highest priority)"
+        } else {
+            ""
+        },
         r.by,
         r.deadline,
         humantime::format_duration(requested.timeout)
@@ -186,6 +197,7 @@ pub async fn request_at<S: Session>(
     };
     control_refusal(&snap.control, wall).map_err(OpError::Refused)?;
     let stepping_down = snap.active().is_some();
+    let epoch = snap.active().and_then(|(h, m)| h.epoch.or(m.node.epoch));
     let from = match (snap.active(), &snap.lock, &args.to) {
         (Some((holder, _)), _, _) => holder.node_id.clone(),
         // Nobody holds the lock and the operator names the node to take it: the way to
@@ -208,9 +220,12 @@ pub async fn request_at<S: Session>(
     let deadline = wall.checked_add(args.timeout).ok_or_else(|| {
         OpError::Refused("the clock is too far in the future to set a deadline".into())
     })?;
+    // SPEC §6a.3: every planned switchover has a successor, so that the old active's
+    // `demote` always knows whom to hand over to (`WARDEN_SUCCESSOR_*`).
+    let to = args.to.clone().or_else(|| successor(&snap, &from));
     let request = FailoverRequest {
         from,
-        to: args.to.clone(),
+        to,
         by: operator::identity(),
         deadline: record::rfc3339(deadline),
         force: args.force,
@@ -236,11 +251,13 @@ pub async fn request_at<S: Session>(
     };
     match written {
         Ok(Ok(_)) => Ok(Requested {
+            called_off_before: called_off(&snap.history, &request.from, epoch).len(),
             request,
             stepping_down,
             sent_at,
             lapses_at: sent_at + args.timeout,
             timeout: args.timeout,
+            epoch,
         }),
         Ok(Err(why)) => Err(OpError::Refused(why)),
         Err(StoreError::Unknown(e)) => Err(OpError::Failed(format!(
@@ -274,6 +291,7 @@ pub async fn await_switch<C: Connector>(
     let mut last: Option<ClusterSnapshot> = None;
     let mut last_error: Option<StoreError> = None;
     let mut target_left = false;
+    let mut called_off_line: Option<String> = None;
     while let Some(left) = req
         .lapses_at
         .checked_duration_since(Instant::now())
@@ -293,6 +311,20 @@ pub async fn await_switch<C: Connector>(
                 if let Some(to) = &req.request.to {
                     target_left |= !snap.members.iter().any(|(id, _)| id == to);
                 }
+                let off = called_off(&snap.history, &req.request.from, req.epoch);
+                if off.len() > req.called_off_before {
+                    // (Newest first: the first is this request's.)
+                    let line = off[0].to_string();
+                    // SPEC §6a.2: the old active promotes itself again; once it serves,
+                    // the switchover is over and nothing was handed over.
+                    if snap
+                        .active()
+                        .is_some_and(|(h, _)| h.node_id == req.request.from)
+                    {
+                        return Err(OpError::Failed(called_off_message(req, &line)));
+                    }
+                    called_off_line = Some(line);
+                }
                 last = Some(snap);
             }
             Ok(Err(e)) => {
@@ -309,7 +341,60 @@ pub async fn await_switch<C: Connector>(
         let left = req.lapses_at.saturating_duration_since(Instant::now());
         tokio::time::sleep(POLL.min(left)).await;
     }
-    Err(timed_out(req, last.as_ref(), last_error, target_left))
+    let mut why = timed_out(req, last.as_ref(), last_error, target_left);
+    if let (Some(line), OpError::Failed(text)) = (&called_off_line, &mut why) {
+        text.push_str(&format!(
+            "; {} called the switchover off ({SWITCHOVER_CALLED_OFF}{line}) and was \
+             promoting itself again",
+            req.request.from
+        ));
+    }
+    Err(why)
+}
+
+/// The lines of `from`'s called-off switchovers at `epoch` in `history`, newest first
+/// (SPEC §6a.2: `switchover called off: <the demote hook's last line>`).
+fn called_off<'h>(history: &'h History, from: &str, epoch: Option<Epoch>) -> Vec<&'h str> {
+    history
+        .entries
+        .iter()
+        .filter(|e| e.node_id == from && e.epoch == epoch)
+        .filter_map(|e| e.reason.strip_prefix(SWITCHOVER_CALLED_OFF))
+        .collect()
+}
+
+/// What `failover` says when the old active called the switchover off (SPEC §6a.2).
+fn called_off_message(req: &Requested, line: &str) -> String {
+    let from = record::printable(&req.request.from);
+    format!(
+        "{SWITCHOVER_CALLED_OFF}{line} ({from}'s demote hook failed, so {from} promoted \
+         itself again{} and serves on: nothing was handed over, and nothing it acknowledged \
+         was lost; see {from}'s log, fix what its demote hook says, and try again)",
+        req.epoch
+            .map_or_else(String::new, |e| format!(" at epoch {e}")),
+        line = record::printable(line),
+    )
+}
+
+/// SPEC §6a.3: the successor `failover` without `--to` names: the eligible standby (healthy,
+/// `standby`, not of priority 0) with the highest priority, ties to the smallest node id
+/// (positions, §6b, are not recorded yet; the node id is the one order every member and
+/// every operator sees alike).
+fn successor(snap: &ClusterSnapshot, from: &str) -> Option<String> {
+    snap.members
+        .iter()
+        .filter_map(|(id, m)| Some((id, m.as_ref().ok()?)))
+        .filter(|(id, m)| {
+            *id != from
+                && m.role == Role::Standby
+                && m.health == Health::Healthy
+                && m.priority != Some(0)
+        })
+        .max_by(|(a, ma), (b, mb)| {
+            let (pa, pb) = (ma.priority.unwrap_or(100), mb.priority.unwrap_or(100));
+            pa.cmp(&pb).then_with(|| b.cmp(a))
+        })
+        .map(|(id, _)| id.clone())
 }
 
 /// The switchover's result, if `snap` shows it done.

@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use warden::config::{Config, HealthConfig, HealthKind};
 use warden::health::{Check, HealthError, ProbeEnv, Prober};
-use warden::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
+use warden::host::{
+    HookControl, HookFailure, Host, PreparedStart, RunningService, SpawnControl, Start,
+};
 use warden::record::Epoch;
 use warden::service::{PinnedService, ServiceIdentity, StopOutcome};
 use warden_fencing::process::{whereabouts, Whereabouts};
@@ -367,7 +369,7 @@ impl HookControl for SimHooks {
         &self,
         _epoch: Option<Epoch>,
         _extra: Vec<(String, String)>,
-    ) -> Result<(), String> {
+    ) -> Result<(), HookFailure> {
         let who = self.who();
         let (took, run) = self.begin(|p, now| p.hook_fault(who.0, Hook::Demote, now));
         let failed = !matches!(run, Run::Ok);
@@ -381,7 +383,10 @@ impl HookControl for SimHooks {
             // Still primary unless it got that far: its role is unknown to warden.
             self.host.world.lock().demote_db(who, false);
         }
-        result
+        result.map_err(|e| HookFailure {
+            detail: e.clone(),
+            said: Some(e),
+        })
     }
 
     async fn follow(

@@ -160,3 +160,200 @@ fn a_lapsed_switchover_request_is_cleared_by_the_next_active() {
         "{a:?}"
     );
 }
+
+/// The request that moves the active n1 to n2, lapsing 30 s from `now`.
+fn n1_to_n2(now: Instant) -> ControlView {
+    ControlView {
+        paused: false,
+        failover: Some(FailoverView {
+            deadline: "2026-01-01T00:00:00Z".into(),
+            force: false,
+            from: "n1".into(),
+            to: Some("n2".into()),
+            lapses_at: now + Duration::from_secs(30),
+        }),
+    }
+}
+
+/// Active n1 asked to step down for n2: the demote is out; returns its ticket.
+fn ceding(h: &mut H) -> Ticket {
+    h.active(3);
+    let a = h.feed(Event::ControlChanged {
+        control: n1_to_n2(h.now),
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::StopService {
+                cause: StopCause::Demote,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    H::ticket_of(&a)
+}
+
+#[test]
+fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes_again() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let lease_end = h.e.lease.end.expect("a lease");
+    let a = h.feed_all(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed: demote.sh failed: exit code 1 (n2 is behind)".into(),
+        said: Some("n2 is behind".into()),
+    });
+    let t = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![
+            Action::Notice {
+                warn: true,
+                message: "the demote hook failed in a planned switchover (n2 is behind): \
+                          calling the switchover off and promoting this node again at epoch 3"
+                    .into()
+            },
+            Action::StartService {
+                ticket: t,
+                epoch: 3,
+                lease_valid_until: lease_end,
+            },
+            Action::Transition {
+                from: Role::Demoting,
+                to: Role::Promoting,
+                epoch: Some(3),
+                reason: Reason::SwitchoverCalledOff("n2 is behind".into()),
+            },
+        ]
+    );
+    // The same request, seen again (a watch, a new read): no second step-down.
+    assert_eq!(
+        h.feed(Event::ControlChanged {
+            control: n1_to_n2(h.now),
+        }),
+        vec![]
+    );
+    let a = h.feed(Event::ServiceStarted { ticket: t });
+    let a = h.recorded(&a);
+    assert_eq!(h.e.role(), Role::Active);
+    assert!(
+        matches!(a.as_slice(), [Action::ClearFailover { request }]
+            if request.from == "n1" && request.to.as_deref() == Some("n2")),
+        "{a:?}"
+    );
+    assert_eq!(h.e.epoch(), Some(3));
+    // Until it is cleared the request stays withdrawn for this node; once gone, a new one
+    // steps it down as always.
+    assert_eq!(
+        h.feed(Event::ControlChanged {
+            control: n1_to_n2(h.now),
+        }),
+        vec![]
+    );
+    h.feed(Event::ControlChanged {
+        control: ControlView::default(),
+    });
+    let mut again = n1_to_n2(h.now);
+    if let Some(f) = &mut again.failover {
+        f.deadline = "2026-01-01T00:01:00Z".into();
+    }
+    let a = h.feed(Event::ControlChanged { control: again });
+    assert!(
+        matches!(a.as_slice(), [Action::StopService { .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb_is_kept() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    let t = H::ticket_of(&a);
+    let a = h.feed(Event::StartFailed {
+        ticket: t,
+        reason: "the promote hook failed".into(),
+    });
+    // Demote whatever the promote did, then release keeping the breadcrumb: the target
+    // fences this node.
+    let d = H::ticket_of(&a);
+    assert!(
+        matches!(a.as_slice(), [Action::StopService { .. }]),
+        "{a:?}"
+    );
+    let a = h.feed(Event::DemoteFailed {
+        ticket: d,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: None,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    let a = h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    assert!(a.contains(&Action::Connect), "{a:?}");
+    // The request stands again: this node stays out while it is pending.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: n1_to_n2(h.now),
+    });
+    assert_eq!(a, vec![]);
+}
+
+#[test]
+fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_called_off() {
+    // Past the lease: the old way (breadcrumb kept, lock released).
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    h.now = h.e.lease.end.expect("a lease");
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: Some("no".into()),
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: None,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    // Unhealthy: not a switchover.
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "down".into(),
+    });
+    let a = h.feed(Event::DemoteFailed {
+        ticket: H::ticket_of(&a),
+        detail: "the demote hook failed".into(),
+        said: Some("no".into()),
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: None,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+}

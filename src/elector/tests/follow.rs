@@ -316,24 +316,22 @@ fn request_to_n1() -> FailoverView {
 }
 
 #[test]
-fn rule_6_a_follow_that_fails_while_the_lock_is_taken_keeps_the_node_from_promoting() {
-    // The follow of a new active is still running when that active goes and this
-    // node wins the free lock; the follow then fails: its data may lack what that
-    // active wrote, so it must not be promoted (SPEC §6).
+fn rule_6_a_follow_that_fails_while_the_lock_is_free_keeps_the_node_from_promoting() {
+    // The follow of a new active is still running when that active goes; the follow then
+    // fails: its data may lack what that active wrote, so it must not be promoted (SPEC
+    // §6). It does not even try for the lock while the follow runs.
     let mut h = following_standby();
     let t = follow_ticket(&h.feed(Event::ActiveChanged {
         record: active_record("n2", 7),
     }));
-    let a = h.feed(Event::LockDeleted);
-    let j = H::ticket_of(&a);
-    let r = h.held(j, 9);
-    h.feed(Event::Followed {
+    assert_eq!(h.feed(Event::LockDeleted), vec![]);
+    let a = h.feed(Event::Followed {
         ticket: t,
         ok: false,
         detail: "REPLICAOF refused".into(),
     });
-    let a = h.read(r, BreadcrumbView::Absent);
-    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Ineligible);
 }
 
 #[test]
@@ -372,5 +370,51 @@ fn rule_6_a_node_never_follows_an_earlier_incarnation_of_itself() {
     assert!(
         matches!(a.as_slice(), [Action::Follow { active, .. }] if active.node_id == "n2"),
         "{a:?}"
+    );
+}
+
+#[test]
+fn rule_6_follow_never_runs_beside_promote() {
+    let mut h = following_standby();
+    let f = follow_ticket(&h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    }));
+    // n2 steps down while the follow runs: the lock is free, but this node waits.
+    assert_eq!(h.feed(Event::LockDeleted), vec![]);
+    assert_eq!(h.e.role(), Role::Standby);
+    // The follow ends: now it joins.
+    let a = h.feed(Event::Followed {
+        ticket: f,
+        ok: true,
+        detail: "following n2".into(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+
+    // A follow that starts while the join is out: the lock, if won, is given back.
+    let mut h = following_standby();
+    let a = h.feed(Event::LockDeleted);
+    let j = H::ticket_of(&a);
+    follow_ticket(&h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    }));
+    let a = h.feed_all(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Held { epoch: 8 },
+    });
+    let r = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![
+            Action::Release {
+                ticket: r,
+                breadcrumb: None
+            },
+            Action::Transition {
+                from: Role::Standby,
+                to: Role::Demoting,
+                epoch: None,
+                reason: Reason::StillFollowing,
+            }
+        ]
     );
 }

@@ -54,6 +54,14 @@ fn every_reason_reads_as_it_did_when_it_was_a_string() {
         ),
         (Reason::NotEligible, "no longer eligible: not promoting".into()),
         (
+            Reason::StillFollowing,
+            "the follow hook is still running: not promoting beside it".into(),
+        ),
+        (
+            Reason::SwitchoverCalledOff("n2 is behind by 42".into()),
+            "switchover called off: n2 is behind by 42".into(),
+        ),
+        (
             Reason::Priority0NotNamed,
             "priority 0 and no pending switchover names this node any more: not promoting".into(),
         ),
