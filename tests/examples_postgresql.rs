@@ -352,10 +352,9 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
 
 /// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
 /// stalls (every process of the server SIGSTOPped) as a switchover to it starts, under a
-/// steady writer. The old primary's fast shutdown waits on the successor, which
-/// confirms nothing: the demote cuts the shutdown short, starts the server again as a
-/// standby of nobody and fails, saying so; warden calls the switchover off and promotes
-/// it again. `failover` exits 1 with that line, p1 takes writes again, nothing
+/// steady writer. The old primary's demote finds that the successor does not answer
+/// before it stops anything, and fails, saying so; warden calls the switchover off and
+/// promotes it again. `failover` exits 1 with that line, p1 takes writes again, nothing
 /// acknowledged is lost, and p2, thawed, streams from p1 again.
 #[test]
 fn a_stalled_successor_calls_the_switchover_off() {
@@ -390,7 +389,7 @@ fn a_stalled_successor_calls_the_switchover_off() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
-        stderr.contains("called off") && stderr.contains("did not confirm"),
+        stderr.contains("called off") && stderr.contains("not handed over"),
         "{}",
         describe(&out)
     );

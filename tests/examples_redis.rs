@@ -624,6 +624,8 @@ fn a_stalled_successor_calls_the_switchover_off() {
         prober.first_on(0, asked)
     });
     sleeper.join().unwrap();
+    // (Rounds wait on the sleeping server: enough of them for `finish`.)
+    wait_until(secs(60), "60 rounds", || prober.rounds() > 60);
     for i in [1, 2] {
         wait_until(secs(30), &format!("n{}'s Redis follows n1", i + 1), || {
             linked_to(&s.redis[i], s.redis[0].port())
