@@ -423,3 +423,58 @@ impl Drop for Prober {
         self.stop.store(true, Ordering::SeqCst);
     }
 }
+
+/// A TCP proxy on a free loopback port to `127.0.0.1:target`, whose direction from the
+/// target to the client can be held ([`hold`](Self::hold)): a replica that replicates
+/// through it keeps its link up while it receives nothing, as behind a congested link.
+pub struct Proxy {
+    pub port: u16,
+    held: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(target: u16) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("the proxy's address").port();
+        let held = Arc::new(AtomicBool::new(false));
+        let h = held.clone();
+        thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(mut c_in), Ok(mut u_out)) = (client.try_clone(), upstream.try_clone())
+                else {
+                    continue;
+                };
+                thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut u_out);
+                });
+                let (mut u_in, mut c_out, h) = (upstream, client, h.clone());
+                thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        while h.load(Ordering::SeqCst) {
+                            thread::sleep(Duration::from_millis(5));
+                        }
+                        match u_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if c_out.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { port, held }
+    }
+
+    /// Holds (true) or lets through (false) what the target sends.
+    pub fn hold(&self, on: bool) {
+        self.held.store(on, Ordering::SeqCst);
+    }
+}
