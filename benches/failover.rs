@@ -9,8 +9,9 @@
 //! default list: they need PostgreSQL 15 and Redis) time `examples/postgresql` and
 //! `examples/redis`, whose harness sets `session_timeout = "2s"` whatever
 //! `WARDEN_BENCH_SESSION` says. `WARDEN_BENCH_SAMPLES=1` prints each sample too;
-//! `WARDEN_REDIS_HOOKS=PATH` times another version of the Redis hooks (an older
-//! recipe, alternated with this one: README of `examples/redis`).
+//! `WARDEN_REDIS_HOOKS=PATH` and `WARDEN_PG_HOOKS=PATH` time another version of the
+//! Redis or PostgreSQL hooks (an older recipe, alternated with this one: README of
+//! `examples/redis`).
 //!
 //! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
 

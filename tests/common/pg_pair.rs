@@ -13,8 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The shipped hooks, or the script `WARDEN_PG_HOOKS` names (the benchmark times
+/// another version of the recipe with it, alternated with this one).
 pub fn hooks_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql")
+    match std::env::var_os("WARDEN_PG_HOOKS") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql"),
+    }
 }
 
 /// Writes `node`'s config for the node of server `pg`: hooks mode with the shipped hooks,
