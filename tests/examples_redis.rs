@@ -602,9 +602,14 @@ fn a_stalled_successor_calls_the_switchover_off() {
         });
         eprintln!("DEBUG SLEEP 4 on n2's Redis: {con:?}");
     });
+    // (Seen at once: n2's standby-check fails after a second of it, and `failover`
+    // refuses an ineligible target.)
     wait_until(secs(10), "n2's Redis sleeps", || {
-        connect(port, s.redis[0].password())
-            .is_none_or(|mut c| ::redis::cmd("PING").query::<String>(&mut c).is_err())
+        connect(port, s.redis[0].password()).is_none_or(|mut c| {
+            c.set_read_timeout(Some(Duration::from_millis(100)))
+                .is_err()
+                || ::redis::cmd("PING").query::<String>(&mut c).is_err()
+        })
     });
     let asked = Instant::now();
     let out = cli(
