@@ -375,6 +375,21 @@ fn a_switchover_demote_fails_when_the_successor_lacks_the_writes() {
         assert!(started.elapsed() < secs(1), "the write waited on a pause");
         primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
     }
+    // A successor without an address in its record: not handed over, nothing changed.
+    let args = [
+        "WARDEN_SUCCESSOR_NODE=n2".to_string(),
+        hooks_script().display().to_string(),
+        "demote".to_string(),
+        env_file.1.display().to_string(),
+    ];
+    let out = run_bounded("env", &args, secs(10));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("n2 has no host and port"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(primary.cli(&["SET", "k", "still"]).trim(), "OK");
 }
 
 /// An env file for the hooks on `r` (REDIS_TIMEOUT 1), plus `extra` lines.
