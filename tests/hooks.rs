@@ -356,7 +356,7 @@ fn a_demoted_node_does_not_claim_health_its_checks_do_not_know() {
 
 /// SPEC §6: a demote in a planned switchover to a named node is told the successor
 /// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`, from its member record); a demote without one
-/// (SIGTERM, `failover` without `--to`) is not.
+/// (SIGTERM) is not. (`failover` without `--to` names one: SPEC §6a.3, below.)
 #[test]
 fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     let zk = ZkServer::start();
@@ -914,7 +914,14 @@ fn a_switchover_whose_demote_fails_is_called_off_and_the_old_active_serves_on() 
     let (_, epoch) = wait_for_active(&n1.config, secs(30));
 
     fs::write(&flag, "").unwrap();
+    let started = std::time::Instant::now();
     let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
+    // For the record (not a bound): how long the called-off switchover took.
+    eprintln!(
+        "failover called off after {:?}:\n{}",
+        started.elapsed(),
+        describe(&out)
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(

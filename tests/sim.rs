@@ -150,6 +150,7 @@ pub struct Outcome {
     pub takeovers: u32,
     /// And how many takeovers it could not tell from a clean handover.
     pub unreported: u32,
+    pub called_off: u32,
     pub recovery: Option<Duration>,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
@@ -786,6 +787,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             quiet: w.quiet_switches,
             takeovers: w.takeovers_reported,
             unreported: w.takeovers_unreported,
+            called_off: w.called_off,
             recovery,
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -929,6 +931,7 @@ struct Sweep {
     quiet: u64,
     takeovers: u64,
     unreported: u64,
+    called_off: u64,
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
@@ -953,6 +956,7 @@ impl Sweep {
         self.quiet += u64::from(out.quiet);
         self.takeovers += u64::from(out.takeovers);
         self.unreported += u64::from(out.unreported);
+        self.called_off += u64::from(out.called_off);
         self.virtual_time += out.virtual_time;
         if let Some(r) = out.recovery {
             self.recoveries.push(r);
@@ -978,6 +982,7 @@ impl Sweep {
         self.quiet += o.quiet;
         self.takeovers += o.takeovers;
         self.unreported += o.unreported;
+        self.called_off += o.called_off;
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
@@ -1058,8 +1063,9 @@ fn simulated_daemons_keep_every_invariant() {
     println!(
         "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
          one must; {} reported as a takeover, each by a node that did fence; {} more where \
-         the new active fenced the old one but the command could not tell)",
-        total.switched, total.quiet, total.takeovers, total.unreported
+         the new active fenced the old one but the command could not tell); {} called off by \
+         the old active, its demote hook having failed",
+        total.switched, total.quiet, total.takeovers, total.unreported, total.called_off
     );
     println!(
         "{} seeds in hooks mode: {} follow hooks run, {} failed; {} hooks failed or hung as \

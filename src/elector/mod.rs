@@ -545,7 +545,9 @@ impl Elector {
     }
 
     /// The node a planned switchover hands over to while this node cedes to it (SPEC §6
-    /// `WARDEN_SUCCESSOR_*`): `failover --to`'s target; `None` otherwise.
+    /// `WARDEN_SUCCESSOR_*`): the request's target (`failover` names one with or without
+    /// `--to`, §6a.3; a request without one, from an older warden, names none); `None`
+    /// otherwise.
     pub fn successor(&self) -> Option<&str> {
         match self.phase {
             Phase::Holding {

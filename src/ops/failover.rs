@@ -1,7 +1,10 @@
 //! `warden failover [--to NODE] [--timeout 30s]` (SPEC §8): a planned switchover.
 //!
-//! The command writes `{"from", "to", "by", "deadline"}` into `control`, version-checked,
-//! and waits until another node is active. The daemons do the rest: the active named by
+//! The command writes `{"from", "to", "by", "deadline"}` into `control`, version-checked
+//! (without `--to`, `to` is the eligible standby with the highest priority: every planned
+//! switchover has a successor, SPEC §6a.3), and waits until another node is active, or
+//! until the old active calls the switchover off because its `demote` could not hand over
+//! (SPEC §6a.2: exit 1 with the hook's line). The daemons do the rest: the active named by
 //! `from` demotes, deletes its breadcrumb (so nobody needs to fence it) and releases the
 //! lock; standbys not named by `to` stay out; the new active clears the request. Past its
 //! deadline every daemon treats the request as withdrawn, so a command killed half-way
@@ -29,7 +32,9 @@ const MAX_TIMEOUT: Duration = crate::elector::MAX_SWITCHOVER;
 /// `warden failover`: move the active role to another node.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
 pub struct FailoverArgs {
-    /// The node to take over; default: any healthy standby.
+    /// The node to take over; default: the eligible standby with the highest priority
+    /// (ties: the smallest node id), named in the request so that the old active's
+    /// `demote` knows whom to hand over to.
     #[arg(long, value_name = "NODE")]
     pub to: Option<String>,
     /// How long to wait for the new active (e.g. `30s`, `2m`); the request lapses then by
@@ -672,6 +677,7 @@ fn members_summary(snap: &ClusterSnapshot, from: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::MemberRecord;
     use clap::Parser;
 
     #[derive(Parser)]
@@ -691,6 +697,42 @@ mod tests {
         assert!(Cli::try_parse_from(["failover", "--timeout", "0s"]).is_err());
         assert!(Cli::try_parse_from(["failover", "--timeout", "soon"]).is_err());
         assert!(Cli::try_parse_from(["failover", "--timeout", "2h"]).is_err());
+    }
+
+    #[test]
+    fn rule_6a_3_the_successor_is_the_eligible_standby_of_highest_priority_then_smallest_id() {
+        let member = |id: &str, role: Role, health: Health, priority: Option<u16>| {
+            let m = MemberRecord {
+                node: record::NodeRecord {
+                    node_id: id.into(),
+                    ..Default::default()
+                },
+                role,
+                health,
+                session_timeout: None,
+                containment: None,
+                follow: None,
+                priority,
+            };
+            (id.to_string(), Ok(m))
+        };
+        let mut snap = ClusterSnapshot {
+            members: vec![
+                member("n1", Role::Active, Health::Healthy, Some(900)),
+                member("n2", Role::Standby, Health::Healthy, None),
+                member("n4", Role::Standby, Health::Healthy, Some(200)),
+                member("n3", Role::Standby, Health::Healthy, Some(200)),
+                member("n5", Role::Ineligible, Health::Healthy, Some(800)),
+                member("n6", Role::Standby, Health::Unhealthy, Some(700)),
+                member("n7", Role::Standby, Health::Healthy, Some(0)),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(successor(&snap, "n1").as_deref(), Some("n3"));
+        snap.members.retain(|(id, _)| id != "n3" && id != "n4");
+        assert_eq!(successor(&snap, "n1").as_deref(), Some("n2"));
+        snap.members.retain(|(id, _)| id != "n2");
+        assert_eq!(successor(&snap, "n1"), None);
     }
 
     #[test]

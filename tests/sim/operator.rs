@@ -128,6 +128,11 @@ pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, qui
             "`warden failover` returned {late:?} after its request lapsed"
         ));
     }
+    if let Err(OpError::Failed(why)) = &result {
+        if why.starts_with(warden::elector::SWITCHOVER_CALLED_OFF) {
+            w.called_off += 1;
+        }
+    }
     if let Ok(s) = &result {
         w.switched += 1;
         w.quiet_switches += u32::from(quiet);

@@ -230,6 +230,8 @@ pub struct W {
     /// Switchovers from an active whose new active fenced the old one since the request,
     /// but whose command could not tell (the history entries it reads were not written).
     pub takeovers_unreported: u32,
+    /// Switchovers the old active called off, as `failover` reported (SPEC §6a.2).
+    pub called_off: u32,
     pub confirms: u32,
     /// Each node's latest incarnation number.
     pub current: Vec<u32>,
@@ -306,6 +308,7 @@ impl World {
                 fence_runs: Vec::new(),
                 takeovers_reported: 0,
                 takeovers_unreported: 0,
+                called_off: 0,
                 confirms: 0,
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
