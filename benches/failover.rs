@@ -8,7 +8,10 @@
 //! `pg-switchover-paced`, `pg-kill9`, `redis-switchover` and `redis-kill9` (not in the
 //! default list: they need PostgreSQL 15 and Redis) time `examples/postgresql` and
 //! `examples/redis`, whose harness sets `session_timeout = "2s"` whatever
-//! `WARDEN_BENCH_SESSION` says.
+//! `WARDEN_BENCH_SESSION` says. `WARDEN_BENCH_SAMPLES=1` prints each sample too;
+//! `WARDEN_REDIS_HOOKS=PATH` and `WARDEN_PG_HOOKS=PATH` time another version of the
+//! Redis or PostgreSQL hooks (an older recipe, alternated with this one: README of
+//! `examples/redis`).
 //!
 //! Nothing here is asserted: the numbers are reported, never a pass/fail bound.
 
@@ -488,6 +491,12 @@ fn report(name: &str, samples: &[Duration], session: Option<Duration>) {
         ms(s[s.len() - 1]),
         ratio
     );
+    // Each sample too, for pooling runs of several invocations (old and new recipes
+    // alternated, README "Run after run").
+    if std::env::var_os("WARDEN_BENCH_SAMPLES").is_some() {
+        let all: Vec<String> = samples.iter().map(|&d| ms(d)).collect();
+        println!("samples {name}: {}", all.join(" "));
+    }
 }
 
 /// `examples/postgresql` with its hooks, as `tests/examples_postgresql.rs` runs it: a

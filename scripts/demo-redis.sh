@@ -2,7 +2,8 @@
 # warden demo on real Redis (`scripts/demo.sh redis`): a local ZooKeeper, two Redis
 # servers, two wardens moving the primary with the hooks of examples/redis, and a client
 # that keeps writing to whichever Redis is the primary: through a planned switchover
-# (FAILOVER TO: nothing lost) and a kill -9 of the active's warden (its Redis is fenced
+# (the old primary refuses writes once the new one has them all, then n2's warden
+# promotes it: nothing lost) and a kill -9 of the active's warden (its Redis is fenced
 # before the other is promoted). Cleans up everything it started, even on Ctrl-C.
 set -euo pipefail
 
@@ -50,7 +51,7 @@ for n in n1 n2; do
   chmod 600 "$dir/$n/redis.pass"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$n" --save '' --appendonly yes \
     --requirepass "$pw" --masterauth "$pw" --pidfile "$dir/$n/redis.pid" \
-    --logfile "$dir/$n/redis.log" --daemonize no --min-replicas-to-write 1000000 \
+    --logfile "$dir/$n/redis.log" --daemonize no --min-replicas-to-write 1000000 --min-replicas-max-lag 10 \
     --repl-diskless-sync-delay 0 &
   pids+=($!)
   disown $!
@@ -157,7 +158,7 @@ pids+=($client)
 disown $client
 sleep 1
 
-say "Act 1: a planned switchover to n2 (FAILOVER TO: Redis hands over without losing writes)"
+say "Act 1: a planned switchover to n2 (n1 refuses writes once n2 has them all; n2's warden promotes it: nothing lost)"
 "$warden" -c "$dir/n1.toml" failover --to n2 | sed 's/^/   /'
 wait_for "n1 is a healthy standby with its Redis in sync" replica n1 "$port_n1"
 sleep 1

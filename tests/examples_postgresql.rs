@@ -300,15 +300,25 @@ fn the_hooks_name_an_os_user_that_does_not_exist() {
     }
 }
 
-/// The demote of a planned switchover, run by itself against real servers: a successor
-/// that cannot confirm the old primary's last WAL (a server of another history, which
-/// receives none; a port where nothing listens) fails the demote, says why, and leaves
-/// the old primary a running standby of nobody, never a primary that a promoted
-/// successor would run beside.
+/// The demote of a planned switchover, run by itself against real servers, never hands
+/// over to a successor that cannot take everything, and fails with one last line that
+/// says why (warden then calls the switchover off, SPEC §6a.2). A successor that is no
+/// standby (a primary of another history) or does not answer (nothing listens) is found
+/// out before anything stops: the old primary stays the primary it was, with its data.
+/// A standby that receives nothing (its primary_conninfo cleared) cannot confirm the
+/// last WAL after the stop: the old primary is left a running standby of nobody, never a
+/// primary that a promoted successor would run beside.
 #[test]
 fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     let p1 = PgServer::init();
     let stranger = PgServer::init();
+    let detached = PgServer::clone_of(&p1);
+    detached.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    detached.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "the detached standby streams from nobody", || {
+        detached.streams_from().is_none()
+    });
+    assert_eq!(detached.in_recovery(), Some(true));
     p1.sql("CREATE TABLE kept (v int)");
     p1.sql("INSERT INTO kept VALUES (1)");
     let dir = tempfile::tempdir().unwrap();
@@ -317,35 +327,100 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     give(dir.path());
     give(&env_file);
     let closed = free_port();
-    for (port, why) in [
+    for (port, why, stopped) in [
+        (stranger.port(), "is not a standby", false),
+        (closed, "did not answer within 2s", false),
         (
-            stranger.port(),
-            "canceling statement due to statement timeout",
+            detached.port(),
+            "did not confirm within 1s that it has WAL up to",
+            true,
         ),
-        (closed, "Connection refused"),
     ] {
         assert_eq!(p1.in_recovery(), Some(false), "p1 is not the primary");
         let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(30));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success(),
-            "the demote succeeded: {}",
-            describe(&out)
-        );
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
         let last = stderr.lines().last().unwrap_or_default();
         assert!(
-            last.contains(&format!(
-                "n2 (127.0.0.1:{port}) did not confirm within 1s that it has WAL up to"
-            )) && last.contains(why)
-                && last.contains("is a standby of nobody now"),
+            last.contains(&format!("n2 (127.0.0.1:{port}) {why}"))
+                && last.contains("not handed over"),
             "the demote does not say why in its last line: {}",
             describe(&out)
         );
-        assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
         assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "1");
-        p1.sql("SELECT pg_promote()");
-        wait_until(secs(30), "p1 is a primary again", || {
-            p1.in_recovery() == Some(false)
-        });
+        if stopped {
+            assert!(last.contains("is a standby of nobody"), "{last}");
+            assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
+            p1.sql("SELECT pg_promote()");
+            wait_until(secs(30), "p1 is a primary again", || {
+                p1.in_recovery() == Some(false)
+            });
+        } else {
+            assert!(last.contains("is still the primary"), "{last}");
+            assert_eq!(p1.in_recovery(), Some(false), "p1 changed its role");
+            p1.sql("INSERT INTO kept VALUES (2)");
+            p1.sql("DELETE FROM kept WHERE v = 2");
+        }
     }
+}
+
+/// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
+/// stalls (every process of the server SIGSTOPped) as a switchover to it starts, under a
+/// steady writer. The old primary's demote finds that the successor does not answer
+/// before it stops anything, and fails, saying so; warden calls the switchover off and
+/// promotes it again. `failover` exits 1 with that line, p1 takes writes again, nothing
+/// acknowledged is lost, and p2, thawed, streams from p1 again.
+#[test]
+fn a_stalled_successor_calls_the_switchover_off() {
+    let pair = Pair::new();
+    let _wardens = pair.start_with_n1_active();
+    let (p1, p2) = (&pair.p1, &pair.p2);
+    let writer = Writer::start(pair.ports(), 0);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+
+    let frozen = server_processes(p2);
+    assert!(frozen.len() > 2, "p2's processes: {frozen:?}");
+    for &pid in &frozen {
+        freeze_pid(pid);
+    }
+    let asked = Instant::now();
+    // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
+    let args = [
+        "-c",
+        &pair.n1.config.display().to_string(),
+        "failover",
+        "--to",
+        "n2",
+    ]
+    .iter()
+    .chain(&["--timeout", "60s"])
+    .map(|a| a.to_string())
+    .collect::<Vec<_>>();
+    let out = run_bounded(WARDEN, &args, secs(70));
+    for &pid in &frozen {
+        thaw_pid(pid);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("called off") && stderr.contains("not handed over"),
+        "{}",
+        describe(&out)
+    );
+    let st = status_json(&pair.n1.config);
+    assert_eq!(active_id(&st).as_deref(), Some("n1"), "{st:#}");
+    wait_for(secs(30), "p1 takes writes again", || {
+        writer.first_on(p1.port(), asked)
+    });
+    pair.await_follower(&pair.n2, p2, p1);
+    let taken = writer.first_on(p2.port(), asked);
+    assert!(taken.is_none(), "p2 took a write at {taken:?}");
+    let acked = writer.finish();
+    let on_p1 = rows(p1.port());
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|v| on_p1.binary_search(v).is_err())
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }

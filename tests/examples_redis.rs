@@ -28,8 +28,9 @@ use common::*;
 use std::time::{Duration, Instant};
 
 /// Show-it-works 1 and 2 of issue 15: a planned switchover loses no acknowledged write,
-/// the old primary and the other replica follow the new one, and no two servers call
-/// themselves the primary at any sampled moment. Then `kill -9` of the active's warden and
+/// the old primary and the other replica follow the new one, and no two servers accept
+/// a write in the same round (the old primary still calls itself the primary, refusing
+/// every write, from its demote until its follow makes it a replica). Then `kill -9` of the active's warden and
 /// its Redis together: a replica is promoted after the session, the other follows it,
 /// and the old node, restarted as the systemd drop-in starts it, comes back as a replica.
 #[test]
@@ -73,10 +74,24 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
             );
         }
     }
-    let two = prober.two_masters_between(asked, Instant::now());
+    // The old primary's replication id is the new primary's replid2: it follows with a
+    // partial resync (said, not asserted: a replication ping the old primary sends after
+    // its pause and before it follows makes it a full one, harmlessly).
+    eprintln!(
+        "n1 followed n2 with a {} resync",
+        if s.redis[0]
+            .log()
+            .contains("Master accepted a Partial Resynchronization")
+        {
+            "partial"
+        } else {
+            "full"
+        }
+    );
+    let two = prober.two_accepting_between(asked, Instant::now());
     assert!(
         two.is_empty(),
-        "two primaries during the switchover: {two:?}"
+        "two primaries took writes during the switchover: {two:?}"
     );
     let lost = prober.lost_between(probing, Instant::now());
     assert!(lost.is_empty(), "the switchover lost writes: {lost:?}");
@@ -319,44 +334,31 @@ fn the_example_config_passes_check_config() {
 }
 
 /// The demote of a planned switchover, run by itself against real servers, never hands
-/// the role to a successor that lacks what the primary wrote: to a Redis that replicates
-/// another history, or to one that does not answer, it sends no `FAILOVER`. The primary
-/// then refuses writes (they are not left paused) and the hook says why, as warden quotes
-/// it in `status`.
+/// over to a successor that lacks what the primary wrote: to a Redis that replicates
+/// another history, or to one that does not answer, it fails (issue 30, point 5: warden
+/// then calls the switchover off), its last line saying why, as warden quotes it. The
+/// primary then refuses writes at once (they are not left paused), and neither server's
+/// role changed.
 #[test]
-fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
+fn a_switchover_demote_fails_when_the_successor_lacks_the_writes() {
     let password = format!("pw{:016x}", common::mariadb::rand_u64());
     let primary = RedisServer::start_replicable(&password);
     let stranger = RedisServer::start_replicable(&password);
     primary.cli(&["SET", "k", "written"]);
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    std::fs::write(
-        &env_file,
-        format!(
-            "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n",
-            primary.port(),
-            primary.password_file().display()
-        ),
-    )
-    .unwrap();
+    let env_file = hooks_env(&primary, "");
     let closed = free_port();
     for (port, why) in [
         (stranger.port(), "(it does not replicate this primary)"),
         (closed, "(it did not answer)"),
     ] {
-        let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(10));
+        let out = run_switchover_demote(&hooks_script(), &env_file.1, port, secs(10));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{}", describe(&out));
+        let last = stderr.lines().last().unwrap_or_default();
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
         assert!(
-            stderr.contains(&format!("n2 (127.0.0.1:{port}) did not receive everything"))
-                && stderr.contains(why),
-            "the hook does not say why it did not hand over: {}",
-            describe(&out)
-        );
-        assert!(
-            !stderr.contains("FAILOVER TO"),
-            "the hook sent a FAILOVER: {}",
+            last.contains(&format!("n2 (127.0.0.1:{port}) did not receive everything"))
+                && last.contains(why),
+            "the hook's last line does not say why it did not hand over: {}",
             describe(&out)
         );
         assert_eq!(role(&primary), "master", "the primary handed its role over");
@@ -373,4 +375,343 @@ fn a_switchover_demote_never_hands_over_to_a_successor_without_the_writes() {
         assert!(started.elapsed() < secs(1), "the write waited on a pause");
         primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
     }
+    // A successor without an address in its record: not handed over, nothing changed.
+    let args = [
+        "WARDEN_SUCCESSOR_NODE=n2".to_string(),
+        hooks_script().display().to_string(),
+        "demote".to_string(),
+        env_file.1.display().to_string(),
+    ];
+    let out = run_bounded("env", &args, secs(10));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("n2 has no host and port"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(primary.cli(&["SET", "k", "still"]).trim(), "OK");
+}
+
+/// An env file for the hooks on `r` (REDIS_TIMEOUT 1), plus `extra` lines.
+fn hooks_env(r: &RedisServer, extra: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    std::fs::write(
+        &env_file,
+        format!(
+            "REDIS_HOST=127.0.0.1\nREDIS_PORT={}\nREDIS_PASSWORD_FILE={}\nREDIS_TIMEOUT=1\n{extra}",
+            r.port(),
+            r.password_file().display()
+        ),
+    )
+    .unwrap();
+    (dir, env_file)
+}
+
+/// Whether a write to `r` is refused with NOREPLICAS.
+fn refuses_writes(r: &RedisServer) -> Result<(), String> {
+    match r.try_cli(&["SET", "probe", "x"]) {
+        Err(e) if e.contains("NOREPLICAS") => Ok(()),
+        Ok(o) if o.contains("NOREPLICAS") => Ok(()),
+        other => Err(format!("a write was not refused: {other:?}")),
+    }
+}
+
+/// Issue 30, point 10: Redis ignores `min-replicas-to-write` while
+/// `min-replicas-max-lag` is 0, so "refuse writes" must not depend on that setting. A
+/// Redis whose lag is 0 (its redis.conf, and redis.env says 0 too) refuses writes after
+/// each kind of demote: a plain one, and a switchover's, whose successor has everything
+/// (the hook then exits 0). And a Redis started as the shipped systemd drop-in starts
+/// it (its arguments read from the file) over a redis.conf with a lag of 0 refuses
+/// writes too.
+#[test]
+fn refusing_writes_works_whatever_min_replicas_max_lag_says() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let primary = RedisServer::start_replicable(&password);
+    let replica = RedisServer::start_replicable(&password);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    wait_until(secs(30), "the replica's link is up", || {
+        linked_to(&replica, primary.port())
+    });
+    let env = hooks_env(&primary, "MIN_REPLICAS_MAX_LAG=0\n");
+    let script = hooks_script().display().to_string();
+    let env_path = env.1.display().to_string();
+
+    // A plain demote (SIGTERM, lease end: no successor).
+    primary.cli(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    let out = run_bounded(&script, &["demote".to_string(), env_path.clone()], secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    refuses_writes(&primary).unwrap_or_else(|e| panic!("after a plain demote: {e}"));
+
+    // A switchover's demote to a replica that has everything.
+    primary.cli(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    primary.cli(&["SET", "k", "written"]);
+    let out = run_switchover_demote(&hooks_script(), &env.1, replica.port(), secs(10));
+    assert!(out.status.success(), "{}", describe(&out));
+    refuses_writes(&primary).unwrap_or_else(|e| panic!("after a switchover's demote: {e}"));
+    assert_eq!(replica.cli(&["GET", "k"]).trim(), "written");
+    assert_eq!(
+        role(&replica),
+        "slave",
+        "the demote made the successor a primary"
+    );
+
+    // The drop-in, over a redis.conf whose lag is 0.
+    let mut restarted = RedisServer::start_replicable(&password);
+    restarted.kill();
+    restarted.start_as_the_drop_in_does_over(&["--min-replicas-max-lag", "0"]);
+    refuses_writes(&restarted).unwrap_or_else(|e| panic!("as the drop-in starts it: {e}"));
+}
+
+/// Issue 30, point 3: a successor whose warden is frozen (SIGSTOP) when the switchover
+/// to it starts. The old primary's demote must not make the successor's Redis writable
+/// (no `FAILOVER TO`: SPEC §6a.1), so when the request lapses and another node takes
+/// over, never do two Redis accept a write at once (from the servers' own answers), and
+/// nothing acknowledged is lost. Once thawed, n2 follows the new primary.
+#[test]
+fn a_frozen_successor_never_leaves_two_redis_taking_writes() {
+    let mut s = Setup::new(3);
+    let wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+
+    wardens[1].sigstop();
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "5s"],
+    );
+    eprintln!("failover to a frozen n2: {}", describe(&out));
+    assert!(!out.status.success(), "{}", describe(&out));
+    // The request lapses; n1 or n3 takes over.
+    let (new, _) = wait_for(secs(60), "n1 or n3 is active after the deadline", || {
+        let st = status_json(&s.nodes[0].config);
+        active_id(&st)
+            .filter(|id| id != "n2")
+            .map(|id| (id, st.clone()))
+    });
+    let new_i: usize = new[1..].parse::<usize>().unwrap() - 1;
+    let seen = Instant::now();
+    let taken = wait_for(secs(30), "the new active's Redis takes writes", || {
+        prober.first_on(new_i, seen)
+    });
+    // A few hundred rounds with the new primary taking writes while n2's warden is still
+    // frozen: n2's Redis must refuse every one of them.
+    let rounds = prober.rounds();
+    wait_until(secs(30), "50 more rounds", || {
+        prober.rounds() >= rounds + 50
+    });
+    let on_n2 = prober.accepted_on(1, asked);
+    assert!(
+        on_n2.is_empty(),
+        "n2's Redis took writes while its warden was frozen (new primary {new} since \
+         {:?} after the request): {on_n2:?}",
+        taken - asked
+    );
+    assert_ne!(role(&s.redis[1]), "master", "n2's Redis is a primary");
+
+    wardens[1].sigcont();
+    let new_port = s.redis[new_i].port();
+    for (i, r) in s.redis.iter().enumerate().filter(|(i, _)| *i != new_i) {
+        wait_until(
+            secs(30),
+            &format!("n{}'s Redis follows {new}", i + 1),
+            || linked_to(r, new_port),
+        );
+    }
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    // The handover is warden's, inside the lock: no Redis was asked for its own
+    // FAILOVER (which hands the role over before the successor's warden holds the lock).
+    for (i, r) in s.redis.iter().enumerate() {
+        assert!(
+            !r.log().contains("FAILOVER requested"),
+            "n{}'s Redis was asked for a FAILOVER",
+            i + 1
+        );
+    }
+    drop(wardens);
+    prober.finish();
+    s.zk.stop();
+}
+
+/// Issue 30, point 4: the successor's Redis refuses the old primary's `PSYNC`
+/// (`ACL SETUSER default -psync`). Redis's own `FAILOVER` would report `slave` while
+/// it tried and then make the old primary writable again; with the handover inside the
+/// lock, the old primary is never writable once it stepped down, the successor is the
+/// only primary, and nothing acknowledged is lost.
+#[test]
+fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
+    let mut s = Setup::new(3);
+    let wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+    // (The first node's PSYNC is the one refused: n1 follows n2 after the switchover.)
+    s.redis[1].cli(&["ACL", "SETUSER", "default", "-psync"]);
+
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "20s"],
+    );
+    eprintln!("failover to n2, which refuses PSYNC: {}", describe(&out));
+    wait_for(secs(30), "n2's Redis takes writes", || {
+        prober.first_on(1, asked)
+    });
+    let rounds = prober.rounds();
+    wait_until(secs(30), "100 more rounds", || {
+        prober.rounds() >= rounds + 100
+    });
+    let on_n1 = prober.accepted_on(0, prober.first_on(1, asked).unwrap());
+    assert!(
+        on_n1.is_empty(),
+        "n1's Redis took writes after n2's did: {on_n1:?}"
+    );
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    // The handover is warden's, inside the lock: no Redis was asked for its own
+    // FAILOVER (which hands the role over before the successor's warden holds the lock).
+    for (i, r) in s.redis.iter().enumerate() {
+        assert!(
+            !r.log().contains("FAILOVER requested"),
+            "n{}'s Redis was asked for a FAILOVER",
+            i + 1
+        );
+    }
+    drop(wardens);
+    prober.finish();
+    s.zk.stop();
+}
+
+/// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's Redis stalls
+/// (`DEBUG SLEEP`) as a switchover to it starts, under a steady writer. The old
+/// primary's demote fails (the successor did not receive everything), warden calls the
+/// switchover off and promotes the old primary again: `failover` exits 1 saying so, the
+/// old primary takes writes again, and no acknowledged write is lost.
+#[test]
+fn a_stalled_successor_calls_the_switchover_off() {
+    let mut s = Setup::new(3);
+    let _wardens = s.start_with_n1_active();
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+
+    let (port, password) = (s.redis[1].port(), s.redis[0].password().to_string());
+    let sleeper = std::thread::spawn(move || {
+        let con = connect(port, &password).map(|mut c| {
+            c.set_read_timeout(Some(secs(10))).unwrap();
+            ::redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(4)
+                .query::<String>(&mut c)
+        });
+        eprintln!("DEBUG SLEEP 4 on n2's Redis: {con:?}");
+    });
+    // (Seen at once: n2's standby-check fails after a second of it, and `failover`
+    // refuses an ineligible target.)
+    wait_until(secs(10), "n2's Redis sleeps", || {
+        connect(port, s.redis[0].password()).is_none_or(|mut c| {
+            c.set_read_timeout(Some(Duration::from_millis(100)))
+                .is_err()
+                || ::redis::cmd("PING").query::<String>(&mut c).is_err()
+        })
+    });
+    let asked = Instant::now();
+    let out = cli(
+        &s.nodes[0].config,
+        &["failover", "--to", "n2", "--timeout", "20s"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("called off") && stderr.contains("did not receive everything"),
+        "{}",
+        describe(&out)
+    );
+    let st = status_json(&s.nodes[0].config);
+    assert_eq!(active_id(&st).as_deref(), Some("n1"), "{st:#}");
+    wait_for(secs(30), "n1's Redis takes writes again", || {
+        prober.first_on(0, asked)
+    });
+    sleeper.join().unwrap();
+    // (Rounds wait on the sleeping server: enough of them for `finish`.)
+    wait_until(secs(60), "60 rounds", || prober.rounds() > 60);
+    for i in [1, 2] {
+        wait_until(secs(30), &format!("n{}'s Redis follows n1", i + 1), || {
+            linked_to(&s.redis[i], s.redis[0].port())
+        });
+    }
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    prober.finish();
+    s.zk.stop();
+}
+
+/// Issue 30, point 5: `standby-check` judges a replica's lag by replication offsets (the
+/// primary's `master_repl_offset` against the replica's), not by the time of the last
+/// I/O. A replica whose link is up and which heard from its primary a moment ago, but
+/// lacks 200 kB the primary wrote (its stream held up in a proxy), is not eligible;
+/// once the stream flows again and it caught up, it is.
+#[test]
+fn standby_check_judges_lag_by_replication_offsets() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let primary = RedisServer::start_replicable(&password);
+    let replica = RedisServer::start_replicable(&password);
+    let proxy = Proxy::start(primary.port());
+    replica.cli(&["REPLICAOF", "127.0.0.1", &proxy.port.to_string()]);
+    wait_until(
+        secs(30),
+        "the replica's link through the proxy is up",
+        || linked_to(&replica, proxy.port),
+    );
+    let env = hooks_env(&replica, "MAX_LAG_BYTES=100000\n");
+    let check = || {
+        let args = [
+            "WARDEN_ACTIVE_NODE=n1".to_string(),
+            "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
+            format!("WARDEN_ACTIVE_PORT={}", primary.port()),
+            hooks_script().display().to_string(),
+            "standby-check".to_string(),
+            env.1.display().to_string(),
+        ];
+        run_bounded("env", &args, secs(10))
+    };
+    let out = check();
+    assert!(out.status.success(), "in step: {}", describe(&out));
+
+    proxy.hold(true);
+    // (Two halves: one argument of 200 kB is over the kernel's limit for one.)
+    for _ in 0..2 {
+        primary.cli(&["APPEND", "big", &"x".repeat(100_000)]);
+    }
+    let out = check();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a replica 200 kB behind is eligible: {}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bytes behind the primary") && stderr.contains("MAX_LAG_BYTES 100000"),
+        "{}",
+        describe(&out)
+    );
+    assert!(linked_to(&replica, proxy.port), "the link went down");
+
+    proxy.hold(false);
+    wait_until(secs(30), "the caught-up replica is eligible again", || {
+        check().status.success()
+    });
+    assert_eq!(replica.cli(&["STRLEN", "big"]).trim(), "200000");
 }

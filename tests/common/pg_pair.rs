@@ -13,8 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The shipped hooks, or the script `WARDEN_PG_HOOKS` names (the benchmark times
+/// another version of the recipe with it, alternated with this one).
 pub fn hooks_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql")
+    match std::env::var_os("WARDEN_PG_HOOKS") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/postgresql/warden-postgresql"),
+    }
 }
 
 /// Writes `node`'s config for the node of server `pg`: hooks mode with the shipped hooks,
@@ -356,4 +361,34 @@ impl Pair {
             || server.streams_from().as_deref() == Some(addr.as_str()),
         );
     }
+}
+
+/// The postmaster of `pg` and every process it started: the server as a whole, to
+/// freeze (SIGSTOP) and thaw.
+pub fn server_processes(pg: &PgServer) -> Vec<u32> {
+    let Some(postmaster) = pg.pid() else {
+        return Vec::new();
+    };
+    let mut pids = vec![postmaster];
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // stat: "pid (comm) state ppid ...": the command may hold spaces and parens.
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(postmaster) {
+            pids.push(pid);
+        }
+    }
+    pids
 }

@@ -127,6 +127,8 @@ impl RedisServer {
             .args(["--save", ""])
             .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
             .args(["--appendfsync", "everysec"])
+            // DEBUG SLEEP stalls a server in the tests (loopback connections are local).
+            .args(["--enable-debug-command", "local"])
             .args(["--requirepass", &self.password])
             .args(match &self.masterauth {
                 Some(auth) => vec!["--masterauth".to_string(), auth.clone()],
@@ -292,11 +294,33 @@ impl RedisServer {
     /// `examples/redis`'s systemd drop-in starts it: refusing writes until warden
     /// promotes it or its follow hook points it at the primary.
     pub fn start_as_the_drop_in_does(&mut self) {
+        self.start_as_the_drop_in_does_over(&[]);
+    }
+
+    /// [`start_as_the_drop_in_does`](Self::start_as_the_drop_in_does) over a
+    /// configuration that says `conf` (arguments before the drop-in's, as redis.conf is
+    /// read before them). The drop-in's arguments are read from the shipped file
+    /// (`examples/redis/redis-server-warden.conf`): what follows `--daemonize no` on its
+    /// `ExecStart=` line.
+    pub fn start_as_the_drop_in_does_over(&mut self, conf: &[&str]) {
         assert!(
             self.child.is_none(),
             "start_as_the_drop_in_does: still running"
         );
-        self.extra = vec!["--min-replicas-to-write".into(), "1000000".into()];
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/redis/redis-server-warden.conf");
+        let text = fs::read_to_string(&path).expect("the shipped drop-in");
+        let line = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("ExecStart="))
+            .find(|l| !l.is_empty())
+            .expect("an ExecStart= line with a command in the drop-in");
+        let (_, args) = line
+            .split_once("--daemonize no")
+            .expect("the drop-in's ExecStart= says --daemonize no");
+        self.extra = conf.iter().map(|a| a.to_string()).collect();
+        self.extra
+            .extend(args.split_whitespace().map(str::to_string));
         self.spawn();
         if let Err(e) = self.wait_ready() {
             dump_logs();

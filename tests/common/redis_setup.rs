@@ -11,8 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// The shipped hooks, or the script `WARDEN_REDIS_HOOKS` names (the benchmark times
+/// another version of the recipe with it, alternated with this one).
 pub fn hooks_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/warden-redis")
+    match std::env::var_os("WARDEN_REDIS_HOOKS") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/warden-redis"),
+    }
 }
 
 /// The role Redis itself reports: `master` or `slave`.
@@ -149,8 +154,8 @@ pub struct Write {
 pub struct ProbeLog {
     writes: Vec<Write>,
     rounds: usize,
-    /// Rounds in which two servers accepted the write.
-    two_accepted: Vec<String>,
+    /// Rounds in which two servers accepted the write, with when.
+    two_accepted: Vec<(Instant, String)>,
     /// Rounds in which two servers called themselves the primary, with when.
     two_masters: Vec<(Instant, String)>,
     /// The last round in which each server refused the write (or did not answer).
@@ -265,8 +270,10 @@ impl Prober {
                 log.rounds += 1;
                 let round = log.rounds;
                 if accepted.len() > 1 {
-                    log.two_accepted
-                        .push(format!("round {round}: {}", accepted.join(", ")));
+                    log.two_accepted.push((
+                        Instant::now(),
+                        format!("round {round}: {}", accepted.join(", ")),
+                    ));
                 }
                 if masters.len() > 1 {
                     log.two_masters.push((
@@ -321,6 +328,11 @@ impl Prober {
             .collect()
     }
 
+    /// How many rounds the prober has finished.
+    pub fn rounds(&self) -> usize {
+        self.log.lock().unwrap().rounds
+    }
+
     pub fn refused_since(&self, node: usize, since: Instant) -> bool {
         self.log.lock().unwrap().refused_at[node].is_some_and(|at| at >= since)
     }
@@ -329,6 +341,16 @@ impl Prober {
     pub fn two_masters_between(&self, from: Instant, to: Instant) -> Vec<String> {
         let log = self.log.lock().unwrap();
         log.two_masters
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= to)
+            .map(|(_, what)| what.clone())
+            .collect()
+    }
+
+    /// Rounds in which two servers accepted the write between `from` and `to`.
+    pub fn two_accepting_between(&self, from: Instant, to: Instant) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.two_accepted
             .iter()
             .filter(|(at, _)| *at >= from && *at <= to)
             .map(|(_, what)| what.clone())
@@ -399,5 +421,60 @@ pub fn lost(writes: &[&Write], counts: impl Fn(&Write) -> bool) -> Vec<String> {
 impl Drop for Prober {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A TCP proxy on a free loopback port to `127.0.0.1:target`, whose direction from the
+/// target to the client can be held ([`hold`](Self::hold)): a replica that replicates
+/// through it keeps its link up while it receives nothing, as behind a congested link.
+pub struct Proxy {
+    pub port: u16,
+    held: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    pub fn start(target: u16) -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("the proxy's address").port();
+        let held = Arc::new(AtomicBool::new(false));
+        let h = held.clone();
+        thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(upstream) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(mut c_in), Ok(mut u_out)) = (client.try_clone(), upstream.try_clone())
+                else {
+                    continue;
+                };
+                thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut u_out);
+                });
+                let (mut u_in, mut c_out, h) = (upstream, client, h.clone());
+                thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        while h.load(Ordering::SeqCst) {
+                            thread::sleep(Duration::from_millis(5));
+                        }
+                        match u_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if c_out.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { port, held }
+    }
+
+    /// Holds (true) or lets through (false) what the target sends.
+    pub fn hold(&self, on: bool) {
+        self.held.store(on, Ordering::SeqCst);
     }
 }
