@@ -195,6 +195,8 @@ impl NodeRecord {
             service_cgroup: self.service_cgroup.clone(),
             incarnation: non_empty(&self.incarnation),
             epoch: self.epoch,
+            // Only the caller knows the live members that could contradict a reboot.
+            reboot_contradicted: None,
         }
     }
 }
@@ -233,16 +235,61 @@ impl HostIdentity {
     pub fn same_machine(&self, r: &NodeRecord) -> bool {
         same_id(&self.machine_id, &r.machine_id)
     }
+
+    /// Whether `r` carries this machine's id with another boot id, both known: on its
+    /// face this machine before a reboot, or (while `r` is a live member's) a clone of
+    /// this machine that shares its `/etc/machine-id`.
+    pub fn same_machine_other_boot(&self, r: &NodeRecord) -> bool {
+        self.same_machine(r)
+            && matches!(
+                (hex_digits(&self.boot_id), hex_digits(&r.boot_id)),
+                (Some(x), Some(y)) if x != y
+            )
+    }
+
+    /// Why `target` (a breadcrumb that names this machine with another boot id) was not
+    /// written before a reboot of this machine, if a live member says so: a member record
+    /// in `live` that carries the target's machine id *and* boot id shows that boot still
+    /// running, so the machine id is shared by two machines (cloned from one image) and
+    /// the target is another machine's, to be fenced by the whole chain (SPEC §5).
+    pub fn reboot_contradicted_by(
+        &self,
+        target: &NodeRecord,
+        live: &[MemberRecord],
+    ) -> Option<String> {
+        if !self.same_machine_other_boot(target) {
+            return None;
+        }
+        let witness = live.iter().find(|m| {
+            same_id(&m.node.machine_id, &target.machine_id)
+                && same_id(&m.node.boot_id, &target.boot_id)
+        })?;
+        Some(format!(
+            "the record of {} names this machine's id {} (/etc/machine-id) with boot {}, \
+             and that boot is not over: the live member {} on host {} runs it; two machines \
+             share this machine id (cloned from one image?), so the record is another \
+             machine's and only a method that reaches it may fence it (give each machine its \
+             own id: rm /etc/machine-id && systemd-machine-id-setup)",
+            target.node_id,
+            target.machine_id,
+            target.boot_id,
+            witness.node.node_id,
+            witness.node.host
+        ))
+    }
+}
+
+/// The hex digits of a boot or machine id (a UUID with or without dashes), lower case;
+/// `None` for an empty or non-hex id, which is unknown.
+fn hex_digits(s: &str) -> Option<String> {
+    let d: String = s.trim().chars().filter(|c| *c != '-').collect();
+    (!d.is_empty() && d.chars().all(|c| c.is_ascii_hexdigit())).then(|| d.to_ascii_lowercase())
 }
 
 /// Boot and machine ids are hex (UUIDs with or without dashes): equal when their hex digits
 /// are, case aside; an empty or non-hex id equals nothing.
 fn same_id(a: &str, b: &str) -> bool {
-    let digits = |s: &str| -> Option<String> {
-        let d: String = s.chars().filter(|c| *c != '-').collect();
-        (!d.is_empty() && d.chars().all(|c| c.is_ascii_hexdigit())).then(|| d.to_ascii_lowercase())
-    };
-    matches!((digits(a), digits(b)), (Some(x), Some(y)) if x == y)
+    matches!((hex_digits(a), hex_digits(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// A node's role, as published in its member record and shown by `status` (SPEC §4).

@@ -63,6 +63,12 @@ pub struct Target {
     /// Random per warden process start.
     pub incarnation: Option<String>,
     pub epoch: Option<u64>,
+    /// Why the target, which names this machine's id with another boot id, was *not*
+    /// written before a reboot of this machine (a live member still runs that boot: two
+    /// machines share one machine id). Set by the caller, which can see the members;
+    /// `signal` then does not take the target as rebooted (SPEC §5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reboot_contradicted: Option<String>,
 }
 
 impl Target {

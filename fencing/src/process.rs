@@ -230,6 +230,10 @@ pub fn whereabouts(boot_id: &str, machine_id: &str, pid_ns: u64, target: &Target
         );
     }
     if recorded_boot != here_boot {
+        if let Some(why) = &target.reboot_contradicted {
+            // The machine id is shared with a live machine that runs the recorded boot.
+            return Whereabouts::Elsewhere(why.clone());
+        }
         // Boot ids are random per boot, and the machine id says this is the same machine:
         // it rebooted since the record was written, and a reboot ends every process.
         return Whereabouts::Rebooted(format!(

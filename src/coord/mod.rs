@@ -332,7 +332,8 @@ pub enum Item {
 pub enum RegisterError {
     /// The store failed; try again with a new session.
     Store(StoreError),
-    /// Another live warden runs with our node id: the message says where.
+    /// Another live warden runs with our node id, or on another machine with our machine
+    /// id: the message says where.
     Duplicate(String),
 }
 
@@ -391,7 +392,79 @@ pub(crate) fn names_breadcrumb(
 /// still runs on this host): then this waits, in the same session, for that session to
 /// end; anything else is another warden with our node id. `waiting_logged` keeps the
 /// "waiting" line to once per start.
+///
+/// With `clone_check` (at the first start; the session timeout), a live member of any
+/// other node id that carries our machine id with another boot id is a second machine
+/// with our `/etc/machine-id` (cloned from one image): once our own record is in, so that
+/// of two clones starting at once at least one sees the other, this refuses to start,
+/// after waiting up to `clone_check` for such a record to go (this machine's own before a
+/// fast reboot, of a second node id, goes when its session expires; a clone's stays).
 pub async fn register<S: Session>(
+    session: &S,
+    me: &MemberRecord,
+    is_running: impl Fn(u32, u64) -> bool,
+    waiting_logged: &mut bool,
+    clone_check: Option<Duration>,
+) -> Result<(), RegisterError> {
+    register_member(session, me, is_running, waiting_logged).await?;
+    let Some(wait) = clone_check else {
+        return Ok(());
+    };
+    // A session that expires counts from its last heartbeat, and ZooKeeper notices on its
+    // next tick: half a session timeout more covers both.
+    let wait = wait.max(session.granted_session_timeout().unwrap_or(wait));
+    let deadline = tokio::time::Instant::now() + wait + wait / 2;
+    let host = record::HostIdentity::of(&me.node);
+    let mut logged = false;
+    loop {
+        let clones: Vec<MemberRecord> = session
+            .members()
+            .await?
+            .into_iter()
+            .filter_map(|(id, m)| m.ok().filter(|_| id != me.node.node_id))
+            .filter(|m| host.same_machine_other_boot(&m.node))
+            .collect();
+        let Some(clone) = clones.first() else {
+            return Ok(());
+        };
+        if tokio::time::Instant::now() >= deadline {
+            // Leave no member record behind: the cluster must not count this node.
+            if let Err(e) = session.delete_member(&me.node.node_id).await {
+                warn!("could not delete this node's member record before exiting: {e}");
+            }
+            return Err(RegisterError::Duplicate(format!(
+                "the member {} on host {} (boot {}) carries this machine's id {} from \
+                 /etc/machine-id, and this is host {} on boot {}: two machines share one \
+                 machine id (cloned from one image?), so neither can tell its own leftovers \
+                 from the other's; give each machine its own id (on one of them: rm \
+                 /etc/machine-id && systemd-machine-id-setup, then restart its services) — \
+                 refusing to start",
+                clone.node.node_id,
+                clone.node.host,
+                clone.node.boot_id,
+                me.node.machine_id,
+                me.node.host,
+                me.node.boot_id
+            )));
+        }
+        if !logged {
+            warn!(
+                "the member {} on host {} carries this machine's id with another boot ({}): \
+                 this machine before a reboot, whose session will expire, or a clone with the \
+                 same /etc/machine-id; waiting up to {} to tell",
+                clone.node.node_id,
+                clone.node.host,
+                clone.node.boot_id,
+                humantime::format_duration(wait + wait / 2)
+            );
+            logged = true;
+        }
+        tokio::time::sleep(PREDECESSOR_POLL).await;
+    }
+}
+
+/// SPEC §4.9: creates our member record, or waits for our killed predecessor's to go.
+async fn register_member<S: Session>(
     session: &S,
     me: &MemberRecord,
     is_running: impl Fn(u32, u64) -> bool,

@@ -1,0 +1,191 @@
+//! Which host is this (SPEC §5), when identities collide (issue 30, points 13 and 14),
+//! against the real binary and a real ZooKeeper:
+//!
+//! - machines cloned from one image share `/etc/machine-id`: a warden whose machine id is
+//!   carried by another *live* member with another boot id refuses to start (exit 2,
+//!   naming both hosts and `/etc/machine-id`);
+//! - a breadcrumb that looks like "this machine before a reboot" while a live member still
+//!   runs that boot is not a reboot: the whole chain fences it, `signal` does not call it
+//!   fenced;
+//! - hooks mode: a `service.pidfile` whose process lives in another pid namespace, or that
+//!   holds a pid as a container sees it, is refused at start (exit 2).
+//!
+//! Other machines and boots are written into the store as their wardens would write them:
+//! a live member is an ephemeral znode held by a session of the test.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// `/etc/machine-id`.
+fn machine_id() -> String {
+    fs::read_to_string("/etc/machine-id")
+        .expect("read /etc/machine-id (systemd-machine-id-setup writes it)")
+        .trim()
+        .to_string()
+}
+
+/// `/proc/sys/kernel/random/boot_id`.
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .expect("read the boot id")
+        .trim()
+        .to_string()
+}
+
+/// A boot id that is not this boot's: the boot of a clone, or of this machine before a
+/// reboot.
+fn other_boot() -> String {
+    let id = format!(
+        "{:016x}{:016x}",
+        0x0b00_7000_0000_0000u64 | u64::from(std::process::id()),
+        mono_now_ns()
+    );
+    assert_ne!(id, boot_id().replace('-', ""));
+    id
+}
+
+/// A member record of node `id` on `host`, as a warden there would have written it.
+fn member_record(id: &str, host: &str, machine: &str, boot: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "node_id": id,
+        "host": host,
+        "boot_id": boot,
+        "machine_id": machine,
+        "pid_ns": 4026531836u64,
+        "pid": 4242,
+        "start_time": 1,
+        "incarnation": "00000000c10e0001",
+        "since": "2026-01-01T00:00:00Z",
+        "role": "standby",
+        "health": "healthy",
+    }))
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Point 14: cloned machine ids
+
+/// A clone of this machine (same machine id, another boot id) runs a live warden "clone"
+/// on host rm9. A warden started here is a second machine with the same id: it refuses,
+/// exit 2, naming both hosts and `/etc/machine-id`, and never promotes.
+#[test]
+fn a_live_member_with_this_machine_id_and_another_boot_makes_start_exit_2() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let clone = ZkClient::connect(&zk.connect_string());
+    let path = cluster.znode("members/clone");
+    let record = member_record("clone", "rm9.clone.example", &machine_id(), &other_boot());
+    clone.create_ephemeral(&path, &record);
+
+    let mut warden = n1.start();
+    let exit = wait_for(secs(30), "n1 exits or promotes", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Ok(exit));
+        }
+        n1.last_run().map(Err)
+    });
+    let exit = exit.unwrap_or_else(|run| {
+        panic!(
+            "n1 promoted ({run:?}) next to a live member with its machine id:\n{}",
+            warden.log()
+        )
+    });
+    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
+    for needle in ["rm9.clone.example", "127.0.0.1", "/etc/machine-id"] {
+        assert!(
+            warden.log_mentions(needle),
+            "the refusal does not name {needle}:\n{}",
+            warden.log()
+        );
+    }
+    assert_eq!(
+        clone.get(&path).as_deref(),
+        Some(&record[..]),
+        "the refused warden touched the clone's member record"
+    );
+    assert!(
+        !ZkClient::connect(&zk.connect_string()).exists(&cluster.znode("members/n1")),
+        "the refused warden left its member record behind"
+    );
+    assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
+}
+
+/// The breadcrumb names "clone" with this machine's id and another boot id: on its face,
+/// this machine before a reboot, which `signal` would call fenced without signalling. But
+/// a live member still runs that very boot (the clone's warden restarted there): it was
+/// not a reboot, so `signal` does not apply and the rest of the chain runs (here a
+/// recorder that fails), and n1 does not promote.
+#[test]
+fn a_reboot_that_a_live_member_contradicts_is_fenced_by_the_whole_chain() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    // signal first: today it answers "rebooted, fenced" and the recorder never runs.
+    let n1 = cluster.node_with(
+        "n1",
+        NodeOptions {
+            fences: Some(vec![signal_fence(), cluster.recorder_fence()]),
+            ..Default::default()
+        },
+    );
+    let store = ZkClient::connect(&zk.connect_string());
+    // The test's session holds the lock, so n1 stands by until the stage is set.
+    let holder = ZkClient::connect(&zk.connect_string());
+    holder.create_ephemeral(&cluster.znode("lock"), b"{\"node_id\":\"holder\"}");
+    let mut warden = n1.start();
+    wait_until(secs(30), "n1 registers", || {
+        store.exists(&cluster.znode("members/n1"))
+    });
+
+    let clone_boot = other_boot();
+    store.put(
+        &cluster.znode("breadcrumb"),
+        &serde_json::to_vec(&json!({
+            "node_id": "clone",
+            "host": "rm9.clone.example",
+            "boot_id": clone_boot,
+            "machine_id": machine_id(),
+            "pid_ns": 4026531836u64,
+            "pid": 4242,
+            "start_time": 1,
+            "service_pid": 4243,
+            "service_pgid": 4243,
+            "service_start_time": 2,
+            "incarnation": "00000000c10e0000",
+            "epoch": 1,
+        }))
+        .unwrap(),
+    );
+    let clone = ZkClient::connect(&zk.connect_string());
+    clone.create_ephemeral(
+        &cluster.znode("members/clone"),
+        &member_record("clone", "rm9.clone.example", &machine_id(), &clone_boot),
+    );
+    holder.close();
+
+    let outcome = wait_for(secs(30), "n1 fences clone or promotes", || {
+        if let Some(run) = n1.last_run() {
+            return Some(Err(run));
+        }
+        let calls = cluster.fence_calls();
+        (!calls.is_empty()).then_some(Ok(calls))
+    });
+    let calls = outcome.unwrap_or_else(|run| {
+        panic!(
+            "n1 promoted ({run:?}) after taking clone's breadcrumb for a reboot of this \
+             machine while clone runs that boot:\n{}",
+            warden.log()
+        )
+    });
+    assert_eq!(calls[0], "n1 clone", "{calls:?}");
+    wait_until(secs(10), "n1 logs that fencing failed", || {
+        warden.log_mentions("fencing failed") || warden.log_mentions("fence failed")
+    });
+    assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
+    assert!(warden.is_running(), "n1 exited:\n{}", warden.log());
+}
