@@ -214,10 +214,18 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             // SPEC §6: an unreadable pidfile is said at start, not found out at the first
             // fence; a missing one is only warned about by the check (the service may
             // still be starting), and a promotion refuses either.
-            if let Err(e) = hooks.check_pidfile() {
-                error!(
-                    "{e}; this node cannot be promoted until the pidfile names the running service"
-                );
+            match hooks.check_pidfile() {
+                Err(e) if e.refuses_start => {
+                    return Err(Fatal {
+                        code: EXIT_USAGE,
+                        message: e.message,
+                    })
+                }
+                Err(e) => error!(
+                    "{}; this node cannot be promoted until the pidfile names the running service",
+                    e.message
+                ),
+                Ok(()) => {}
             }
         }
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks

@@ -112,8 +112,9 @@ pub trait HookControl: Clone + Send + Sync + 'static {
         epoch: Option<Epoch>,
         extra: Vec<(String, String)>,
     ) -> impl Future<Output = Result<(), String>> + Send;
-    /// The check at start; an error is logged (the promotion will refuse).
-    fn check_pidfile(&self) -> Result<(), String>;
+    /// The check at start; an error is logged (the promotion will refuse), or refuses the
+    /// start when [`PidfileProblem::refuses_start`] says so.
+    fn check_pidfile(&self) -> Result<(), PidfileProblem>;
     /// At promotion: pins the pidfile's process (SPEC §4.3c).
     fn pin(&self) -> Result<Option<PinnedService>, String>;
     fn pinned(&self) -> Option<PinnedService>;
@@ -270,10 +271,13 @@ impl HookControl for Hooks {
             .map_err(|e| e.to_string())
     }
 
-    fn check_pidfile(&self) -> Result<(), String> {
+    fn check_pidfile(&self) -> Result<(), PidfileProblem> {
         Hooks::check_pidfile(self)
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| PidfileProblem {
+                refuses_start: e.refuses_start(),
+                message: e.to_string(),
+            })
     }
 
     fn pin(&self) -> Result<Option<PinnedService>, String> {
@@ -291,6 +295,16 @@ impl HookControl for Hooks {
     fn kill(&self) -> bool {
         Hooks::kill(self)
     }
+}
+
+/// What the start-time check of hooks mode's `service.pidfile` found (SPEC §6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidfileProblem {
+    /// What is wrong, and what to do.
+    pub message: String,
+    /// Warden must not start with it (exit 2): the pidfile names a process of another pid
+    /// namespace. Otherwise it is logged, and a promotion refuses while it lasts.
+    pub refuses_start: bool,
 }
 
 /// Who this warden process is: this host's boot id, machine id and pid namespace, and

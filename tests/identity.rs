@@ -189,3 +189,222 @@ fn a_reboot_that_a_live_member_contradicts_is_fenced_by_the_whole_chain() {
     assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
     assert!(warden.is_running(), "n1 exited:\n{}", warden.log());
 }
+
+// ---------------------------------------------------------------------------------------
+// Point 13: a hooks pidfile across pid namespaces
+
+/// Node `id` in hooks mode (`/bin/true` for every hook) whose service is `pidfile`'s.
+fn hooks_node(cluster: &Cluster, id: &str, pidfile: &Path) -> Node {
+    let node = cluster.node(id);
+    let text = fs::read_to_string(&node.config).unwrap();
+    let start = text.find("[service]").unwrap();
+    let end = text.find("[health]").unwrap();
+    let service = format!(
+        "[service]\nmode = \"hooks\"\npromote = [\"/bin/true\"]\ndemote = [\"/bin/true\"]\n\
+         hook_timeout = \"300ms\"\npidfile = {}\n\n",
+        toml_str(&pidfile.display().to_string()),
+    );
+    fs::write(
+        &node.config,
+        format!("{}{service}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
+    node
+}
+
+/// A container on this kernel: `unshare --pid --fork --mount-proc` running `script` in
+/// `sh` (pid 1 in its namespace), killed with its process group when dropped.
+struct Container(Child);
+
+impl Container {
+    fn start(script: &str) -> Container {
+        assert!(
+            Path::new("/usr/bin/unshare").exists(),
+            "these tests need unshare (util-linux)"
+        );
+        let child = {
+            use std::os::unix::process::CommandExt;
+            Command::new("/usr/bin/unshare")
+                .args(["--pid", "--fork", "--mount-proc", "/bin/sh", "-c", script])
+                .process_group(0)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("run unshare")
+        };
+        Container(child)
+    }
+
+    /// The host pid of the process whose pid inside the container is `inner`.
+    fn host_pid(&self, inner: u32) -> u32 {
+        let unshare = self.0.id();
+        wait_for(secs(10), "the process inside the container", || {
+            let ns = pid_ns_of(unshare)?;
+            fs::read_dir("/proc")
+                .ok()?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|&pid| {
+                    pid_ns_of(pid).is_some_and(|n| n != ns)
+                        && ns_pids(pid).is_some_and(|p| p.len() == 2 && p[1] == inner)
+                        && process_tree_has(pid, unshare)
+                })
+        })
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = self.0.wait();
+    }
+}
+
+/// The inode of process `pid`'s pid namespace.
+fn pid_ns_of(pid: u32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// `NSpid` of `/proc/PID/status`: the pid in each pid namespace, outermost first.
+fn ns_pids(pid: u32) -> Option<Vec<u32>> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line["NSpid:".len()..]
+        .split_whitespace()
+        .map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether `ancestor` is `pid` or one of its ancestors.
+fn process_tree_has(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        let Some(ppid) = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = s.get(s.rfind(')')? + 1..)?.to_string();
+                rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+            })
+        else {
+            return false;
+        };
+        if ppid <= 1 {
+            return false;
+        }
+        pid = ppid;
+    }
+    false
+}
+
+/// Starts `node`'s warden and waits until it exits or registers; panics if it registers.
+fn assert_start_refused(zk: &ZkServer, cluster: &Cluster, node: &Node, needles: &[String]) {
+    let mut warden = node.start();
+    let store = ZkClient::connect(&zk.connect_string());
+    let member = cluster.znode(&format!("members/{}", node.id));
+    let exit = wait_for(secs(30), "warden exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Some(exit));
+        }
+        store.exists(&member).then_some(None)
+    });
+    let Some(exit) = exit else {
+        panic!(
+            "{} started and registered with a pidfile in another pid namespace:\n{}",
+            node.id,
+            warden.log()
+        );
+    };
+    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
+    for needle in needles {
+        assert!(
+            warden.log_mentions(needle),
+            "the refusal does not name {needle}:\n{}",
+            warden.log()
+        );
+    }
+}
+
+/// The pidfile names (by its pid here) a process that runs in another pid namespace, a
+/// container on this kernel: refused at start, exit 2, naming the pidfile, the pid and
+/// both namespaces.
+#[test]
+fn a_pidfile_naming_a_process_in_another_pid_namespace_is_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let container = Container::start("sleep 1000 & wait");
+    let sleep = container.host_pid(2);
+    let pidfile = cluster.dir().join("service.pid");
+    fs::write(&pidfile, format!("{sleep}\n")).unwrap();
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    let theirs = pid_ns_of(sleep).unwrap().to_string();
+    let ours = pid_ns_of(std::process::id()).unwrap().to_string();
+    assert_ne!(theirs, ours);
+    assert_start_refused(
+        &zk,
+        &cluster,
+        &n1,
+        &[
+            pidfile.display().to_string(),
+            sleep.to_string(),
+            theirs,
+            ours,
+        ],
+    );
+}
+
+/// The service wrote its pidfile inside a container: the pid is the one it has in there,
+/// which names no process here. Not "the service may still be starting": a process of
+/// another pid namespace has that pid there, so the start is refused, exit 2, naming the
+/// pidfile, the pid, the process's pid here and its namespace.
+#[test]
+fn a_pidfile_written_inside_a_container_is_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    // A pid free here, given to the container's service through its own ns_last_pid.
+    let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let inner = (pid_max - 1000 - std::process::id() % 500..pid_max - 100)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .expect("a free pid");
+    let container = Container::start(&format!(
+        "echo {} > /proc/sys/kernel/ns_last_pid; sleep 1000 & echo $! > {}; wait",
+        inner - 1,
+        pidfile.display()
+    ));
+    let written = wait_for(secs(10), "the container writes its pidfile", || {
+        fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    });
+    assert_eq!(
+        written, inner,
+        "the container's service did not get pid {inner}"
+    );
+    let outer = container.host_pid(inner);
+    assert!(
+        !Path::new(&format!("/proc/{inner}")).exists(),
+        "premise: pid {inner} is free here"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    assert_start_refused(
+        &zk,
+        &cluster,
+        &n1,
+        &[
+            pidfile.display().to_string(),
+            inner.to_string(),
+            outer.to_string(),
+            pid_ns_of(outer).unwrap().to_string(),
+        ],
+    );
+}

@@ -99,6 +99,31 @@ pub fn pid_ns_of(pid: u32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// The processes of other pid namespaces (containers on this kernel, seen from here) whose
+/// pid *in their own namespace* is `pid`: each as its pid here and the inode of its pid
+/// namespace, sorted. A pid read from a file that a process inside a container wrote is one
+/// of these, and names another process here, or none. Reads `NSpid` of every process's
+/// `/proc/PID/status`, which takes a scan of `/proc`: meant for checks at start.
+pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
+    let Ok(ours) = pid_ns() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, u64)> = all_processes()
+        .filter_map(|(here, p)| {
+            let nspid = p.status().ok()?.nspid?;
+            // Outermost first: more than one entry means a nested namespace, and the last
+            // is the pid the process sees for itself.
+            if nspid.len() < 2 || u32::try_from(*nspid.last()?).ok()? != pid {
+                return None;
+            }
+            let ns = pid_ns_of(here)?;
+            (ns != ours).then_some((here, ns))
+        })
+        .collect();
+    found.sort_unstable();
+    found
+}
+
 /// 32 hex digits (either case) as a number; `None` for anything else.
 fn parse_hex128(hex: &str) -> Option<u128> {
     if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
