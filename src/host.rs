@@ -322,6 +322,7 @@ pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
         String::new()
     });
     let pid_ns = warden_fencing::process::pid_ns().ok();
+    let cgroup_ns = warden_fencing::cgroup::namespace();
     Ok(NodeRecord {
         node_id: cfg.cluster.node_id.clone(),
         host: cfg.host(),
@@ -329,6 +330,7 @@ pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
         boot_id,
         machine_id,
         pid_ns,
+        cgroup_ns,
         pid,
         start_time,
         incarnation: format!("{:016x}", rand::random::<u64>()),

@@ -158,6 +158,10 @@ pub struct NodeRecord {
     /// Spawn mode: the service's own cgroup v2, relative to the hierarchy's root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_cgroup: Option<String>,
+    /// The inode of warden's cgroup namespace (`/proc/self/ns/cgroup`), whose root
+    /// `service_cgroup` is relative to: from another one the path is not the same cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_ns: Option<u64>,
     /// The greatest epoch this node has seen (member records; SPEC §3a).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_seen: Option<Epoch>,
@@ -193,6 +197,7 @@ impl NodeRecord {
             service_pgid: self.service_pgid,
             service_start_time: self.service_start_time,
             service_cgroup: self.service_cgroup.clone(),
+            cgroup_ns: self.cgroup_ns,
             incarnation: non_empty(&self.incarnation),
             epoch: self.epoch,
             // Only the caller knows the live members that could contradict a reboot.

@@ -408,3 +408,175 @@ fn a_pidfile_written_inside_a_container_is_refused_at_start() {
         ],
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Point 13: a recorded service cgroup seen from another cgroup namespace
+
+/// Where the whole cgroup v2 hierarchy is mounted here (`/sys/fs/cgroup`, or
+/// `/sys/fs/cgroup/unified` on hybrid hosts).
+fn cgroup2_mount() -> std::path::PathBuf {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let f: Vec<&str> = left.split_whitespace().collect();
+            (right.starts_with("cgroup2 ") && f.get(3) == Some(&"/")).then(|| f[4].into())
+        })
+        .expect("these tests need a cgroup v2 hierarchy")
+}
+
+/// The inode of this process's cgroup namespace.
+fn cgroup_ns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self/ns/cgroup").unwrap().ino()
+}
+
+/// A cgroup of the test's own, right below the root, removed (its processes killed) on drop.
+struct TestCgroup {
+    relative: String,
+    dir: std::path::PathBuf,
+}
+
+impl TestCgroup {
+    fn new(name: &str) -> TestCgroup {
+        let relative = format!("/warden-{name}-{}", std::process::id());
+        let dir = cgroup2_mount().join(&relative[1..]);
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        TestCgroup { relative, dir }
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("cgroup.kill"), "1");
+        let _ = wait_until_quietly(|| {
+            fs::read_to_string(self.dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty())
+        });
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Polls `f` for up to 10s; whether it held.
+fn wait_until_quietly(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + secs(10);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(ms(10));
+    }
+    false
+}
+
+/// A warden process that is gone: its pid and start time, as a record keeps them.
+fn dead_process() -> (u32, u64) {
+    let mut child = Command::new("sleep").arg("1000").spawn().unwrap();
+    let pid = child.id();
+    let start_time = proc_stat(pid).unwrap().start_time;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (pid, start_time)
+}
+
+/// `warden fence-local` for a record whose service cgroup is `cgroup` (and, if given,
+/// recorded in cgroup namespace `recorded_ns`), run in a cgroup namespace of its own
+/// rooted at `fencer` (`unshare --cgroup --mount`, the hierarchy mounted anew, as in a
+/// container) or, without `fencer`, right here.
+fn fence_local(
+    cgroup: &str,
+    recorded_ns: Option<u64>,
+    fencer: Option<&TestCgroup>,
+) -> std::process::Output {
+    let (pid, start_time) = dead_process();
+    let mut args = vec![
+        WARDEN.to_string(),
+        "fence-local".into(),
+        "--boot-id".into(),
+        boot_id(),
+        "--machine-id".into(),
+        machine_id(),
+        "--pid-ns".into(),
+        pid_ns_of(std::process::id()).unwrap().to_string(),
+        "--pid".into(),
+        pid.to_string(),
+        "--start-time".into(),
+        start_time.to_string(),
+        "--service-cgroup".into(),
+        cgroup.to_string(),
+        "--timeout".into(),
+        "2s".into(),
+    ];
+    if let Some(ns) = recorded_ns {
+        args.extend(["--cgroup-ns".into(), ns.to_string()]);
+    }
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let mount = cgroup2_mount().display().to_string();
+    let script = match fencer {
+        Some(f) => format!(
+            "echo $$ > '{}/cgroup.procs' && exec unshare --cgroup --mount sh -c \
+             \"umount -l '{mount}' && mount -t cgroup2 none '{mount}' && exec {}\"",
+            f.dir.display(),
+            quoted.join(" ")
+        ),
+        None => format!("exec {}", quoted.join(" ")),
+    };
+    Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fence-local")
+}
+
+/// The old service's cgroup still holds a process, but fence-local runs in a cgroup
+/// namespace of its own (a container), where the recorded path names no cgroup. That is
+/// not "removed, its processes ended": it is unknown, so fence-local does not say fenced,
+/// says why, and the service's process runs on untouched. Run as it is given today (the
+/// record names no cgroup namespace) and with the namespace the old warden recorded.
+#[test]
+fn a_service_cgroup_out_of_view_of_the_fencer_is_unknown_never_removed() {
+    let victim = TestCgroup::new("victim");
+    let fencer = TestCgroup::new("fencer");
+    let mut service = Command::new("sleep").arg("1000").spawn().unwrap();
+    fs::write(victim.dir.join("cgroup.procs"), service.id().to_string()).unwrap();
+
+    for recorded_ns in [None, Some(cgroup_ns())] {
+        let out = fence_local(&victim.relative, recorded_ns, Some(&fencer));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "fence-local (record's cgroup namespace {recorded_ns:?}) said fenced while \
+             {} still holds pid {}:\n{text}",
+            victim.relative,
+            service.id()
+        );
+        assert!(
+            text.contains("cgroup namespace") && text.contains(&victim.relative),
+            "fence-local does not say that the cgroup cannot be resolved from its cgroup \
+             namespace:\n{text}"
+        );
+        assert!(
+            matches!(service.try_wait(), Ok(None)),
+            "fence-local killed the service"
+        );
+    }
+    let _ = service.kill();
+    let _ = service.wait();
+
+    // Where the fencer shares the recorder's cgroup namespace, a cgroup that is gone is
+    // gone: fenced.
+    let gone = format!("{}/service-gone", victim.relative);
+    let out = fence_local(&gone, Some(cgroup_ns()), None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

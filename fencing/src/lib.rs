@@ -60,6 +60,10 @@ pub struct Target {
     /// The service's cgroup v2, relative to the hierarchy's root (spawn mode, when the
     /// service had a cgroup of its own): every process in it is the service's.
     pub service_cgroup: Option<String>,
+    /// The inode of the target warden's cgroup namespace (`/proc/self/ns/cgroup`): the
+    /// cgroup path above is relative to that namespace's root, and names another cgroup,
+    /// or none, from another one.
+    pub cgroup_ns: Option<u64>,
     /// Random per warden process start.
     pub incarnation: Option<String>,
     pub epoch: Option<u64>,

@@ -79,6 +79,10 @@ pub fn machine_id() -> io::Result<String> {
     Err(last.unwrap_or_else(|| io::Error::other("no machine id")))
 }
 
+/// The inode of the initial (the host's own) pid namespace: fixed by the kernel
+/// (`PROC_PID_INIT_INO`).
+pub const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+
 /// The inode of this process's pid namespace (`/proc/self/ns/pid`): processes in other
 /// pid namespaces (another container on the same kernel) are not visible by our pids.
 ///
@@ -664,7 +668,7 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
             }
         ));
         if let Some(relative) = &target.service_cgroup {
-            survey_cgroup(relative, opts, &mut s);
+            survey_cgroup(target, relative, opts, &mut s);
         }
         return s;
     }
@@ -712,7 +716,7 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
         }
     }
     if let Some(relative) = &target.service_cgroup {
-        survey_cgroup(relative, opts, &mut s);
+        survey_cgroup(target, relative, opts, &mut s);
     }
     if let Some(epoch) = target.epoch {
         // A promoted node ran its service as active. With nothing that names the service,
@@ -734,10 +738,52 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
     s
 }
 
+/// Why the cgroup path `relative` that `target` recorded cannot be looked up from this
+/// process, if it cannot: a cgroup path is relative to the root of the recorder's cgroup
+/// namespace, so from another one (a container's, or the host's when the recorder ran in
+/// a container) it names another cgroup or none, and "none" must not pass for "removed".
+/// A record of an older warden names no cgroup namespace: it is taken as the host's own
+/// only when both sides run in the host's initial namespaces.
+pub fn cgroup_out_of_view(target: &Target, relative: &str) -> Option<String> {
+    let advice = "so whether the service still runs in it is unknown (never taken for \
+                  removed); fence it from the recorder's cgroup namespace (fence-local run \
+                  on its host outside any container the recorder did not share), or confirm \
+                  by hand with `warden fence --confirm` once it is down";
+    let Some(here) = cgroup::namespace() else {
+        return Some(format!(
+            "this process's cgroup namespace cannot be read (/proc/self/ns/cgroup), so the \
+             recorded service cgroup {relative} cannot be looked up safely, {advice}"
+        ));
+    };
+    match target.cgroup_ns {
+        Some(recorded) if recorded == here => None,
+        Some(recorded) => Some(format!(
+            "the service cgroup {relative} was recorded in cgroup namespace {recorded}, and \
+             this process runs in cgroup namespace {here}, where that path names another \
+             cgroup or none, {advice}"
+        )),
+        None if here == cgroup::INITIAL_NAMESPACE
+            && target.pid_ns == Some(INITIAL_PID_NAMESPACE) =>
+        {
+            None
+        }
+        None => Some(format!(
+            "the record names service cgroup {relative} but not the cgroup namespace it was \
+             recorded in (written by an older warden), and this process runs in cgroup \
+             namespace {here}, which may not be the recorder's, {advice}"
+        )),
+    }
+}
+
 /// The recorded service cgroup (`relative`, as in `/proc/PID/cgroup`): a subject while it
-/// holds processes, gone once it is empty or removed.
-fn survey_cgroup(relative: &str, opts: &TerminateOptions, s: &mut Survey) {
+/// holds processes, gone once it is empty or removed; unknown when it cannot be looked up
+/// from this cgroup namespace ([`cgroup_out_of_view`]).
+fn survey_cgroup(target: &Target, relative: &str, opts: &TerminateOptions, s: &mut Survey) {
     let what = "service cgroup".to_string();
+    if let Some(why) = cgroup_out_of_view(target, relative) {
+        s.problems.push(why);
+        return;
+    }
     let Some(cgroup) = Cgroup::find(relative) else {
         s.problems.push(match cgroup::unified_mount() {
             None => format!(
