@@ -188,6 +188,15 @@ fn a_reboot_that_a_live_member_contradicts_is_fenced_by_the_whole_chain() {
     });
     assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
     assert!(warden.is_running(), "n1 exited:\n{}", warden.log());
+
+    // The operator's `warden fence --dry-run` reads the same members and says so.
+    let out = cli(&n1.config, &["fence", "clone", "--dry-run"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("share this machine id") && !text.contains("rebooted since"),
+        "the dry run does not say that signal does not apply:\n{text}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
