@@ -788,4 +788,73 @@ mod tests {
         bad.deadline = "soon".into();
         assert!(!bad.pending_at(now));
     }
+
+    fn host_record(machine: &str, boot: &str) -> NodeRecord {
+        NodeRecord {
+            node_id: "rm1".into(),
+            host: "rm1.example".into(),
+            machine_id: machine.into(),
+            boot_id: boot.into(),
+            pid_ns: Some(4026531836),
+            ..Default::default()
+        }
+    }
+
+    fn live(node: &str, machine: &str, boot: &str) -> MemberRecord {
+        MemberRecord {
+            node: NodeRecord {
+                node_id: node.into(),
+                host: format!("{node}.example"),
+                ..host_record(machine, boot)
+            },
+            role: Role::Standby,
+            health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
+            follow: None,
+            priority: None,
+        }
+    }
+
+    const M: &str = "3a000000000000000000000000000001";
+    const B_HERE: &str = "b0070000-0000-0000-0000-0000000000aa";
+    const B_OLD: &str = "b00700000000000000000000000000bb";
+
+    #[test]
+    fn another_boot_of_this_machine_needs_both_boot_ids_known() {
+        let here = HostIdentity::of(&host_record(M, B_HERE));
+        assert!(here.same_machine_other_boot(&host_record(M, B_OLD)));
+        // The same boot, spelled otherwise, is not another boot.
+        assert!(!here.same_machine_other_boot(&host_record(M, &B_HERE.to_uppercase())));
+        assert!(!here.same_machine_other_boot(&host_record(M, "")));
+        assert!(!here.same_machine_other_boot(&host_record(M, "not-hex")));
+        assert!(
+            !here.same_machine_other_boot(&host_record("3a000000000000000000000000000002", B_OLD))
+        );
+    }
+
+    #[test]
+    fn a_reboot_is_contradicted_only_by_a_live_member_on_that_very_boot() {
+        let here = HostIdentity::of(&host_record(M, B_HERE));
+        let crumb = host_record(M, B_OLD);
+        assert_eq!(here.reboot_contradicted_by(&crumb, &[]), None);
+        // Members of this boot, or of another machine with that boot id, say nothing.
+        let unrelated = [
+            live("rm2", M, B_HERE),
+            live("rm3", "3a000000000000000000000000000002", B_OLD),
+        ];
+        assert_eq!(here.reboot_contradicted_by(&crumb, &unrelated), None);
+        let why = here
+            .reboot_contradicted_by(&crumb, &[live("clone", M, &B_OLD.to_uppercase())])
+            .expect("a clone runs the recorded boot");
+        assert!(
+            why.contains("clone") && why.contains("/etc/machine-id"),
+            "{why}"
+        );
+        // A record of this very boot is no reboot to contradict.
+        assert_eq!(
+            here.reboot_contradicted_by(&host_record(M, B_HERE), &[live("x", M, B_HERE)]),
+            None
+        );
+    }
 }

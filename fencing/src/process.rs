@@ -1380,6 +1380,34 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_recorded_in_another_cgroup_namespace_is_out_of_view() {
+        let here = cgroup::namespace().expect("/proc/self/ns/cgroup");
+        let t = |ns: Option<u64>, pid_ns: Option<u64>| Target {
+            service_cgroup: Some("/warden/service-1".into()),
+            cgroup_ns: ns,
+            pid_ns,
+            ..Target::default()
+        };
+        assert_eq!(
+            cgroup_out_of_view(&t(Some(here), None), "/warden/service-1"),
+            None
+        );
+        let why = cgroup_out_of_view(&t(Some(here + 1), None), "/warden/service-1")
+            .expect("another cgroup namespace");
+        assert!(
+            why.contains("cgroup namespace") && why.contains("never taken for removed"),
+            "{why}"
+        );
+        // An older warden's record: trusted only between the host's initial namespaces.
+        let old = t(None, Some(INITIAL_PID_NAMESPACE));
+        assert_eq!(
+            cgroup_out_of_view(&old, "/warden/service-1").is_none(),
+            here == cgroup::INITIAL_NAMESPACE
+        );
+        assert!(cgroup_out_of_view(&t(None, Some(4026532000)), "/warden/service-1").is_some());
+    }
+
+    #[test]
     fn whereabouts_needs_boot_machine_and_pid_namespace_to_agree() {
         const BOOT: &str = "ea6e745e-35d0-4857-9b07-fa79425460ee";
         const OTHER_BOOT: &str = "00000000-0000-4000-8000-000000000000";
@@ -1420,6 +1448,20 @@ mod tests {
             here(&t(Some(OTHER_BOOT), Some(MACHINE), Some(8))),
             Whereabouts::Rebooted(_)
         ));
+        // A live member runs that boot: a clone sharing the machine id, not a reboot.
+        let cloned = Target {
+            reboot_contradicted: Some("the live member rm9 runs that boot".into()),
+            ..t(Some(OTHER_BOOT), Some(MACHINE), Some(8))
+        };
+        elsewhere(here(&cloned), "the live member rm9 runs that boot");
+        // It says nothing about a record of this very boot.
+        assert_eq!(
+            here(&Target {
+                reboot_contradicted: Some("irrelevant".into()),
+                ..t(Some(BOOT), Some(MACHINE), Some(7))
+            }),
+            Whereabouts::ThisBoot
+        );
         elsewhere(
             here(&t(Some(BOOT), Some(OTHER_MACHINE), Some(7))),
             "another machine",
