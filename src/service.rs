@@ -1679,8 +1679,8 @@ pub enum PidfileError {
         warden_ns: u64,
     },
     #[error(
-        "the pidfile {} (service.pidfile) names pid {pid}, which no process has in warden's \
-         pid namespace {warden_ns}, but {} has pid {pid} in its own: the pidfile was written \
+        "the pidfile {} (service.pidfile) names pid {pid}, which {here} in warden's pid \
+         namespace {warden_ns}, but {} has pid {pid} in its own: the pidfile was written \
          inside a container, and its pid means another process here, or none; run warden in \
          the service's pid namespace (the same container)",
         path.display(),
@@ -1689,6 +1689,8 @@ pub enum PidfileError {
     WrittenInOtherPidNamespace {
         path: PathBuf,
         pid: u32,
+        /// What the pid is here: "no process has", "is a kernel thread".
+        here: &'static str,
         /// The processes with that pid in their own namespace: pid here, namespace.
         namesakes: Vec<(u32, u64)>,
         warden_ns: u64,
@@ -1837,6 +1839,7 @@ impl Hooks {
                     return Err(PidfileError::WrittenInOtherPidNamespace {
                         path,
                         pid,
+                        here: "no process has",
                         namesakes,
                         warden_ns,
                     });
@@ -1847,6 +1850,29 @@ impl Hooks {
                        time this node is promoted"
                 );
                 Ok(None)
+            }
+            Err(PidfileError::Refused {
+                path,
+                pid,
+                what: KERNEL_THREAD,
+            }) => {
+                // A kernel thread is no service: a container's own pid of its service, read
+                // here, names one when it is small (kthreadd is 2).
+                let namesakes = process::namesakes_in_other_pid_namespaces(pid);
+                match (namesakes.is_empty(), process::pid_ns()) {
+                    (false, Ok(warden_ns)) => Err(PidfileError::WrittenInOtherPidNamespace {
+                        path,
+                        pid,
+                        here: "is a kernel thread",
+                        namesakes,
+                        warden_ns,
+                    }),
+                    _ => Err(PidfileError::Refused {
+                        path,
+                        pid,
+                        what: KERNEL_THREAD,
+                    }),
+                }
             }
             Err(e @ PidfileError::Missing { .. }) => {
                 warn!(
@@ -1950,6 +1976,11 @@ fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
         });
     }
     match process::stat(pid) {
+        Some(s) if !s.is_exited() && process::is_kernel_thread(pid) => Err(PidfileError::Refused {
+            path: path.to_path_buf(),
+            pid,
+            what: KERNEL_THREAD,
+        }),
         Some(s) if !s.is_exited() => {
             // A process of another pid namespace (a container's, seen here by its outer
             // pid) is not ours to pin: what it is cannot be checked from here. Unknown
@@ -1976,6 +2007,9 @@ fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
         }),
     }
 }
+
+/// [`PidfileError::Refused`] of a pidfile that names a kernel thread.
+const KERNEL_THREAD: &str = "which is a kernel thread, never a service's process";
 
 /// Why warden may never signal `pid`, if so: `kill` would read 0 and negative numbers as
 /// process groups, 1 is init, and warden must not kill itself or its own group.

@@ -589,3 +589,46 @@ fn a_service_cgroup_out_of_view_of_the_fencer_is_unknown_never_removed() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The service wrote its pidfile inside a container, where it is pid 2; here pid 2 is a
+/// kernel thread (kthreadd), never a service. Refused at start, exit 2, naming the
+/// container's process, rather than pinning a kernel thread as the service.
+#[test]
+fn a_container_pid_that_names_a_kernel_thread_here_is_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    let container = Container::start(&format!(
+        "sleep 1000 & echo $! > {}; wait",
+        pidfile.display()
+    ));
+    let written = wait_for(secs(10), "the container writes its pidfile", || {
+        fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    });
+    let flags: u32 = fs::read_to_string(format!("/proc/{written}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.get(s.rfind(')')? + 1..)?.to_string();
+            rest.split_whitespace().nth(6)?.parse().ok()
+        })
+        .expect("premise: the container's pid names a process here");
+    assert_ne!(
+        flags & 0x0020_0000,
+        0,
+        "premise: pid {written} is a kernel thread here"
+    );
+    let outer = container.host_pid(written);
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    assert_start_refused(
+        &zk,
+        &cluster,
+        &n1,
+        &[
+            pidfile.display().to_string(),
+            outer.to_string(),
+            "kernel thread".to_string(),
+        ],
+    );
+}

@@ -338,6 +338,17 @@ pub fn stat(pid: u32) -> Option<ProcStat> {
     stat_of(&Process::new(i32::try_from(pid).ok()?).ok()?)
 }
 
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in `/proc/PID/stat`'s flags): it runs
+/// no program, so it is never a service's process, and signals do not end it.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    /// `PF_KTHREAD` of the kernel's `include/linux/sched.h`.
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    i32::try_from(pid)
+        .ok()
+        .and_then(|p| Process::new(p).ok()?.stat().ok())
+        .is_some_and(|s| s.flags & PF_KTHREAD != 0)
+}
+
 /// The start time of a process in clock ticks since boot (`/proc/PID/stat` field 22).
 pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|s| s.start_time)
