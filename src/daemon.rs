@@ -1723,7 +1723,7 @@ async fn reboot_contradicted<S: Session>(
             "the record of {} names this machine's id with another boot id, but the member \
              records could not be read ({e}) to make sure no live member (a clone with the \
              same machine id) still runs that boot",
-            target.node_id
+            record::printable(&target.node_id)
         )),
     }
 }

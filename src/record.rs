@@ -275,11 +275,11 @@ impl HostIdentity {
              share this machine id (cloned from one image?), so the record is another \
              machine's and only a method that reaches it may fence it (give each machine its \
              own id: rm /etc/machine-id && systemd-machine-id-setup)",
-            target.node_id,
-            target.machine_id,
-            target.boot_id,
-            witness.node.node_id,
-            witness.node.host
+            printable(&target.node_id),
+            printable(&target.machine_id),
+            printable(&target.boot_id),
+            printable(&witness.node.node_id),
+            printable(&witness.node.host)
         ))
     }
 }

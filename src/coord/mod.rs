@@ -439,9 +439,9 @@ pub async fn register<S: Session>(
                  from the other's; give each machine its own id (on one of them: rm \
                  /etc/machine-id && systemd-machine-id-setup, then restart its services) — \
                  refusing to start",
-                clone.node.node_id,
-                clone.node.host,
-                clone.node.boot_id,
+                record::printable(&clone.node.node_id),
+                record::printable(&clone.node.host),
+                record::printable(&clone.node.boot_id),
                 me.node.machine_id,
                 me.node.host,
                 me.node.boot_id
@@ -452,9 +452,9 @@ pub async fn register<S: Session>(
                 "the member {} on host {} carries this machine's id with another boot ({}): \
                  this machine before a reboot, whose session will expire, or a clone with the \
                  same /etc/machine-id; waiting up to {} to tell",
-                clone.node.node_id,
-                clone.node.host,
-                clone.node.boot_id,
+                record::printable(&clone.node.node_id),
+                record::printable(&clone.node.host),
+                record::printable(&clone.node.boot_id),
                 humantime::format_duration(wait + wait / 2)
             );
             logged = true;
