@@ -311,6 +311,15 @@ fn process_tree_has(mut pid: u32, ancestor: u32) -> bool {
     false
 }
 
+/// The pid a container's service writes to `pidfile`, once it has.
+fn pid_written_to(pidfile: &Path) -> u32 {
+    wait_for(secs(10), "the container writes its pidfile", || {
+        fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    })
+}
+
 /// Starts `node`'s warden and waits until it exits or registers; panics if it registers.
 fn assert_start_refused(zk: &ZkServer, cluster: &Cluster, node: &Node, needles: &[String]) {
     let mut warden = node.start();
@@ -390,11 +399,7 @@ fn a_pidfile_written_inside_a_container_is_refused_at_start() {
         inner - 1,
         pidfile.display()
     ));
-    let written = wait_for(secs(10), "the container writes its pidfile", || {
-        fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-    });
+    let written = pid_written_to(&pidfile);
     assert_eq!(
         written, inner,
         "the container's service did not get pid {inner}"
@@ -602,11 +607,7 @@ fn a_container_pid_that_names_a_kernel_thread_here_is_refused_at_start() {
         "sleep 1000 & echo $! > {}; wait",
         pidfile.display()
     ));
-    let written = wait_for(secs(10), "the container writes its pidfile", || {
-        fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-    });
+    let written = pid_written_to(&pidfile);
     let flags: u32 = fs::read_to_string(format!("/proc/{written}/stat"))
         .ok()
         .and_then(|s| {
