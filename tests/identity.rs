@@ -116,6 +116,40 @@ fn a_live_member_with_this_machine_id_and_another_boot_makes_start_exit_2() {
     assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
 }
 
+/// A clone of this machine runs a live warden with the very same node id (its config was
+/// cloned too). On its face that is this machine's warden before a fast reboot, whose
+/// session will expire (SPEC §4.9); but it does not expire. Once it outlives a session
+/// timeout and a half, the new warden refuses, exit 2, naming `/etc/machine-id`, instead
+/// of waiting for ever.
+#[test]
+fn a_clone_with_the_same_node_id_is_refused_once_its_session_outlives_the_timeout() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let clone = ZkClient::connect(&zk.connect_string());
+    let path = cluster.znode("members/n1");
+    let record = member_record("n1", "rm9.clone.example", &machine_id(), &other_boot());
+    clone.create_ephemeral(&path, &record);
+
+    let mut warden = n1.start();
+    // Generous: the refusal comes after 1.5 session timeouts (2s here).
+    let exit = wait_for(secs(30), "n1 exits", || warden.try_exit());
+    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
+    for needle in ["rm9.clone.example", "/etc/machine-id"] {
+        assert!(
+            warden.log_mentions(needle),
+            "the refusal does not name {needle}:\n{}",
+            warden.log()
+        );
+    }
+    assert_eq!(
+        clone.get(&path).as_deref(),
+        Some(&record[..]),
+        "the refused warden touched the clone's member record"
+    );
+    assert!(n1.runs().is_empty(), "n1 promoted: {:?}", n1.runs());
+}
+
 /// The breadcrumb names "clone" with this machine's id and another boot id: on its face,
 /// this machine before a reboot, which `signal` would call fenced without signalling. But
 /// a live member still runs that very boot (the clone's warden restarted there): it was

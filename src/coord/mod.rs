@@ -406,14 +406,17 @@ pub async fn register<S: Session>(
     waiting_logged: &mut bool,
     clone_check: Option<Duration>,
 ) -> Result<(), RegisterError> {
-    register_member(session, me, is_running, waiting_logged).await?;
-    let Some(wait) = clone_check else {
-        return Ok(());
-    };
     // A session that expires counts from its last heartbeat, and ZooKeeper notices on its
     // next tick: half a session timeout more covers both.
-    let wait = wait.max(session.granted_session_timeout().unwrap_or(wait));
-    let deadline = tokio::time::Instant::now() + wait + wait / 2;
+    let bound = clone_check.map(|wait| {
+        let wait = wait.max(session.granted_session_timeout().unwrap_or(wait));
+        wait + wait / 2
+    });
+    register_member(session, me, is_running, waiting_logged, bound).await?;
+    let Some(bound) = bound else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + bound;
     let host = record::HostIdentity::of(&me.node);
     let mut logged = false;
     loop {
@@ -432,20 +435,7 @@ pub async fn register<S: Session>(
             if let Err(e) = session.delete_member(&me.node.node_id).await {
                 warn!("could not delete this node's member record before exiting: {e}");
             }
-            return Err(RegisterError::Duplicate(format!(
-                "the member {} on host {} (boot {}) carries this machine's id {} from \
-                 /etc/machine-id, and this is host {} on boot {}: two machines share one \
-                 machine id (cloned from one image?), so neither can tell its own leftovers \
-                 from the other's; give each machine its own id (on one of them: rm \
-                 /etc/machine-id && systemd-machine-id-setup, then restart its services) — \
-                 refusing to start",
-                record::printable(&clone.node.node_id),
-                record::printable(&clone.node.host),
-                record::printable(&clone.node.boot_id),
-                me.node.machine_id,
-                me.node.host,
-                me.node.boot_id
-            )));
+            return Err(cloned_machine(&me.node, &clone.node));
         }
         if !logged {
             warn!(
@@ -455,7 +445,7 @@ pub async fn register<S: Session>(
                 record::printable(&clone.node.node_id),
                 record::printable(&clone.node.host),
                 record::printable(&clone.node.boot_id),
-                humantime::format_duration(wait + wait / 2)
+                humantime::format_duration(bound)
             );
             logged = true;
         }
@@ -463,14 +453,36 @@ pub async fn register<S: Session>(
     }
 }
 
+/// The refusal of a machine whose id `clone`, a live member, carries with another boot.
+fn cloned_machine(me: &NodeRecord, clone: &NodeRecord) -> RegisterError {
+    RegisterError::Duplicate(format!(
+        "the member {} on host {} (boot {}) carries this machine's id {} from \
+         /etc/machine-id, and this is host {} on boot {}: two machines share one machine id \
+         (cloned from one image?), so neither can tell its own leftovers from the other's; \
+         give each machine its own id (on one of them: rm /etc/machine-id && \
+         systemd-machine-id-setup, then restart its services) — refusing to start",
+        record::printable(&clone.node_id),
+        record::printable(&clone.host),
+        record::printable(&clone.boot_id),
+        me.machine_id,
+        me.host,
+        me.boot_id
+    ))
+}
+
 /// SPEC §4.9: creates our member record, or waits for our killed predecessor's to go.
+/// With `clone_bound`, a predecessor of another boot of this machine whose record is
+/// still there after that long is no predecessor: its session lives on, so it is a clone
+/// with our machine id (and, cloned with it, our config's node id).
 async fn register_member<S: Session>(
     session: &S,
     me: &MemberRecord,
     is_running: impl Fn(u32, u64) -> bool,
     waiting_logged: &mut bool,
+    clone_bound: Option<Duration>,
 ) -> Result<(), RegisterError> {
     session.ensure_cluster().await?;
+    let mut other_boot_since: Option<tokio::time::Instant> = None;
     loop {
         match session.member(&me.node.node_id).await? {
             None => match session.create_member(me).await {
@@ -484,6 +496,14 @@ async fn register_member<S: Session>(
                 session.delete_member(&me.node.node_id).await?;
             }
             Some((_, Ok(other))) if predecessor_is_gone(&me.node, &other.node, &is_running) => {
+                let other_boot =
+                    record::HostIdentity::of(&me.node).same_machine_other_boot(&other.node);
+                if let (Some(bound), true) = (clone_bound, other_boot) {
+                    let since = *other_boot_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= bound {
+                        return Err(cloned_machine(&me.node, &other.node));
+                    }
+                }
                 if !*waiting_logged {
                     warn!(
                         old_pid = other.node.pid,
