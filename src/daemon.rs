@@ -219,10 +219,18 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             // SPEC §6: an unreadable pidfile is said at start, not found out at the first
             // fence; a missing one is only warned about by the check (the service may
             // still be starting), and a promotion refuses either.
-            if let Err(e) = hooks.check_pidfile() {
-                error!(
-                    "{e}; this node cannot be promoted until the pidfile names the running service"
-                );
+            match hooks.check_pidfile() {
+                Err(e) if e.refuses_start => {
+                    return Err(Fatal {
+                        code: EXIT_USAGE,
+                        message: e.message,
+                    })
+                }
+                Err(e) => error!(
+                    "{}; this node cannot be promoted until the pidfile names the running service",
+                    e.message
+                ),
+                Ok(()) => {}
             }
         }
         // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
@@ -858,9 +866,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             ServiceControl::Spawn(_) => None,
         };
         let own_service = self.stopping.clone();
+        let zk = ctx.zk.clone();
+        let host_id = record::HostIdentity::of(&self.me);
         let run = async move {
             let (fenced, summary) = match order {
-                FenceOrder::Node(r) => run_chain(&chain, &r.fence_target(), &metrics).await,
+                FenceOrder::Node(r) => {
+                    let mut target = r.fence_target();
+                    target.reboot_contradicted = reboot_contradicted(&zk, &host_id, &r).await;
+                    run_chain(&chain, &target, &metrics).await
+                }
                 FenceOrder::Unreadable => {
                     let (fenced, mut summary) =
                         run_chain(&chain, &Default::default(), &metrics).await;
@@ -1495,11 +1509,21 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         // that lost its tables while we ran is waited out: `status` says it lost data, and
         // `warden init --force` brings the cluster back (SPEC §3a).
         let first_start = self.next_gen == 1;
+        let session_timeout = self.elector.session_timeout();
         let h = tokio::spawn(async move {
             let mut backoff = CONNECT_BACKOFF_START;
             let mut waiting_logged = false;
             loop {
-                match open(&connector, &host, &me, first_start, &mut waiting_logged).await {
+                match open(
+                    &connector,
+                    &host,
+                    &me,
+                    first_start,
+                    session_timeout,
+                    &mut waiting_logged,
+                )
+                .await
+                {
                     Ok(opened) => {
                         let _ = tx.send(Input::Connected(Box::new(opened)));
                         return;
@@ -1651,6 +1675,7 @@ async fn open<C: Connector>(
     host: &impl Host,
     me: &MemberRecord,
     first_start: bool,
+    session_timeout: Duration,
     waiting_logged: &mut bool,
 ) -> Result<Opened<C::Session>, RegisterError> {
     let session = connector.connect().await?;
@@ -1658,7 +1683,10 @@ async fn open<C: Connector>(
         session.check_initialized().await?;
     }
     let is_running = |pid, start_time| host.is_running(pid, start_time);
-    coord::register(&session, me, is_running, waiting_logged).await?;
+    // Two machines with one machine id are refused at start (SPEC §5, "Which host is
+    // this?"); a reconnect keeps the node it is.
+    let clone_check = first_start.then_some(session_timeout);
+    coord::register(&session, me, is_running, waiting_logged, clone_check).await?;
     let (etx, mut events) = mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
     let s = session.clone();
@@ -1718,6 +1746,44 @@ async fn run_chain<M: warden_fencing::Methods>(
     let report = chain.fence(target).await;
     metrics.fence_report(&report);
     (report.is_fenced(), report.summary())
+}
+
+/// How long a fence waits for the member records that may contradict a reboot: one read
+/// of a handful of small records, which a working store answers in milliseconds; a fence
+/// that gets none goes on without taking the reboot on trust.
+const MEMBERS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SPEC §5: a record with this machine's id and another boot id reads as "this machine
+/// before a reboot", which `signal` takes as fenced. A live member that runs that boot
+/// says otherwise (a clone with the same `/etc/machine-id`), and so does silence: when the
+/// member records cannot be read, the reboot is not taken on trust either.
+async fn reboot_contradicted<S: Session>(
+    session: &S,
+    host: &record::HostIdentity,
+    target: &NodeRecord,
+) -> Option<String> {
+    if !host.same_machine_other_boot(target) {
+        return None;
+    }
+    match tokio::time::timeout(MEMBERS_READ_TIMEOUT, session.members())
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Unknown(format!(
+                "no answer within {}",
+                humantime::format_duration(MEMBERS_READ_TIMEOUT)
+            )))
+        }) {
+        Ok(members) => {
+            let live: Vec<MemberRecord> = members.into_iter().filter_map(|(_, m)| m.ok()).collect();
+            host.reboot_contradicted_by(target, &live)
+        }
+        Err(e) => Some(format!(
+            "the record of {} names this machine's id with another boot id, but the member \
+             records could not be read ({e}) to make sure no live member (a clone with the \
+             same machine id) still runs that boot",
+            record::printable(&target.node_id)
+        )),
+    }
 }
 
 /// An earlier warden process of this node whose service the demote hook already took care

@@ -128,8 +128,9 @@ pub trait HookControl: Clone + Send + Sync + 'static {
         epoch: Option<Epoch>,
         extra: Vec<(String, String)>,
     ) -> impl Future<Output = Result<(), String>> + Send;
-    /// The check at start; an error is logged (the promotion will refuse).
-    fn check_pidfile(&self) -> Result<(), String>;
+    /// The check at start; an error is logged (the promotion will refuse), or refuses the
+    /// start when [`PidfileProblem::refuses_start`] says so.
+    fn check_pidfile(&self) -> Result<(), PidfileProblem>;
     /// At promotion: pins the pidfile's process (SPEC §4.3c).
     fn pin(&self) -> Result<Option<PinnedService>, String>;
     fn pinned(&self) -> Option<PinnedService>;
@@ -292,10 +293,13 @@ impl HookControl for Hooks {
             .map_err(|e| e.to_string())
     }
 
-    fn check_pidfile(&self) -> Result<(), String> {
+    fn check_pidfile(&self) -> Result<(), PidfileProblem> {
         Hooks::check_pidfile(self)
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| PidfileProblem {
+                refuses_start: e.refuses_start(),
+                message: e.to_string(),
+            })
     }
 
     fn pin(&self) -> Result<Option<PinnedService>, String> {
@@ -315,6 +319,16 @@ impl HookControl for Hooks {
     }
 }
 
+/// What the start-time check of hooks mode's `service.pidfile` found (SPEC §6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidfileProblem {
+    /// What is wrong, and what to do.
+    pub message: String,
+    /// Warden must not start with it (exit 2): the pidfile names a process of another pid
+    /// namespace. Otherwise it is logged, and a promotion refuses while it lasts.
+    pub refuses_start: bool,
+}
+
 /// Who this warden process is: this host's boot id, machine id and pid namespace, and
 /// this process's pid and start time, read from `/proc` and `/etc/machine-id`.
 pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
@@ -330,6 +344,7 @@ pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
         String::new()
     });
     let pid_ns = warden_fencing::process::pid_ns().ok();
+    let cgroup_ns = warden_fencing::cgroup::namespace();
     Ok(NodeRecord {
         node_id: cfg.cluster.node_id.clone(),
         host: cfg.host(),
@@ -337,6 +352,7 @@ pub fn identity(cfg: &Config) -> Result<NodeRecord, String> {
         boot_id,
         machine_id,
         pid_ns,
+        cgroup_ns,
         pid,
         start_time,
         incarnation: format!("{:016x}", rand::random::<u64>()),

@@ -162,6 +162,10 @@ pub struct NodeRecord {
     /// Spawn mode: the service's own cgroup v2, relative to the hierarchy's root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_cgroup: Option<String>,
+    /// The inode of warden's cgroup namespace (`/proc/self/ns/cgroup`), whose root
+    /// `service_cgroup` is relative to: from another one the path is not the same cgroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_ns: Option<u64>,
     /// The greatest epoch this node has seen (member records; SPEC §3a).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_seen: Option<Epoch>,
@@ -197,8 +201,11 @@ impl NodeRecord {
             service_pgid: self.service_pgid,
             service_start_time: self.service_start_time,
             service_cgroup: self.service_cgroup.clone(),
+            cgroup_ns: self.cgroup_ns,
             incarnation: non_empty(&self.incarnation),
             epoch: self.epoch,
+            // Only the caller knows the live members that could contradict a reboot.
+            reboot_contradicted: None,
         }
     }
 }
@@ -237,16 +244,61 @@ impl HostIdentity {
     pub fn same_machine(&self, r: &NodeRecord) -> bool {
         same_id(&self.machine_id, &r.machine_id)
     }
+
+    /// Whether `r` carries this machine's id with another boot id, both known: on its
+    /// face this machine before a reboot, or (while `r` is a live member's) a clone of
+    /// this machine that shares its `/etc/machine-id`.
+    pub fn same_machine_other_boot(&self, r: &NodeRecord) -> bool {
+        self.same_machine(r)
+            && matches!(
+                (hex_digits(&self.boot_id), hex_digits(&r.boot_id)),
+                (Some(x), Some(y)) if x != y
+            )
+    }
+
+    /// Why `target` (a breadcrumb that names this machine with another boot id) was not
+    /// written before a reboot of this machine, if a live member says so: a member record
+    /// in `live` that carries the target's machine id *and* boot id shows that boot still
+    /// running, so the machine id is shared by two machines (cloned from one image) and
+    /// the target is another machine's, to be fenced by the whole chain (SPEC §5).
+    pub fn reboot_contradicted_by(
+        &self,
+        target: &NodeRecord,
+        live: &[MemberRecord],
+    ) -> Option<String> {
+        if !self.same_machine_other_boot(target) {
+            return None;
+        }
+        let witness = live.iter().find(|m| {
+            same_id(&m.node.machine_id, &target.machine_id)
+                && same_id(&m.node.boot_id, &target.boot_id)
+        })?;
+        Some(format!(
+            "the record of {} names this machine's id {} (/etc/machine-id) with boot {}, \
+             and that boot is not over: the live member {} on host {} runs it; two machines \
+             share this machine id (cloned from one image?), so the record is another \
+             machine's and only a method that reaches it may fence it (give each machine its \
+             own id: rm /etc/machine-id && systemd-machine-id-setup)",
+            printable(&target.node_id),
+            printable(&target.machine_id),
+            printable(&target.boot_id),
+            printable(&witness.node.node_id),
+            printable(&witness.node.host)
+        ))
+    }
+}
+
+/// The hex digits of a boot or machine id (a UUID with or without dashes), lower case;
+/// `None` for an empty or non-hex id, which is unknown.
+fn hex_digits(s: &str) -> Option<String> {
+    let d: String = s.trim().chars().filter(|c| *c != '-').collect();
+    (!d.is_empty() && d.chars().all(|c| c.is_ascii_hexdigit())).then(|| d.to_ascii_lowercase())
 }
 
 /// Boot and machine ids are hex (UUIDs with or without dashes): equal when their hex digits
 /// are, case aside; an empty or non-hex id equals nothing.
 fn same_id(a: &str, b: &str) -> bool {
-    let digits = |s: &str| -> Option<String> {
-        let d: String = s.chars().filter(|c| *c != '-').collect();
-        (!d.is_empty() && d.chars().all(|c| c.is_ascii_hexdigit())).then(|| d.to_ascii_lowercase())
-    };
-    matches!((digits(a), digits(b)), (Some(x), Some(y)) if x == y)
+    matches!((hex_digits(a), hex_digits(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// A node's role, as published in its member record and shown by `status` (SPEC §4).
@@ -739,5 +791,74 @@ mod tests {
         let mut bad = req(now);
         bad.deadline = "soon".into();
         assert!(!bad.pending_at(now));
+    }
+
+    fn host_record(machine: &str, boot: &str) -> NodeRecord {
+        NodeRecord {
+            node_id: "rm1".into(),
+            host: "rm1.example".into(),
+            machine_id: machine.into(),
+            boot_id: boot.into(),
+            pid_ns: Some(4026531836),
+            ..Default::default()
+        }
+    }
+
+    fn live(node: &str, machine: &str, boot: &str) -> MemberRecord {
+        MemberRecord {
+            node: NodeRecord {
+                node_id: node.into(),
+                host: format!("{node}.example"),
+                ..host_record(machine, boot)
+            },
+            role: Role::Standby,
+            health: Health::Healthy,
+            session_timeout: None,
+            containment: None,
+            follow: None,
+            priority: None,
+        }
+    }
+
+    const M: &str = "3a000000000000000000000000000001";
+    const B_HERE: &str = "b0070000-0000-0000-0000-0000000000aa";
+    const B_OLD: &str = "b00700000000000000000000000000bb";
+
+    #[test]
+    fn another_boot_of_this_machine_needs_both_boot_ids_known() {
+        let here = HostIdentity::of(&host_record(M, B_HERE));
+        assert!(here.same_machine_other_boot(&host_record(M, B_OLD)));
+        // The same boot, spelled otherwise, is not another boot.
+        assert!(!here.same_machine_other_boot(&host_record(M, &B_HERE.to_uppercase())));
+        assert!(!here.same_machine_other_boot(&host_record(M, "")));
+        assert!(!here.same_machine_other_boot(&host_record(M, "not-hex")));
+        assert!(
+            !here.same_machine_other_boot(&host_record("3a000000000000000000000000000002", B_OLD))
+        );
+    }
+
+    #[test]
+    fn a_reboot_is_contradicted_only_by_a_live_member_on_that_very_boot() {
+        let here = HostIdentity::of(&host_record(M, B_HERE));
+        let crumb = host_record(M, B_OLD);
+        assert_eq!(here.reboot_contradicted_by(&crumb, &[]), None);
+        // Members of this boot, or of another machine with that boot id, say nothing.
+        let unrelated = [
+            live("rm2", M, B_HERE),
+            live("rm3", "3a000000000000000000000000000002", B_OLD),
+        ];
+        assert_eq!(here.reboot_contradicted_by(&crumb, &unrelated), None);
+        let why = here
+            .reboot_contradicted_by(&crumb, &[live("clone", M, &B_OLD.to_uppercase())])
+            .expect("a clone runs the recorded boot");
+        assert!(
+            why.contains("clone") && why.contains("/etc/machine-id"),
+            "{why}"
+        );
+        // A record of this very boot is no reboot to contradict.
+        assert_eq!(
+            here.reboot_contradicted_by(&host_record(M, B_HERE), &[live("x", M, B_HERE)]),
+            None
+        );
     }
 }

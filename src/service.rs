@@ -1664,6 +1664,59 @@ pub enum PidfileError {
         path.display()
     )]
     NotRunning { path: PathBuf, pid: u32 },
+    #[error(
+        "the pidfile {} (service.pidfile) names pid {pid}, a process in pid namespace \
+         {process_ns}, but warden runs in pid namespace {warden_ns}: the service runs in \
+         another container than warden, whose processes warden must not pin or kill by a \
+         pid of its own; run warden in the service's pid namespace (the same container), or \
+         use spawn mode",
+        path.display()
+    )]
+    OtherPidNamespace {
+        path: PathBuf,
+        pid: u32,
+        process_ns: u64,
+        warden_ns: u64,
+    },
+    #[error(
+        "the pidfile {} (service.pidfile) names pid {pid}, which {here} in warden's pid \
+         namespace {warden_ns}, but {} has pid {pid} in its own: the pidfile was written \
+         inside a container, and its pid means another process here, or none; run warden in \
+         the service's pid namespace (the same container)",
+        path.display(),
+        describe_namesakes(namesakes)
+    )]
+    WrittenInOtherPidNamespace {
+        path: PathBuf,
+        pid: u32,
+        /// What the pid is here: "no process has", "is a kernel thread".
+        here: &'static str,
+        /// The processes with that pid in their own namespace: pid here, namespace.
+        namesakes: Vec<(u32, u64)>,
+        warden_ns: u64,
+    },
+}
+
+impl PidfileError {
+    /// Whether warden must not start with this pidfile (exit 2, SPEC §9): it names a
+    /// process of another pid namespace. Anything else is said at start and refused at
+    /// promotion.
+    pub fn refuses_start(&self) -> bool {
+        matches!(
+            self,
+            PidfileError::OtherPidNamespace { .. }
+                | PidfileError::WrittenInOtherPidNamespace { .. }
+        )
+    }
+}
+
+/// "process 1234 (pid namespace 4026532000)", and more of them.
+fn describe_namesakes(namesakes: &[(u32, u64)]) -> String {
+    let list: Vec<String> = namesakes
+        .iter()
+        .map(|(pid, ns)| format!("process {pid} (pid namespace {ns})"))
+        .collect();
+    list.join(" and ")
 }
 
 /// How much of a pidfile's bad first line an error quotes.
@@ -1750,13 +1803,78 @@ impl Hooks {
     /// pidfile. A missing pidfile, or one naming no running process, is only a warning
     /// here (logged; `Ok(None)`): the service may still be starting. A pidfile that does
     /// not hold a pid, or names warden itself, is an error.
+    ///
+    /// Across pid namespaces (SPEC §6), what can be checked is refused
+    /// ([`PidfileError::refuses_start`]): a pid whose process runs in another pid namespace
+    /// than warden's (`/proc/PID/ns/pid`), and a pid that names no process here while a
+    /// process of another namespace has it as its own pid there (`NSpid`: the pidfile was
+    /// written inside a container). What cannot be told apart: a pid that names a process
+    /// of warden's namespace and is also some container's own pid of another process; the
+    /// process here is taken, with a warning.
     pub fn check_pidfile(&self) -> Result<Option<PinnedService>, PidfileError> {
         let Some(path) = &self.pidfile else {
             return Ok(None);
         };
         match read_pidfile(path) {
-            Ok(found) => Ok(Some(found)),
-            Err(e @ (PidfileError::Missing { .. } | PidfileError::NotRunning { .. })) => {
+            Ok(found) => {
+                // A pid that is also a container's own pid of some process cannot be told
+                // from ours by the file alone: the process here is taken, and the doubt said.
+                let namesakes = process::namesakes_in_other_pid_namespaces(found.pid);
+                if !namesakes.is_empty() {
+                    warn!(
+                        pidfile = %path.display(),
+                        pid = found.pid,
+                        "the pidfile names pid {} of this pid namespace, and {} has that pid \
+                         in its own; if the service writes its pidfile inside a container, \
+                         this is the wrong process: run warden in the service's container",
+                        found.pid,
+                        describe_namesakes(&namesakes)
+                    );
+                }
+                Ok(Some(found))
+            }
+            Err(PidfileError::NotRunning { path, pid }) => {
+                let namesakes = process::namesakes_in_other_pid_namespaces(pid);
+                if let (false, Ok(warden_ns)) = (namesakes.is_empty(), process::pid_ns()) {
+                    return Err(PidfileError::WrittenInOtherPidNamespace {
+                        path,
+                        pid,
+                        here: "no process has",
+                        namesakes,
+                        warden_ns,
+                    });
+                }
+                let e = PidfileError::NotRunning { path, pid };
+                warn!(
+                    "{e}; the service may still be starting, but warden needs it by the \
+                       time this node is promoted"
+                );
+                Ok(None)
+            }
+            Err(PidfileError::Refused {
+                path,
+                pid,
+                what: KERNEL_THREAD,
+            }) => {
+                // A kernel thread is no service: a container's own pid of its service, read
+                // here, names one when it is small (kthreadd is 2).
+                let namesakes = process::namesakes_in_other_pid_namespaces(pid);
+                match (namesakes.is_empty(), process::pid_ns()) {
+                    (false, Ok(warden_ns)) => Err(PidfileError::WrittenInOtherPidNamespace {
+                        path,
+                        pid,
+                        here: "is a kernel thread",
+                        namesakes,
+                        warden_ns,
+                    }),
+                    _ => Err(PidfileError::Refused {
+                        path,
+                        pid,
+                        what: KERNEL_THREAD,
+                    }),
+                }
+            }
+            Err(e @ PidfileError::Missing { .. }) => {
                 warn!(
                     "{e}; the service may still be starting, but warden needs it by the \
                        time this node is promoted"
@@ -1858,16 +1976,40 @@ fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
         });
     }
     match process::stat(pid) {
-        Some(s) if !s.is_exited() => Ok(PinnedService {
+        Some(s) if !s.is_exited() && process::is_kernel_thread(pid) => Err(PidfileError::Refused {
+            path: path.to_path_buf(),
             pid,
-            start_time: s.start_time,
+            what: KERNEL_THREAD,
         }),
+        Some(s) if !s.is_exited() => {
+            // A process of another pid namespace (a container's, seen here by its outer
+            // pid) is not ours to pin: what it is cannot be checked from here. Unknown
+            // when either namespace cannot be read (another user's process): taken as is.
+            if let (Some(process_ns), Ok(warden_ns)) = (process::pid_ns_of(pid), process::pid_ns())
+            {
+                if process_ns != warden_ns {
+                    return Err(PidfileError::OtherPidNamespace {
+                        path: path.to_path_buf(),
+                        pid,
+                        process_ns,
+                        warden_ns,
+                    });
+                }
+            }
+            Ok(PinnedService {
+                pid,
+                start_time: s.start_time,
+            })
+        }
         _ => Err(PidfileError::NotRunning {
             path: path.to_path_buf(),
             pid,
         }),
     }
 }
+
+/// [`PidfileError::Refused`] of a pidfile that names a kernel thread.
+const KERNEL_THREAD: &str = "which is a kernel thread, never a service's process";
 
 /// Why warden may never signal `pid`, if so: `kill` would read 0 and negative numbers as
 /// process groups, 1 is init, and warden must not kill itself or its own group.

@@ -462,6 +462,9 @@ fn container_record(sleep: u32) -> Target {
         pid: Some(inner),
         start_time: process::start_time(sleep),
         pid_ns: process::pid_ns_of(sleep),
+        // unshare --pid alone: the container shares this cgroup namespace, and a warden
+        // in it records so.
+        cgroup_ns: warden_fencing::cgroup::namespace(),
         ..this_boot()
     }
 }

@@ -69,7 +69,7 @@ struct Client {
 
 async fn open(store: &SimStore, i: usize) -> Client {
     let s = store.connector(i, 0).connect().await.expect("a session");
-    coord::register(&s, &member(i, Role::Standby), |_, _| true, &mut false)
+    coord::register(&s, &member(i, Role::Standby), |_, _| true, &mut false, None)
         .await
         .expect("registered");
     let (tx, mut events) = mpsc::unbounded_channel();
@@ -325,7 +325,7 @@ async fn a_killed_process_never_hears_back_and_its_session_expires() {
     assert!(!pending.is_finished());
     // A new incarnation of the node registers.
     let c = store.connector(0, 1).connect().await.unwrap();
-    coord::register(&c, &member(0, Role::Standby), |_, _| true, &mut false)
+    coord::register(&c, &member(0, Role::Standby), |_, _| true, &mut false, None)
         .await
         .unwrap();
 }

@@ -28,6 +28,18 @@ use std::path::{Component, Path, PathBuf};
 use procfs::process::{MountInfo, Process};
 use procfs::ProcessCGroups;
 
+/// The inode of the initial (the host's own) cgroup namespace: fixed by the kernel
+/// (`PROC_CGROUP_INIT_INO`), as that of every initial namespace is.
+pub const INITIAL_NAMESPACE: u64 = 0xEFFF_FFFB;
+
+/// The inode of this process's cgroup namespace (`/proc/self/ns/cgroup`). Cgroup paths in
+/// `/proc/PID/cgroup` and under a cgroup2 mount made inside it are relative to its root,
+/// so a path recorded in another cgroup namespace names another cgroup here, or none.
+pub fn namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self/ns/cgroup").ok().map(|m| m.ino())
+}
+
 /// The mount point of the cgroup v2 hierarchy, from `/proc/self/mountinfo`; `None` on a
 /// host without one (cgroup v1 only).
 pub fn unified_mount() -> Option<PathBuf> {

@@ -60,9 +60,19 @@ pub struct Target {
     /// The service's cgroup v2, relative to the hierarchy's root (spawn mode, when the
     /// service had a cgroup of its own): every process in it is the service's.
     pub service_cgroup: Option<String>,
+    /// The inode of the target warden's cgroup namespace (`/proc/self/ns/cgroup`): the
+    /// cgroup path above is relative to that namespace's root, and names another cgroup,
+    /// or none, from another one.
+    pub cgroup_ns: Option<u64>,
     /// Random per warden process start.
     pub incarnation: Option<String>,
     pub epoch: Option<u64>,
+    /// Why the target, which names this machine's id with another boot id, was *not*
+    /// written before a reboot of this machine (a live member still runs that boot: two
+    /// machines share one machine id). Set by the caller, which can see the members;
+    /// `signal` then does not take the target as rebooted (SPEC §5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reboot_contradicted: Option<String>,
 }
 
 impl Target {

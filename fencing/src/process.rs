@@ -79,6 +79,10 @@ pub fn machine_id() -> io::Result<String> {
     Err(last.unwrap_or_else(|| io::Error::other("no machine id")))
 }
 
+/// The inode of the initial (the host's own) pid namespace: fixed by the kernel
+/// (`PROC_PID_INIT_INO`).
+pub const INITIAL_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+
 /// The inode of this process's pid namespace (`/proc/self/ns/pid`): processes in other
 /// pid namespaces (another container on the same kernel) are not visible by our pids.
 ///
@@ -97,6 +101,31 @@ pub fn pid_ns_of(pid: u32) -> Option<u64> {
     fs::metadata(format!("/proc/{pid}/ns/pid"))
         .ok()
         .map(|m| m.ino())
+}
+
+/// The processes of other pid namespaces (containers on this kernel, seen from here) whose
+/// pid *in their own namespace* is `pid`: each as its pid here and the inode of its pid
+/// namespace, sorted. A pid read from a file that a process inside a container wrote is one
+/// of these, and names another process here, or none. Reads `NSpid` of every process's
+/// `/proc/PID/status`, which takes a scan of `/proc`: meant for checks at start.
+pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
+    let Ok(ours) = pid_ns() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, u64)> = all_processes()
+        .filter_map(|(here, p)| {
+            let nspid = p.status().ok()?.nspid?;
+            // Outermost first: more than one entry means a nested namespace, and the last
+            // is the pid the process sees for itself.
+            if nspid.len() < 2 || u32::try_from(*nspid.last()?).ok()? != pid {
+                return None;
+            }
+            let ns = pid_ns_of(here)?;
+            (ns != ours).then_some((here, ns))
+        })
+        .collect();
+    found.sort_unstable();
+    found
 }
 
 /// 32 hex digits (either case) as a number; `None` for anything else.
@@ -230,6 +259,10 @@ pub fn whereabouts(boot_id: &str, machine_id: &str, pid_ns: u64, target: &Target
         );
     }
     if recorded_boot != here_boot {
+        if let Some(why) = &target.reboot_contradicted {
+            // The machine id is shared with a live machine that runs the recorded boot.
+            return Whereabouts::Elsewhere(why.clone());
+        }
         // Boot ids are random per boot, and the machine id says this is the same machine:
         // it rebooted since the record was written, and a reboot ends every process.
         return Whereabouts::Rebooted(format!(
@@ -303,6 +336,17 @@ pub fn stat(pid: u32) -> Option<ProcStat> {
         return None;
     }
     stat_of(&Process::new(i32::try_from(pid).ok()?).ok()?)
+}
+
+/// Whether `pid` is a kernel thread (`PF_KTHREAD` in `/proc/PID/stat`'s flags): it runs
+/// no program, so it is never a service's process, and signals do not end it.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    /// `PF_KTHREAD` of the kernel's `include/linux/sched.h`.
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    i32::try_from(pid)
+        .ok()
+        .and_then(|p| Process::new(p).ok()?.stat().ok())
+        .is_some_and(|s| s.flags & PF_KTHREAD != 0)
 }
 
 /// The start time of a process in clock ticks since boot (`/proc/PID/stat` field 22).
@@ -635,7 +679,7 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
             }
         ));
         if let Some(relative) = &target.service_cgroup {
-            survey_cgroup(relative, opts, &mut s);
+            survey_cgroup(target, relative, opts, &mut s);
         }
         return s;
     }
@@ -683,7 +727,7 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
         }
     }
     if let Some(relative) = &target.service_cgroup {
-        survey_cgroup(relative, opts, &mut s);
+        survey_cgroup(target, relative, opts, &mut s);
     }
     if let Some(epoch) = target.epoch {
         // A promoted node ran its service as active. With nothing that names the service,
@@ -705,10 +749,52 @@ pub fn survey(target: &Target, opts: &TerminateOptions) -> Survey {
     s
 }
 
+/// Why the cgroup path `relative` that `target` recorded cannot be looked up from this
+/// process, if it cannot: a cgroup path is relative to the root of the recorder's cgroup
+/// namespace, so from another one (a container's, or the host's when the recorder ran in
+/// a container) it names another cgroup or none, and "none" must not pass for "removed".
+/// A record of an older warden names no cgroup namespace: it is taken as the host's own
+/// only when both sides run in the host's initial namespaces.
+pub fn cgroup_out_of_view(target: &Target, relative: &str) -> Option<String> {
+    let advice = "so whether the service still runs in it is unknown (never taken for \
+                  removed); fence it from the recorder's cgroup namespace (fence-local run \
+                  on its host outside any container the recorder did not share), or confirm \
+                  by hand with `warden fence --confirm` once it is down";
+    let Some(here) = cgroup::namespace() else {
+        return Some(format!(
+            "this process's cgroup namespace cannot be read (/proc/self/ns/cgroup), so the \
+             recorded service cgroup {relative} cannot be looked up safely, {advice}"
+        ));
+    };
+    match target.cgroup_ns {
+        Some(recorded) if recorded == here => None,
+        Some(recorded) => Some(format!(
+            "the service cgroup {relative} was recorded in cgroup namespace {recorded}, and \
+             this process runs in cgroup namespace {here}, where that path names another \
+             cgroup or none, {advice}"
+        )),
+        None if here == cgroup::INITIAL_NAMESPACE
+            && target.pid_ns == Some(INITIAL_PID_NAMESPACE) =>
+        {
+            None
+        }
+        None => Some(format!(
+            "the record names service cgroup {relative} but not the cgroup namespace it was \
+             recorded in (written by an older warden), and this process runs in cgroup \
+             namespace {here}, which may not be the recorder's, {advice}"
+        )),
+    }
+}
+
 /// The recorded service cgroup (`relative`, as in `/proc/PID/cgroup`): a subject while it
-/// holds processes, gone once it is empty or removed.
-fn survey_cgroup(relative: &str, opts: &TerminateOptions, s: &mut Survey) {
+/// holds processes, gone once it is empty or removed; unknown when it cannot be looked up
+/// from this cgroup namespace ([`cgroup_out_of_view`]).
+fn survey_cgroup(target: &Target, relative: &str, opts: &TerminateOptions, s: &mut Survey) {
     let what = "service cgroup".to_string();
+    if let Some(why) = cgroup_out_of_view(target, relative) {
+        s.problems.push(why);
+        return;
+    }
     let Some(cgroup) = Cgroup::find(relative) else {
         s.problems.push(match cgroup::unified_mount() {
             None => format!(
@@ -1305,6 +1391,34 @@ mod tests {
     }
 
     #[test]
+    fn a_cgroup_recorded_in_another_cgroup_namespace_is_out_of_view() {
+        let here = cgroup::namespace().expect("/proc/self/ns/cgroup");
+        let t = |ns: Option<u64>, pid_ns: Option<u64>| Target {
+            service_cgroup: Some("/warden/service-1".into()),
+            cgroup_ns: ns,
+            pid_ns,
+            ..Target::default()
+        };
+        assert_eq!(
+            cgroup_out_of_view(&t(Some(here), None), "/warden/service-1"),
+            None
+        );
+        let why = cgroup_out_of_view(&t(Some(here + 1), None), "/warden/service-1")
+            .expect("another cgroup namespace");
+        assert!(
+            why.contains("cgroup namespace") && why.contains("never taken for removed"),
+            "{why}"
+        );
+        // An older warden's record: trusted only between the host's initial namespaces.
+        let old = t(None, Some(INITIAL_PID_NAMESPACE));
+        assert_eq!(
+            cgroup_out_of_view(&old, "/warden/service-1").is_none(),
+            here == cgroup::INITIAL_NAMESPACE
+        );
+        assert!(cgroup_out_of_view(&t(None, Some(4026532000)), "/warden/service-1").is_some());
+    }
+
+    #[test]
     fn whereabouts_needs_boot_machine_and_pid_namespace_to_agree() {
         const BOOT: &str = "ea6e745e-35d0-4857-9b07-fa79425460ee";
         const OTHER_BOOT: &str = "00000000-0000-4000-8000-000000000000";
@@ -1345,6 +1459,20 @@ mod tests {
             here(&t(Some(OTHER_BOOT), Some(MACHINE), Some(8))),
             Whereabouts::Rebooted(_)
         ));
+        // A live member runs that boot: a clone sharing the machine id, not a reboot.
+        let cloned = Target {
+            reboot_contradicted: Some("the live member rm9 runs that boot".into()),
+            ..t(Some(OTHER_BOOT), Some(MACHINE), Some(8))
+        };
+        elsewhere(here(&cloned), "the live member rm9 runs that boot");
+        // It says nothing about a record of this very boot.
+        assert_eq!(
+            here(&Target {
+                reboot_contradicted: Some("irrelevant".into()),
+                ..t(Some(BOOT), Some(MACHINE), Some(7))
+            }),
+            Whereabouts::ThisBoot
+        );
         elsewhere(
             here(&t(Some(BOOT), Some(OTHER_MACHINE), Some(7))),
             "another machine",

@@ -126,6 +126,15 @@ pub fn fence_local_args(target: &Target, timeout: Duration) -> Vec<String> {
         target.service_start_time.map(|v| v.to_string()),
     );
     push("--service-cgroup", target.service_cgroup.clone());
+    // Only with a cgroup: an older fence-local on the remote host knows no --cgroup-ns,
+    // and only a cgroup record needs it.
+    push(
+        "--cgroup-ns",
+        target
+            .cgroup_ns
+            .filter(|_| target.service_cgroup.is_some())
+            .map(|v| v.to_string()),
+    );
     push("--epoch", target.epoch.map(|v| v.to_string()));
     push("--port", target.port.map(|v| v.to_string()));
     let timeout = timeout.min(FENCE_LOCAL_MAX_TIMEOUT);

@@ -332,7 +332,8 @@ pub enum Item {
 pub enum RegisterError {
     /// The store failed; try again with a new session.
     Store(StoreError),
-    /// Another live warden runs with our node id: the message says where.
+    /// Another live warden runs with our node id, or on another machine with our machine
+    /// id: the message says where.
     Duplicate(String),
 }
 
@@ -391,13 +392,97 @@ pub(crate) fn names_breadcrumb(
 /// still runs on this host): then this waits, in the same session, for that session to
 /// end; anything else is another warden with our node id. `waiting_logged` keeps the
 /// "waiting" line to once per start.
+///
+/// With `clone_check` (at the first start; the session timeout), a live member of any
+/// other node id that carries our machine id with another boot id is a second machine
+/// with our `/etc/machine-id` (cloned from one image): once our own record is in, so that
+/// of two clones starting at once at least one sees the other, this refuses to start,
+/// after waiting up to `clone_check` for such a record to go (this machine's own before a
+/// fast reboot, of a second node id, goes when its session expires; a clone's stays).
 pub async fn register<S: Session>(
     session: &S,
     me: &MemberRecord,
     is_running: impl Fn(u32, u64) -> bool,
     waiting_logged: &mut bool,
+    clone_check: Option<Duration>,
+) -> Result<(), RegisterError> {
+    // A session that expires counts from its last heartbeat, and ZooKeeper notices on its
+    // next tick: half a session timeout more covers both.
+    let bound = clone_check.map(|wait| {
+        let wait = wait.max(session.granted_session_timeout().unwrap_or(wait));
+        wait + wait / 2
+    });
+    register_member(session, me, is_running, waiting_logged, bound).await?;
+    let Some(bound) = bound else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + bound;
+    let host = record::HostIdentity::of(&me.node);
+    let mut logged = false;
+    loop {
+        let clones: Vec<MemberRecord> = session
+            .members()
+            .await?
+            .into_iter()
+            .filter_map(|(id, m)| m.ok().filter(|_| id != me.node.node_id))
+            .filter(|m| host.same_machine_other_boot(&m.node))
+            .collect();
+        let Some(clone) = clones.first() else {
+            return Ok(());
+        };
+        if tokio::time::Instant::now() >= deadline {
+            // Leave no member record behind: the cluster must not count this node.
+            if let Err(e) = session.delete_member(&me.node.node_id).await {
+                warn!("could not delete this node's member record before exiting: {e}");
+            }
+            return Err(cloned_machine(&me.node, &clone.node));
+        }
+        if !logged {
+            warn!(
+                "the member {} on host {} carries this machine's id with another boot ({}): \
+                 this machine before a reboot, whose session will expire, or a clone with the \
+                 same /etc/machine-id; waiting up to {} to tell",
+                record::printable(&clone.node.node_id),
+                record::printable(&clone.node.host),
+                record::printable(&clone.node.boot_id),
+                humantime::format_duration(bound)
+            );
+            logged = true;
+        }
+        tokio::time::sleep(PREDECESSOR_POLL).await;
+    }
+}
+
+/// The refusal of a machine whose id `clone`, a live member, carries with another boot.
+fn cloned_machine(me: &NodeRecord, clone: &NodeRecord) -> RegisterError {
+    RegisterError::Duplicate(format!(
+        "the member {} on host {} (boot {}) carries this machine's id {} from \
+         /etc/machine-id, and this is host {} on boot {}: two machines share one machine id \
+         (cloned from one image?), so neither can tell its own leftovers from the other's; \
+         give each machine its own id (on one of them: rm /etc/machine-id && \
+         systemd-machine-id-setup, then restart its services) — refusing to start",
+        record::printable(&clone.node_id),
+        record::printable(&clone.host),
+        record::printable(&clone.boot_id),
+        me.machine_id,
+        me.host,
+        me.boot_id
+    ))
+}
+
+/// SPEC §4.9: creates our member record, or waits for our killed predecessor's to go.
+/// With `clone_bound`, a predecessor of another boot of this machine whose record is
+/// still there after that long is no predecessor: its session lives on, so it is a clone
+/// with our machine id (and, cloned with it, our config's node id).
+async fn register_member<S: Session>(
+    session: &S,
+    me: &MemberRecord,
+    is_running: impl Fn(u32, u64) -> bool,
+    waiting_logged: &mut bool,
+    clone_bound: Option<Duration>,
 ) -> Result<(), RegisterError> {
     session.ensure_cluster().await?;
+    let mut other_boot_since: Option<tokio::time::Instant> = None;
     loop {
         match session.member(&me.node.node_id).await? {
             None => match session.create_member(me).await {
@@ -411,6 +496,14 @@ pub async fn register<S: Session>(
                 session.delete_member(&me.node.node_id).await?;
             }
             Some((_, Ok(other))) if predecessor_is_gone(&me.node, &other.node, &is_running) => {
+                let other_boot =
+                    record::HostIdentity::of(&me.node).same_machine_other_boot(&other.node);
+                if let (Some(bound), true) = (clone_bound, other_boot) {
+                    let since = *other_boot_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() >= bound {
+                        return Err(cloned_machine(&me.node, &other.node));
+                    }
+                }
                 if !*waiting_logged {
                     warn!(
                         old_pid = other.node.pid,

@@ -20,8 +20,8 @@ use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
-use crate::record::{printable, HistoryEntry, NodeRecord, Role};
-use warden_fencing::{FenceChain, FenceContext, FenceReport};
+use crate::record::{printable, HistoryEntry, MemberRecord, NodeRecord, Role};
+use warden_fencing::{process, FenceChain, FenceContext, FenceReport};
 
 /// `from` of the history entries of manual fencing: the incarnation the breadcrumb named.
 pub const BREADCRUMB: &str = "breadcrumb";
@@ -153,7 +153,7 @@ pub async fn plan<S: Session>(
     let target = fence_target(&snap, node, force)?;
     let chain = chain(cfg)?;
     Ok(Plan {
-        methods: chain.plan(&target.fence_target()),
+        methods: chain.plan(&target_of(&snap, &target)),
         target,
     })
 }
@@ -170,7 +170,7 @@ pub async fn fence_node<S: Session>(
     let target = fence_target(&snap, node, force)?;
     let chain = chain(cfg)?;
     println!("fencing {} with the configured chain", describe(&target));
-    let report = chain.fence(&target.fence_target()).await;
+    let report = chain.fence(&target_of(&snap, &target)).await;
     let by = operator::identity();
     let (to, verdict) = if report.is_fenced() {
         (FENCED, "fenced")
@@ -362,6 +362,25 @@ fn alive(snap: &ClusterSnapshot, target: &NodeRecord) -> Option<String> {
         )),
         _ => None,
     })
+}
+
+/// `record` as the chain's target, with what the live members say against taking it for
+/// a record of this machine before a reboot (SPEC §5: a clone with the same machine id
+/// that still runs that boot).
+fn target_of(snap: &ClusterSnapshot, record: &NodeRecord) -> warden_fencing::Target {
+    let mut target = record.fence_target();
+    let here = crate::record::HostIdentity {
+        boot_id: process::boot_id().unwrap_or_default(),
+        machine_id: process::machine_id().unwrap_or_default(),
+        pid_ns: process::pid_ns().ok(),
+    };
+    let live: Vec<MemberRecord> = snap
+        .members
+        .iter()
+        .filter_map(|(_, m)| m.as_ref().ok().cloned())
+        .collect();
+    target.reboot_contradicted = here.reboot_contradicted_by(record, &live);
+    target
 }
 
 /// The fence chain of this node's config, run from this host.

@@ -86,6 +86,11 @@ pub struct FenceLocalArgs {
     /// `/proc/PID/cgroup`): every process in it is killed through `cgroup.kill`.
     #[arg(long, value_name = "PATH")]
     pub service_cgroup: Option<String>,
+    /// The inode of the old warden's cgroup namespace (`/proc/self/ns/cgroup`), whose
+    /// root `--service-cgroup` is relative to: from another cgroup namespace the cgroup
+    /// cannot be looked up, and is never taken for removed.
+    #[arg(long, value_name = "INODE", requires = "service_cgroup")]
+    pub cgroup_ns: Option<u64>,
     /// The epoch the old node was promoted with: a promoted record that names no service
     /// process is not fenced by finding its warden gone (only listeners found on `--port`
     /// stand in for the service).
@@ -152,6 +157,7 @@ impl FenceLocalArgs {
             machine_id: self.machine_id.clone(),
             pid_ns: self.pid_ns,
             service_cgroup: self.service_cgroup.clone(),
+            cgroup_ns: self.cgroup_ns,
             epoch: self.epoch,
             pid: self.pid,
             start_time: self.start_time,
@@ -179,6 +185,13 @@ impl FenceLocalArgs {
                      content of /etc/machine-id)"
                 ));
             }
+        }
+        if self.cgroup_ns == Some(0) {
+            return Err(
+                "--cgroup-ns 0 is not a cgroup namespace (expected the inode number of \
+                 /proc/PID/ns/cgroup, as `stat -L -c %i /proc/self/ns/cgroup` prints it)"
+                    .to_string(),
+            );
         }
         if self.pid_ns == Some(0) {
             return Err(

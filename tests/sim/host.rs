@@ -424,8 +424,13 @@ impl HookControl for SimHooks {
         result
     }
 
-    fn check_pidfile(&self) -> Result<(), String> {
-        self.pidfile().map(|_| ())
+    fn check_pidfile(&self) -> Result<(), warden::host::PidfileProblem> {
+        self.pidfile()
+            .map(|_| ())
+            .map_err(|message| warden::host::PidfileProblem {
+                message,
+                refuses_start: false,
+            })
     }
 
     fn pin(&self) -> Result<Option<PinnedService>, String> {
