@@ -35,6 +35,9 @@ trait TestStore: Sized {
     /// lock, which expired meanwhile (a restore or restart that took longer than a
     /// session timeout).
     fn restore(&self, cluster: &str, backup: &Self::Backup);
+    /// The store keeps `epoch` as what `node` has seen, for good (SPEC §3a, the floor), as
+    /// a node's member record with that `epoch_seen` would have it kept.
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str);
 }
 
 impl TestStore for MariaDb {
@@ -78,6 +81,12 @@ impl TestStore for MariaDb {
         self.restore_rows(cluster, backup);
         self.sql(&format!(
             "DELETE FROM warden.warden_lock WHERE cluster = '{cluster}'"
+        ));
+    }
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str) {
+        self.sql(&format!(
+            "REPLACE INTO warden.warden_kv (cluster, name, value, version) VALUES \
+             ('{cluster}', 'seen/{node}', '{epoch}', 0)"
         ));
     }
 }
@@ -131,6 +140,9 @@ impl TestStore for RedisServer {
             .collect();
         self.restore_keys(cluster, &without_lock)
     }
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str) {
+        self.cli(&["HSET", &format!("warden:{{{cluster}}}:seen"), node, epoch]);
+    }
 }
 
 /// Every scenario, once for each store.
@@ -160,6 +172,7 @@ on_every_store!(
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
+    a_floor_at_the_greatest_epoch_is_cleared_by_init_force,
 );
 
 /// A cluster on a fresh store, initialized by `warden init`.
@@ -696,6 +709,57 @@ fn a_dead_member_sets_the_floor_for_status_and_init_force_too<S: TestStore>() {
     assert!(active_epoch(&status) > Some(e), "{status:#}");
     assert_eq!(status["lost_data"], false, "{status:#}");
     cluster.assert_safe();
+}
+
+/// Review of issue 30 (SPEC §3a, §9 "a value in the store of the wrong type ... `init
+/// --force` clears it"): the floor keeps every node's `epoch_seen` for good, so one
+/// bogus value (a garbage member record, a warden of another version) blocks every join
+/// as lost data. `init --force` is the way out: it must raise the counter above it or
+/// refuse in words, and never panic or leave a cluster nobody can ever be promoted in.
+fn a_floor_at_the_greatest_epoch_is_cleared_by_init_force<S: TestStore>() {
+    a_bogus_floor_is_cleared_by_init_force::<S>(&u64::MAX.to_string());
+}
+
+/// [`a_floor_at_the_greatest_epoch_is_cleared_by_init_force`] with `epoch` in the floor.
+fn a_bogus_floor_is_cleared_by_init_force<S: TestStore>(epoch: &str) {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "ghost", epoch);
+    let n1 = cluster.node("n1");
+    let _w = n1.start();
+    let status = wait_for_status(
+        &n1.config,
+        secs(20),
+        "status says the store lost data",
+        |s| s["lost_data"] == true && member(s, "n1").is_some(),
+    );
+    assert_eq!(active_id(&status), None, "{status:#}");
+    let out = cli(&n1.config, &["init", "--force"]);
+    let said = describe(&out);
+    assert!(
+        !said.contains("panicked"),
+        "`init --force` panicked on a floor of {epoch}: {said}"
+    );
+    assert!(
+        out.status.success() || out.status.code() == Some(1),
+        "`init --force` on a floor of {epoch}: {said}"
+    );
+    // Whatever init said, some way out must exist: a node becomes active again.
+    wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 is active after init --force",
+        |s| active_id(s).as_deref() == Some("n1"),
+    );
+    cluster.assert_safe();
+}
+
+/// [`a_floor_at_the_greatest_epoch_is_cleared_by_init_force`] with a floor Redis's own
+/// counter (a signed 64-bit `INCR`) cannot go above: `init --force` sets the counter one
+/// above it, and every `INCR` after fails.
+#[test]
+fn a_floor_beyond_redis_integers_is_cleared_by_init_force() {
+    a_bogus_floor_is_cleared_by_init_force::<RedisServer>(&i64::MAX.to_string());
 }
 
 /// Two wardens with one node_id: the second exits 2 naming it; the first is undisturbed.
