@@ -38,6 +38,8 @@ trait TestStore: Sized {
     /// The store keeps `epoch` as what `node` has seen, for good (SPEC §3a, the floor), as
     /// a node's member record with that `epoch_seen` would have it kept.
     fn keep_seen(&self, cluster: &str, node: &str, epoch: &str);
+    /// What the store keeps of the floor, as text.
+    fn kept_seen(&self, cluster: &str) -> String;
 }
 
 impl TestStore for MariaDb {
@@ -88,6 +90,12 @@ impl TestStore for MariaDb {
             "REPLACE INTO warden.warden_kv (cluster, name, value, version) VALUES \
              ('{cluster}', 'seen/{node}', '{epoch}', 0)"
         ));
+    }
+    fn kept_seen(&self, cluster: &str) -> String {
+        self.sql(&format!(
+            "SELECT name, CAST(value AS CHAR) FROM warden.warden_kv WHERE cluster = '{cluster}' \
+             AND name LIKE 'seen/%'"
+        ))
     }
 }
 
@@ -143,6 +151,9 @@ impl TestStore for RedisServer {
     fn keep_seen(&self, cluster: &str, node: &str, epoch: &str) {
         self.cli(&["HSET", &format!("warden:{{{cluster}}}:seen"), node, epoch]);
     }
+    fn kept_seen(&self, cluster: &str) -> String {
+        self.cli(&["HGETALL", &format!("warden:{{{cluster}}}:seen")])
+    }
 }
 
 /// Every scenario, once for each store.
@@ -173,6 +184,7 @@ on_every_store!(
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
     a_floor_at_the_greatest_epoch_is_cleared_by_init_force,
+    a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it,
 );
 
 /// A cluster on a fresh store, initialized by `warden init`.
@@ -752,6 +764,75 @@ fn a_bogus_floor_is_cleared_by_init_force<S: TestStore>(epoch: &str) {
         |s| active_id(s).as_deref() == Some("n1"),
     );
     cluster.assert_safe();
+}
+
+/// Review of issue 30 (SPEC §9, "a value in the store of the wrong type": named in one
+/// sentence, `init --force` clears it): every reader of the floor (the join's, `status`'s,
+/// `init --force`'s) skips an entry that is not a number, but the writes that raise a
+/// node's own entry fail on it, every time: on Redis every renewal script errors and is
+/// taken for "the lock is no longer ours" (the active's service is stopped and started
+/// again at the same epoch about every 350 ms, for good); on MariaDB every publication of
+/// the member record fails (error 1292) and the node's entry is never raised, so the
+/// floor no longer protects what it saw. Node n1, whose kept entry is garbage, must be
+/// promoted, stay active and have its entry raised (at the latest after `init --force`).
+fn a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it<S: TestStore>() {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "n1", "not a number");
+    let n1 = cluster.node("n1");
+    let w = n1.start();
+    // Active, and its record (whose writes raise its entry) published with its epoch.
+    let active = |s: &serde_json::Value| {
+        active_id(s).as_deref() == Some("n1")
+            && member(s, "n1").is_some_and(|m| {
+                json_u64(&m["epoch_seen"]).is_some()
+                    && json_u64(&m["epoch_seen"]) == active_epoch(s)
+            })
+    };
+    if !poll_status(&n1.config, secs(20), active) {
+        let out = cli(&n1.config, &["init", "--force"]);
+        eprintln!("n1 not active within 20s; init --force: {}", describe(&out));
+    }
+    assert!(
+        poll_status(&n1.config, secs(30), active),
+        "n1 is never promoted with garbage as its kept epoch_seen, even after init --force; \
+         its log:\n{}",
+        w.log()
+    );
+    // Its entry of the floor is raised past the garbage (the store keeps what n1 has seen),
+    // and n1 stays active through its renewals.
+    let epoch = active_epoch(&status_json(&n1.config)).unwrap();
+    let deadline = std::time::Instant::now() + secs(15);
+    let raised = |kept: &str| kept.split_whitespace().any(|w| w == epoch.to_string());
+    while !raised(&db.kept_seen(&cluster.name)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let kept = db.kept_seen(&cluster.name);
+    let status = status_json(&n1.config);
+    assert!(
+        raised(&kept) && active_id(&status).as_deref() == Some("n1"),
+        "n1's entry of the floor is still {kept:?} after 15 s at epoch {epoch} (n1 active: \
+         {:?}); its log:\n{}",
+        active_id(&status),
+        w.log()
+    );
+    cluster.assert_safe();
+}
+
+/// Whether `status --json` satisfies `ok` within `within` (polled; no panic on a timeout).
+fn poll_status(
+    config: &std::path::Path,
+    within: std::time::Duration,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if try_status_json(config).is_ok_and(|s| ok(&s)) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
 }
 
 /// [`a_floor_at_the_greatest_epoch_is_cleared_by_init_force`] with a floor Redis's own
