@@ -819,6 +819,32 @@ fn a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it<S: Te
     cluster.assert_safe();
 }
 
+/// [`a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it`] on
+/// MariaDB, across a restart: registering raises the node's entry in the same
+/// transaction, so once n1 has seen an epoch, a garbage entry makes every registration of
+/// n1 fail (error 1292) and n1 never comes back.
+#[test]
+fn a_garbage_floor_entry_lets_a_mysql_node_register_again() {
+    let db = MariaDb::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "n1", "not a number");
+    let n1 = cluster.node("n1");
+    let mut w = n1.start();
+    wait_for_status(&n1.config, secs(20), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    w.sigterm();
+    assert_eq!(w.wait_exit(secs(20)).code(), Some(0), "{}", w.log());
+    let w = n1.start();
+    assert!(
+        poll_status(&n1.config, secs(20), |s| active_id(s).as_deref()
+            == Some("n1")),
+        "n1 is not active again after a restart; its log:\n{}",
+        w.log()
+    );
+    cluster.assert_safe();
+}
+
 /// Whether `status --json` satisfies `ok` within `within` (polled; no panic on a timeout).
 fn poll_status(
     config: &std::path::Path,
