@@ -1112,3 +1112,31 @@ fn a_standby_keeps_its_mysql_session_while_the_lock_row_is_locked() {
     });
     cluster.assert_safe();
 }
+
+/// Review of issue 30 (SPEC §9, "a value in the store of the wrong type ... `init --force`
+/// clears it"): an epoch counter that is not a number is lost data to the join (the
+/// ACQUIRE script says so, naming `init --force`), and `init --force` must then set it
+/// above the floor, so that a node is active again. Today `init --force` (and the
+/// snapshot under `status`) cannot read the cluster at all: "outcome unknown: listing
+/// members: Incompatible type", exit 1.
+#[test]
+fn a_redis_epoch_counter_that_is_not_a_number_is_cleared_by_init_force() {
+    let db = RedisServer::start();
+    let cluster = cluster_on(&db);
+    db.cli(&[
+        "SET",
+        &format!("warden:{{{}}}:epoch", cluster.name),
+        "garbage",
+    ]);
+    let n1 = cluster.node("n1");
+    let w = n1.start();
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "init --force: {}", describe(&out));
+    assert!(
+        poll_status(&n1.config, secs(30), |s| active_id(s).as_deref()
+            == Some("n1")),
+        "n1 is not active after init --force; its log:\n{}",
+        w.log()
+    );
+    cluster.assert_safe();
+}
