@@ -1077,3 +1077,140 @@ fn a_standby_does_not_promote_while_its_follow_hook_runs() {
         "{c:?}"
     );
 }
+
+/// Review of issue 30 (SPEC §6a.2, §8): a switchover that the old active called off must
+/// never be reported as done. Here n1's demote refuses to hand over to n2 (n2 is behind);
+/// n1 calls the switchover off and promotes itself again; while that promote runs, n1 is
+/// stopped (SIGTERM: systemd, an operator). Its stop demote has no successor and succeeds,
+/// so n1 hands over cleanly; the request, never cleared, still names n2, so n2 takes over
+/// without fencing, with what it has. `failover` must say the switchover was called off
+/// (exit 1), not "new active: n2" (exit 0): the operator would believe that the handover
+/// its demote refused went through without loss.
+#[test]
+fn a_called_off_switchover_is_never_reported_done_when_the_old_active_stops_meanwhile() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let flag = cluster.dir().join("n2-is-behind");
+    let line = "n2 has not caught up: 42 bytes behind";
+    // The promote again after the call-off takes a while (a service reopening for writes).
+    let promote = hook(
+        &cluster,
+        "promote.sh",
+        &record,
+        "promote",
+        &format!("if [ -e '{}' ]; then sleep 3; fi", flag.display()),
+    );
+    // Refuses only a handover to a successor that is behind; a demote without one (a
+    // stop) just demotes.
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "if [ -e '{flag}' ] && [ -n \"${{WARDEN_SUCCESSOR_NODE:-}}\" ]; then echo \
+             \"demote-failed $(date +%s%N) $WARDEN_NODE_ID $WARDEN_ROLE ${{WARDEN_EPOCH:--}}\" \
+             >> '{record}'; echo '{line}' >&2; exit 1; fi",
+            flag = flag.display(),
+            record = record.display(),
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "10s");
+    }
+    let (w1, _w2) = start_n1_active_then_n2(&n1, &n2);
+
+    fs::write(&flag, "").unwrap();
+    let config = n1.config.clone();
+    let failover =
+        std::thread::spawn(move || cli(&config, &["failover", "--to", "n2", "--timeout", "20s"]));
+    wait_until(
+        secs(20),
+        "n1 called the switchover off and promotes again",
+        || {
+            let c = calls(&record);
+            c.iter().any(|h| h.what == "demote-failed")
+                && c.iter()
+                    .filter(|h| h.what == "promote" && h.node == "n1")
+                    .count()
+                    == 2
+        },
+    );
+    w1.sigterm();
+    let out = failover.join().unwrap();
+    let c = calls(&record);
+    eprintln!("failover: {}\nhooks: {c:?}", describe(&out));
+    assert_eq!(two_promoted(&c), None);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the called-off switchover was reported done: {}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("switchover called off: {line}")),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// Review of issue 30 (SPEC §6a, §8): a switchover whose request lapses while the old
+/// active's demote is still handing over. n1's demote waits until its named successor n3
+/// has everything (4 s here) and then demotes: the service refuses writes and only n3 has
+/// all it acknowledged. By then `failover --timeout 2s` has lapsed, so every daemon treats
+/// the request as withdrawn; n1 releases without a breadcrumb, and the standby of highest
+/// priority, n2, takes over without fencing, with what it has. The active after the
+/// switchover must be the successor the demote handed over to (or n1 again), never a
+/// node the handover did not wait for.
+#[test]
+fn a_switchover_that_lapses_during_the_demote_still_hands_over_to_its_successor() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let flag = cluster.dir().join("slow-handover");
+    let handed = cluster.dir().join("handed-over-to");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "if [ -e '{}' ] && [ -n \"${{WARDEN_SUCCESSOR_NODE:-}}\" ]; then sleep 4; echo \
+             \"$WARDEN_SUCCESSOR_NODE\" >> '{}'; fi",
+            flag.display(),
+            handed.display()
+        ),
+    );
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    for (n, priority) in [(&n1, 100), (&n2, 200), (&n3, 50)] {
+        hooks_mode(n, &promote, &demote, "10s");
+        set_priority(n, priority);
+    }
+    let _w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    let _w2 = n2.start();
+    let _w3 = n3.start();
+    wait_for_status(&n1.config, secs(30), "n2 and n3 are standbys", |s| {
+        member_role(s, "n2").as_deref() == Some("standby")
+            && member_role(s, "n3").as_deref() == Some("standby")
+    });
+    fs::write(&flag, "").unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n3", "--timeout", "2s"]);
+    eprintln!("failover: {}", describe(&out));
+    let s = wait_for_status(&n1.config, secs(30), "n1 is no longer active", |s| {
+        active_id(s).is_some_and(|a| a != "n1")
+            || lines(&handed).len() == 1 && active_id(s).as_deref() == Some("n1")
+    });
+    let c = calls(&record);
+    eprintln!("handed over to: {:?}\nhooks: {c:?}", lines(&handed));
+    assert_eq!(lines(&handed), ["n3"], "{c:?}");
+    let active = active_id(&s);
+    assert!(
+        matches!(active.as_deref(), Some("n3") | Some("n1")),
+        "n1's demote handed over to n3, yet {active:?} took over without what only n3 \
+         had: {s:#}"
+    );
+}

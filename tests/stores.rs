@@ -35,6 +35,11 @@ trait TestStore: Sized {
     /// lock, which expired meanwhile (a restore or restart that took longer than a
     /// session timeout).
     fn restore(&self, cluster: &str, backup: &Self::Backup);
+    /// The store keeps `epoch` as what `node` has seen, for good (SPEC §3a, the floor), as
+    /// a node's member record with that `epoch_seen` would have it kept.
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str);
+    /// What the store keeps of the floor, as text.
+    fn kept_seen(&self, cluster: &str) -> String;
 }
 
 impl TestStore for MariaDb {
@@ -79,6 +84,18 @@ impl TestStore for MariaDb {
         self.sql(&format!(
             "DELETE FROM warden.warden_lock WHERE cluster = '{cluster}'"
         ));
+    }
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str) {
+        self.sql(&format!(
+            "REPLACE INTO warden.warden_kv (cluster, name, value, version) VALUES \
+             ('{cluster}', 'seen/{node}', '{epoch}', 0)"
+        ));
+    }
+    fn kept_seen(&self, cluster: &str) -> String {
+        self.sql(&format!(
+            "SELECT name, CAST(value AS CHAR) FROM warden.warden_kv WHERE cluster = '{cluster}' \
+             AND name LIKE 'seen/%'"
+        ))
     }
 }
 
@@ -131,6 +148,12 @@ impl TestStore for RedisServer {
             .collect();
         self.restore_keys(cluster, &without_lock)
     }
+    fn keep_seen(&self, cluster: &str, node: &str, epoch: &str) {
+        self.cli(&["HSET", &format!("warden:{{{cluster}}}:seen"), node, epoch]);
+    }
+    fn kept_seen(&self, cluster: &str) -> String {
+        self.cli(&["HGETALL", &format!("warden:{{{cluster}}}:seen")])
+    }
 }
 
 /// Every scenario, once for each store.
@@ -160,6 +183,8 @@ on_every_store!(
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
+    a_floor_at_the_greatest_epoch_is_cleared_by_init_force,
+    a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it,
 );
 
 /// A cluster on a fresh store, initialized by `warden init`.
@@ -698,6 +723,152 @@ fn a_dead_member_sets_the_floor_for_status_and_init_force_too<S: TestStore>() {
     cluster.assert_safe();
 }
 
+/// Review of issue 30 (SPEC §3a, §9 "a value in the store of the wrong type ... `init
+/// --force` clears it"): the floor keeps every node's `epoch_seen` for good, so one
+/// bogus value (a garbage member record, a warden of another version) blocks every join
+/// as lost data. `init --force` is the way out: it must raise the counter above it or
+/// refuse in words, and never panic or leave a cluster nobody can ever be promoted in.
+fn a_floor_at_the_greatest_epoch_is_cleared_by_init_force<S: TestStore>() {
+    a_bogus_floor_is_cleared_by_init_force::<S>(&u64::MAX.to_string());
+}
+
+/// [`a_floor_at_the_greatest_epoch_is_cleared_by_init_force`] with `epoch` in the floor.
+fn a_bogus_floor_is_cleared_by_init_force<S: TestStore>(epoch: &str) {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "ghost", epoch);
+    let n1 = cluster.node("n1");
+    let _w = n1.start();
+    let status = wait_for_status(
+        &n1.config,
+        secs(20),
+        "status says the store lost data",
+        |s| s["lost_data"] == true && member(s, "n1").is_some(),
+    );
+    assert_eq!(active_id(&status), None, "{status:#}");
+    let out = cli(&n1.config, &["init", "--force"]);
+    let said = describe(&out);
+    assert!(
+        !said.contains("panicked"),
+        "`init --force` panicked on a floor of {epoch}: {said}"
+    );
+    assert!(
+        out.status.success() || out.status.code() == Some(1),
+        "`init --force` on a floor of {epoch}: {said}"
+    );
+    // Whatever init said, some way out must exist: a node becomes active again.
+    wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 is active after init --force",
+        |s| active_id(s).as_deref() == Some("n1"),
+    );
+    cluster.assert_safe();
+}
+
+/// Review of issue 30 (SPEC §9, "a value in the store of the wrong type": named in one
+/// sentence, `init --force` clears it): every reader of the floor (the join's, `status`'s,
+/// `init --force`'s) skips an entry that is not a number, but the writes that raise a
+/// node's own entry fail on it, every time: on Redis every renewal script errors and is
+/// taken for "the lock is no longer ours" (the active's service is stopped and started
+/// again at the same epoch about every 350 ms, for good); on MariaDB every publication of
+/// the member record fails (error 1292) and the node's entry is never raised, so the
+/// floor no longer protects what it saw. Node n1, whose kept entry is garbage, must be
+/// promoted, stay active and have its entry raised (at the latest after `init --force`).
+fn a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it<S: TestStore>() {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "n1", "not a number");
+    let n1 = cluster.node("n1");
+    let w = n1.start();
+    // Active, and its record (whose writes raise its entry) published with its epoch.
+    let active = |s: &serde_json::Value| {
+        active_id(s).as_deref() == Some("n1")
+            && member(s, "n1").is_some_and(|m| {
+                json_u64(&m["epoch_seen"]).is_some()
+                    && json_u64(&m["epoch_seen"]) == active_epoch(s)
+            })
+    };
+    if !poll_status(&n1.config, secs(20), active) {
+        let out = cli(&n1.config, &["init", "--force"]);
+        eprintln!("n1 not active within 20s; init --force: {}", describe(&out));
+    }
+    assert!(
+        poll_status(&n1.config, secs(30), active),
+        "n1 is never promoted with garbage as its kept epoch_seen, even after init --force; \
+         its log:\n{}",
+        w.log()
+    );
+    // Its entry of the floor is raised past the garbage (the store keeps what n1 has seen),
+    // and n1 stays active through its renewals.
+    let epoch = active_epoch(&status_json(&n1.config)).unwrap();
+    let deadline = std::time::Instant::now() + secs(15);
+    let raised = |kept: &str| kept.split_whitespace().any(|w| w == epoch.to_string());
+    while !raised(&db.kept_seen(&cluster.name)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let kept = db.kept_seen(&cluster.name);
+    let status = status_json(&n1.config);
+    assert!(
+        raised(&kept) && active_id(&status).as_deref() == Some("n1"),
+        "n1's entry of the floor is still {kept:?} after 15 s at epoch {epoch} (n1 active: \
+         {:?}); its log:\n{}",
+        active_id(&status),
+        w.log()
+    );
+    cluster.assert_safe();
+}
+
+/// [`a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it`] on
+/// MariaDB, across a restart: registering raises the node's entry in the same
+/// transaction, so once n1 has seen an epoch, a garbage entry makes every registration of
+/// n1 fail (error 1292) and n1 never comes back.
+#[test]
+fn a_garbage_floor_entry_lets_a_mysql_node_register_again() {
+    let db = MariaDb::start();
+    let cluster = cluster_on(&db);
+    db.keep_seen(&cluster.name, "n1", "not a number");
+    let n1 = cluster.node("n1");
+    let mut w = n1.start();
+    wait_for_status(&n1.config, secs(20), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    w.sigterm();
+    assert_eq!(w.wait_exit(secs(20)).code(), Some(0), "{}", w.log());
+    let w = n1.start();
+    assert!(
+        poll_status(&n1.config, secs(20), |s| active_id(s).as_deref()
+            == Some("n1")),
+        "n1 is not active again after a restart; its log:\n{}",
+        w.log()
+    );
+    cluster.assert_safe();
+}
+
+/// Whether `status --json` satisfies `ok` within `within` (polled; no panic on a timeout).
+fn poll_status(
+    config: &std::path::Path,
+    within: std::time::Duration,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if try_status_json(config).is_ok_and(|s| ok(&s)) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
+}
+
+/// [`a_floor_at_the_greatest_epoch_is_cleared_by_init_force`] with a floor Redis's own
+/// counter (a signed 64-bit `INCR`) cannot go above: `init --force` sets the counter one
+/// above it, and every `INCR` after fails.
+#[test]
+fn a_floor_beyond_redis_integers_is_cleared_by_init_force() {
+    a_bogus_floor_is_cleared_by_init_force::<RedisServer>(&i64::MAX.to_string());
+}
+
 /// Two wardens with one node_id: the second exits 2 naming it; the first is undisturbed.
 fn two_nodes_with_one_node_id_the_second_refuses<S: TestStore>() {
     let db = S::start();
@@ -939,5 +1110,33 @@ fn a_standby_keeps_its_mysql_session_while_the_lock_row_is_locked() {
     wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
         active_id(s).is_some()
     });
+    cluster.assert_safe();
+}
+
+/// Review of issue 30 (SPEC §9, "a value in the store of the wrong type ... `init --force`
+/// clears it"): an epoch counter that is not a number is lost data to the join (the
+/// ACQUIRE script says so, naming `init --force`), and `init --force` must then set it
+/// above the floor, so that a node is active again. Today `init --force` (and the
+/// snapshot under `status`) cannot read the cluster at all: "outcome unknown: listing
+/// members: Incompatible type", exit 1.
+#[test]
+fn a_redis_epoch_counter_that_is_not_a_number_is_cleared_by_init_force() {
+    let db = RedisServer::start();
+    let cluster = cluster_on(&db);
+    db.cli(&[
+        "SET",
+        &format!("warden:{{{}}}:epoch", cluster.name),
+        "garbage",
+    ]);
+    let n1 = cluster.node("n1");
+    let w = n1.start();
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "init --force: {}", describe(&out));
+    assert!(
+        poll_status(&n1.config, secs(30), |s| active_id(s).as_deref()
+            == Some("n1")),
+        "n1 is not active after init --force; its log:\n{}",
+        w.log()
+    );
     cluster.assert_safe();
 }
