@@ -725,9 +725,11 @@ fn a_dead_member_sets_the_floor_for_status_and_init_force_too<S: TestStore>() {
 
 /// Review of issue 30 (SPEC §3a, §9 "a value in the store of the wrong type ... `init
 /// --force` clears it"): the floor keeps every node's `epoch_seen` for good, so one
-/// bogus value (a garbage member record, a warden of another version) blocks every join
-/// as lost data. `init --force` is the way out: it must raise the counter above it or
-/// refuse in words, and never panic or leave a cluster nobody can ever be promoted in.
+/// bogus value (a garbage member record, a warden of another version) could block every
+/// join for good: `init --force` raising the counter past it panicked (u64::MAX) or left
+/// a counter Redis cannot `INCR` (i64::MAX). A kept entry at or above 2^53, which no
+/// counter ever gives, is garbage: every reader of the floor skips it, so a node is
+/// promoted, and `init --force` never panics on it.
 fn a_floor_at_the_greatest_epoch_is_cleared_by_init_force<S: TestStore>() {
     a_bogus_floor_is_cleared_by_init_force::<S>(&u64::MAX.to_string());
 }
@@ -739,24 +741,18 @@ fn a_bogus_floor_is_cleared_by_init_force<S: TestStore>(epoch: &str) {
     db.keep_seen(&cluster.name, "ghost", epoch);
     let n1 = cluster.node("n1");
     let _w = n1.start();
-    let status = wait_for_status(
-        &n1.config,
-        secs(20),
-        "status says the store lost data",
-        |s| s["lost_data"] == true && member(s, "n1").is_some(),
-    );
-    assert_eq!(active_id(&status), None, "{status:#}");
+    let status = wait_for_status(&n1.config, secs(20), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    assert_eq!(status["lost_data"], false, "{status:#}");
     let out = cli(&n1.config, &["init", "--force"]);
     let said = describe(&out);
     assert!(
         !said.contains("panicked"),
         "`init --force` panicked on a floor of {epoch}: {said}"
     );
-    assert!(
-        out.status.success() || out.status.code() == Some(1),
-        "`init --force` on a floor of {epoch}: {said}"
-    );
-    // Whatever init said, some way out must exist: a node becomes active again.
+    // Refused: n1 runs and holds the lock.
+    assert_eq!(out.status.code(), Some(1), "`init --force` on a floor of {epoch}: {said}");
     wait_for_status(
         &n1.config,
         secs(30),
@@ -803,7 +799,11 @@ fn a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it<S: Te
     // and n1 stays active through its renewals.
     let epoch = active_epoch(&status_json(&n1.config)).unwrap();
     let deadline = std::time::Instant::now() + secs(15);
-    let raised = |kept: &str| kept.split_whitespace().any(|w| w == epoch.to_string());
+    // MySQL keeps an entry zero-padded (it compares them as text), Redis as it is.
+    let raised = |kept: &str| {
+        kept.split_whitespace()
+            .any(|w| w.parse::<u64>().ok() == Some(epoch))
+    };
     while !raised(&db.kept_seen(&cluster.name)) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }

@@ -681,6 +681,13 @@ impl StoreError {
     }
 }
 
+/// The greatest epoch the floor counts (2^53, exclusive; SPEC §3a). Nothing hands out
+/// such epochs (a counter grows by one a promotion), and Redis's Lua compares numbers as
+/// doubles, exact only below it: an entry above it is garbage, skipped by every reader of
+/// the floor and overwritten by the next raise, so that one bad value can never block
+/// every promotion for good.
+pub const MAX_KEPT_EPOCH: Epoch = 1 << 53;
+
 /// A lock's record, when it names a committed promotion (an epoch).
 pub(crate) fn committed(data: &[u8]) -> Option<NodeRecord> {
     record::parse::<NodeRecord>(data)
@@ -807,6 +814,7 @@ impl ClusterSnapshot {
             .iter()
             .filter_map(|(id, m)| Some((m.as_ref().ok()?.node.epoch_seen?, id.as_str())))
             .chain(self.kept_floor.iter().map(|(e, id)| (*e, id.as_str())))
+            .filter(|(e, _)| *e < MAX_KEPT_EPOCH)
             .max()
     }
 

@@ -295,7 +295,10 @@ fn seen_row(node: &str) -> String {
 const SEEN_PREFIX: &str = "seen/";
 
 /// Raises `node`'s row of the floor to `epoch` (never lowers it): one statement, atomic on
-/// the server, so that concurrent raises of one row keep the greater.
+/// the server, so that concurrent raises of one row keep the greater. The value is the
+/// epoch in 20 zero-padded digits, so that rows compare as text: a `CAST` of a row that
+/// holds garbage fails the statement in strict mode, and garbage must never block the
+/// raise (it is overwritten instead).
 async fn raise_seen<Q: Queryable>(
     q: &mut Q,
     t: &Tables,
@@ -303,16 +306,17 @@ async fn raise_seen<Q: Queryable>(
     node: &str,
     epoch: Option<Epoch>,
 ) -> Result<(), mysql_async::Error> {
-    let Some(epoch) = epoch else { return Ok(()) };
+    let Some(epoch) = epoch.filter(|e| *e < super::MAX_KEPT_EPOCH) else {
+        return Ok(());
+    };
     q.exec_drop(
         format!(
             "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0) ON DUPLICATE \
-             KEY UPDATE version = version + (CAST(value AS UNSIGNED) < CAST(VALUES(value) AS \
-             UNSIGNED)), value = IF(CAST(value AS UNSIGNED) < CAST(VALUES(value) AS UNSIGNED), \
-             VALUES(value), value)",
+             KEY UPDATE version = version + 1, value = IF(value REGEXP '^[0-9]{{20}}$' AND \
+             value >= VALUES(value), value, VALUES(value))",
             t.kv
         ),
-        (cluster, seen_row(node), epoch.to_string().into_bytes()),
+        (cluster, seen_row(node), format!("{epoch:020}").into_bytes()),
     )
     .await
 }
@@ -351,7 +355,10 @@ async fn read_floor<Q: Queryable>(
         let node = name.strip_prefix(SEEN_PREFIX)?.to_string();
         Some((std::str::from_utf8(&v).ok()?.trim().parse().ok()?, node))
     });
-    Ok(from_members.chain(from_rows).max())
+    Ok(from_members
+        .chain(from_rows)
+        .filter(|(e, _)| *e < super::MAX_KEPT_EPOCH)
+        .max())
 }
 
 /// A session: clones share it; it ends when the last clone is dropped.

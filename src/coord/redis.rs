@@ -26,7 +26,10 @@
 
 use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
 use super::polled::{self, Polled};
-use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
+use super::{
+    ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings,
+    MAX_KEPT_EPOCH,
+};
 use crate::record::{
     self, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
     WriteOutcome,
@@ -91,15 +94,26 @@ impl Keys {
     }
 }
 
-/// Raises `:seen[node]` to `e` (ARGV given as `node`, `e`; an empty `e` is nothing seen).
+/// `epoch_of(s)`: the epoch a stored text holds, or nil when it holds none: decimal
+/// digits below 2^53 ([`MAX_KEPT_EPOCH`]; Lua's numbers are doubles, exact below it).
+/// Raises `:seen[node]` to `e` (ARGV given as `node`, `e`; an empty `e` is nothing seen);
+/// an entry that holds no epoch (garbage) is overwritten, never compared.
 const SEEN_FN: &str = r#"
+local function epoch_of(s)
+  if type(s) ~= 'string' or not string.match(s, '^%d+$') then return nil end
+  local n = tonumber(s)
+  if n and n < 9007199254740992 then return n end
+  return nil
+end
 local function raise_seen(key, node, e)
-  if e ~= '' then
-    local cur = tonumber(redis.call('HGET', key, node) or '0')
-    if tonumber(e) > cur then redis.call('HSET', key, node, e) end
+  local want = epoch_of(e)
+  if want then
+    local cur = epoch_of(redis.call('HGET', key, node))
+    if not cur or want > cur then redis.call('HSET', key, node, e) end
   end
 end
 "#;
+
 
 /// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms, node id, the joiner's
 /// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
@@ -117,17 +131,18 @@ raise_seen(KEYS[4], ARGV[4], ARGV[5])
 if redis.call('EXISTS', KEYS[3]) == 0 then return {{'lost', 'marker'}} end
 local e = redis.call('GET', KEYS[2])
 if not e then return {{'lost', 'counter'}} end
-local seen, who = 0, ''
+if not epoch_of(e) then return {{'lost', 'counter'}} end
+local seen, raw, who = 0, '0', ''
 local all = redis.call('HGETALL', KEYS[4])
 for i = 1, #all, 2 do
-  local n = tonumber(all[i + 1])
-  if n and n > seen then seen, who = n, all[i] end
+  local n = epoch_of(all[i + 1])
+  if n and n > seen then seen, raw, who = n, all[i + 1], all[i] end
 end
-if tonumber(e) == nil or tonumber(e) < seen then return {{'lost', e, tostring(seen), who}} end
+if epoch_of(e) < seen then return {{'lost', e, raw, who}} end
 local n = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'epoch', n, 'version', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {{'held', tostring(n)}}
+return {{'held', n}}
 "#
     ))
 });
@@ -282,17 +297,24 @@ return 1
 });
 
 /// KEYS: epoch, init. ARGV: floor or ''. Returns the counter.
+/// A counter that holds no epoch (garbage, a wrong type) is the operator's to replace:
+/// `init --force` sets it to the floor.
 static WRITE_MARKER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-redis.call('SET', KEYS[1], 0, 'NX')
-if ARGV[1] ~= '' and tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1])) then
+    Script::new(&format!(
+        r#"{SEEN_FN}
+local ok, cur = pcall(redis.call, 'GET', KEYS[1])
+if not ok then redis.call('DEL', KEYS[1]) cur = nil end
+if not epoch_of(cur) then
+  redis.call('SET', KEYS[1], 0)
+  cur = '0'
+end
+if ARGV[1] ~= '' and epoch_of(ARGV[1]) > epoch_of(cur) then
   redis.call('SET', KEYS[1], ARGV[1])
 end
 redis.call('SET', KEYS[2], '1')
 return redis.call('GET', KEYS[1])
-"#,
-    )
+"#
+    ))
 });
 
 /// Opens sessions on one cluster's keys; sessions share one multiplexed connection.
@@ -957,7 +979,10 @@ impl Session for RedisSession {
             control,
             control_version: Version::new(control_version),
             newest_promotion: newest_promotion(&history?),
-            members_epoch_seen: seen?.iter().filter_map(|s| s.parse().ok()).max(),
+            members_epoch_seen: seen?
+                .iter()
+                .filter_map(|s| s.parse().ok().filter(|e| *e < MAX_KEPT_EPOCH))
+                .max(),
         })
     }
 
@@ -1105,19 +1130,32 @@ impl Session for RedisSession {
         );
         snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
         let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
-        let (mut ids, counter, init): (Vec<String>, Option<u64>, bool) = i
+        let (mut ids, init): (Vec<String>, bool) = i
             .bounded("listing members", |mut c| async move {
                 redis::pipe()
                     .cmd("SMEMBERS")
                     .arg(&members_key)
-                    .cmd("GET")
-                    .arg(&epoch_key)
                     .cmd("EXISTS")
                     .arg(&init_key)
                     .query_async(&mut c)
                     .await
             })
             .await?;
+        // A counter that holds no epoch (garbage, or a key of another type) is as lost as
+        // a missing one: `init --force` replaces it.
+        let counter = match i
+            .bounded("reading the epoch counter", |mut c| async move {
+                redis::cmd("GET")
+                    .arg(&epoch_key)
+                    .query_async::<Option<String>>(&mut c)
+                    .await
+            })
+            .await
+        {
+            Ok(v) => v.and_then(|v| v.parse::<Epoch>().ok()),
+            Err(StoreError::Rejected(_)) => None,
+            Err(e) => return Err(e),
+        };
         ids.sort();
         for id in ids {
             if !snap.valid_member_id(&id) {
@@ -1152,7 +1190,7 @@ impl Session for RedisSession {
             .await?;
         snap.kept_floor = seen
             .into_iter()
-            .filter_map(|(node, e)| Some((e.parse().ok()?, node)))
+            .filter_map(|(node, e)| Some((e.parse().ok().filter(|e| *e < MAX_KEPT_EPOCH)?, node)))
             .max();
         snap.marker_missing = !init || counter.is_none();
         snap.epoch_counter = counter;

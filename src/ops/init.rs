@@ -185,6 +185,9 @@ async fn restore(
     ]
     .into_iter()
     .flatten()
+    // Above it, a value is garbage that no counter ever gave (SPEC §3a): raising the
+    // counter past it would overflow the next promotion's.
+    .filter(|e| *e < crate::coord::MAX_KEPT_EPOCH)
     .max();
     let floor = newest.map_or(1, |e| e + 1);
     if let Some(line) = zk.write_marker(Some(floor)).await? {
