@@ -656,6 +656,29 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         self.pin_watch = Some(task.abort_handle());
     }
 
+    /// SPEC §6a.2, a called-off switchover: the demote may have restarted the service
+    /// under another pid. The process pinned at promotion is gone, so the promote again
+    /// would be refused and the breadcrumb would name nothing a fencer could find: pin
+    /// the process the pidfile names now, which the breadcrumb rewrite that follows
+    /// records before the promote hook runs.
+    fn repin(&mut self) {
+        let ServiceControl::Hooks(hooks) = &self.control_svc else {
+            return;
+        };
+        if let Some((gone, now)) = hooks.repin() {
+            warn!(
+                gone = gone.pid,
+                pid = now.pid,
+                start_time = now.start_time,
+                "the service process pinned at promotion (pid {}) is gone and the pidfile \
+                 names pid {} now (the service restarted in its demote): pinned it, and \
+                 the breadcrumb names it before the promote hook runs again",
+                gone.pid,
+                now.pid
+            );
+        }
+    }
+
     fn start_service_check(&mut self) {
         if self.service_probe.is_none() {
             return;
@@ -1102,7 +1125,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     },
                 );
             }
-            Action::ForgetService { ticket, epoch } => {
+            Action::ForgetService { ticket, epoch } | Action::RepinService { ticket, epoch } => {
+                if matches!(action, Action::RepinService { .. }) {
+                    self.repin();
+                }
                 let mut rec = self.record(Some(epoch));
                 // In hooks mode the service is the always-running process pinned at the
                 // commit: a demote leaves it running, so the record keeps naming it (it is

@@ -137,6 +137,10 @@ pub trait HookControl: Clone + Send + Sync + 'static {
     /// Whether the pinned process still runs (with its start time); `None` when nothing
     /// is pinned (no pidfile).
     fn pinned_running(&self) -> Option<bool>;
+    /// A called-off switchover (SPEC §6a.2): when the pinned process is gone and the
+    /// pidfile names another running process, pins that one and returns (the one gone,
+    /// the one pinned now); `None` when the pin stands.
+    fn repin(&self) -> Option<(PinnedService, PinnedService)>;
     /// SIGKILL of the pinned process.
     fn kill(&self) -> bool;
 }
@@ -312,6 +316,10 @@ impl HookControl for Hooks {
 
     fn pinned_running(&self) -> Option<bool> {
         Hooks::pinned(self).map(|p| warden_fencing::process::is_running(p.pid, Some(p.start_time)))
+    }
+
+    fn repin(&self) -> Option<(PinnedService, PinnedService)> {
+        Hooks::repin(self)
     }
 
     fn kill(&self) -> bool {

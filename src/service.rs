@@ -1908,6 +1908,35 @@ impl Hooks {
         *self.pinned.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A called-off switchover (SPEC §6a.2): the `demote` hook may have restarted the
+    /// service (a new pid in the pidfile). When the pinned process is gone and the
+    /// pidfile names another running process, pins that one and returns (the one gone,
+    /// the one pinned now). Otherwise the pin stands (`None`): a pinned process that still
+    /// runs is the service, and a pidfile that names nothing running is no better than the
+    /// pin (the promote that follows is refused, as before). It takes a few system calls.
+    pub fn repin(&self) -> Option<(PinnedService, PinnedService)> {
+        let path = self.pidfile.as_ref()?;
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        let gone = (*pinned)?;
+        if warden_fencing::process::is_running(gone.pid, Some(gone.start_time)) {
+            return None;
+        }
+        match read_pidfile(path) {
+            Ok(now) if now != gone => {
+                *pinned = Some(now);
+                info!(pid = now.pid, start_time = now.start_time, pidfile = %path.display(),
+                    "pinned the service process");
+                Some((gone, now))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                warn!(error = %e, pinned_pid = gone.pid,
+                    "the pinned service process is gone and the pidfile names no other");
+                None
+            }
+        }
+    }
+
     /// SIGKILL of the pinned service process: after a forced demotion whose hook failed
     /// (or the lease end), a service whose role is unknown must not keep serving. Only
     /// the pinned process is signalled, only while its start time matches, and never

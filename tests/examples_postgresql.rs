@@ -424,3 +424,90 @@ fn a_stalled_successor_calls_the_switchover_off() {
         .collect();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
+
+/// SPEC §6a.2 when the old primary's server restarted in its demote: the successor
+/// answers as a standby, but receives nothing (its primary_conninfo cleared), so it
+/// cannot confirm the last WAL after p1's stop, and the demote starts p1 again as a
+/// standby of nobody, under a new postmaster pid, and fails. warden pins that postmaster,
+/// rewrites its breadcrumb to name it before the promote hook runs, and calls the
+/// switchover off: `failover` exits 1, n1 is active at the same epoch with p1 a primary
+/// taking writes, nobody fenced anything, nothing acknowledged is lost, p2 took no write,
+/// and no sample saw two primaries. (Before the fix the promote was refused, the pin
+/// being gone, and n1 released keeping a breadcrumb naming the dead postmaster.)
+#[test]
+fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
+    let pair = Pair::new();
+    let _wardens = pair.start_with_n1_active();
+    let (p1, p2) = (&pair.p1, &pair.p2);
+    let (_, epoch) = wait_for_active(&pair.n1.config, secs(30));
+    let sampler = Sampler::start(pair.ports());
+    let writer = Writer::start(pair.ports(), 0);
+    wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
+
+    p2.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    p2.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "p2 streams from nobody", || {
+        p2.streams_from().is_none()
+    });
+    let before = p1.pid().expect("p1's postmaster");
+    let asked = Instant::now();
+    // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
+    let args = [
+        "-c",
+        &pair.n1.config.display().to_string(),
+        "failover",
+        "--to",
+        "n2",
+        "--timeout",
+        "60s",
+    ]
+    .map(|a| a.to_string());
+    let out = run_bounded(WARDEN, &args, secs(70));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("called off") && stderr.contains("did not confirm"),
+        "{}",
+        describe(&out)
+    );
+    let s = wait_for_status(&pair.n1.config, secs(30), "n1 active again", |s| {
+        active_id(s).as_deref() == Some("n1") && s["failover"].is_null()
+    });
+    assert_eq!(active_epoch(&s), Some(epoch), "{s:#}");
+    wait_for(secs(30), "p1 takes writes again", || {
+        writer.first_on(p1.port(), asked)
+    });
+    assert_eq!(p1.in_recovery(), Some(false));
+    let after = p1.pid().expect("p1's postmaster");
+    assert_ne!(
+        after, before,
+        "p1 was not restarted: this path was not taken"
+    );
+    let client = ZkClient::connect(&pair.zk.connect_string());
+    let breadcrumb: serde_json::Value =
+        serde_json::from_slice(&client.get(&pair.cluster.znode("breadcrumb")).unwrap()).unwrap();
+    assert_eq!(breadcrumb["node_id"], "n1", "{breadcrumb:#}");
+    assert_eq!(
+        json_u64(&breadcrumb["service_pid"]),
+        Some(u64::from(after)),
+        "{breadcrumb:#}"
+    );
+    assert!(
+        pair.cluster.fence_calls().is_empty(),
+        "{:?}",
+        pair.cluster.fence_calls()
+    );
+    let taken = writer.first_on(p2.port(), asked);
+    assert!(taken.is_none(), "p2 took a write at {taken:?}");
+    let acked = writer.finish();
+    let on_p1 = rows(p1.port());
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|v| on_p1.binary_search(v).is_err())
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let (samples, two) = sampler.finish();
+    assert!(samples > 10, "only {samples} samples");
+    assert!(two.is_empty(), "two primaries at once: {two:?}");
+}

@@ -1214,3 +1214,131 @@ fn a_switchover_that_lapses_during_the_demote_still_hands_over_to_its_successor(
          had: {s:#}"
     );
 }
+
+/// SPEC §6a.2 with a service that restarted during its demote: the demote hook kills the
+/// pidfile's process, starts another one (a new pid in the pidfile, as the PostgreSQL
+/// recipe's immediate shutdown and restart as a standby of nobody does) and fails. The
+/// switchover is still called off: n1 pins the process running now, rewrites its
+/// breadcrumb to name it before its promote hook runs, and serves on at the same epoch,
+/// unfenced. The breadcrumb names the new pid, so when n1's warden later dies, n2's fence
+/// finds and ends the process that served.
+#[test]
+fn a_called_off_switchover_whose_service_restarted_under_another_pid_is_still_called_off() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let flag = cluster.dir().join("demote-restarts");
+    let started = cluster.dir().join("restarted-pids");
+    let _reaper = PidFileReaper {
+        file: started.clone(),
+        marker: "sleep 600".into(),
+    };
+    let line = "n2 stalled during the stop: restarted as a standby of nobody";
+    let pidfile = cluster.dir().join("n1-service.pid");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    // Once: the old service process is gone, a new one runs under the pidfile.
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "if [ -e '{flag}' ] && [ \"$WARDEN_NODE_ID\" = n1 ]; then\n\
+             rm -f '{flag}'\n\
+             old=\"$(head -n1 '{pidfile}')\"\n\
+             kill -9 \"$old\"\n\
+             while st=\"$(sed 's/.*) //' /proc/$old/stat 2>/dev/null | cut -d' ' -f1)\"; \
+             [ -n \"$st\" ] && [ \"$st\" != Z ]; do sleep 0.01; done\n\
+             sleep 600 </dev/null >/dev/null 2>&1 &\n\
+             echo $! >> '{started}'\n\
+             echo $! > '{pidfile}.new' && mv '{pidfile}.new' '{pidfile}'\n\
+             echo \"demote-failed $(date +%s%N) $WARDEN_NODE_ID $WARDEN_ROLE \
+             ${{WARDEN_EPOCH:--}}\" >> '{record}'\n\
+             echo '{line}' >&2\n\
+             exit 1\n\
+             fi",
+            flag = flag.display(),
+            pidfile = pidfile.display(),
+            started = started.display(),
+            record = record.display(),
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for n in [&n1, &n2] {
+        hooks_mode(n, &promote, &demote, "2s");
+    }
+    let s1 = PinnedService::start(&cluster, &n1);
+    let _s2 = PinnedService::start(&cluster, &n2);
+    let (w1, w2) = start_n1_active_then_n2(&n1, &n2);
+    let (_, epoch) = wait_for_active(&n1.config, secs(30));
+    let old_pid = s1.pid();
+
+    fs::write(&flag, "").unwrap();
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "10s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains(&format!("switchover called off: {line}")),
+        "{}",
+        describe(&out)
+    );
+    let new_pid: u32 = fs::read_to_string(&started)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(new_pid, old_pid);
+    // n1 serves on at the same epoch, and its breadcrumb names the process running now.
+    let s = wait_for_status(
+        &n1.config,
+        secs(30),
+        "n1 active, the request cleared",
+        |s| active_id(s).as_deref() == Some("n1") && s["failover"].is_null(),
+    );
+    assert_eq!(active_epoch(&s), Some(epoch), "{s}");
+    // (`status` does not show the service's pid: read the store.)
+    let client = ZkClient::connect(&zk.connect_string());
+    let breadcrumb: serde_json::Value =
+        serde_json::from_slice(&client.get(&cluster.znode("breadcrumb")).unwrap()).unwrap();
+    assert_eq!(breadcrumb["node_id"], "n1", "{breadcrumb:#}");
+    assert_eq!(
+        json_u64(&breadcrumb["service_pid"]),
+        Some(u64::from(new_pid)),
+        "{breadcrumb:#}"
+    );
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    let c = calls(&record);
+    let e = epoch.to_string();
+    assert_eq!(
+        c.iter()
+            .map(|h| (h.what.as_str(), h.node.as_str(), h.epoch.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("promote", "n1", e.as_str()),
+            ("demote", "n1", e.as_str()),
+            ("demote-failed", "n1", e.as_str()),
+            ("promote", "n1", e.as_str()),
+        ],
+        "{c:?}"
+    );
+    assert_eq!(two_promoted(&c), None);
+
+    // n1's warden dies: n2 takes over and its fence ends the process that served.
+    w1.kill9();
+    wait_for_status(&n2.config, secs(20), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert!(
+        cluster.fence_calls().contains(&"n2 n1".to_string()),
+        "{:?}\n{}",
+        cluster.fence_calls(),
+        w2.log()
+    );
+    wait_until(secs(10), "n2's fence ends n1's restarted service", || {
+        !process_alive(new_pid)
+    });
+}

@@ -309,3 +309,34 @@ command = ["/bin/true"]
         Some(Path::new("/run/my-service.pid"))
     );
 }
+
+/// SPEC §6a.2: a called-off switchover pins anew only when the pinned process is gone and
+/// the pidfile names another running one (the demote restarted the service); a pinned
+/// process that still runs stays pinned whatever the pidfile says, and a pidfile that
+/// names nothing running leaves the pin as it was (the promote is then refused).
+#[test]
+fn a_called_off_switchover_pins_the_pidfile_process_only_when_the_pinned_one_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Service::start();
+    let path = pidfile_with(dir.path(), &format!("{}\n", first.pid()));
+    let hooks = hooks(&path);
+    let pinned = hooks.pin().unwrap().unwrap();
+    let second = Service::start();
+    let now = PinnedService {
+        pid: second.pid(),
+        start_time: process::start_time(second.pid()).unwrap(),
+    };
+    fs::write(&path, format!("{}\n", second.pid())).unwrap();
+    assert_eq!(hooks.repin(), None, "the pinned process still runs");
+    assert_eq!(hooks.pinned(), Some(pinned));
+
+    let _ = first.0.kill();
+    let _ = first.0.wait();
+    fs::write(&path, format!("{}\n", std::process::id() + 1_000_000)).unwrap();
+    assert_eq!(hooks.repin(), None, "the pidfile names nothing running");
+    assert_eq!(hooks.pinned(), Some(pinned));
+
+    fs::write(&path, postmaster_pid(second.pid())).unwrap();
+    assert_eq!(hooks.clone().repin(), Some((pinned, now)));
+    assert_eq!(hooks.pinned(), Some(now), "clones share the pin");
+}

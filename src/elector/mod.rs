@@ -200,8 +200,9 @@ pub enum Event {
         ticket: Ticket,
         outcome: WriteOutcome,
     },
-    /// The breadcrumb rewrite that names no service process any more (before a start
-    /// again under the same lock) ended.
+    /// The breadcrumb rewrite before a start again under the same lock ended: the one that
+    /// names no service process any more ([`Action::ForgetService`]), or the one that names
+    /// the process pinned anew ([`Action::RepinService`]).
     ServiceForgotten {
         ticket: Ticket,
         outcome: WriteOutcome,
@@ -317,6 +318,14 @@ pub enum Action {
     /// 15674: a process group killed at the lease end, the service started again, warden
     /// killed before recording it, the new service's children left running).
     ForgetService { ticket: Ticket, epoch: Epoch },
+    /// Hooks mode, a called-off switchover (SPEC §6a.2), before the `promote` hook runs
+    /// again: if the process pinned at promotion is gone and `service.pidfile` names
+    /// another running process (the service restarted during its demote), pin that one;
+    /// then rewrite our breadcrumb to name the pinned process, as in the commit (checks
+    /// `lock`, our own breadcrumb at this epoch). Reported as [`Event::ServiceForgotten`].
+    /// Without it the promote is refused (the pin is gone) and the successor fences a
+    /// breadcrumb that names a dead process, while the one that served runs on.
+    RepinService { ticket: Ticket, epoch: Epoch },
     /// A lease renewal: multi-op check `lock`, set our member record, from the holding
     /// session. The lease extends from the elector's `now` when this was emitted.
     Renew { ticket: Ticket },
@@ -461,8 +470,11 @@ pub struct Elector {
     /// recorded), which may no longer be the one that runs: before another start, it is
     /// rewritten to name none.
     names_earlier_start: bool,
-    /// The rewrite that names none, in flight.
+    /// The rewrite that names none (or, with `repin`, the process pinned anew), in flight.
     forgetting: Option<Ticket>,
+    /// SPEC §6a.2: the rewrite before the next start is [`Action::RepinService`]: a
+    /// called-off switchover's service may have restarted under another pid in its demote.
+    repin: bool,
     /// The greatest epoch this node has seen committed: its own, the holder's, the
     /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
     /// a new lock's epoch must be above it.
@@ -522,6 +534,7 @@ impl Elector {
             higher_rival: false,
             rival_waited: false,
             forgetting: None,
+            repin: false,
             stopping: false,
             reason: None,
             next_ticket: 1,

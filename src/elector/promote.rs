@@ -336,6 +336,7 @@ impl Elector {
         // The commit's record names no service process (the service is down).
         self.names_earlier_start = false;
         self.forgetting = None;
+        self.repin = false;
         self.lease = Lease {
             end: Some(sent + self.lease_len()),
             next_renewal: Some(sent + self.renewal_interval()),

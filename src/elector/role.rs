@@ -41,6 +41,9 @@ impl Elector {
                         match self.svc {
                             Svc::Up if self.service_recorded => Role::Active,
                             Svc::Up | Svc::Starting(_, None) => Role::Promoting,
+                            // A called-off switchover names the process running now
+                            // before it promotes again (SPEC §6a.2).
+                            Svc::Down if self.repin => Role::Promoting,
                             Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {
                                 if self.control.paused {
                                     Role::Active

@@ -99,6 +99,7 @@ impl Elector {
         match outcome {
             WriteOutcome::Done => {
                 self.names_earlier_start = false;
+                self.repin = false;
                 self.start_if_due(now);
             }
             WriteOutcome::Unknown | WriteOutcome::Conflict | WriteOutcome::NotDurable => {
@@ -336,9 +337,13 @@ impl Elector {
             epoch,
             step: Step::Serving,
         };
-        // The breadcrumb names the process pinned at the commit, which is the one the
-        // hook promotes again: nothing to forget first.
-        self.names_earlier_start = false;
+        // The demote may have restarted the service under another pid (the PostgreSQL
+        // recipe's immediate shutdown and restart as a standby of nobody): before the
+        // promote hook runs, the breadcrumb must name the process running now, so that
+        // whoever takes over later fences the one that serves (the driver pins it anew
+        // only if the pinned one is gone).
+        self.names_earlier_start = true;
+        self.repin = true;
         self.reason = Some(Reason::SwitchoverCalledOff(line));
         self.start_if_due(now);
     }
@@ -385,12 +390,16 @@ impl Elector {
             return;
         };
         if self.names_earlier_start {
-            // First the breadcrumb stops naming the earlier start's processes.
+            // First the breadcrumb stops naming the earlier start's processes (or, after
+            // a called-off switchover, names the process running now).
             if self.forgetting.is_none() && self.record_retry_at.is_none() {
                 let ticket = self.ticket();
                 self.forgetting = Some(ticket);
-                self.actions
-                    .push_back(Action::ForgetService { ticket, epoch });
+                self.actions.push_back(if self.repin {
+                    Action::RepinService { ticket, epoch }
+                } else {
+                    Action::ForgetService { ticket, epoch }
+                });
             }
             return;
         }

@@ -453,6 +453,16 @@ impl HookControl for SimHooks {
         )
     }
 
+    fn repin(&self) -> Option<(PinnedService, PinnedService)> {
+        let gone = self.pinned()?;
+        if self.pinned_running() != Some(false) {
+            return None;
+        }
+        let now = self.pidfile().ok().filter(|now| *now != gone)?;
+        *self.pinned.lock().unwrap() = Some(now);
+        Some((gone, now))
+    }
+
     fn kill(&self) -> bool {
         let world = &self.host.world;
         let Some(p) = self.pinned() else {

@@ -204,7 +204,7 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
         detail: "the demote hook failed: demote.sh failed: exit code 1 (n2 is behind)".into(),
         said: Some("n2 is behind".into()),
     });
-    let t = H::ticket_of(&a);
+    let r = repin_of(&a);
     assert_eq!(
         a,
         vec![
@@ -214,10 +214,9 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
                           calling the switchover off and promoting this node again at epoch 3"
                     .into()
             },
-            Action::StartService {
-                ticket: t,
-                epoch: 3,
-                lease_valid_until: lease_end,
+            Action::RepinService {
+                ticket: r,
+                epoch: 3
             },
             Action::Transition {
                 from: Role::Demoting,
@@ -226,6 +225,19 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
                 reason: Reason::SwitchoverCalledOff("n2 is behind".into()),
             },
         ]
+    );
+    let a = h.feed_all(Event::ServiceForgotten {
+        ticket: r,
+        outcome: WriteOutcome::Done,
+    });
+    let t = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::StartService {
+            ticket: t,
+            epoch: 3,
+            lease_valid_until: lease_end,
+        }]
     );
     // The same request, seen again (a watch, a new read): no second step-down.
     assert_eq!(
@@ -265,6 +277,92 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
     );
 }
 
+/// The ticket of the [`Action::RepinService`] in `a`.
+fn repin_of(a: &[Action]) -> Ticket {
+    a.iter()
+        .find_map(|a| match a {
+            Action::RepinService { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .expect("a RepinService action")
+}
+
+/// SPEC §6a.2: the demote of a called-off switchover may have restarted the service
+/// under another pid (the PostgreSQL recipe's immediate shutdown and restart as a standby
+/// of nobody). Before the promote hook runs again, the breadcrumb is rewritten naming the
+/// process running now (the driver pins it anew when the pinned one is gone), so that
+/// fencing finds the process that serves; nothing starts until that is acknowledged, an
+/// unknown outcome is retried under the lease, and a conflict means the lock is not ours.
+#[test]
+fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_promotes_again() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let lease_end = h.e.lease.end.expect("a lease");
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: Some("restarted as a standby of nobody".into()),
+    });
+    let r = repin_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::RepinService {
+            ticket: r,
+            epoch: 3
+        }]
+    );
+    // Not acknowledged: nothing starts, the same rewrite is retried.
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: r,
+        outcome: WriteOutcome::Unknown,
+    });
+    assert_eq!(a, vec![]);
+    let a = h.advance(RETRY_DELAY);
+    let r = repin_of(&a);
+    assert!(
+        a.iter()
+            .all(|a| matches!(a, Action::RepinService { .. } | Action::Renew { .. })),
+        "{a:?}"
+    );
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: r,
+        outcome: WriteOutcome::Done,
+    });
+    let t = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::StartService {
+            ticket: t,
+            epoch: 3,
+            lease_valid_until: lease_end,
+        }]
+    );
+    // Promoted and recorded: a later start again under this lock forgets, as always.
+    let a = h.feed(Event::ServiceStarted { ticket: t });
+    h.recorded(&a);
+    assert_eq!(h.e.role(), Role::Active);
+    assert!(!h.e.repin);
+
+    // The rewrite conflicts: the breadcrumb is not ours, nothing is promoted.
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: repin_of(&a),
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::StartService { .. } | Action::RepinService { .. })),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
 #[test]
 fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb_is_kept() {
     let mut h = H::new();
@@ -273,6 +371,10 @@ fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb
         ticket: s,
         detail: "the demote hook failed".into(),
         said: None,
+    });
+    let a = h.feed(Event::ServiceForgotten {
+        ticket: repin_of(&a),
+        outcome: WriteOutcome::Done,
     });
     let t = H::ticket_of(&a);
     let a = h.feed(Event::StartFailed {
