@@ -752,7 +752,11 @@ fn a_bogus_floor_is_cleared_by_init_force<S: TestStore>(epoch: &str) {
         "`init --force` panicked on a floor of {epoch}: {said}"
     );
     // Refused: n1 runs and holds the lock.
-    assert_eq!(out.status.code(), Some(1), "`init --force` on a floor of {epoch}: {said}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "`init --force` on a floor of {epoch}: {said}"
+    );
     wait_for_status(
         &n1.config,
         secs(30),

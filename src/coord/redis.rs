@@ -114,7 +114,6 @@ local function raise_seen(key, node, e)
 end
 "#;
 
-
 /// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms, node id, the joiner's
 /// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
 /// a counter below the floor is refused before it moves, so a store that forgot exactly

@@ -2,7 +2,7 @@
 //! holds, record its identity, stop it, and what its exit or ill health means.
 
 use super::{leave::Leave, Action, Elector, Phase, Reason, Step, StopCause, Ticket, RETRY_DELAY};
-use crate::record::{Role, WriteOutcome};
+use crate::record::{Epoch, Role, WriteOutcome};
 use std::time::Instant;
 
 /// Where the service is.
@@ -227,11 +227,41 @@ impl Elector {
         detail: String,
         now: Instant,
     ) {
-        let Svc::Stopping(t, _) = self.svc else {
+        let Svc::Stopping(t, cause) = self.svc else {
             return;
         };
         if t != ticket {
             return;
+        }
+        // SPEC §6a: a planned switchover whose request lapsed (or was withdrawn) while the
+        // demote handed over: every node takes the request for gone, so releasing now
+        // would let any standby take over, one the demote did not wait for and that may
+        // lack what the old active acknowledged. This node has all of it and still holds
+        // the lock and its lease: it serves on, as when its demote fails.
+        let ceding = matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Leaving {
+                    why: Leave::Cede,
+                    ..
+                },
+                ..
+            }
+        );
+        if ceding && clean && cause == StopCause::Demote && !self.ceding_request_live(now) {
+            if let Phase::Holding { epoch, .. } = self.phase {
+                if self.may_serve_on(now) {
+                    self.call_off(
+                        epoch,
+                        "the switchover request lapsed or was withdrawn before the demote \
+                         ended"
+                            .into(),
+                        false,
+                        now,
+                    );
+                    return;
+                }
+            }
         }
         self.svc = Svc::Down;
         // A record still in flight names the service that just stopped: its answer must
@@ -306,12 +336,8 @@ impl Elector {
                 ..
             }
         );
-        // The lease is checked here and again right before the hook (§4.3d).
-        let may_call_off = cede
-            && self.svc == Svc::Stopping(ticket, StopCause::Demote)
-            && !self.stopping
-            && !self.lease.doubt
-            && self.lease_left(now).is_some();
+        let may_call_off =
+            cede && self.svc == Svc::Stopping(ticket, StopCause::Demote) && self.may_serve_on(now);
         if !may_call_off {
             self.on_service_stopped(ticket, false, detail, now);
             return;
@@ -319,12 +345,37 @@ impl Elector {
         let Phase::Holding { epoch, .. } = self.phase else {
             return;
         };
-        let line = said.unwrap_or(detail);
+        self.call_off(epoch, said.unwrap_or(detail), true, now);
+    }
+
+    /// Whether this node may promote its service again after a demote, under the lock it
+    /// holds: not stopping, and the lease valid and not in doubt (checked here and again
+    /// right before the hook, §4.3d).
+    fn may_serve_on(&self, now: Instant) -> bool {
+        !self.stopping && !self.lease.doubt && self.lease_left(now).is_some()
+    }
+
+    /// Whether the switchover request this node cedes to is still pending.
+    fn ceding_request_live(&self, now: Instant) -> bool {
+        self.control
+            .failover
+            .as_ref()
+            .is_some_and(|f| f.from == self.cfg.node_id && now < f.lapses_at)
+    }
+
+    /// SPEC §6a.2: calls the switchover off (`line` says why) and promotes this node's
+    /// service again at `epoch` (no fencing: the breadcrumb is ours).
+    fn call_off(&mut self, epoch: Epoch, line: String, hook_failed: bool, now: Instant) {
+        let what = if hook_failed {
+            "the demote hook failed in a planned switchover"
+        } else {
+            "a planned switchover cannot end as asked"
+        };
         self.notice(
             true,
             format!(
-                "the demote hook failed in a planned switchover ({line}): calling the \
-                 switchover off and promoting this node again at epoch {epoch}"
+                "{what} ({line}): calling the switchover off and promoting this node again \
+                 at epoch {epoch}"
             ),
         );
         self.svc = Svc::Down;
@@ -333,6 +384,12 @@ impl Elector {
         // Withdrawn as far as this node goes: it must not cede to it again (`bounded`
         // keeps it out of every later view of `control`).
         self.called_off = self.control.failover.take();
+        // Cleared in the store at once, not once the promotion is recorded: should this
+        // node step down before then (a SIGTERM during its promote), the request must not
+        // hand the cluster to the successor its demote refused.
+        if let Some(request) = self.called_off.clone() {
+            self.actions.push_back(Action::ClearFailover { request });
+        }
         self.phase = Phase::Holding {
             epoch,
             step: Step::Serving,

@@ -306,6 +306,36 @@ pub async fn await_switch<C: Connector>(
             Err(_) => break,
             Ok(Ok(snap)) => {
                 last_error = None;
+                // SPEC §6a.2 first: a switchover its old active called off is never reported
+                // done, even when another node took over afterwards (the old active was
+                // stopped while it promoted itself again): its demote said the handover
+                // could not be made.
+                let off = called_off(&snap.history, &req.request.from, req.epoch);
+                if off.len() > req.called_off_before {
+                    // (Newest first: the first is this request's.)
+                    let line = off[0].to_string();
+                    if let Some((h, _)) = snap.active() {
+                        let mut why = called_off_message(req, &line);
+                        if h.node_id != req.request.from {
+                            why = format!(
+                                "{SWITCHOVER_CALLED_OFF}{} ({from}'s demote hook failed and it \
+                                 called the switchover off; {from} then stepped down anyway \
+                                 and {new} took over at epoch {}: it may lack what {from} had \
+                                 not handed over; see {from}'s log and check {new}'s data)",
+                                record::printable(&line),
+                                h.epoch.map_or_else(|| "?".into(), |e| e.to_string()),
+                                from = record::printable(&req.request.from),
+                                new = record::printable(&h.node_id),
+                            );
+                        }
+                        return Err(OpError::Failed(why));
+                    }
+                    called_off_line = Some(line);
+                    last = Some(snap);
+                    let left = req.lapses_at.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(POLL.min(left)).await;
+                    continue;
+                }
                 if let Some(mut done) = switched(&snap, req) {
                     if req.stepping_down {
                         done.fenced =
@@ -315,20 +345,6 @@ pub async fn await_switch<C: Connector>(
                 }
                 if let Some(to) = &req.request.to {
                     target_left |= !snap.members.iter().any(|(id, _)| id == to);
-                }
-                let off = called_off(&snap.history, &req.request.from, req.epoch);
-                if off.len() > req.called_off_before {
-                    // (Newest first: the first is this request's.)
-                    let line = off[0].to_string();
-                    // SPEC §6a.2: the old active promotes itself again; once it serves,
-                    // the switchover is over and nothing was handed over.
-                    if snap
-                        .active()
-                        .is_some_and(|(h, _)| h.node_id == req.request.from)
-                    {
-                        return Err(OpError::Failed(called_off_message(req, &line)));
-                    }
-                    called_off_line = Some(line);
                 }
                 last = Some(snap);
             }

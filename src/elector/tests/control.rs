@@ -205,6 +205,7 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
         said: Some("n2 is behind".into()),
     });
     let r = repin_of(&a);
+    let request = h.e.called_off.clone().expect("the request called off");
     assert_eq!(
         a,
         vec![
@@ -214,6 +215,9 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
                           calling the switchover off and promoting this node again at epoch 3"
                     .into()
             },
+            // Cleared at once: a step down before the promote is recorded must not hand
+            // over to the successor the demote refused.
+            Action::ClearFailover { request },
             Action::RepinService {
                 ticket: r,
                 epoch: 3
@@ -304,12 +308,16 @@ fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_pro
         said: Some("restarted as a standby of nobody".into()),
     });
     let r = repin_of(&a);
+    let request = h.e.called_off.clone().expect("the request called off");
     assert_eq!(
         a,
-        vec![Action::RepinService {
-            ticket: r,
-            epoch: 3
-        }]
+        vec![
+            Action::ClearFailover { request },
+            Action::RepinService {
+                ticket: r,
+                epoch: 3
+            }
+        ]
     );
     // Not acknowledged: nothing starts, the same rewrite is retried.
     let a = h.feed(Event::ServiceForgotten {
@@ -456,6 +464,45 @@ fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_c
                 ..
             }]
         ),
+        "{a:?}"
+    );
+}
+
+/// SPEC §6a: a switchover request that lapses (or is withdrawn) while the old active's
+/// demote hands over is gone for every node, so a release would let any standby take over,
+/// one the demote never waited for. The old active, still holding the lock and its lease,
+/// serves on instead, as when its demote fails.
+#[test]
+fn rule_6a_a_switchover_that_lapses_during_the_demote_is_called_off() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    // The demote takes longer than the request's 30 s (the lease is renewed meanwhile).
+    h.now += Duration::from_secs(31);
+    h.e.lease.end = Some(h.now + Duration::from_secs(1));
+    let a = h.feed_all(Event::ServiceStopped {
+        ticket: s,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Release { .. })),
+        "released after the request lapsed: {a:?}"
+    );
+    assert!(
+        a.iter().any(|a| matches!(a, Action::ClearFailover { .. })),
+        "{a:?}"
+    );
+    let r = repin_of(&a);
+    assert!(
+        a.iter().any(|a| matches!(a, Action::Transition { to: Role::Promoting, reason: Reason::SwitchoverCalledOff(line), .. } if line.contains("lapsed"))),
+        "{a:?}"
+    );
+    let a = h.feed_all(Event::ServiceForgotten {
+        ticket: r,
+        outcome: WriteOutcome::Done,
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::StartService { epoch: 3, .. }]),
         "{a:?}"
     );
 }
