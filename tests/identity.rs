@@ -667,3 +667,66 @@ fn a_container_pid_that_names_a_kernel_thread_here_is_refused_at_start() {
         ],
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Review of issue 30 (second half): what the pid-namespace checks must not refuse
+
+/// SPEC §9: a stale hooks `pidfile` (its service crashed; the pid names no process now)
+/// is never signalled and only logged: warden starts, and the pidfile is read again at
+/// promotion. Here the service ran on the host, as warden does, and died with `kill -9`
+/// (its pidfile stays). Some unrelated container on this kernel, which cannot even see
+/// the pidfile (its own tmpfs over that directory), happens to run a process whose pid in
+/// its own namespace is that number: container pids are small and many, so on a host with
+/// containers such a namesake is common. That is no evidence the pidfile was written in
+/// there, and warden must start, not exit 2.
+#[test]
+fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot_see_it() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The pid the host's service had before it died: free here now.
+    let stale = (pid_max - 2000 - std::process::id() % 500..pid_max - 1100)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .expect("a free pid");
+    fs::write(&pidfile, format!("{stale}\n")).unwrap();
+    // An unrelated container: the pidfile's directory is not its (a tmpfs of its own over
+    // it), and one of its processes has pid `stale` in there.
+    let container = Container::start(&format!(
+        "mount -t tmpfs none '{}' || exit 1; echo {} > /proc/sys/kernel/ns_last_pid; sleep 1000 & wait",
+        cluster.dir().display(),
+        stale - 1,
+    ));
+    let outer = container.host_pid(stale);
+    assert!(
+        !Path::new(&format!("/proc/{stale}")).exists(),
+        "premise: pid {stale} is free here (the service is gone)"
+    );
+    // Premise: the container cannot see the pidfile.
+    assert!(
+        !Path::new(&format!("/proc/{outer}/root{}", pidfile.display())).exists(),
+        "premise: the container must not see the pidfile"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    let mut warden = n1.start();
+    let store = ZkClient::connect(&zk.connect_string());
+    let member = cluster.znode("members/n1");
+    let started = wait_for(secs(30), "warden exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        store.exists(&member).then_some(Ok(()))
+    });
+    if let Err(exit) = started {
+        panic!(
+            "a stale pidfile (pid {stale}, no process here) was refused at start ({exit}) \
+             because an unrelated container's process {outer} has pid {stale} in its own \
+             namespace:\n{}",
+            warden.log()
+        );
+    }
+}
