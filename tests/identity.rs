@@ -730,3 +730,48 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
         );
     }
 }
+
+/// SPEC §9: "stale hooks pidfile (the pid now belongs to another process): never
+/// signalled; logged". The service ran on the host and died with `kill -9`; its pid was
+/// then reused, as pids are, by a process of some unrelated container (one that cannot
+/// see the pidfile). warden must start (it will not signal that process: its start time
+/// is checked, and the pid is read again at promotion), not exit 2 calling the pidfile a
+/// container's.
+#[test]
+fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    let container = Container::start(&format!(
+        "mount -t tmpfs none '{}' || exit 1; sleep 1000 & wait",
+        cluster.dir().display(),
+    ));
+    // The container's process got, here, the pid the host's service had.
+    let reused = container.host_pid(3); // (1 sh, 2 mount, 3 sleep)
+    fs::write(&pidfile, format!("{reused}\n")).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{reused}/root{}", pidfile.display())).exists(),
+        "premise: the container must not see the pidfile"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    let mut warden = n1.start();
+    let store = ZkClient::connect(&zk.connect_string());
+    let member = cluster.znode("members/n1");
+    let started = wait_for(secs(30), "warden exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        store.exists(&member).then_some(Ok(()))
+    });
+    if let Err(exit) = started {
+        panic!(
+            "a stale pidfile whose pid {reused} a container's process reused was refused at \
+             start ({exit}):\n{}",
+            warden.log()
+        );
+    }
+    assert!(
+        process_alive(reused),
+        "the container's process {reused} was signalled"
+    );
+}
