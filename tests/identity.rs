@@ -775,3 +775,56 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
         "the container's process {reused} was signalled"
     );
 }
+
+/// SPEC §4.9 and §9: after a fast reboot of this machine, the new warden waits for its
+/// predecessor's session to expire. That session was opened with the session timeout in
+/// force *before* the reboot, which its member record states (`session_timeout`): here
+/// 10s, while the config now says 2s (lowered before the reboot; ZooKeeper granted the
+/// old 10s, its maxSessionTimeout allowing it). The record goes 10s after the machine
+/// went away; the new warden must wait for that, not call this machine a clone and exit 2
+/// after 1.5 x its own 2s.
+#[test]
+fn a_fast_reboot_is_waited_out_even_when_the_old_session_timeout_was_longer() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    // This machine before its reboot: n1's warden held a 10s session (through a link the
+    // reboot cuts: the session is not closed, it expires).
+    let link = proxy::TcpProxy::start(zk.port());
+    let before = ZkClient::connect(&format!("127.0.0.1:{}", link.port()));
+    let path = cluster.znode("members/n1");
+    let mut record: serde_json::Value = serde_json::from_slice(&member_record(
+        "n1",
+        "127.0.0.1",
+        &machine_id(),
+        &other_boot(),
+    ))
+    .unwrap();
+    record["session_timeout"] = json!("10s");
+    let record = serde_json::to_vec(&record).unwrap();
+    before.create_ephemeral(&path, &record);
+    // The reboot: the old warden is gone without a word.
+    link.cut();
+    let store = ZkClient::connect(&zk.connect_string());
+    let mut warden = n1.start();
+    let here = boot_id();
+    let outcome = wait_for(secs(40), "n1 exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        let mine = store.get(&path).and_then(|d| {
+            let v: serde_json::Value = serde_json::from_slice(&d).ok()?;
+            (v["boot_id"].as_str()? == here).then_some(())
+        });
+        mine.map(Ok)
+    });
+    if let Err(exit) = outcome {
+        panic!(
+            "n1, restarted after a fast reboot of this machine, was refused ({exit}) while \
+             its predecessor's 10s session was still expiring:\n{}",
+            warden.log()
+        );
+    }
+    // (The old session's client cannot reach ZooKeeper any more; dropping it could wait.)
+    std::mem::forget(before);
+}
