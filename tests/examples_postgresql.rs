@@ -511,3 +511,60 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
     assert!(samples > 10, "only {samples} samples");
     assert!(two.is_empty(), "two primaries at once: {two:?}");
 }
+
+/// SPEC §6a: a planned switchover loses nothing acknowledged; a demote that cannot show
+/// that the successor has everything fails (warden then calls the switchover off). Here
+/// the primary's PostgreSQL crashed (`kill -9`, an OOM kill) just before the operator's
+/// `failover --to n2`, with a committed row that its lagging standby never received (its
+/// replication is cut: primary_conninfo cleared). The demote finds no running server and
+/// skips every check: it must not claim a handover ("has all its WAL", exit 0), after
+/// which n2 is promoted without the row and p1, started as n2's standby, is rewound
+/// over it.
+#[test]
+fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its_wal() {
+    // The killed postmaster must be reaped, as systemd reaps it (this sandbox's pid 1 does
+    // not): this test adopts the servers it starts.
+    // SAFETY: prctl with integer arguments only.
+    assert_eq!(
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
+        0,
+        "prctl(PR_SET_CHILD_SUBREAPER)"
+    );
+    let p1 = PgServer::init();
+    let lagging = PgServer::clone_of(&p1);
+    lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    lagging.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "the lagging standby streams from nobody", || {
+        lagging.streams_from().is_none()
+    });
+    p1.sql("CREATE TABLE acked (v int)");
+    p1.sql("INSERT INTO acked VALUES (1)");
+    // The crash, right before the switchover's demote.
+    let postmaster = p1.pid().expect("p1's postmaster");
+    p1.kill9();
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(postmaster as i32), None);
+    p1.wait_gone(secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
+    give(dir.path());
+    give(&env_file);
+    let out = run_switchover_demote(&hooks_script(), &env_file, lagging.port(), secs(30));
+    eprintln!("the demote: {}", describe(&out));
+    // (The demote may start p1 in the background: let that finish first.)
+    let deadline = Instant::now() + secs(20);
+    while p1.in_recovery().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        lagging.try_sql("SELECT count(*) FROM acked").is_err(),
+        "premise: the successor lacks the acknowledged row"
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the demote of a crashed primary claimed the handover to a successor that lacks an \
+         acknowledged row: {}",
+        describe(&out)
+    );
+}

@@ -667,3 +667,164 @@ fn a_container_pid_that_names_a_kernel_thread_here_is_refused_at_start() {
         ],
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Review of issue 30 (second half): what the pid-namespace checks must not refuse
+
+/// SPEC §9: a stale hooks `pidfile` (its service crashed; the pid names no process now)
+/// is never signalled and only logged: warden starts, and the pidfile is read again at
+/// promotion. Here the service ran on the host, as warden does, and died with `kill -9`
+/// (its pidfile stays). Some unrelated container on this kernel, which cannot even see
+/// the pidfile (its own tmpfs over that directory), happens to run a process whose pid in
+/// its own namespace is that number: container pids are small and many, so on a host with
+/// containers such a namesake is common. That is no evidence the pidfile was written in
+/// there, and warden must start, not exit 2.
+#[test]
+fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot_see_it() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The pid the host's service had before it died: free here now.
+    let stale = (pid_max - 2000 - std::process::id() % 500..pid_max - 1100)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .expect("a free pid");
+    fs::write(&pidfile, format!("{stale}\n")).unwrap();
+    // An unrelated container: the pidfile's directory is not its (a tmpfs of its own over
+    // it), and one of its processes has pid `stale` in there.
+    let container = Container::start(&format!(
+        "mount -t tmpfs none '{}' || exit 1; echo {} > /proc/sys/kernel/ns_last_pid; sleep 1000 & wait",
+        cluster.dir().display(),
+        stale - 1,
+    ));
+    let outer = container.host_pid(stale);
+    assert!(
+        !Path::new(&format!("/proc/{stale}")).exists(),
+        "premise: pid {stale} is free here (the service is gone)"
+    );
+    // Premise: the container cannot see the pidfile.
+    assert!(
+        !Path::new(&format!("/proc/{outer}/root{}", pidfile.display())).exists(),
+        "premise: the container must not see the pidfile"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    let mut warden = n1.start();
+    let store = ZkClient::connect(&zk.connect_string());
+    let member = cluster.znode("members/n1");
+    let started = wait_for(secs(30), "warden exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        store.exists(&member).then_some(Ok(()))
+    });
+    if let Err(exit) = started {
+        panic!(
+            "a stale pidfile (pid {stale}, no process here) was refused at start ({exit}) \
+             because an unrelated container's process {outer} has pid {stale} in its own \
+             namespace:\n{}",
+            warden.log()
+        );
+    }
+}
+
+/// SPEC §9: "stale hooks pidfile (the pid now belongs to another process): never
+/// signalled; logged". The service ran on the host and died with `kill -9`; its pid was
+/// then reused, as pids are, by a process of some unrelated container (one that cannot
+/// see the pidfile). warden must start (it will not signal that process: its start time
+/// is checked, and the pid is read again at promotion), not exit 2 calling the pidfile a
+/// container's.
+#[test]
+fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let pidfile = cluster.dir().join("service.pid");
+    let container = Container::start(&format!(
+        "mount -t tmpfs none '{}' || exit 1; sleep 1000 & wait",
+        cluster.dir().display(),
+    ));
+    // The container's process got, here, the pid the host's service had.
+    let reused = container.host_pid(3); // (1 sh, 2 mount, 3 sleep)
+    fs::write(&pidfile, format!("{reused}\n")).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{reused}/root{}", pidfile.display())).exists(),
+        "premise: the container must not see the pidfile"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    let mut warden = n1.start();
+    let store = ZkClient::connect(&zk.connect_string());
+    let member = cluster.znode("members/n1");
+    let started = wait_for(secs(30), "warden exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        store.exists(&member).then_some(Ok(()))
+    });
+    if let Err(exit) = started {
+        panic!(
+            "a stale pidfile whose pid {reused} a container's process reused was refused at \
+             start ({exit}):\n{}",
+            warden.log()
+        );
+    }
+    assert!(
+        process_alive(reused),
+        "the container's process {reused} was signalled"
+    );
+}
+
+/// SPEC §4.9 and §9: after a fast reboot of this machine, the new warden waits for its
+/// predecessor's session to expire. That session was opened with the session timeout in
+/// force *before* the reboot, which its member record states (`session_timeout`): here
+/// 10s, while the config now says 2s (lowered before the reboot; ZooKeeper granted the
+/// old 10s, its maxSessionTimeout allowing it). The record goes 10s after the machine
+/// went away; the new warden must wait for that, not call this machine a clone and exit 2
+/// after 1.5 x its own 2s.
+#[test]
+fn a_fast_reboot_is_waited_out_even_when_the_old_session_timeout_was_longer() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    // This machine before its reboot: n1's warden held a 10s session (through a link the
+    // reboot cuts: the session is not closed, it expires).
+    let link = proxy::TcpProxy::start(zk.port());
+    let before = ZkClient::connect(&format!("127.0.0.1:{}", link.port()));
+    let path = cluster.znode("members/n1");
+    let mut record: serde_json::Value = serde_json::from_slice(&member_record(
+        "n1",
+        "127.0.0.1",
+        &machine_id(),
+        &other_boot(),
+    ))
+    .unwrap();
+    record["session_timeout"] = json!("10s");
+    let record = serde_json::to_vec(&record).unwrap();
+    before.create_ephemeral(&path, &record);
+    // The reboot: the old warden is gone without a word.
+    link.cut();
+    let store = ZkClient::connect(&zk.connect_string());
+    let mut warden = n1.start();
+    let here = boot_id();
+    let outcome = wait_for(secs(40), "n1 exits or registers", || {
+        if let Some(exit) = warden.try_exit() {
+            return Some(Err(exit));
+        }
+        let mine = store.get(&path).and_then(|d| {
+            let v: serde_json::Value = serde_json::from_slice(&d).ok()?;
+            (v["boot_id"].as_str()? == here).then_some(())
+        });
+        mine.map(Ok)
+    });
+    if let Err(exit) = outcome {
+        panic!(
+            "n1, restarted after a fast reboot of this machine, was refused ({exit}) while \
+             its predecessor's 10s session was still expiring:\n{}",
+            warden.log()
+        );
+    }
+    // (The old session's client cannot reach ZooKeeper any more; dropping it could wait.)
+    std::mem::forget(before);
+}
