@@ -416,7 +416,7 @@ pub async fn register<S: Session>(
     let Some(bound) = bound else {
         return Ok(());
     };
-    let deadline = tokio::time::Instant::now() + bound;
+    let started = tokio::time::Instant::now();
     let host = record::HostIdentity::of(&me.node);
     let mut logged = false;
     loop {
@@ -430,7 +430,8 @@ pub async fn register<S: Session>(
         let Some(clone) = clones.first() else {
             return Ok(());
         };
-        if tokio::time::Instant::now() >= deadline {
+        let bound = bound_for(bound, clone);
+        if started.elapsed() >= bound {
             // Leave no member record behind: the cluster must not count this node.
             if let Err(e) = session.delete_member(&me.node.node_id).await {
                 warn!("could not delete this node's member record before exiting: {e}");
@@ -452,6 +453,24 @@ pub async fn register<S: Session>(
         tokio::time::sleep(PREDECESSOR_POLL).await;
     }
 }
+
+/// The longest a record of this machine's previous boot may take to go: `bound`, or
+/// half as long again as the session timeout that record says it ran with, when that
+/// was longer (the timeout was lowered before a fast reboot: the old session still
+/// lasts its own). At most [`MAX_PREDECESSOR_WAIT`], so that a garbage value cannot
+/// keep a clone waiting for ever.
+fn bound_for(bound: Duration, other: &MemberRecord) -> Duration {
+    let theirs = other
+        .session_timeout
+        .as_deref()
+        .and_then(|t| humantime::parse_duration(t).ok())
+        .map_or(Duration::ZERO, |t| t + t / 2);
+    bound.max(theirs.min(MAX_PREDECESSOR_WAIT))
+}
+
+/// The longest a start waits for a record of this machine's previous boot to go (an hour:
+/// far above any session timeout a cluster runs with).
+const MAX_PREDECESSOR_WAIT: Duration = Duration::from_secs(3600);
 
 /// The refusal of a machine whose id `clone`, a live member, carries with another boot.
 fn cloned_machine(me: &NodeRecord, clone: &NodeRecord) -> RegisterError {
@@ -500,7 +519,7 @@ async fn register_member<S: Session>(
                     record::HostIdentity::of(&me.node).same_machine_other_boot(&other.node);
                 if let (Some(bound), true) = (clone_bound, other_boot) {
                     let since = *other_boot_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() >= bound {
+                    if since.elapsed() >= bound_for(bound, &other) {
                         return Err(cloned_machine(&me.node, &other.node));
                     }
                 }
