@@ -1005,28 +1005,69 @@ impl Session for RedisSession {
                     .unwrap_or_default(),
             )
             .arg(i.ttl_ms());
-        let written = outcome(
-            i.call("committing the promotion", inv)
-                .await
-                .map(|n| n == 1),
-        );
-        if written != WriteOutcome::Done || i.s.replicas_ack == 0 {
-            return written;
+        if i.s.replicas_ack == 0 {
+            return outcome(
+                i.call("committing the promotion", inv)
+                    .await
+                    .map(|n| n == 1),
+            );
         }
         // SPEC §3a `replicas_ack`: a failover of the store to a replica that lacks this
         // promotion would hand its epoch out again. WAIT counts the replicas that have
-        // every write of this connection, so it runs on the one that committed.
+        // every write of *its connection*, so the commit and the WAIT go out on one
+        // connection of their own: the shared one reconnects by itself, and a WAIT on a
+        // fresh connection would count replicas that lack the commit.
         let need = i.s.replicas_ack;
         let wait_ms = (i.s.session_timeout / 6).as_millis().max(1) as u64;
-        let acked: Result<i64, StoreError> = i
-            .bounded("waiting for the store's replicas", |mut c| async move {
+        let op = i.op_timeout;
+        let own = match tokio::time::timeout(op, i.client.get_multiplexed_async_connection()).await
+        {
+            Ok(Ok(c)) => c,
+            other => {
+                let why = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer".into(),
+                };
+                tracing::warn!(
+                    "could not open a connection to Redis at {} for the promotion and its \
+                     WAIT (coordination.redis.replicas_ack = {need}): {why}; not promoting",
+                    i.s.url
+                );
+                return WriteOutcome::NotDurable;
+            }
+        };
+        let mut c = own.clone();
+        let written = match tokio::time::timeout(op, inv.invoke_async::<i64>(&mut c)).await {
+            Err(_) => WriteOutcome::Unknown,
+            Ok(r) => outcome(
+                r.map(|n| n == 1)
+                    .map_err(|e| classify(e, "committing the promotion")),
+            ),
+        };
+        if written == WriteOutcome::Conflict {
+            return written;
+        }
+        // An unknown commit cannot be waited for: never promoted on (the elector would
+        // take a breadcrumb it finds ours for a commit, without the WAIT).
+        let mut c = own;
+        let acked: Result<i64, StoreError> = if written == WriteOutcome::Unknown {
+            Err(StoreError::Unknown(
+                "the commit's outcome is unknown, so it cannot be waited for".into(),
+            ))
+        } else {
+            match tokio::time::timeout(
+                op,
                 redis::cmd("WAIT")
                     .arg(need)
                     .arg(wait_ms)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await;
+                    .query_async::<i64>(&mut c),
+            )
+            .await
+            {
+                Err(_) => Err(StoreError::Unknown("WAIT got no answer".into())),
+                Ok(r) => r.map_err(|e| classify(e, "waiting for the store's replicas")),
+            }
+        };
         match acked {
             Ok(n) if n >= i64::from(need) => WriteOutcome::Done,
             other => {
