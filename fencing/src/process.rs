@@ -103,12 +103,67 @@ pub fn pid_ns_of(pid: u32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// A file as the kernel knows it: its device and inode, the same whatever path or mount
+/// namespace it is reached through (a container's bind mount of a host directory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileKey {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileKey {
+    /// The key of the file `meta` describes.
+    pub fn of(meta: &fs::Metadata) -> FileKey {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// How long [`sees_file`] waits for one look through a process's root: the path crosses
+/// that process's mounts, one of which may hang (a dead NFS server, a stuck FUSE daemon).
+pub const SEES_FILE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether process `pid` sees, at the absolute path `path` from its own root
+/// (`/proc/PID/root`), the very file `key` is (same device and inode): a process of a
+/// container that shares this directory with us (a bind mount at the same place, or the
+/// same filesystem view) does; an unrelated container, with its own files there, does
+/// not. Anything that cannot be told counts as not seeing: a relative path, a process
+/// that is gone or vanishes mid-look, a root this process may not enter, and a look that
+/// takes longer than [`SEES_FILE_TIMEOUT`] (left to finish on its own thread).
+///
+/// A file the process reaches only at another path (a bind mount of the directory
+/// elsewhere in the container) is not seen by this look.
+pub fn sees_file(pid: u32, path: &Path, key: FileKey) -> bool {
+    let Ok(inside) = path.strip_prefix("/") else {
+        return false;
+    };
+    let there = Path::new(&format!("/proc/{pid}/root")).join(inside);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A thread, not the caller, does the stat, so a hung mount in the container cannot
+    // hang the caller: the thread is left behind, blocked, and the answer is "not seen".
+    let spawned = std::thread::Builder::new()
+        .name("sees-file".to_string())
+        .spawn(move || {
+            let _ = tx.send(fs::metadata(&there).map(|m| FileKey::of(&m)));
+        });
+    if spawned.is_err() {
+        return false;
+    }
+    matches!(rx.recv_timeout(SEES_FILE_TIMEOUT), Ok(Ok(seen)) if seen == key)
+}
+
 /// The processes of other pid namespaces (containers on this kernel, seen from here) whose
-/// pid *in their own namespace* is `pid`: each as its pid here and the inode of its pid
-/// namespace, sorted. A pid read from a file that a process inside a container wrote is one
-/// of these, and names another process here, or none. Reads `NSpid` of every process's
+/// pid *in their own namespace* is `pid` and that see the file `path` names (by `key`,
+/// [`sees_file`]): each as its pid here and the inode of its pid namespace, sorted. A pid
+/// read from a file that a process inside a container wrote is one of these, and names
+/// another process here, or none. A container that cannot see the file cannot have
+/// written it: its processes are left out however their pids read, so that a stale file
+/// written here is not taken for a container's. Reads `NSpid` of every process's
 /// `/proc/PID/status`, which takes a scan of `/proc`: meant for checks at start.
-pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
+pub fn namesakes_in_other_pid_namespaces(pid: u32, path: &Path, key: FileKey) -> Vec<(u32, u64)> {
     let Ok(ours) = pid_ns() else {
         return Vec::new();
     };
@@ -121,7 +176,7 @@ pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
                 return None;
             }
             let ns = pid_ns_of(here)?;
-            (ns != ours).then_some((here, ns))
+            (ns != ours && sees_file(here, path, key)).then_some((here, ns))
         })
         .collect();
     found.sort_unstable();
