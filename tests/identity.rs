@@ -788,6 +788,12 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
             warden.log()
         );
     }
+    // SPEC §9: logged as stale.
+    assert!(
+        warden.log_mentions("stale") && warden.log_mentions(&stale.to_string()),
+        "the stale pidfile (pid {stale}) is not logged:\n{}",
+        warden.log()
+    );
 }
 
 /// SPEC §9: "stale hooks pidfile (the pid now belongs to another process): never
@@ -832,6 +838,12 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
     assert!(
         process_alive(reused),
         "the container's process {reused} was signalled"
+    );
+    // SPEC §9: logged as stale.
+    assert!(
+        warden.log_mentions("stale") && warden.log_mentions(&reused.to_string()),
+        "the stale pidfile (pid {reused}) is not logged:\n{}",
+        warden.log()
     );
 }
 
