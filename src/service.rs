@@ -46,7 +46,8 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 use warden_fencing::cgroup::{self, Cgroup};
-use warden_fencing::{process, SignalName};
+use warden_fencing::process::{self, FileKey};
+use warden_fencing::SignalName;
 
 use crate::config::ServiceConfig;
 
@@ -1679,6 +1680,20 @@ pub enum PidfileError {
         warden_ns: u64,
     },
     #[error(
+        "the pidfile {} (service.pidfile) names pid {pid}, which is now a process of pid \
+         namespace {process_ns} (warden runs in {warden_ns}) that cannot see this pidfile: \
+         the file is stale (left by a service that died, its pid since reused by an \
+         unrelated container's process), and warden never signals that process; is the \
+         service running?",
+        path.display()
+    )]
+    StaleInOtherPidNamespace {
+        path: PathBuf,
+        pid: u32,
+        process_ns: u64,
+        warden_ns: u64,
+    },
+    #[error(
         "the pidfile {} (service.pidfile) names pid {pid}, which {here} in warden's pid \
          namespace {warden_ns}, but {} has pid {pid} in its own: the pidfile was written \
          inside a container, and its pid means another process here, or none; run warden in \
@@ -1699,8 +1714,9 @@ pub enum PidfileError {
 
 impl PidfileError {
     /// Whether warden must not start with this pidfile (exit 2, SPEC §9): it names a
-    /// process of another pid namespace. Anything else is said at start and refused at
-    /// promotion.
+    /// process of another pid namespace that sees the pidfile, or was written inside such a
+    /// namespace. Anything else is said at start and refused at promotion; a stale pidfile
+    /// (SPEC §9) is only logged.
     pub fn refuses_start(&self) -> bool {
         matches!(
             self,
@@ -1808,18 +1824,29 @@ impl Hooks {
     /// ([`PidfileError::refuses_start`]): a pid whose process runs in another pid namespace
     /// than warden's (`/proc/PID/ns/pid`), and a pid that names no process here while a
     /// process of another namespace has it as its own pid there (`NSpid`: the pidfile was
-    /// written inside a container). What cannot be told apart: a pid that names a process
-    /// of warden's namespace and is also some container's own pid of another process; the
-    /// process here is taken, with a warning.
+    /// written inside a container). Only a process that sees this very pidfile counts
+    /// (the same device and inode at that path from its root, [`process::sees_file`]): a
+    /// container that cannot see it did not write it, and the pidfile is then stale, left
+    /// by a service of warden's namespace that died (SPEC §9: logged, never signalled).
+    /// What cannot be told apart: a pid that names a process of warden's namespace and is
+    /// also some container's own pid of another process; the process here is taken, with
+    /// a warning.
     pub fn check_pidfile(&self) -> Result<Option<PinnedService>, PidfileError> {
         let Some(path) = &self.pidfile else {
             return Ok(None);
         };
-        match read_pidfile(path) {
+        let (key, read) = read_pidfile_keyed(path);
+        // The processes of other namespaces that see this pidfile and have `pid` there; none
+        // when the file could not be opened (nothing then to compare them with).
+        let namesakes_of = |pid: u32| match key {
+            Some(key) => process::namesakes_in_other_pid_namespaces(pid, path, key),
+            None => Vec::new(),
+        };
+        match read {
             Ok(found) => {
                 // A pid that is also a container's own pid of some process cannot be told
                 // from ours by the file alone: the process here is taken, and the doubt said.
-                let namesakes = process::namesakes_in_other_pid_namespaces(found.pid);
+                let namesakes = namesakes_of(found.pid);
                 if !namesakes.is_empty() {
                     warn!(
                         pidfile = %path.display(),
@@ -1834,7 +1861,7 @@ impl Hooks {
                 Ok(Some(found))
             }
             Err(PidfileError::NotRunning { path, pid }) => {
-                let namesakes = process::namesakes_in_other_pid_namespaces(pid);
+                let namesakes = namesakes_of(pid);
                 if let (false, Ok(warden_ns)) = (namesakes.is_empty(), process::pid_ns()) {
                     return Err(PidfileError::WrittenInOtherPidNamespace {
                         path,
@@ -1858,7 +1885,7 @@ impl Hooks {
             }) => {
                 // A kernel thread is no service: a container's own pid of its service, read
                 // here, names one when it is small (kthreadd is 2).
-                let namesakes = process::namesakes_in_other_pid_namespaces(pid);
+                let namesakes = namesakes_of(pid);
                 match (namesakes.is_empty(), process::pid_ns()) {
                     (false, Ok(warden_ns)) => Err(PidfileError::WrittenInOtherPidNamespace {
                         path,
@@ -1873,6 +1900,13 @@ impl Hooks {
                         what: KERNEL_THREAD,
                     }),
                 }
+            }
+            Err(e @ PidfileError::StaleInOtherPidNamespace { .. }) => {
+                warn!(
+                    "{e}; warden needs the service's own pid there by the time this node is \
+                     promoted"
+                );
+                Ok(None)
             }
             Err(e @ PidfileError::Missing { .. }) => {
                 warn!(
@@ -1972,18 +2006,38 @@ impl Hooks {
 /// PostgreSQL's `postmaster.pid`, are the service's own), running now, and neither init
 /// nor warden itself nor the leader of warden's process group.
 fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
+    read_pidfile_keyed(path).1
+}
+
+/// [`read_pidfile`], and the file it read (device and inode; `None` when it could not be
+/// opened), against which a process of another pid namespace is asked whether it sees
+/// this very pidfile.
+fn read_pidfile_keyed(path: &Path) -> (Option<FileKey>, Result<PinnedService, PidfileError>) {
     // Never blocks on a fifo, never reads without end (SPEC §9).
-    let bytes =
-        warden_fencing::files::read_regular_file(path, 64 * 1024).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => PidfileError::Missing {
-                path: path.to_path_buf(),
-            },
-            _ => PidfileError::Unreadable {
-                path: path.to_path_buf(),
-                reason: io_reason(&e),
-            },
-        })?;
-    let text = String::from_utf8_lossy(&bytes);
+    let opened = warden_fencing::files::open_regular_file(path).and_then(|(file, meta)| {
+        let key = FileKey::of(&meta);
+        warden_fencing::files::read_opened(file, &meta, 64 * 1024).map(|bytes| (key, bytes))
+    });
+    match opened {
+        Ok((key, bytes)) => (Some(key), pidfile_process(path, key, &bytes)),
+        Err(e) => (
+            None,
+            Err(match e.kind() {
+                io::ErrorKind::NotFound => PidfileError::Missing {
+                    path: path.to_path_buf(),
+                },
+                _ => PidfileError::Unreadable {
+                    path: path.to_path_buf(),
+                    reason: io_reason(&e),
+                },
+            }),
+        ),
+    }
+}
+
+/// The process named by `bytes`, the content of the pidfile `path` (the file `key`).
+fn pidfile_process(path: &Path, key: FileKey, bytes: &[u8]) -> Result<PinnedService, PidfileError> {
+    let text = String::from_utf8_lossy(bytes);
     if text.trim().is_empty() {
         return Err(PidfileError::Empty {
             path: path.to_path_buf(),
@@ -2014,14 +2068,26 @@ fn read_pidfile(path: &Path) -> Result<PinnedService, PidfileError> {
             // A process of another pid namespace (a container's, seen here by its outer
             // pid) is not ours to pin: what it is cannot be checked from here. Unknown
             // when either namespace cannot be read (another user's process): taken as is.
+            // One that cannot see this pidfile did not write it: the file is stale (its
+            // service died and the pid went to an unrelated container's process).
             if let (Some(process_ns), Ok(warden_ns)) = (process::pid_ns_of(pid), process::pid_ns())
             {
                 if process_ns != warden_ns {
-                    return Err(PidfileError::OtherPidNamespace {
-                        path: path.to_path_buf(),
-                        pid,
-                        process_ns,
-                        warden_ns,
+                    let path = path.to_path_buf();
+                    return Err(if process::sees_file(pid, &path, key) {
+                        PidfileError::OtherPidNamespace {
+                            path,
+                            pid,
+                            process_ns,
+                            warden_ns,
+                        }
+                    } else {
+                        PidfileError::StaleInOtherPidNamespace {
+                            path,
+                            pid,
+                            process_ns,
+                            warden_ns,
+                        }
                     });
                 }
             }

@@ -457,6 +457,65 @@ fn a_pidfile_written_inside_a_container_is_refused_at_start() {
     );
 }
 
+/// The usual container volume: the host directory holding the pidfile is mounted at
+/// another path inside the container (`-v /srv/svc:/data`), and the service writes its
+/// pidfile there, with its pid in the container. Whether the container sees warden's
+/// pidfile cannot be told by looking at the same path inside it (there it has a tmpfs of
+/// its own); it is the same file, reached through the volume. Refused at start, exit 2, as
+/// any pidfile written inside a container, not taken for a stale one.
+#[test]
+fn a_pidfile_written_inside_a_container_through_a_volume_elsewhere_is_refused_at_start() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let volume = cluster.dir().join("volume");
+    let inside = cluster.dir().join("inside");
+    fs::create_dir_all(&volume).unwrap();
+    fs::create_dir_all(&inside).unwrap();
+    let pidfile = volume.join("service.pid");
+    let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let inner = (pid_max - 3000 - std::process::id() % 500..pid_max - 2100)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .expect("a free pid");
+    // In the container: the volume at `inside`, its own tmpfs where the host has it.
+    let container = Container::start(&format!(
+        "mount --bind '{vol}' '{ins}' && mount -t tmpfs none '{vol}' || exit 1; \
+         echo {} > /proc/sys/kernel/ns_last_pid; sleep 1000 & echo $! > '{ins}/service.pid'; wait",
+        inner - 1,
+        vol = volume.display(),
+        ins = inside.display(),
+    ));
+    let written = pid_written_to(&pidfile);
+    assert_eq!(
+        written, inner,
+        "the container's service did not get pid {inner}"
+    );
+    let outer = container.host_pid(inner);
+    assert!(
+        !Path::new(&format!("/proc/{inner}")).exists(),
+        "premise: pid {inner} is free here"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{outer}/root{}", pidfile.display())).exists(),
+        "premise: the container has no pidfile at warden's path"
+    );
+    let n1 = hooks_node(&cluster, "n1", &pidfile);
+    assert_start_refused(
+        &zk,
+        &cluster,
+        &n1,
+        &[
+            pidfile.display().to_string(),
+            inner.to_string(),
+            outer.to_string(),
+            pid_ns_of(outer).unwrap().to_string(),
+        ],
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Point 13: a recorded service cgroup seen from another cgroup namespace
 
@@ -729,6 +788,12 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
             warden.log()
         );
     }
+    // SPEC §9: logged as stale.
+    assert!(
+        warden.log_mentions("stale") && warden.log_mentions(&stale.to_string()),
+        "the stale pidfile (pid {stale}) is not logged:\n{}",
+        warden.log()
+    );
 }
 
 /// SPEC §9: "stale hooks pidfile (the pid now belongs to another process): never
@@ -773,6 +838,12 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
     assert!(
         process_alive(reused),
         "the container's process {reused} was signalled"
+    );
+    // SPEC §9: logged as stale.
+    assert!(
+        warden.log_mentions("stale") && warden.log_mentions(&reused.to_string()),
+        "the stale pidfile (pid {reused}) is not logged:\n{}",
+        warden.log()
     );
 }
 

@@ -103,12 +103,179 @@ pub fn pid_ns_of(pid: u32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// A file as the kernel knows it: its device and inode, the same whatever path or mount
+/// namespace it is reached through (a container's bind mount of a host directory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileKey {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileKey {
+    /// The key of the file `meta` describes.
+    pub fn of(meta: &fs::Metadata) -> FileKey {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// How long [`sees_file`] waits for one look through a process's root: the paths cross
+/// that process's mounts, one of which may hang (a dead NFS server, a stuck FUSE daemon).
+pub const SEES_FILE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How much of a `/proc/PID/mountinfo` is read: some 20,000 mounts, far more than a host
+/// has; a longer one is not read at all (its mounts are then not looked through).
+const MOUNTINFO_LIMIT: u64 = 4 << 20;
+
+/// Whether process `pid` sees the very file `key` is (same device and inode), which this
+/// process reaches at the absolute path `path`. Looked for from the process's own root
+/// (`/proc/PID/root`): at `path` itself (a container sharing this filesystem view), and
+/// wherever one of its mounts of that filesystem holds the file (a volume: the host's
+/// directory bind-mounted at another path in the container, found through
+/// `/proc/PID/mountinfo`). An unrelated container, with files of its own at those paths,
+/// does not see it. Anything that cannot be told counts as not seeing: a relative path, a
+/// process that is gone or vanishes mid-look, a root this process may not enter, and a
+/// look that takes longer than [`SEES_FILE_TIMEOUT`] (left to finish on its own thread).
+pub fn sees_file(pid: u32, path: &Path, key: FileKey) -> bool {
+    if !path.is_absolute() {
+        return false;
+    }
+    let path = path.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A thread, not the caller, looks, so that a hung mount in the container cannot hang
+    // the caller: the thread is left behind, blocked, and the answer is "not seen".
+    let spawned = std::thread::Builder::new()
+        .name("sees-file".to_string())
+        .spawn(move || {
+            let _ = tx.send(look_for_file(pid, &path, key));
+        });
+    if spawned.is_err() {
+        return false;
+    }
+    rx.recv_timeout(SEES_FILE_TIMEOUT).unwrap_or(false)
+}
+
+/// [`sees_file`] without its timeout.
+fn look_for_file(pid: u32, path: &Path, key: FileKey) -> bool {
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let sees = |at: &Path| {
+        let Ok(inside) = at.strip_prefix("/") else {
+            return false;
+        };
+        fs::metadata(root.join(inside)).is_ok_and(|m| FileKey::of(&m) == key)
+    };
+    if sees(path) {
+        return true;
+    }
+    // Where the file is within its filesystem, as mounted here; then every mount of that
+    // filesystem in the process's mount namespace that holds that place.
+    let Some(in_fs) = place_in_filesystem(path, key) else {
+        return false;
+    };
+    let Some(theirs) = mounts_of(&format!("/proc/{pid}/mountinfo")) else {
+        return false;
+    };
+    theirs
+        .iter()
+        .filter(|m| m.dev == dev_numbers(key.dev))
+        .filter_map(|m| Some(m.point.join(in_fs.strip_prefix(&m.root).ok()?)))
+        .any(|at| sees(&at))
+}
+
+/// A mount as `/proc/PID/mountinfo` states it: the filesystem's device (major, minor),
+/// the directory of that filesystem it shows (`root`), and where (`point`).
+#[derive(Debug, PartialEq, Eq)]
+struct Mount {
+    dev: (u32, u32),
+    root: PathBuf,
+    point: PathBuf,
+}
+
+/// The major and minor numbers of device `dev` (`st_dev`), as mountinfo writes them.
+fn dev_numbers(dev: u64) -> (u32, u32) {
+    (libc::major(dev), libc::minor(dev))
+}
+
+/// The mounts of a `mountinfo` file, in its order (a later mount on the same point covers
+/// an earlier one); `None` when it cannot be read whole.
+fn mounts_of(file: &str) -> Option<Vec<Mount>> {
+    let bytes = crate::files::read_regular_file(Path::new(file), MOUNTINFO_LIMIT).ok()?;
+    Some(parse_mountinfo(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The mounts of `mountinfo` text (`36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3
+/// /dev/root rw`); lines that do not parse are skipped.
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ').skip(2);
+            let (major, minor) = fields.next()?.split_once(':')?;
+            let root = unescape_mount_path(fields.next()?);
+            let point = unescape_mount_path(fields.next()?);
+            Some(Mount {
+                dev: (major.parse().ok()?, minor.parse().ok()?),
+                root,
+                point,
+            })
+        })
+        .collect()
+}
+
+/// A path as mountinfo writes it: space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mount_path(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|o| {
+            let o = std::str::from_utf8(o).ok()?;
+            u8::from_str_radix(o, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Where the file `key`, at `path` here, is within its filesystem: the path below the
+/// root of that filesystem, read from this process's own mounts (the last mount whose
+/// point holds the path is the one it is on). `None` when that mount is not of the
+/// file's device (a filesystem whose files carry devices of their own, as btrfs
+/// subvolumes) or the mounts cannot be read.
+fn place_in_filesystem(path: &Path, key: FileKey) -> Option<PathBuf> {
+    // Mount points are written without symlinks.
+    let path = fs::canonicalize(path).ok()?;
+    let ours = mounts_of("/proc/self/mountinfo")?;
+    let on = ours
+        .iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count())
+        .filter(|m| m.dev == dev_numbers(key.dev))?;
+    // `max_by_key` keeps the last of equals: the mount on top.
+    Some(on.root.join(path.strip_prefix(&on.point).ok()?))
+}
+
 /// The processes of other pid namespaces (containers on this kernel, seen from here) whose
-/// pid *in their own namespace* is `pid`: each as its pid here and the inode of its pid
-/// namespace, sorted. A pid read from a file that a process inside a container wrote is one
-/// of these, and names another process here, or none. Reads `NSpid` of every process's
+/// pid *in their own namespace* is `pid` and that see the file `path` names (by `key`,
+/// [`sees_file`]): each as its pid here and the inode of its pid namespace, sorted. A pid
+/// read from a file that a process inside a container wrote is one of these, and names
+/// another process here, or none. A container that cannot see the file cannot have
+/// written it: its processes are left out however their pids read, so that a stale file
+/// written here is not taken for a container's. Reads `NSpid` of every process's
 /// `/proc/PID/status`, which takes a scan of `/proc`: meant for checks at start.
-pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
+pub fn namesakes_in_other_pid_namespaces(pid: u32, path: &Path, key: FileKey) -> Vec<(u32, u64)> {
     let Ok(ours) = pid_ns() else {
         return Vec::new();
     };
@@ -121,7 +288,7 @@ pub fn namesakes_in_other_pid_namespaces(pid: u32) -> Vec<(u32, u64)> {
                 return None;
             }
             let ns = pid_ns_of(here)?;
-            (ns != ours).then_some((here, ns))
+            (ns != ours && sees_file(here, path, key)).then_some((here, ns))
         })
         .collect();
     found.sort_unstable();
@@ -1293,6 +1460,56 @@ mod tests {
     fn parse_stat(text: &str) -> Option<ProcStat> {
         use procfs::FromRead;
         ProcStat::of(&procfs::process::Stat::from_read(text.as_bytes()).ok()?)
+    }
+
+    #[test]
+    fn mountinfo_lines_give_device_root_and_point_with_escapes_undone() {
+        let text =
+            "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n\
+                    40 36 0:52 /srv/my\\040data /data\\134x rw - ext4 /dev/sda1 rw\n\
+                    garbage\n\
+                    41 36 8:x / /y rw - ext4 /dev/sda1 rw\n";
+        assert_eq!(
+            parse_mountinfo(text),
+            vec![
+                Mount {
+                    dev: (98, 0),
+                    root: PathBuf::from("/mnt1"),
+                    point: PathBuf::from("/mnt2"),
+                },
+                Mount {
+                    dev: (0, 52),
+                    root: PathBuf::from("/srv/my data"),
+                    point: PathBuf::from("/data\\x"),
+                },
+            ]
+        );
+        // A backslash without three octal digits, or past a byte, is kept as it is.
+        assert_eq!(
+            unescape_mount_path("a\\9b\\777"),
+            PathBuf::from("a\\9b\\777")
+        );
+    }
+
+    #[test]
+    fn this_process_sees_its_own_file_and_its_place_in_the_filesystem() {
+        let dir = std::env::temp_dir().join(format!("warden-sees-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("service.pid");
+        fs::write(&file, "1\n").unwrap();
+        let key = FileKey::of(&fs::metadata(&file).unwrap());
+        let me = std::process::id();
+        assert!(sees_file(me, &file, key));
+        // Through the mounts too: its place in the filesystem, from a mount of it.
+        assert!(place_in_filesystem(&file, key).is_some());
+        let other = dir.join("other");
+        fs::write(&other, "2\n").unwrap();
+        assert!(!sees_file(me, &other, key), "another file is not this one");
+        assert!(
+            !sees_file(me, Path::new("service.pid"), key),
+            "a relative path"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
