@@ -568,3 +568,90 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
         describe(&out)
     );
 }
+
+/// The clean-stop variant of the crashed primary's (review 2): the primary was stopped
+/// (a fast stop, pg_control "shut down") before a switchover's demote runs. Its demote
+/// hands over only to a successor that has received WAL past the shutdown checkpoint:
+/// to one that streamed up to the stop, it does (exit 0; the successor has the row); to
+/// one that received nothing since (its primary_conninfo cleared), it does not: it fails
+/// with one last line that says so, and leaves the old primary a running standby of
+/// nobody with its rows, which warden's promote takes back (SPEC §6a.2).
+#[test]
+fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_its_wal() {
+    let p1 = PgServer::init();
+    let lagging = PgServer::clone_of(&p1);
+    lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    lagging.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "the lagging standby streams from nobody", || {
+        lagging.streams_from().is_none()
+    });
+    let streaming = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE acked (v int)");
+    p1.sql("INSERT INTO acked VALUES (1)");
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(&p1, 5)).unwrap();
+    give(dir.path());
+    give(&env_file);
+
+    // To a successor without the last WAL: called off.
+    p1.stop_fast();
+    let out = run_switchover_demote(&hooks_script(), &env_file, lagging.port(), secs(60));
+    eprintln!("the demote to the lagging standby: {}", describe(&out));
+    assert!(
+        lagging.try_sql("SELECT count(*) FROM acked").is_err(),
+        "premise: the lagging successor lacks the acknowledged row"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the demote of a stopped primary handed over to a successor that lacks an \
+         acknowledged row: {}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("n2 (127.0.0.1:{})", lagging.port()))
+            && last.contains("not handed over")
+            && last.contains("is a standby of nobody"),
+        "the demote does not say why in its last line: {}",
+        describe(&out)
+    );
+    assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
+    assert_eq!(p1.sql("SELECT count(*) FROM acked").trim(), "1");
+    // What warden's promote does when it calls the switchover off.
+    p1.sql("SELECT pg_promote()");
+    wait_until(secs(30), "p1 is a primary again", || {
+        p1.in_recovery() == Some(false)
+    });
+    p1.sql("INSERT INTO acked VALUES (2)");
+    wait_until(secs(30), "the streaming standby has both rows", || {
+        streaming
+            .try_sql("SELECT count(*) FROM acked")
+            .is_ok_and(|n| n.trim() == "2")
+    });
+
+    // To a successor that streamed up to the stop: handed over.
+    p1.stop_fast();
+    let out = run_switchover_demote(&hooks_script(), &env_file, streaming.port(), secs(60));
+    eprintln!("the demote to the streaming standby: {}", describe(&out));
+    // (The demote starts p1 in the background: let that finish first.)
+    let deadline = Instant::now() + secs(30);
+    while p1.in_recovery().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the demote of a stopped primary did not hand over to a successor with all its \
+         WAL: {}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("which has all its WAL"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(streaming.sql("SELECT count(*) FROM acked").trim(), "2");
+}
