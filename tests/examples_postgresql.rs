@@ -655,3 +655,60 @@ fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_
     );
     assert_eq!(streaming.sql("SELECT count(*) FROM acked").trim(), "2");
 }
+
+/// Review 2, as for Redis: a numeric setting of postgresql.env that is not a whole
+/// number (PG_TIMEOUT=0.5, STOP_TIMEOUT=1.5, ...) is refused at the hook's start, before
+/// anything is done: exit 2, with one line naming the setting, its value and the env
+/// file. Both a standby's standby-check and a switchover's demote of the primary are
+/// refused so, and the primary still takes writes afterwards.
+#[test]
+fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() {
+    let p1 = PgServer::init();
+    let p2 = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE kept (v int)");
+    let dir = tempfile::tempdir().unwrap();
+    give(dir.path());
+    for (name, value) in [
+        ("PG_TIMEOUT", "0.5"),
+        ("PG_TIMEOUT", "0"),
+        ("STOP_TIMEOUT", "1.5"),
+        ("FOLLOW_WAIT", "0.5"),
+        ("MAX_LAG_BYTES", "16MiB"),
+        ("PGPORT", "54 32"),
+    ] {
+        for (server, hook) in [(&p2, "standby-check"), (&p1, "demote")] {
+            let env_file = dir.path().join(format!("{hook}.env"));
+            fs::write(
+                &env_file,
+                format!("{}{name}='{value}'\n", hooks_env(server, 1)),
+            )
+            .unwrap();
+            give(&env_file);
+            let out = if hook == "demote" {
+                run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30))
+            } else {
+                let args = [
+                    "WARDEN_ACTIVE_NODE=n1".to_string(),
+                    "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
+                    format!("WARDEN_ACTIVE_PORT={}", p1.port()),
+                    hooks_script().display().to_string(),
+                    hook.to_string(),
+                    env_file.display().to_string(),
+                ];
+                run_bounded("env", &args, secs(30))
+            };
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.code() == Some(2)
+                    && stderr.lines().count() == 1
+                    && stderr.contains(&format!("{name}={value}"))
+                    && stderr.contains(&env_file.display().to_string()),
+                "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
+                env_file.display(),
+                describe(&out)
+            );
+            assert_eq!(p1.in_recovery(), Some(false), "{hook} with {name}={value}");
+            p1.sql("INSERT INTO kept VALUES (1)");
+        }
+    }
+}
