@@ -522,14 +522,6 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
 /// over it.
 #[test]
 fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its_wal() {
-    // The killed postmaster must be reaped, as systemd reaps it (this sandbox's pid 1 does
-    // not): this test adopts the servers it starts.
-    // SAFETY: prctl with integer arguments only.
-    assert_eq!(
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
-        0,
-        "prctl(PR_SET_CHILD_SUBREAPER)"
-    );
     let p1 = PgServer::init();
     let lagging = PgServer::clone_of(&p1);
     lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
@@ -537,12 +529,15 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
     wait_until(secs(30), "the lagging standby streams from nobody", || {
         lagging.streams_from().is_none()
     });
+    // The killed postmaster must be reaped, as systemd reaps it: p1 runs as a child of
+    // this test.
+    p1.stop_fast();
+    let mut postmaster = start_postmaster_as_child(&p1);
     p1.sql("CREATE TABLE acked (v int)");
     p1.sql("INSERT INTO acked VALUES (1)");
     // The crash, right before the switchover's demote.
-    let postmaster = p1.pid().expect("p1's postmaster");
     p1.kill9();
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(postmaster as i32), None);
+    postmaster.wait().expect("reap p1's postmaster");
     p1.wait_gone(secs(30));
     let dir = tempfile::tempdir().unwrap();
     let env_file = dir.path().join("hooks.env");
