@@ -522,14 +522,6 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
 /// over it.
 #[test]
 fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its_wal() {
-    // The killed postmaster must be reaped, as systemd reaps it (this sandbox's pid 1 does
-    // not): this test adopts the servers it starts.
-    // SAFETY: prctl with integer arguments only.
-    assert_eq!(
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
-        0,
-        "prctl(PR_SET_CHILD_SUBREAPER)"
-    );
     let p1 = PgServer::init();
     let lagging = PgServer::clone_of(&p1);
     lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
@@ -537,12 +529,15 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
     wait_until(secs(30), "the lagging standby streams from nobody", || {
         lagging.streams_from().is_none()
     });
+    // The killed postmaster must be reaped, as systemd reaps it: p1 runs as a child of
+    // this test.
+    p1.stop_fast();
+    let mut postmaster = start_postmaster_as_child(&p1);
     p1.sql("CREATE TABLE acked (v int)");
     p1.sql("INSERT INTO acked VALUES (1)");
     // The crash, right before the switchover's demote.
-    let postmaster = p1.pid().expect("p1's postmaster");
     p1.kill9();
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(postmaster as i32), None);
+    postmaster.wait().expect("reap p1's postmaster");
     p1.wait_gone(secs(30));
     let dir = tempfile::tempdir().unwrap();
     let env_file = dir.path().join("hooks.env");
@@ -567,4 +562,148 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
          acknowledged row: {}",
         describe(&out)
     );
+}
+
+/// The clean-stop variant of the crashed primary's (review 2): the primary was stopped
+/// (a fast stop, pg_control "shut down") before a switchover's demote runs. Its demote
+/// hands over only to a successor that has received WAL past the shutdown checkpoint:
+/// to one that streamed up to the stop, it does (exit 0; the successor has the row); to
+/// one that received nothing since (its primary_conninfo cleared), it does not: it fails
+/// with one last line that says so, and leaves the old primary a running standby of
+/// nobody with its rows, which warden's promote takes back (SPEC §6a.2).
+#[test]
+fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_its_wal() {
+    let p1 = PgServer::init();
+    let lagging = PgServer::clone_of(&p1);
+    lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    lagging.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), "the lagging standby streams from nobody", || {
+        lagging.streams_from().is_none()
+    });
+    let streaming = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE acked (v int)");
+    p1.sql("INSERT INTO acked VALUES (1)");
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(&p1, 5)).unwrap();
+    give(dir.path());
+    give(&env_file);
+
+    // To a successor without the last WAL: called off.
+    p1.stop_fast();
+    let out = run_switchover_demote(&hooks_script(), &env_file, lagging.port(), secs(60));
+    eprintln!("the demote to the lagging standby: {}", describe(&out));
+    assert!(
+        lagging.try_sql("SELECT count(*) FROM acked").is_err(),
+        "premise: the lagging successor lacks the acknowledged row"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the demote of a stopped primary handed over to a successor that lacks an \
+         acknowledged row: {}",
+        describe(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("n2 (127.0.0.1:{})", lagging.port()))
+            && last.contains("not handed over")
+            && last.contains("is a standby of nobody"),
+        "the demote does not say why in its last line: {}",
+        describe(&out)
+    );
+    assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
+    assert_eq!(p1.sql("SELECT count(*) FROM acked").trim(), "1");
+    // What warden's promote does when it calls the switchover off.
+    p1.sql("SELECT pg_promote()");
+    wait_until(secs(30), "p1 is a primary again", || {
+        p1.in_recovery() == Some(false)
+    });
+    p1.sql("INSERT INTO acked VALUES (2)");
+    wait_until(secs(30), "the streaming standby has both rows", || {
+        streaming
+            .try_sql("SELECT count(*) FROM acked")
+            .is_ok_and(|n| n.trim() == "2")
+    });
+
+    // To a successor that streamed up to the stop: handed over.
+    p1.stop_fast();
+    let out = run_switchover_demote(&hooks_script(), &env_file, streaming.port(), secs(60));
+    eprintln!("the demote to the streaming standby: {}", describe(&out));
+    // (The demote starts p1 in the background: let that finish first.)
+    let deadline = Instant::now() + secs(30);
+    while p1.in_recovery().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the demote of a stopped primary did not hand over to a successor with all its \
+         WAL: {}",
+        describe(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("which has all its WAL"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(streaming.sql("SELECT count(*) FROM acked").trim(), "2");
+}
+
+/// Review 2, as for Redis: a numeric setting of postgresql.env that is not a whole
+/// number (PG_TIMEOUT=0.5, STOP_TIMEOUT=1.5, ...) is refused at the hook's start, before
+/// anything is done: exit 2, with one line naming the setting, its value and the env
+/// file. Both a standby's standby-check and a switchover's demote of the primary are
+/// refused so, and the primary still takes writes afterwards.
+#[test]
+fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() {
+    let p1 = PgServer::init();
+    let p2 = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE kept (v int)");
+    let dir = tempfile::tempdir().unwrap();
+    give(dir.path());
+    for (name, value) in [
+        ("PG_TIMEOUT", "0.5"),
+        ("PG_TIMEOUT", "0"),
+        ("STOP_TIMEOUT", "1.5"),
+        ("FOLLOW_WAIT", "0.5"),
+        ("MAX_LAG_BYTES", "16MiB"),
+        ("PGPORT", "54 32"),
+    ] {
+        for (server, hook) in [(&p2, "standby-check"), (&p1, "demote")] {
+            let env_file = dir.path().join(format!("{hook}.env"));
+            fs::write(
+                &env_file,
+                format!("{}{name}='{value}'\n", hooks_env(server, 1)),
+            )
+            .unwrap();
+            give(&env_file);
+            let out = if hook == "demote" {
+                run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30))
+            } else {
+                let args = [
+                    "WARDEN_ACTIVE_NODE=n1".to_string(),
+                    "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
+                    format!("WARDEN_ACTIVE_PORT={}", p1.port()),
+                    hooks_script().display().to_string(),
+                    hook.to_string(),
+                    env_file.display().to_string(),
+                ];
+                run_bounded("env", &args, secs(30))
+            };
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.code() == Some(2)
+                    && stderr.lines().count() == 1
+                    && stderr.contains(&format!("{name}={value}"))
+                    && stderr.contains(&env_file.display().to_string()),
+                "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
+                env_file.display(),
+                describe(&out)
+            );
+            assert_eq!(p1.in_recovery(), Some(false), "{hook} with {name}={value}");
+            p1.sql("INSERT INTO kept VALUES (1)");
+        }
+    }
 }

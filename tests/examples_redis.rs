@@ -715,3 +715,60 @@ fn standby_check_judges_lag_by_replication_offsets() {
     });
     assert_eq!(replica.cli(&["STRLEN", "big"]).trim(), "200000");
 }
+
+/// Review 2: a numeric setting of redis.env that is not a whole number (REDIS_TIMEOUT=0.5
+/// made dash fail with "Illegal number" in the middle of a switchover's demote, so every
+/// switchover was called off and every follow failed) is refused at the hook's start,
+/// before anything is done: exit 2, with one line naming the setting, its value and the
+/// env file. Both a replica's standby-check and a switchover's demote of the primary are
+/// refused so, and the primary still takes writes afterwards.
+#[test]
+fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let primary = RedisServer::start_replicable(&password);
+    let replica = RedisServer::start_replicable(&password);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    wait_until(secs(30), "the replica's link is up", || {
+        linked_to(&replica, primary.port())
+    });
+    for (name, value) in [
+        ("REDIS_TIMEOUT", "0.5"),
+        ("REDIS_TIMEOUT", "0"),
+        ("FOLLOW_WAIT", "1.5"),
+        ("MAX_LAG_BYTES", "1MiB"),
+        ("LINK_DOWN_MAX", "60s"),
+        ("MIN_REPLICAS_TO_WRITE", "-1"),
+        ("MIN_REPLICAS_MAX_LAG", "0.5"),
+        ("REDIS_PORT", "63 79"),
+    ] {
+        let setting = format!("{name}='{value}'\n");
+        for (server, hook) in [(&replica, "standby-check"), (&primary, "demote")] {
+            let (_dir, env_file) = hooks_env(server, &setting);
+            let out = if hook == "demote" {
+                run_switchover_demote(&hooks_script(), &env_file, replica.port(), secs(10))
+            } else {
+                let args = [
+                    "WARDEN_ACTIVE_NODE=n1".to_string(),
+                    "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
+                    format!("WARDEN_ACTIVE_PORT={}", primary.port()),
+                    hooks_script().display().to_string(),
+                    hook.to_string(),
+                    env_file.display().to_string(),
+                ];
+                run_bounded("env", &args, secs(10))
+            };
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.code() == Some(2)
+                    && stderr.lines().count() == 1
+                    && stderr.contains(&format!("{name}={value}"))
+                    && stderr.contains(&env_file.display().to_string()),
+                "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
+                env_file.display(),
+                describe(&out)
+            );
+            assert_eq!(role(&primary), "master", "{hook} with {name}={value}");
+            assert_eq!(primary.cli(&["SET", "k", "v"]).trim(), "OK");
+        }
+    }
+}

@@ -392,3 +392,45 @@ pub fn server_processes(pg: &PgServer) -> Vec<u32> {
     }
     pids
 }
+
+/// Starts `pg`'s postmaster (stopped) as a child of this test process, not daemonized by
+/// `pg_ctl`, and waits until it answers: a test that kills it reaps it itself
+/// ([`std::process::Child::wait`]), as systemd would. (A postmaster that `pg_ctl` starts
+/// is orphaned to this sandbox's pid 1, which does not reap it: killed, it stays a zombie
+/// that `kill -0`, the hooks and `pg_ctl` take for a running server. Making the whole test
+/// process a child subreaper instead adopts every other test's postmasters too, and
+/// those, killed, then stay zombies.)
+pub fn start_postmaster_as_child(pg: &PgServer) -> std::process::Child {
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(pg.log_path())
+        .expect("open the server's log");
+    let mut c = if nix::unistd::geteuid().is_root() {
+        let mut c = std::process::Command::new("setpriv");
+        // setpriv execs the postmaster: the child's pid is the postmaster's.
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--reset-env",
+        ])
+        .arg(format!("{BIN}/postgres"));
+        c
+    } else {
+        std::process::Command::new(format!("{BIN}/postgres"))
+    };
+    c.arg("-D").arg(pg.conf());
+    let child = c
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("the log's fd"))
+        .stderr(log)
+        .spawn()
+        .expect("start the postmaster");
+    wait_until(
+        secs(30),
+        "the postmaster started as a child answers",
+        || pg.in_recovery().is_some(),
+    );
+    child
+}
