@@ -354,18 +354,30 @@ fn pid_written_to(pidfile: &Path) -> u32 {
     })
 }
 
-/// Starts `node`'s warden and waits until it exits or registers; panics if it registers.
-fn assert_start_refused(zk: &ZkServer, cluster: &Cluster, node: &Node, needles: &[String]) {
+/// Starts `node`'s warden and waits (30s at most) until it exits or its member record
+/// appears in the store: `Err` with the exit status if it exited first, `Ok` if it
+/// registered.
+fn start_until_exit_or_registered(
+    zk: &ZkServer,
+    cluster: &Cluster,
+    node: &Node,
+) -> (Warden, Result<(), std::process::ExitStatus>) {
     let mut warden = node.start();
     let store = ZkClient::connect(&zk.connect_string());
     let member = cluster.znode(&format!("members/{}", node.id));
-    let exit = wait_for(secs(30), "warden exits or registers", || {
+    let outcome = wait_for(secs(30), "warden exits or registers", || {
         if let Some(exit) = warden.try_exit() {
-            return Some(Some(exit));
+            return Some(Err(exit));
         }
-        store.exists(&member).then_some(None)
+        store.exists(&member).then_some(Ok(()))
     });
-    let Some(exit) = exit else {
+    (warden, outcome)
+}
+
+/// Starts `node`'s warden and waits until it exits or registers; panics if it registers.
+fn assert_start_refused(zk: &ZkServer, cluster: &Cluster, node: &Node, needles: &[String]) {
+    let (warden, outcome) = start_until_exit_or_registered(zk, cluster, node);
+    let Err(exit) = outcome else {
         panic!(
             "{} started and registered with a pidfile in another pid namespace:\n{}",
             node.id,
@@ -771,15 +783,7 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
         "premise: the container must not see the pidfile"
     );
     let n1 = hooks_node(&cluster, "n1", &pidfile);
-    let mut warden = n1.start();
-    let store = ZkClient::connect(&zk.connect_string());
-    let member = cluster.znode("members/n1");
-    let started = wait_for(secs(30), "warden exits or registers", || {
-        if let Some(exit) = warden.try_exit() {
-            return Some(Err(exit));
-        }
-        store.exists(&member).then_some(Ok(()))
-    });
+    let (warden, started) = start_until_exit_or_registered(&zk, &cluster, &n1);
     if let Err(exit) = started {
         panic!(
             "a stale pidfile (pid {stale}, no process here) was refused at start ({exit}) \
@@ -819,15 +823,7 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
         "premise: the container must not see the pidfile"
     );
     let n1 = hooks_node(&cluster, "n1", &pidfile);
-    let mut warden = n1.start();
-    let store = ZkClient::connect(&zk.connect_string());
-    let member = cluster.znode("members/n1");
-    let started = wait_for(secs(30), "warden exits or registers", || {
-        if let Some(exit) = warden.try_exit() {
-            return Some(Err(exit));
-        }
-        store.exists(&member).then_some(Ok(()))
-    });
+    let (warden, started) = start_until_exit_or_registered(&zk, &cluster, &n1);
     if let Err(exit) = started {
         panic!(
             "a stale pidfile whose pid {reused} a container's process reused was refused at \
