@@ -447,19 +447,15 @@ mod tests {
 
     fn view(role: Role, health: Health, serving: bool) -> NodeView {
         NodeView::new(
-            MemberRecord {
-                node: NodeRecord {
+            MemberRecord::bare(
+                NodeRecord {
                     node_id: "n1".into(),
                     epoch: Some(3),
                     ..Default::default()
                 },
                 role,
                 health,
-                session_timeout: None,
-                containment: None,
-                follow: None,
-                priority: None,
-            },
+            ),
             serving,
         )
     }

@@ -152,29 +152,17 @@ mod tests {
 
     #[test]
     fn the_summary_names_role_epoch_and_health() {
-        let m = MemberRecord {
-            node: NodeRecord {
+        let m = MemberRecord::bare(
+            NodeRecord {
                 node_id: "n1".into(),
                 epoch: Some(7),
                 ..Default::default()
             },
-            role: Role::Active,
-            health: Health::Healthy,
-            session_timeout: None,
-            containment: None,
-            follow: None,
-            priority: None,
-        };
+            Role::Active,
+            Health::Healthy,
+        );
         assert_eq!(summary(&m), "active, epoch 7, healthy");
-        let m = MemberRecord {
-            node: NodeRecord::default(),
-            role: Role::Ineligible,
-            health: Health::Unknown,
-            session_timeout: None,
-            containment: None,
-            follow: None,
-            priority: None,
-        };
+        let m = MemberRecord::bare(NodeRecord::default(), Role::Ineligible, Health::Unknown);
         assert_eq!(summary(&m), "ineligible, health unknown");
     }
 }

@@ -485,6 +485,23 @@ impl Record for NodeRecord {
     }
 }
 
+#[cfg(test)]
+impl MemberRecord {
+    /// Test-only: `node`'s member record in `role` and `health`, none of the optional
+    /// fields (session timeout, containment, follow, priority) set.
+    pub(crate) fn bare(node: NodeRecord, role: Role, health: Health) -> MemberRecord {
+        MemberRecord {
+            node,
+            role,
+            health,
+            session_timeout: None,
+            containment: None,
+            follow: None,
+            priority: None,
+        }
+    }
+}
+
 impl Record for MemberRecord {
     fn check(&self) -> Result<(), RecordError> {
         self.node.check()
@@ -657,18 +674,14 @@ mod tests {
 
     #[test]
     fn member_record_flattens_the_node_record() {
-        let m = MemberRecord {
-            node: NodeRecord {
+        let m = MemberRecord::bare(
+            NodeRecord {
                 node_id: "rm1".into(),
                 ..Default::default()
             },
-            role: Role::Standby,
-            health: Health::Healthy,
-            session_timeout: None,
-            containment: None,
-            follow: None,
-            priority: None,
-        };
+            Role::Standby,
+            Health::Healthy,
+        );
         let v: serde_json::Value = serde_json::from_slice(&to_bytes(&m)).unwrap();
         assert_eq!(v["node_id"], "rm1");
         assert_eq!(v["role"], "standby");
@@ -805,19 +818,15 @@ mod tests {
     }
 
     fn live(node: &str, machine: &str, boot: &str) -> MemberRecord {
-        MemberRecord {
-            node: NodeRecord {
+        MemberRecord::bare(
+            NodeRecord {
                 node_id: node.into(),
                 host: format!("{node}.example"),
                 ..host_record(machine, boot)
             },
-            role: Role::Standby,
-            health: Health::Healthy,
-            session_timeout: None,
-            containment: None,
-            follow: None,
-            priority: None,
-        }
+            Role::Standby,
+            Health::Healthy,
+        )
     }
 
     const M: &str = "3a000000000000000000000000000001";

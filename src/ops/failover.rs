@@ -719,16 +719,15 @@ mod tests {
     fn rule_6a_3_the_successor_is_the_eligible_standby_of_highest_priority_then_smallest_id() {
         let member = |id: &str, role: Role, health: Health, priority: Option<u16>| {
             let m = MemberRecord {
-                node: record::NodeRecord {
-                    node_id: id.into(),
-                    ..Default::default()
-                },
-                role,
-                health,
-                session_timeout: None,
-                containment: None,
-                follow: None,
                 priority,
+                ..MemberRecord::bare(
+                    record::NodeRecord {
+                        node_id: id.into(),
+                        ..Default::default()
+                    },
+                    role,
+                    health,
+                )
             };
             (id.to_string(), Ok(m))
         };

@@ -526,15 +526,11 @@ mod tests {
         let mut member = snapshot(Some(target.clone()), None);
         member.members.push((
             "n1".into(),
-            Ok(MemberRecord {
-                node: record("n1", "a"),
-                role: Role::Standby,
-                health: Health::Healthy,
-                session_timeout: None,
-                containment: None,
-                follow: None,
-                priority: None,
-            }),
+            Ok(MemberRecord::bare(
+                record("n1", "a"),
+                Role::Standby,
+                Health::Healthy,
+            )),
         ));
         assert!(alive(&member, &target).is_some_and(|w| w.contains("still runs")));
     }

@@ -280,8 +280,8 @@ mod tests {
     }
 
     fn member(node: &str, role: Role, host: &str) -> MemberRecord {
-        MemberRecord {
-            node: NodeRecord {
+        MemberRecord::bare(
+            NodeRecord {
                 node_id: node.into(),
                 host: host.into(),
                 incarnation: "i".into(),
@@ -290,12 +290,8 @@ mod tests {
                 ..Default::default()
             },
             role,
-            health: Health::Healthy,
-            session_timeout: None,
-            containment: None,
-            follow: None,
-            priority: None,
-        }
+            Health::Healthy,
+        )
     }
 
     #[test]

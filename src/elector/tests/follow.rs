@@ -182,16 +182,15 @@ fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
     let mut h = with_priority(50);
     h.feed(Event::Members {
         members: vec![MemberRecord {
-            node: NodeRecord {
-                node_id: "n2".into(),
-                ..NodeRecord::default()
-            },
-            role: Role::Standby,
-            health: Health::Healthy,
-            session_timeout: None,
-            containment: None,
-            follow: None,
             priority: Some(900),
+            ..MemberRecord::bare(
+                NodeRecord {
+                    node_id: "n2".into(),
+                    ..NodeRecord::default()
+                },
+                Role::Standby,
+                Health::Healthy,
+            )
         }],
     });
     let a = h.feed(Event::SessionStarted {
