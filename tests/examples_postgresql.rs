@@ -13,6 +13,27 @@ use common::*;
 use std::fs;
 use std::time::{Duration, Instant};
 
+/// Stops `writer` and asserts that every write it saw acknowledged is in the table of the
+/// server at `port` (the one that is the primary now).
+fn assert_no_acked_write_lost(writer: Writer, port: u16) {
+    let acked = writer.finish();
+    let on_primary = rows(port);
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|v| on_primary.binary_search(v).is_err())
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
+/// Stops `sampler` and asserts that it took more than `min` samples and that none of them
+/// saw two primaries.
+fn assert_never_two_primaries(sampler: Sampler, min: usize) {
+    let (samples, two) = sampler.finish();
+    assert!(samples > min, "only {samples} samples");
+    assert!(two.is_empty(), "two primaries at once: {two:?}");
+}
+
 #[test]
 fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
     // As the example's drop-in runs warden; the other tests run it as root.
@@ -52,14 +73,7 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
             at - asked
         );
     }
-    let acked = writer.finish();
-    let on_p2 = rows(p2.port());
-    let lost: Vec<u64> = acked
-        .iter()
-        .filter(|v| on_p2.binary_search(v).is_err())
-        .copied()
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_no_acked_write_lost(writer, p2.port());
     let p2_addr = format!("127.0.0.1 {}", p2.port());
     wait_until(secs(30), "p1 streams from p2", || {
         p1.streams_from().as_deref() == Some(p2_addr.as_str())
@@ -146,9 +160,7 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
         member_role(s, "n2").as_deref() == Some("standby")
             && member_health(s, "n2").as_deref() == Some("healthy")
     });
-    let (samples, two) = sampler.finish();
-    assert!(samples > 50, "only {samples} samples");
-    assert!(two.is_empty(), "two primaries at once: {two:?}");
+    assert_never_two_primaries(sampler, 50);
 }
 
 /// Show-it-works 3 on PostgreSQL: the active cut off from the store (ZooKeeper frozen:
@@ -208,9 +220,7 @@ fn an_active_postgresql_cut_off_from_zookeeper_stops_taking_writes_by_its_lease_
         || other.streams_from().as_deref() == Some(addr.as_str()),
     );
     writer.finish();
-    let (samples, two) = sampler.finish();
-    assert!(samples > 50, "only {samples} samples");
-    assert!(two.is_empty(), "two primaries at once: {two:?}");
+    assert_never_two_primaries(sampler, 50);
 }
 
 /// Show-it-works 4 on PostgreSQL: a priority-0 standby is never promoted by itself. The
@@ -415,14 +425,7 @@ fn a_stalled_successor_calls_the_switchover_off() {
     pair.await_follower(&pair.n2, p2, p1);
     let taken = writer.first_on(p2.port(), asked);
     assert!(taken.is_none(), "p2 took a write at {taken:?}");
-    let acked = writer.finish();
-    let on_p1 = rows(p1.port());
-    let lost: Vec<u64> = acked
-        .iter()
-        .filter(|v| on_p1.binary_search(v).is_err())
-        .copied()
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_no_acked_write_lost(writer, p1.port());
 }
 
 /// SPEC §6a.2 when the old primary's server restarted in its demote: the successor
@@ -499,17 +502,8 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
     );
     let taken = writer.first_on(p2.port(), asked);
     assert!(taken.is_none(), "p2 took a write at {taken:?}");
-    let acked = writer.finish();
-    let on_p1 = rows(p1.port());
-    let lost: Vec<u64> = acked
-        .iter()
-        .filter(|v| on_p1.binary_search(v).is_err())
-        .copied()
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    let (samples, two) = sampler.finish();
-    assert!(samples > 10, "only {samples} samples");
-    assert!(two.is_empty(), "two primaries at once: {two:?}");
+    assert_no_acked_write_lost(writer, p1.port());
+    assert_never_two_primaries(sampler, 10);
 }
 
 /// SPEC §6a: a planned switchover loses nothing acknowledged; a demote that cannot show
@@ -682,26 +676,9 @@ fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() 
             let out = if hook == "demote" {
                 run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30))
             } else {
-                let args = [
-                    "WARDEN_ACTIVE_NODE=n1".to_string(),
-                    "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
-                    format!("WARDEN_ACTIVE_PORT={}", p1.port()),
-                    hooks_script().display().to_string(),
-                    hook.to_string(),
-                    env_file.display().to_string(),
-                ];
-                run_bounded("env", &args, secs(30))
+                run_standby_hook(&hooks_script(), hook, &env_file, p1.port(), secs(30))
             };
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.code() == Some(2)
-                    && stderr.lines().count() == 1
-                    && stderr.contains(&format!("{name}={value}"))
-                    && stderr.contains(&env_file.display().to_string()),
-                "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
-                env_file.display(),
-                describe(&out)
-            );
+            assert_setting_refused(&out, hook, name, value, &env_file);
             assert_eq!(p1.in_recovery(), Some(false), "{hook} with {name}={value}");
             p1.sql("INSERT INTO kept VALUES (1)");
         }

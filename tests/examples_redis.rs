@@ -27,6 +27,21 @@ use common::redis_setup::*;
 use common::*;
 use std::time::{Duration, Instant};
 
+/// Asserts that no write `prober` saw acknowledged since `probing` was lost, and that no
+/// Redis of `s` was asked for its own `FAILOVER`: the handover is warden's, inside the
+/// lock (Redis's `FAILOVER` hands the role over before the successor's warden holds it).
+fn assert_nothing_lost_and_no_redis_failover(s: &Setup, prober: &Prober, probing: Instant) {
+    let lost = prober.lost_between(probing, Instant::now());
+    assert!(lost.is_empty(), "writes were lost: {lost:?}");
+    for (i, r) in s.redis.iter().enumerate() {
+        assert!(
+            !r.log().contains("FAILOVER requested"),
+            "n{}'s Redis was asked for a FAILOVER",
+            i + 1
+        );
+    }
+}
+
 /// Show-it-works 1 and 2 of issue 15: a planned switchover loses no acknowledged write,
 /// the old primary and the other replica follow the new one, and no two servers accept
 /// a write in the same round (the old primary still calls itself the primary, refusing
@@ -524,17 +539,7 @@ fn a_frozen_successor_never_leaves_two_redis_taking_writes() {
             || linked_to(r, new_port),
         );
     }
-    let lost = prober.lost_between(probing, Instant::now());
-    assert!(lost.is_empty(), "writes were lost: {lost:?}");
-    // The handover is warden's, inside the lock: no Redis was asked for its own
-    // FAILOVER (which hands the role over before the successor's warden holds the lock).
-    for (i, r) in s.redis.iter().enumerate() {
-        assert!(
-            !r.log().contains("FAILOVER requested"),
-            "n{}'s Redis was asked for a FAILOVER",
-            i + 1
-        );
-    }
+    assert_nothing_lost_and_no_redis_failover(&s, &prober, probing);
     drop(wardens);
     prober.finish();
     s.zk.stop();
@@ -575,17 +580,7 @@ fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
         on_n1.is_empty(),
         "n1's Redis took writes after n2's did: {on_n1:?}"
     );
-    let lost = prober.lost_between(probing, Instant::now());
-    assert!(lost.is_empty(), "writes were lost: {lost:?}");
-    // The handover is warden's, inside the lock: no Redis was asked for its own
-    // FAILOVER (which hands the role over before the successor's warden holds the lock).
-    for (i, r) in s.redis.iter().enumerate() {
-        assert!(
-            !r.log().contains("FAILOVER requested"),
-            "n{}'s Redis was asked for a FAILOVER",
-            i + 1
-        );
-    }
+    assert_nothing_lost_and_no_redis_failover(&s, &prober, probing);
     drop(wardens);
     prober.finish();
     s.zk.stop();
@@ -676,15 +671,13 @@ fn standby_check_judges_lag_by_replication_offsets() {
     );
     let env = hooks_env(&replica, "MAX_LAG_BYTES=100000\n");
     let check = || {
-        let args = [
-            "WARDEN_ACTIVE_NODE=n1".to_string(),
-            "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
-            format!("WARDEN_ACTIVE_PORT={}", primary.port()),
-            hooks_script().display().to_string(),
-            "standby-check".to_string(),
-            env.1.display().to_string(),
-        ];
-        run_bounded("env", &args, secs(10))
+        run_standby_hook(
+            &hooks_script(),
+            "standby-check",
+            &env.1,
+            primary.port(),
+            secs(10),
+        )
     };
     let out = check();
     assert!(out.status.success(), "in step: {}", describe(&out));
@@ -747,26 +740,9 @@ fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() 
             let out = if hook == "demote" {
                 run_switchover_demote(&hooks_script(), &env_file, replica.port(), secs(10))
             } else {
-                let args = [
-                    "WARDEN_ACTIVE_NODE=n1".to_string(),
-                    "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
-                    format!("WARDEN_ACTIVE_PORT={}", primary.port()),
-                    hooks_script().display().to_string(),
-                    hook.to_string(),
-                    env_file.display().to_string(),
-                ];
-                run_bounded("env", &args, secs(10))
+                run_standby_hook(&hooks_script(), hook, &env_file, primary.port(), secs(10))
             };
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                out.status.code() == Some(2)
-                    && stderr.lines().count() == 1
-                    && stderr.contains(&format!("{name}={value}"))
-                    && stderr.contains(&env_file.display().to_string()),
-                "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
-                env_file.display(),
-                describe(&out)
-            );
+            assert_setting_refused(&out, hook, name, value, &env_file);
             assert_eq!(role(&primary), "master", "{hook} with {name}={value}");
             assert_eq!(primary.cli(&["SET", "k", "v"]).trim(), "OK");
         }

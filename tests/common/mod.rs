@@ -1453,6 +1453,42 @@ pub fn run_switchover_demote(
     run_bounded("env", &args, timeout)
 }
 
+/// Runs a shipped hook script's `hook` (not `demote`) by itself (`script HOOK ENV_FILE`),
+/// as warden runs it on a standby while `n1` at 127.0.0.1:`active_port` is the active,
+/// under `timeout`.
+pub fn run_standby_hook(
+    script: &Path,
+    hook: &str,
+    env_file: &Path,
+    active_port: u16,
+    timeout: Duration,
+) -> Output {
+    let args = [
+        "WARDEN_ACTIVE_NODE=n1".to_string(),
+        "WARDEN_ACTIVE_HOST=127.0.0.1".to_string(),
+        format!("WARDEN_ACTIVE_PORT={active_port}"),
+        script.display().to_string(),
+        hook.to_string(),
+        env_file.display().to_string(),
+    ];
+    run_bounded("env", &args, timeout)
+}
+
+/// Asserts that `hook`, run with the setting `name='value'` in `env_file`, refused it:
+/// exit 2 and one line on stderr that names the setting and the file.
+pub fn assert_setting_refused(out: &Output, hook: &str, name: &str, value: &str, env_file: &Path) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2)
+            && stderr.lines().count() == 1
+            && stderr.contains(&format!("{name}={value}"))
+            && stderr.contains(&env_file.display().to_string()),
+        "{hook} with {name}={value}: not refused in one line naming it and {}: {}",
+        env_file.display(),
+        describe(out)
+    );
+}
+
 /// Runs `warden <args>` (no `-c`) under [`CLI_TIMEOUT`].
 pub fn warden_cmd(args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
