@@ -395,18 +395,11 @@ fn a_stalled_successor_calls_the_switchover_off() {
     }
     let asked = Instant::now();
     // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
-    let args = [
-        "-c",
-        &pair.n1.config.display().to_string(),
-        "failover",
-        "--to",
-        "n2",
-    ]
-    .iter()
-    .chain(&["--timeout", "60s"])
-    .map(|a| a.to_string())
-    .collect::<Vec<_>>();
-    let out = run_bounded(WARDEN, &args, secs(70));
+    let out = cli_with_timeout(
+        &pair.n1.config,
+        &["failover", "--to", "n2", "--timeout", "60s"],
+        secs(70),
+    );
     for &pid in &frozen {
         thaw_pid(pid);
     }
@@ -455,17 +448,11 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
     let before = p1.pid().expect("p1's postmaster");
     let asked = Instant::now();
     // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
-    let args = [
-        "-c",
-        &pair.n1.config.display().to_string(),
-        "failover",
-        "--to",
-        "n2",
-        "--timeout",
-        "60s",
-    ]
-    .map(|a| a.to_string());
-    let out = run_bounded(WARDEN, &args, secs(70));
+    let out = cli_with_timeout(
+        &pair.n1.config,
+        &["failover", "--to", "n2", "--timeout", "60s"],
+        secs(70),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(

@@ -27,6 +27,17 @@ use common::redis_setup::*;
 use common::*;
 use std::time::{Duration, Instant};
 
+/// Starts a prober on every Redis of `s` and waits until n1's Redis takes writes (20
+/// replicated): the prober, and when it started.
+fn probe_n1_writing(s: &Setup) -> (Prober, Instant) {
+    let probing = Instant::now();
+    let prober = Prober::start(s.ports(), s.redis[0].password());
+    wait_until(secs(30), "n1's Redis takes writes", || {
+        prober.replicated_on(0) >= 20
+    });
+    (prober, probing)
+}
+
 /// Asserts that no write `prober` saw acknowledged since `probing` was lost, and that no
 /// Redis of `s` was asked for its own `FAILOVER`: the handover is warden's, inside the
 /// lock (Redis's `FAILOVER` hands the role over before the successor's warden holds it).
@@ -54,11 +65,7 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
     let check = cli(&s.nodes[0].config, &["check-config"]);
     assert!(check.status.success(), "{}", describe(&check));
     let mut wardens = s.start_with_n1_active();
-    let probing = Instant::now();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, probing) = probe_n1_writing(&s);
 
     // 1. A planned switchover: FAILOVER TO, nothing lost, everyone follows n2.
     let asked = Instant::now();
@@ -173,10 +180,7 @@ fn switchover_keeps_every_write_and_kill_9_brings_the_old_primary_back_as_a_repl
 fn an_active_cut_off_from_zookeeper_refuses_writes_by_its_lease_end() {
     let mut s = Setup::new(3);
     let _wardens = s.start_with_n1_active();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, _) = probe_n1_writing(&s);
 
     s.zk.freeze();
     let frozen = Instant::now();
@@ -300,10 +304,7 @@ fn a_priority_0_replica_is_promoted_only_when_named() {
     let mut s = Setup::new(2);
     set_priority(&s.nodes[1], 0);
     let mut wardens = s.start_with_n1_active();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, _) = probe_n1_writing(&s);
     wardens[0].kill9();
     s.redis[0].kill();
     let killed = Instant::now();
@@ -489,11 +490,7 @@ fn refusing_writes_works_whatever_min_replicas_max_lag_says() {
 fn a_frozen_successor_never_leaves_two_redis_taking_writes() {
     let mut s = Setup::new(3);
     let wardens = s.start_with_n1_active();
-    let probing = Instant::now();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, probing) = probe_n1_writing(&s);
 
     wardens[1].sigstop();
     let asked = Instant::now();
@@ -554,11 +551,7 @@ fn a_frozen_successor_never_leaves_two_redis_taking_writes() {
 fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
     let mut s = Setup::new(3);
     let wardens = s.start_with_n1_active();
-    let probing = Instant::now();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, probing) = probe_n1_writing(&s);
     // (The first node's PSYNC is the one refused: n1 follows n2 after the switchover.)
     s.redis[1].cli(&["ACL", "SETUSER", "default", "-psync"]);
 
@@ -595,11 +588,7 @@ fn a_successor_that_refuses_psync_never_leaves_two_redis_taking_writes() {
 fn a_stalled_successor_calls_the_switchover_off() {
     let mut s = Setup::new(3);
     let _wardens = s.start_with_n1_active();
-    let probing = Instant::now();
-    let prober = Prober::start(s.ports(), s.redis[0].password());
-    wait_until(secs(30), "n1's Redis takes writes", || {
-        prober.replicated_on(0) >= 20
-    });
+    let (prober, probing) = probe_n1_writing(&s);
 
     let (port, password) = (s.redis[1].port(), s.redis[0].password().to_string());
     let sleeper = std::thread::spawn(move || {
