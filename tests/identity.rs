@@ -354,6 +354,24 @@ fn pid_written_to(pidfile: &Path) -> u32 {
     })
 }
 
+/// Premise of the stale-pidfile tests: the container whose process has host pid `pid`
+/// does not see `pidfile` (its directory is a tmpfs of the container's own there).
+fn assert_container_cannot_see(pid: u32, pidfile: &Path) {
+    assert!(
+        !Path::new(&format!("/proc/{pid}/root{}", pidfile.display())).exists(),
+        "premise: the container must not see the pidfile"
+    );
+}
+
+/// SPEC §9: a stale pidfile naming `pid` is logged as stale, with its pid.
+fn assert_logged_as_stale(warden: &Warden, pid: u32) {
+    assert!(
+        warden.log_mentions("stale") && warden.log_mentions(&pid.to_string()),
+        "the stale pidfile (pid {pid}) is not logged:\n{}",
+        warden.log()
+    );
+}
+
 /// Starts `node`'s warden and waits (30s at most) until it exits or its member record
 /// appears in the store: `Err` with the exit status if it exited first, `Ok` if it
 /// registered.
@@ -778,10 +796,7 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
         "premise: pid {stale} is free here (the service is gone)"
     );
     // Premise: the container cannot see the pidfile.
-    assert!(
-        !Path::new(&format!("/proc/{outer}/root{}", pidfile.display())).exists(),
-        "premise: the container must not see the pidfile"
-    );
+    assert_container_cannot_see(outer, &pidfile);
     let n1 = hooks_node(&cluster, "n1", &pidfile);
     let (warden, started) = start_until_exit_or_registered(&zk, &cluster, &n1);
     if let Err(exit) = started {
@@ -792,12 +807,7 @@ fn a_stale_host_pidfile_is_not_refused_for_a_namesake_in_a_container_that_cannot
             warden.log()
         );
     }
-    // SPEC §9: logged as stale.
-    assert!(
-        warden.log_mentions("stale") && warden.log_mentions(&stale.to_string()),
-        "the stale pidfile (pid {stale}) is not logged:\n{}",
-        warden.log()
-    );
+    assert_logged_as_stale(&warden, stale);
 }
 
 /// SPEC §9: "stale hooks pidfile (the pid now belongs to another process): never
@@ -818,10 +828,7 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
     // The container's process got, here, the pid the host's service had.
     let reused = container.host_pid(3); // (1 sh, 2 mount, 3 sleep)
     fs::write(&pidfile, format!("{reused}\n")).unwrap();
-    assert!(
-        !Path::new(&format!("/proc/{reused}/root{}", pidfile.display())).exists(),
-        "premise: the container must not see the pidfile"
-    );
+    assert_container_cannot_see(reused, &pidfile);
     let n1 = hooks_node(&cluster, "n1", &pidfile);
     let (warden, started) = start_until_exit_or_registered(&zk, &cluster, &n1);
     if let Err(exit) = started {
@@ -835,12 +842,7 @@ fn a_stale_host_pidfile_whose_pid_a_container_process_reused_is_not_refused_at_s
         process_alive(reused),
         "the container's process {reused} was signalled"
     );
-    // SPEC §9: logged as stale.
-    assert!(
-        warden.log_mentions("stale") && warden.log_mentions(&reused.to_string()),
-        "the stale pidfile (pid {reused}) is not logged:\n{}",
-        warden.log()
-    );
+    assert_logged_as_stale(&warden, reused);
 }
 
 /// SPEC §4.9 and §9: after a fast reboot of this machine, the new warden waits for its
