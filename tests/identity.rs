@@ -96,14 +96,11 @@ fn a_live_member_with_this_machine_id_and_another_boot_makes_start_exit_2() {
             warden.log()
         )
     });
-    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
-    for needle in ["rm9.clone.example", "127.0.0.1", "/etc/machine-id"] {
-        assert!(
-            warden.log_mentions(needle),
-            "the refusal does not name {needle}:\n{}",
-            warden.log()
-        );
-    }
+    assert_refused_naming(
+        &warden,
+        exit,
+        &["rm9.clone.example", "127.0.0.1", "/etc/machine-id"],
+    );
     assert_eq!(
         clone.get(&path).as_deref(),
         Some(&record[..]),
@@ -134,14 +131,7 @@ fn a_clone_with_the_same_node_id_is_refused_once_its_session_outlives_the_timeou
     let mut warden = n1.start();
     // Generous: the refusal comes after 1.5 session timeouts (2s here).
     let exit = wait_for(secs(30), "n1 exits", || warden.try_exit());
-    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
-    for needle in ["rm9.clone.example", "/etc/machine-id"] {
-        assert!(
-            warden.log_mentions(needle),
-            "the refusal does not name {needle}:\n{}",
-            warden.log()
-        );
-    }
+    assert_refused_naming(&warden, exit, &["rm9.clone.example", "/etc/machine-id"]);
     assert_eq!(
         clone.get(&path).as_deref(),
         Some(&record[..]),
@@ -354,6 +344,24 @@ fn pid_written_to(pidfile: &Path) -> u32 {
     })
 }
 
+/// Asserts that `warden` exited (`exit`) with 2 and that its log names every one of
+/// `needles`.
+fn assert_refused_naming(
+    warden: &Warden,
+    exit: std::process::ExitStatus,
+    needles: &[impl AsRef<str>],
+) {
+    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
+    for needle in needles {
+        let needle = needle.as_ref();
+        assert!(
+            warden.log_mentions(needle),
+            "the refusal does not name {needle}:\n{}",
+            warden.log()
+        );
+    }
+}
+
 /// Premise of the stale-pidfile tests: the container whose process has host pid `pid`
 /// does not see `pidfile` (its directory is a tmpfs of the container's own there).
 fn assert_container_cannot_see(pid: u32, pidfile: &Path) {
@@ -402,14 +410,7 @@ fn assert_start_refused(zk: &ZkServer, cluster: &Cluster, node: &Node, needles: 
             warden.log()
         );
     };
-    assert_eq!(exit.code(), Some(2), "{exit}\n{}", warden.log());
-    for needle in needles {
-        assert!(
-            warden.log_mentions(needle),
-            "the refusal does not name {needle}:\n{}",
-            warden.log()
-        );
-    }
+    assert_refused_naming(&warden, exit, needles);
 }
 
 /// The pidfile names (by its pid here) a process that runs in another pid namespace, a
