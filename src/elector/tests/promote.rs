@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// After a promotion given up without acting on it (`a`, a lone `Release`): the release
+/// is acknowledged, the node reconnects and backs off like any failed promotion (§4.8):
+/// no join at once.
+fn assert_released_then_backs_off(h: &mut H, a: Vec<Action>) {
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    let a = h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    assert_eq!(a, vec![Action::Connect]);
+    // Backing off like any failed promotion (§4.8): no join at once.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+}
+
 #[test]
 fn rule_4_3_empty_breadcrumb_commit_then_start_with_the_epoch() {
     let mut h = H::new();
@@ -521,17 +538,7 @@ fn rule_4_3e_a_promotion_that_cannot_name_its_service_releases_without_writing()
         ticket: c,
         reason: "the pidfile /run/x.pid holds \"garbage\"".into(),
     });
-    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
-    let a = h.feed(Event::Released {
-        ticket: H::ticket_of(&a),
-    });
-    assert_eq!(a, vec![Action::Connect]);
-    // Backing off like any failed promotion (§4.8): no join at once.
-    let a = h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    assert_eq!(a, vec![]);
+    assert_released_then_backs_off(&mut h, a);
 }
 
 #[test]
@@ -542,17 +549,7 @@ fn rule_3a_a_promotion_the_stores_replicas_do_not_have_is_never_acted_on() {
         ticket: c,
         outcome: WriteOutcome::NotDurable,
     });
-    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
-    let a = h.feed(Event::Released {
-        ticket: H::ticket_of(&a),
-    });
-    assert_eq!(a, vec![Action::Connect]);
-    // Backing off like any failed promotion (§4.8): no join at once.
-    let a = h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    assert_eq!(a, vec![]);
+    assert_released_then_backs_off(&mut h, a);
 }
 
 #[test]
