@@ -13,6 +13,16 @@ use common::*;
 use std::fs;
 use std::time::{Duration, Instant};
 
+/// Cuts `standby`'s replication (its primary_conninfo cleared, the configuration
+/// reloaded) and waits until it streams from nobody; `who` names it in the wait.
+fn cut_replication(standby: &PgServer, who: &str) {
+    standby.sql("ALTER SYSTEM SET primary_conninfo = ''");
+    standby.sql("SELECT pg_reload_conf()");
+    wait_until(secs(30), &format!("{who} streams from nobody"), || {
+        standby.streams_from().is_none()
+    });
+}
+
 /// Stops `writer` and asserts that every write it saw acknowledged is in the table of the
 /// server at `port` (the one that is the primary now).
 fn assert_no_acked_write_lost(writer: Writer, port: u16) {
@@ -323,11 +333,7 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     let p1 = PgServer::init();
     let stranger = PgServer::init();
     let detached = PgServer::clone_of(&p1);
-    detached.sql("ALTER SYSTEM SET primary_conninfo = ''");
-    detached.sql("SELECT pg_reload_conf()");
-    wait_until(secs(30), "the detached standby streams from nobody", || {
-        detached.streams_from().is_none()
-    });
+    cut_replication(&detached, "the detached standby");
     assert_eq!(detached.in_recovery(), Some(true));
     p1.sql("CREATE TABLE kept (v int)");
     p1.sql("INSERT INTO kept VALUES (1)");
@@ -440,11 +446,7 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
     let writer = Writer::start(pair.ports(), 0);
     wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
 
-    p2.sql("ALTER SYSTEM SET primary_conninfo = ''");
-    p2.sql("SELECT pg_reload_conf()");
-    wait_until(secs(30), "p2 streams from nobody", || {
-        p2.streams_from().is_none()
-    });
+    cut_replication(p2, "p2");
     let before = p1.pid().expect("p1's postmaster");
     let asked = Instant::now();
     // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
@@ -505,11 +507,7 @@ fn a_switchover_whose_demote_restarts_the_old_primary_is_still_called_off() {
 fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its_wal() {
     let p1 = PgServer::init();
     let lagging = PgServer::clone_of(&p1);
-    lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
-    lagging.sql("SELECT pg_reload_conf()");
-    wait_until(secs(30), "the lagging standby streams from nobody", || {
-        lagging.streams_from().is_none()
-    });
+    cut_replication(&lagging, "the lagging standby");
     // The killed postmaster must be reaped, as systemd reaps it: p1 runs as a child of
     // this test.
     p1.stop_fast();
@@ -556,11 +554,7 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
 fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_its_wal() {
     let p1 = PgServer::init();
     let lagging = PgServer::clone_of(&p1);
-    lagging.sql("ALTER SYSTEM SET primary_conninfo = ''");
-    lagging.sql("SELECT pg_reload_conf()");
-    wait_until(secs(30), "the lagging standby streams from nobody", || {
-        lagging.streams_from().is_none()
-    });
+    cut_replication(&lagging, "the lagging standby");
     let streaming = PgServer::clone_of(&p1);
     p1.sql("CREATE TABLE acked (v int)");
     p1.sql("INSERT INTO acked VALUES (1)");
