@@ -776,6 +776,9 @@ pub struct ClusterSnapshot {
     /// rows that keep each node's). `None` where the store keeps none (ZooKeeper: its
     /// members are ephemeral), or none was seen.
     pub kept_floor: Option<(Epoch, String)>,
+    /// The epoch counter exists but holds no epoch (garbage, a key of another type): the
+    /// store lost data, never a new cluster.
+    pub counter_unreadable: bool,
 }
 
 impl ClusterSnapshot {
@@ -839,6 +842,14 @@ impl ClusterSnapshot {
 
     /// SPEC §3a: why the store lost data, in words with the way out, or `None`.
     pub fn lost_data(&self) -> Option<String> {
+        if self.counter_unreadable {
+            return Some(
+                "the store's epoch counter holds no epoch (garbage, or a value of another \
+                 type): no node promotes until an operator has checked that no old active \
+                 still serves and run `warden init --force`, which replaces it"
+                    .to_string(),
+            );
+        }
         let seen = self.floor();
         lost_data(
             self.marker_missing,

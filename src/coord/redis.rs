@@ -1192,8 +1192,16 @@ impl Session for RedisSession {
             })
             .await
         {
-            Ok(v) => v.and_then(|v| v.parse::<Epoch>().ok()),
-            Err(StoreError::Rejected(_)) => None,
+            Ok(None) => None,
+            Ok(Some(v)) => {
+                let e = v.parse::<Epoch>().ok().filter(|e| *e < MAX_KEPT_EPOCH);
+                snap.counter_unreadable = e.is_none();
+                e
+            }
+            Err(StoreError::Rejected(_)) => {
+                snap.counter_unreadable = true;
+                None
+            }
             Err(e) => return Err(e),
         };
         ids.sort();

@@ -40,7 +40,9 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
     // stopped (which forgets what they saw) and the takeover state cleared below.
     let lost = before
         .lost_data()
-        .filter(|_| !before.members.is_empty() || !before.marker_missing)
+        .filter(|_| {
+            !before.members.is_empty() || !before.marker_missing || before.counter_unreadable
+        })
         .filter(|_| cfg.coordination.backend != crate::config::Backend::Zookeeper);
     if let Some(why) = lost {
         if !force {

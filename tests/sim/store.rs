@@ -926,6 +926,7 @@ impl State {
             marker_missing: false,
             epoch_counter: Some(self.zxid),
             kept_floor: None,
+            counter_unreadable: false,
             members: self
                 .members
                 .iter()
