@@ -394,11 +394,8 @@ fn a_stalled_successor_calls_the_switchover_off() {
     let writer = Writer::start(pair.ports(), 0);
     wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
 
-    let frozen = server_processes(p2);
+    let frozen = freeze_server(p2);
     assert!(frozen.len() > 2, "p2's processes: {frozen:?}");
-    for &pid in &frozen {
-        freeze_pid(pid);
-    }
     let asked = Instant::now();
     // The demote takes STOP_TIMEOUT and a restart: longer than `cli`'s bound.
     let out = cli_with_timeout(
@@ -406,9 +403,7 @@ fn a_stalled_successor_calls_the_switchover_off() {
         &["failover", "--to", "n2", "--timeout", "60s"],
         secs(70),
     );
-    for &pid in &frozen {
-        thaw_pid(pid);
-    }
+    thaw_server(&frozen);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(

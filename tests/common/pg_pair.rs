@@ -363,9 +363,29 @@ impl Pair {
     }
 }
 
-/// The postmaster of `pg` and every process it started: the server as a whole, to
-/// freeze (SIGSTOP) and thaw.
-pub fn server_processes(pg: &PgServer) -> Vec<u32> {
+/// Freezes `pg` as a whole: its postmaster first, so that it starts and reaps no child
+/// meanwhile, then every process it started. Returns them for [`thaw_server`].
+pub fn freeze_server(pg: &PgServer) -> Vec<u32> {
+    let postmaster = pg.pid().expect("a running postmaster");
+    super::freeze_pid(postmaster);
+    let pids = server_processes(pg);
+    for &pid in &pids[1..] {
+        // A child that exited is a zombie now (its postmaster is stopped): still there.
+        super::freeze_pid(pid);
+    }
+    pids
+}
+
+/// Thaws what [`freeze_server`] froze: the children first, the postmaster last (a child
+/// that was exiting is reaped then, and is no longer there to thaw).
+pub fn thaw_server(pids: &[u32]) {
+    for &pid in pids.iter().rev() {
+        super::thaw_pid(pid);
+    }
+}
+
+/// The postmaster of `pg` and every process it started: the server as a whole.
+fn server_processes(pg: &PgServer) -> Vec<u32> {
     let Some(postmaster) = pg.pid() else {
         return Vec::new();
     };
