@@ -22,7 +22,7 @@ use crate::record::{
     NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
 };
 use std::future::Future;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -42,6 +42,12 @@ pub struct Paths {
     pub members: String,
     pub control: String,
     pub history: String,
+    /// SPEC §3a, the epoch counter: set in the same multi-op that creates each lock, so
+    /// its mzxid is the newest lock's czxid; its data holds the offset `init --force`
+    /// raised every epoch by.
+    pub epoch: String,
+    /// SPEC §3a, the floor: each node's greatest `epoch_seen`, kept for good.
+    pub floor: String,
 }
 
 impl Paths {
@@ -54,6 +60,8 @@ impl Paths {
             members: format!("{base}/members"),
             control: format!("{base}/control"),
             history: format!("{base}/history"),
+            epoch: format!("{base}/epoch"),
+            floor: format!("{base}/floor"),
             base,
         }
     }
@@ -139,6 +147,7 @@ impl ZkConnector {
             granted,
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
             joined: Arc::new(watch::Sender::new(None)),
+            floor_raised: Arc::new(AtomicU64::new(0)),
         })
     }
 }
@@ -229,6 +238,106 @@ fn write_outcome(r: Result<(), StoreError>) -> WriteOutcome {
     }
 }
 
+/// SPEC §3a, the floor as ZooKeeper keeps it (`<base>/floor`, persistent): each node's
+/// greatest `epoch_seen`, by node id. An entry that is not an epoch below
+/// [`MAX_KEPT_EPOCH`](super::MAX_KEPT_EPOCH) is garbage: skipped, and overwritten by the
+/// node's next raise.
+type Floor = std::collections::BTreeMap<String, Epoch>;
+
+fn parse_floor(data: &[u8]) -> Floor {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(data) else {
+        return Floor::new();
+    };
+    map.into_iter()
+        .filter_map(|(node, e)| Some((node, e.as_u64().filter(|&e| e < super::MAX_KEPT_EPOCH)?)))
+        .collect()
+}
+
+/// The greatest entry of the floor and whose it is.
+fn floor_max(floor: &Floor) -> Option<(Epoch, &str)> {
+    floor.iter().map(|(n, e)| (*e, n.as_str())).max()
+}
+
+/// `floor` with `node`'s entry raised to `seen`, when that raises it.
+fn raised(floor: &Floor, node: &str, seen: Option<Epoch>) -> Option<Floor> {
+    let seen = seen.filter(|&e| e < super::MAX_KEPT_EPOCH)?;
+    if floor.get(node).is_some_and(|&kept| kept >= seen) {
+        return None;
+    }
+    let mut up = floor.clone();
+    up.insert(node.to_string(), seen);
+    Some(up)
+}
+
+/// The offset `init --force` raised epochs by (`<base>/epoch`'s data, `{"offset": N}`);
+/// 0 when there is none or it is unreadable.
+fn parse_offset(data: &[u8]) -> Epoch {
+    serde_json::from_slice::<serde_json::Value>(data)
+        .ok()
+        .and_then(|v| v["offset"].as_u64())
+        .filter(|&o| o < super::MAX_KEPT_EPOCH)
+        .unwrap_or(0)
+}
+
+fn offset_bytes(offset: Epoch) -> Vec<u8> {
+    serde_json::json!({ "offset": offset })
+        .to_string()
+        .into_bytes()
+}
+
+/// SPEC §3a: why the store lost data, when the floor is above every epoch the store
+/// remembers handing out (`counter`, `None`: it remembers none).
+fn lost(counter: Option<Epoch>, floor: Option<(Epoch, &str)>) -> Option<String> {
+    let (seen, who) = floor?;
+    super::lost_data(false, Some(counter.unwrap_or(0)), Some(seen), Some(who))
+}
+
+/// How often a join reads the floor and the counter again when another node changed one
+/// of them between its reads and its multi-op, before it reports an unknown outcome.
+const JOIN_TRIES: usize = 5;
+
+/// The epoch counter as read at a join: what the store remembers handing out.
+#[derive(Clone, Copy, Debug)]
+struct Counter {
+    /// The greatest epoch the store remembers: the epoch znode's (its mzxid plus the
+    /// offset), the lock's, the breadcrumb's and history's newest.
+    epoch: Option<Epoch>,
+    /// The offset every new lock's czxid is raised by.
+    offset: Epoch,
+    /// The epoch znode's version; `None` when it does not exist.
+    version: Option<i32>,
+}
+
+/// The counter from the epoch znode as read (data, mzxid, version) and the epochs the
+/// store records elsewhere (the lock's, the breadcrumb's, history's newest): their
+/// greatest, garbage above [`MAX_KEPT_EPOCH`](super::MAX_KEPT_EPOCH) skipped.
+fn counter_of(epoch: Option<(&[u8], i64, i32)>, recorded: impl Iterator<Item = Epoch>) -> Counter {
+    let offset = epoch.map_or(0, |(d, _, _)| parse_offset(d));
+    let counted = epoch.map(|(_, mzxid, _)| mzxid.max(0) as Epoch + offset);
+    Counter {
+        epoch: counted
+            .into_iter()
+            .chain(recorded)
+            .filter(|&e| e < super::MAX_KEPT_EPOCH)
+            .max(),
+        offset,
+        version: epoch.map(|(_, _, v)| v),
+    }
+}
+
+/// How a multi-op failed: at one operation (by its index), or as a whole.
+enum MultiFailed {
+    Op { index: usize, error: StoreError },
+    Other(StoreError),
+}
+
+/// What one try of the join's multi-op came to.
+enum Take {
+    Done(JoinOutcome),
+    /// The floor or the counter changed since they were read: read them again.
+    Again,
+}
+
 /// One ZooKeeper session. Dropping it (with every clone) closes the session, which removes
 /// its ephemeral znodes.
 #[derive(Clone)]
@@ -247,6 +356,9 @@ pub struct ZkSession {
     lock_version: Arc<AtomicI32>,
     /// The number of the latest join: the events watch the lock for it.
     joined: Arc<watch::Sender<Option<u64>>>,
+    /// The greatest `epoch_seen` this session has raised our entry of the floor to, so
+    /// that a member record rewritten with the same one costs no second write.
+    floor_raised: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ZkSession {
@@ -294,15 +406,42 @@ impl ZkSession {
         paths: &[&str],
         build: impl FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
     ) -> Result<(), StoreError> {
+        self.multi_results(what, paths, build)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                MultiFailed::Op { error, .. } | MultiFailed::Other(error) => error,
+            })
+    }
+
+    /// [`multi`](Self::multi) with each operation's result, and the index of the one that
+    /// failed.
+    async fn multi_results(
+        &self,
+        what: &str,
+        paths: &[&str],
+        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
+    ) -> Result<Vec<zk::MultiWriteResult>, MultiFailed> {
         let mut w = self.client.new_multi_writer();
-        build(&mut w)
-            .map_err(|e| classify(e, paths.first().copied().unwrap_or(&self.paths.base)))?;
+        build(&mut w).map_err(|e| {
+            MultiFailed::Other(classify(
+                e,
+                paths.first().copied().unwrap_or(&self.paths.base),
+            ))
+        })?;
         match tokio::time::timeout(self.op_timeout, w.commit()).await {
-            Ok(r) => r.map(|_| ()).map_err(|e| classify_multi(e, paths)),
-            Err(_) => Err(StoreError::Unknown(format!(
+            Ok(Ok(results)) => Ok(results),
+            Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => {
+                Err(MultiFailed::Op {
+                    index,
+                    error: classify(source, paths.get(index).copied().unwrap_or("?")),
+                })
+            }
+            Ok(Err(e)) => Err(MultiFailed::Other(classify_multi(e, paths))),
+            Err(_) => Err(MultiFailed::Other(StoreError::Unknown(format!(
                 "{what} got no answer within {}",
                 humantime::format_duration(self.op_timeout)
-            ))),
+            )))),
         }
     }
 
@@ -369,6 +508,8 @@ impl ZkSession {
             &self.paths.breadcrumb,
             &self.paths.control,
             &self.paths.history,
+            &self.paths.epoch,
+            &self.paths.floor,
         ] {
             if self
                 .bounded("looking for", p, self.client.check_stat(p))
@@ -406,50 +547,220 @@ impl ZkSession {
         Ok(names.into_iter().map(|n| format!("{base}/{n}")).collect())
     }
 
-    /// SPEC §4.2: create `lock`; on NodeExists the lock is ours iff its owner is this
-    /// session (a create whose reply was lost). Watching is the caller's: see
+    /// SPEC §3a, §4.2: raise our entry of the floor to our `epoch_seen`; refuse, before
+    /// the counter moves, when the floor is above every epoch the store remembers handing
+    /// out (it lost data: restored from an old snapshot, or wiped); else create `lock` in
+    /// one multi-op that also moves the counter and checks that neither the floor nor the
+    /// counter changed since they were read. On NodeExists the lock is ours iff its owner
+    /// is this session (a create whose reply was lost). Watching is the caller's: see
     /// [`ZkSession::watch_lock`].
+    ///
+    /// The zxid alone cannot tell a store that forgot: it grows with every write, so a
+    /// later czxid climbs past an epoch that was handed out and forgotten. The counter
+    /// moves only with a lock, and goes back with a restore; the floor, raised by the live
+    /// nodes that saw the forgotten epoch, stays above it until `init --force`.
     async fn try_lock(&self, me: &NodeRecord) -> JoinOutcome {
+        for _ in 0..JOIN_TRIES {
+            let Ok((floor, floor_version)) = self.raise_floor(&me.node_id, me.epoch_seen).await
+            else {
+                return JoinOutcome::Unknown;
+            };
+            let Ok(counter) = self.read_counter().await else {
+                return JoinOutcome::Unknown;
+            };
+            if let Some(why) = lost(counter.epoch, floor_max(&floor)) {
+                // Never sit on a lock this node may not promote under (a create of an
+                // earlier try whose answer was lost): `init --force` waits for none.
+                let _ = self.delete_own_lock().await;
+                return JoinOutcome::LostData(why);
+            }
+            let Some(epoch_version) = counter.version else {
+                // The first join since the counter existed (a cluster made by an older
+                // warden): it starts at the zxid now, above every lock before it.
+                let opts = self.persistent();
+                let created = self
+                    .bounded(
+                        "creating the epoch counter",
+                        &self.paths.epoch,
+                        self.client
+                            .create(&self.paths.epoch, &offset_bytes(0), &opts),
+                    )
+                    .await;
+                match created {
+                    Ok(_) | Err(StoreError::Rejected(_)) => continue,
+                    Err(_) => return JoinOutcome::Unknown,
+                }
+            };
+            match self
+                .take_lock(me, floor_version, epoch_version, counter.offset)
+                .await
+            {
+                Take::Done(outcome) => return outcome,
+                Take::Again => continue,
+            }
+        }
+        JoinOutcome::Unknown
+    }
+
+    /// The join's multi-op: check the floor at the version read, set the counter at the
+    /// version read (its new mzxid is the lock's czxid), create `lock`. The epoch is that
+    /// zxid plus the counter's offset.
+    async fn take_lock(
+        &self,
+        me: &NodeRecord,
+        floor_version: i32,
+        epoch_version: i32,
+        offset: Epoch,
+    ) -> Take {
         let data = record::to_bytes(me);
         let opts = self.ephemeral();
+        let paths = [
+            self.paths.floor.as_str(),
+            &self.paths.epoch,
+            &self.paths.lock,
+        ];
+        let taken = self
+            .multi_results("creating the lock", &paths, |w| {
+                w.add_check_version(&self.paths.floor, floor_version)?;
+                w.add_set_data(
+                    &self.paths.epoch,
+                    &offset_bytes(offset),
+                    Some(epoch_version),
+                )?;
+                w.add_create(&self.paths.lock, &data, &opts)
+            })
+            .await;
+        match taken {
+            Ok(results) => match results.get(1) {
+                Some(zk::MultiWriteResult::SetData { stat }) => {
+                    // A lock just created is at version 0 (a create's stat inside a
+                    // multi-op can be invalid on some servers: ZOOKEEPER-4026).
+                    self.hold_lock_version(0);
+                    Take::Done(JoinOutcome::Held {
+                        epoch: stat.mzxid.max(0) as Epoch + offset,
+                    })
+                }
+                _ => Take::Done(JoinOutcome::Unknown),
+            },
+            Err(MultiFailed::Op {
+                index: 2,
+                error: StoreError::Rejected(_),
+            }) => Take::Done(self.lock_exists(offset).await),
+            Err(MultiFailed::Op {
+                error: StoreError::Rejected(_),
+                ..
+            }) => Take::Again,
+            Err(_) => Take::Done(JoinOutcome::Unknown),
+        }
+    }
+
+    /// The lock exists: ours iff its owner is this session (a create whose reply was
+    /// lost), else another's.
+    async fn lock_exists(&self, offset: Epoch) -> JoinOutcome {
         match self
             .bounded(
-                "creating the lock",
+                "reading the lock",
                 &self.paths.lock,
-                self.client.create(&self.paths.lock, &data, &opts),
+                self.client.check_stat(&self.paths.lock),
             )
             .await
         {
-            Ok((stat, _)) => {
+            Ok(Some(stat)) if stat.ephemeral_owner == self.id => {
                 self.hold_lock_version(stat.version);
                 JoinOutcome::Held {
-                    epoch: stat.czxid as Epoch,
+                    epoch: stat.czxid.max(0) as Epoch + offset,
                 }
             }
-            Err(StoreError::Rejected(_)) => {
-                match self
+            Ok(Some(_)) => JoinOutcome::Exists {
+                epoch: self.holder_epoch().await,
+            },
+            // Gone again already, or no answer: try again.
+            Ok(None) | Err(_) => JoinOutcome::Unknown,
+        }
+    }
+
+    /// SPEC §3a: the floor, with `node`'s entry raised to `seen` (created when missing), and
+    /// its version.
+    async fn raise_floor(
+        &self,
+        node: &str,
+        seen: Option<Epoch>,
+    ) -> Result<(Floor, i32), StoreError> {
+        let path = &self.paths.floor;
+        for _ in 0..JOIN_TRIES {
+            let (floor, version) = match self.get_optional(path).await? {
+                Some((data, stat)) => (parse_floor(&data), Some(stat.version)),
+                None => (Floor::new(), None),
+            };
+            let up = raised(&floor, node, seen);
+            let written = match (version, up) {
+                (Some(v), None) => return Ok((floor, v)),
+                (Some(v), Some(up)) => self
                     .bounded(
-                        "reading the lock",
-                        &self.paths.lock,
-                        self.client.check_stat(&self.paths.lock),
+                        "raising the floor",
+                        path,
+                        self.client.set_data(path, &record::to_bytes(&up), Some(v)),
                     )
                     .await
-                {
-                    Ok(Some(stat)) if stat.ephemeral_owner == self.id => {
-                        self.hold_lock_version(stat.version);
-                        JoinOutcome::Held {
-                            epoch: stat.czxid as Epoch,
-                        }
-                    }
-                    Ok(Some(_)) => JoinOutcome::Exists {
-                        epoch: self.holder_epoch().await,
-                    },
-                    // Gone again already, or no answer: try again.
-                    Ok(None) | Err(_) => JoinOutcome::Unknown,
+                    .map(|stat| (up, stat.version)),
+                (None, up) => {
+                    let up = up.unwrap_or(floor);
+                    let opts = self.persistent();
+                    self.bounded(
+                        "creating the floor",
+                        path,
+                        self.client.create(path, &record::to_bytes(&up), &opts),
+                    )
+                    .await
+                    .map(|(stat, _)| (up, stat.version))
                 }
+            };
+            match written {
+                Ok(done) => {
+                    if let Some(seen) = seen {
+                        self.floor_raised.fetch_max(seen, Ordering::SeqCst);
+                    }
+                    return Ok(done);
+                }
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
             }
-            Err(_) => JoinOutcome::Unknown,
         }
+        Err(StoreError::Unknown(format!(
+            "{path} kept changing while this node raised its entry"
+        )))
+    }
+
+    /// Raises our entry of the floor after a member record carrying `seen` was written,
+    /// unless this session already did. Best effort: every join raises it again.
+    async fn keep_seen(&self, node: &str, seen: Option<Epoch>) {
+        let Some(seen) = seen else { return };
+        if self.floor_raised.load(Ordering::SeqCst) >= seen {
+            return;
+        }
+        if let Err(e) = self.raise_floor(node, Some(seen)).await {
+            tracing::debug!("could not raise this node's entry of the floor to {seen}: {e}");
+        }
+    }
+
+    /// SPEC §3a: the greatest epoch the store remembers handing out (the counter, the
+    /// lock's, the breadcrumb's, history's newest), the offset and the counter's version.
+    async fn read_counter(&self) -> Result<Counter, StoreError> {
+        let (epoch, lock, breadcrumb, history) = tokio::join!(
+            self.get_optional(&self.paths.epoch),
+            self.get_optional(&self.paths.lock),
+            self.get_optional(&self.paths.breadcrumb),
+            self.read_history(),
+        );
+        let epoch = epoch?.map(|(data, stat)| (data, stat.mzxid, stat.version));
+        Ok(counter_of(
+            epoch.as_ref().map(|(d, z, v)| (d.as_slice(), *z, *v)),
+            [lock?, breadcrumb?]
+                .into_iter()
+                .flatten()
+                .filter_map(|(d, _)| record::parse::<NodeRecord>(&d).ok()?.epoch)
+                .chain(newest_promotion(&history?)),
+        ))
     }
 
     /// The epoch the lock's record names once its holder committed, for `epoch_seen`;
@@ -893,8 +1204,11 @@ impl Session for ZkSession {
             &path,
             self.client.create(&path, &data, &opts),
         )
-        .await
-        .map(|_| ())
+        .await?;
+        // SPEC §3a: what this node has seen is kept for good, even in a store that forgot
+        // it (restored), so that nodes that never saw it are refused too.
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
+        Ok(())
     }
 
     async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
@@ -919,8 +1233,9 @@ impl Session for ZkSession {
             &path,
             self.client.set_data(&path, &record::to_bytes(m), None),
         )
-        .await
-        .map(|_| ())
+        .await?;
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
+        Ok(())
     }
 
     async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
@@ -1190,21 +1505,37 @@ impl Session for ZkSession {
     async fn snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         // The reads go out together: `status` and the operator commands wait for one
         // round trip (and the member list's second), not six.
-        let (lock, breadcrumb, control, members, history, set_aside) = tokio::try_join!(
+        let (lock, breadcrumb, control, members, history, set_aside, epoch, floor) = tokio::try_join!(
             self.get_optional(&self.paths.lock),
             self.get_optional(&self.paths.breadcrumb),
             self.get_optional(&self.paths.control),
             self.member_znodes(),
             self.read_history(),
             self.list_set_aside(),
+            self.get_optional(&self.paths.epoch),
+            self.get_optional(&self.paths.floor),
         )?;
-        // No epoch counter to read without a write: the greatest zxid among what was read
-        // stands in. A member's record is written after its node saw its `epoch_seen`, so
-        // on an ensemble that did not go back in time its mzxid is above it.
-        let mut zxid = lock.as_ref().map(|(_, s)| s.czxid.max(0) as Epoch);
-        let mut snap = ClusterSnapshot::of_lock(
-            lock.map(|(d, s)| (d, s.czxid.max(0) as Epoch, SessionId(s.ephemeral_owner))),
+        // The counter as the join reads it (SPEC §3a): what the store remembers handing
+        // out. The zxid is no counter: it grows with every write, also after a restore.
+        let counter = counter_of(
+            epoch
+                .as_ref()
+                .map(|(d, s)| (d.as_slice(), s.mzxid, s.version)),
+            [&lock, &breadcrumb]
+                .into_iter()
+                .flatten()
+                .filter_map(|(d, _)| record::parse::<NodeRecord>(d).ok()?.epoch)
+                .chain(newest_promotion(&history)),
         );
+        let mut snap = ClusterSnapshot::of_lock(lock.map(|(d, s)| {
+            (
+                d,
+                s.czxid.max(0) as Epoch + counter.offset,
+                SessionId(s.ephemeral_owner),
+            )
+        }));
+        snap.kept_floor = floor
+            .and_then(|(d, _)| floor_max(&parse_floor(&d)).map(|(e, node)| (e, node.to_string())));
         let versioned =
             |found: Option<(Vec<u8>, zk::Stat)>| found.map(|(d, s)| (d, i64::from(s.version)));
         snap.add_items(versioned(breadcrumb), versioned(control));
@@ -1213,13 +1544,13 @@ impl Session for ZkSession {
                 continue;
             }
             if let Some((d, s)) = found {
-                zxid = zxid.max(Some(s.mzxid.max(0) as Epoch));
                 snap.add_member(id, SessionId(s.ephemeral_owner), &d);
             }
         }
         snap.history = history;
         snap.set_aside = set_aside;
-        snap.epoch_counter = zxid;
+        // None remembered: any epoch seen is above it (a wiped ensemble).
+        snap.epoch_counter = Some(counter.epoch.unwrap_or(0));
         Ok(snap)
     }
 
@@ -1274,7 +1605,67 @@ impl Session for ZkSession {
     }
 
     async fn current_epoch(&self) -> Result<Epoch, StoreError> {
-        self.current_zxid().await
+        let offset = self
+            .get_optional(&self.paths.epoch)
+            .await?
+            .map_or(0, |(d, _)| parse_offset(&d));
+        Ok(self.current_zxid().await? + offset)
+    }
+
+    /// SPEC §3a `init --force` after a loss: raises the offset every epoch gets on top of
+    /// its czxid, so that the counter is at least `floor` and the next lock's epoch above
+    /// it, however far the ensemble's zxid went back. ZooKeeper has no init marker:
+    /// without a floor, nothing.
+    async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
+        let Some(floor) = floor else {
+            return Ok(None);
+        };
+        let path = &self.paths.epoch;
+        for _ in 0..JOIN_TRIES {
+            let (offset, version) = match self.get_optional(path).await? {
+                Some((d, stat)) => (parse_offset(&d), Some(stat.version)),
+                None => (0, None),
+            };
+            // The write below gets a zxid above this one: with this offset, the counter it
+            // leaves is at least the floor. An offset never goes down, so no epoch does.
+            let zxid = self.current_zxid().await?;
+            let offset = offset.max(floor.saturating_sub(zxid));
+            let data = offset_bytes(offset);
+            let written = match version {
+                Some(v) => {
+                    self.bounded(
+                        "raising the epoch counter",
+                        path,
+                        self.client.set_data(path, &data, Some(v)),
+                    )
+                    .await
+                }
+                None => {
+                    let opts = self.persistent();
+                    self.bounded(
+                        "creating the epoch counter",
+                        path,
+                        self.client.create(path, &data, &opts),
+                    )
+                    .await
+                    .map(|(stat, _)| stat)
+                }
+            };
+            match written {
+                Ok(stat) => {
+                    let counter = stat.mzxid.max(0) as Epoch + offset;
+                    return Ok(Some(format!(
+                        "raised the epoch counter {path} to {counter}: every epoch from now on \
+                         is a lock's czxid plus {offset}"
+                    )));
+                }
+                Err(StoreError::Rejected(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Unknown(format!(
+            "{path} kept changing while `init --force` raised it; run it again"
+        )))
     }
 
     async fn move_history_aside_if_above(

@@ -36,14 +36,11 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
     let zk = super::session(cfg).await?;
     let before = zk.snapshot().await?;
     // A store that never held this cluster has no members and no marker: a new cluster.
-    // ZooKeeper has no counter to raise (its zxid): there the old way stands, every warden
-    // stopped (which forgets what they saw) and the takeover state cleared below.
-    let lost = before
-        .lost_data()
-        .filter(|_| {
-            !before.members.is_empty() || !before.marker_missing || before.counter_unreadable
-        })
-        .filter(|_| cfg.coordination.backend != crate::config::Backend::Zookeeper);
+    // ZooKeeper keeps a counter and a floor too (`epoch`, `floor`): a restored ensemble
+    // takes the same way back, its counter raised by an offset on top of the zxid.
+    let lost = before.lost_data().filter(|_| {
+        !before.members.is_empty() || !before.marker_missing || before.counter_unreadable
+    });
     if let Some(why) = lost {
         if !force {
             return Ok(InitOutcome::Refused(format!(

@@ -559,6 +559,60 @@ impl ZkServer {
         }
     }
 
+    /// A consistent copy of the data dir as it is now, kept beside it for
+    /// [`restore_data`](Self::restore_data). The server is frozen while it is copied: a
+    /// stopped process is between system calls, so every write it made is whole in the
+    /// copy (a snapshot and its transaction log as a backup of a running server has them),
+    /// and it serves on as soon as it is thawed, its sessions alive.
+    pub fn copy_data(&mut self) -> PathBuf {
+        static COPIES: AtomicU32 = AtomicU32::new(0);
+        let copy = self.dir.path().join(format!(
+            "data.copy-{}",
+            COPIES.fetch_add(1, Ordering::SeqCst)
+        ));
+        self.freeze();
+        let out = run_bounded(
+            "cp",
+            &[
+                "-a".to_string(),
+                self.dir.path().join("data").display().to_string(),
+                copy.display().to_string(),
+            ],
+            secs(30),
+        );
+        self.thaw();
+        assert!(
+            out.status.success(),
+            "copying the ZooKeeper data dir: {}",
+            describe(&out)
+        );
+        copy
+    }
+
+    /// The server restored from `copy` (a [`copy_data`](Self::copy_data)): stopped, its data
+    /// dir replaced by the copy, started again on the same port. Everything written since
+    /// the copy is forgotten, as by an ensemble restored from a backup.
+    pub fn restore_data(&mut self, copy: &Path) {
+        self.kill_child();
+        let data = self.dir.path().join("data");
+        fs::remove_dir_all(&data).expect("remove the ZooKeeper data dir");
+        let out = run_bounded(
+            "cp",
+            &[
+                "-a".to_string(),
+                copy.display().to_string(),
+                data.display().to_string(),
+            ],
+            secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "restoring the ZooKeeper data dir: {}",
+            describe(&out)
+        );
+        self.restart();
+    }
+
     fn write_config(&self) {
         let data = self.dir.path().join("data");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");

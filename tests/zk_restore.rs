@@ -1,0 +1,143 @@
+//! A ZooKeeper restored from an old copy of its data dir (SPEC §3 "Epoch", §3a "A store
+//! that forgot", §9): the ensemble forgets the last promotion, and its zxid, the source of
+//! every epoch, goes back with it. The nodes that saw the forgotten promotion must not
+//! climb past it as the zxid grows again with every write since the restore: nobody
+//! promotes until the operator's `init --force`, and no epoch is ever handed out twice.
+//! "Never two actives" is proven from the services' own journals.
+
+mod common;
+
+use common::*;
+
+/// Whether `status` shows `node`'s member record with `epoch_seen` = `epoch`.
+fn seen_by(status: &serde_json::Value, node: &str, epoch: u64) -> bool {
+    member(status, node).is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(epoch))
+}
+
+/// The runs of `nodes` that started after `after_ns`, as text (empty: none).
+fn started_after(nodes: &[&Node], after_ns: u64) -> Vec<String> {
+    nodes
+        .iter()
+        .flat_map(|n| n.runs().into_iter().map(move |r| (n.id.clone(), r)))
+        .filter(|(_, r)| r.start_ns > after_ns)
+        .map(|(id, r)| format!("{id}: {r}"))
+        .collect()
+}
+
+/// Every epoch in the journals was handed to one run only (a re-promotion on the same
+/// node under the same lock keeps its epoch, and counts once).
+fn assert_no_epoch_twice(cluster: &Cluster) {
+    let runs = cluster.runs();
+    let mut by_epoch: Vec<(u64, String)> = runs
+        .iter()
+        .filter_map(|r| Some((r.epoch?, r.node.clone())))
+        .collect();
+    by_epoch.sort();
+    by_epoch.dedup();
+    let mut epochs: Vec<u64> = by_epoch.iter().map(|(e, _)| *e).collect();
+    epochs.dedup();
+    assert_eq!(
+        epochs.len(),
+        by_epoch.len(),
+        "an epoch was handed to two nodes: {runs:#?}"
+    );
+}
+
+/// The bug of stop 32: ZooKeeper restored from a copy taken while n1 was active at epoch
+/// e, after a switchover to n2 (epoch e2) whose warden is now frozen with its service
+/// running. n2's lock and breadcrumb are forgotten; the restored breadcrumb names n1. n3
+/// (and n1) saw e2: they must not promote at a later czxid, which would leave n2's service
+/// unfenced beside theirs. `status` says the store lost data and names who saw e2, plain
+/// `init` refuses, and once n2 is stopped for good, `init --force` brings the cluster back
+/// with an epoch above e2.
+#[test]
+fn an_ensemble_restored_one_promotion_old_promotes_nobody_until_init_force() {
+    let mut zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    let mut wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
+    let e = n1.last_run().unwrap().epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "every node has seen epoch e", |s| {
+        ["n1", "n2", "n3"].iter().all(|n| seen_by(s, n, e))
+    });
+    let copy = zk.copy_data();
+
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "20s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(20), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let e2 = active_epoch(&status).unwrap();
+    assert!(e2 > e, "{status:#}");
+    wait_until(secs(10), "n2's service runs", || {
+        n2.last_run()
+            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
+    });
+    wait_for_status(&n1.config, secs(10), "n3 has seen n2's epoch", |s| {
+        seen_by(s, "n3", e2)
+    });
+
+    // n2's warden freezes with its service running, and ZooKeeper is restored from the
+    // copy: n2's session, lock and breadcrumb are forgotten.
+    wardens[1].sigstop();
+    let n2_run = n2.last_run().unwrap();
+    zk.restore_data(&copy);
+    eprintln!("restored ZooKeeper to before epoch {e2} (n1 active at {e})");
+
+    // Several session timeouts: the restored sessions expire, the nodes open new ones and
+    // join again and again while the zxid grows past e2.
+    holds_for(
+        secs(10),
+        "nobody promotes on an ensemble that forgot the last promotion",
+        || match started_after(&[&n1, &n3], n2_run.start_ns)[..] {
+            [] => Ok(()),
+            ref runs => Err(format!("promoted beside n2's service: {runs:?}")),
+        },
+    );
+    let status = wait_for_status(
+        &n1.config,
+        secs(30),
+        "status says the store lost data",
+        |s| s["lost_data"] == true,
+    );
+    assert_eq!(active_id(&status), None, "{status:#}");
+    let text = String::from_utf8_lossy(&cli(&n1.config, &["status"]).stdout).into_owned();
+    assert!(text.contains("init --force"), "{text}");
+    assert!(
+        text.contains("node n1") || text.contains("node n3"),
+        "status does not name the node that sets the floor:\n{text}\n{status:#}"
+    );
+    let refused = cli(&n1.config, &["init"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", describe(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("init --force"),
+        "{}",
+        describe(&refused)
+    );
+    assert!(
+        started_after(&[&n1, &n3], n2_run.start_ns).is_empty(),
+        "{:?}",
+        cluster.runs()
+    );
+
+    // The operator's way out: stop the old active for good, then `init --force` while n1
+    // and n3 run.
+    wardens[1].kill9();
+    let _ = wardens[1].wait_exit(secs(10));
+    wait_until(secs(10), "n2's service is gone with its warden", || {
+        !process_alive(n2_run.pid)
+    });
+    let out = cli_with_timeout(&n1.config, &["init", "--force"], secs(60));
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        matches!(active_id(s).as_deref(), Some("n1" | "n3"))
+    });
+    let e3 = active_epoch(&status).unwrap();
+    assert!(
+        e3 > e2,
+        "epoch {e3} after the store forgot epoch {e2}: {status:#}"
+    );
+    assert_eq!(status["lost_data"], false, "{status:#}");
+    assert_no_epoch_twice(&cluster);
+    cluster.assert_safe();
+}
