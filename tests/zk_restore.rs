@@ -24,6 +24,14 @@ fn started_after(nodes: &[&Node], after_ns: u64) -> Vec<String> {
         .collect()
 }
 
+/// Prints every log and journal of a passing test too when `ZK_RESTORE_DUMP` is set (to
+/// read what the nodes did, for a report).
+fn dump_if_asked() {
+    if std::env::var_os("ZK_RESTORE_DUMP").is_some() {
+        dump_logs();
+    }
+}
+
 /// Every epoch in the journals was handed to one run only (a re-promotion on the same
 /// node under the same lock keeps its epoch, and counts once).
 fn assert_no_epoch_twice(cluster: &Cluster) {
@@ -129,6 +137,11 @@ fn an_ensemble_restored_one_promotion_old_promotes_nobody_until_init_force() {
     });
     let out = cli_with_timeout(&n1.config, &["init", "--force"], secs(60));
     assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("raised the epoch counter"),
+        "{}",
+        describe(&out)
+    );
     let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
         matches!(active_id(s).as_deref(), Some("n1" | "n3"))
     });
@@ -140,4 +153,99 @@ fn an_ensemble_restored_one_promotion_old_promotes_nobody_until_init_force() {
     assert_eq!(status["lost_data"], false, "{status:#}");
     assert_no_epoch_twice(&cluster);
     cluster.assert_safe();
+    dump_if_asked();
+}
+
+/// A sibling without a switchover: ZooKeeper restored from a copy taken while n1 was
+/// active, after n1 renewed its lease a few times more. Nothing promoted was forgotten, but
+/// n1's renewals since the copy were: its renewals fail until its client is back in its
+/// restored session, and its service is down by its lease end (SPEC §4.4) unless it keeps
+/// its own lock. The store lost no promotion, so nobody sees lost data, and a node is
+/// active again with a greater epoch (or n1 again under its own lock, with its own).
+#[test]
+fn an_ensemble_restored_under_a_live_active_hands_over_safely() {
+    let mut zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    let _wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
+    let first = n1.last_run().unwrap();
+    let e = first.epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "every node has seen epoch e", |s| {
+        ["n1", "n2", "n3"].iter().all(|n| seen_by(s, n, e))
+    });
+    let copy = zk.copy_data();
+    let copied_at = zk.zxid().expect("the server's zxid");
+    // A few renewals of n1's lease (each a write) the restore will forget.
+    wait_until(secs(10), "n1 renewed its lease after the copy", || {
+        zk.zxid().is_some_and(|z| z >= copied_at + 3)
+    });
+    zk.restore_data(&copy);
+
+    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        active_id(s).is_some()
+            && cluster
+                .runs()
+                .iter()
+                .any(|r| r.start_ns > first.start_ns && process_alive(r.pid))
+    });
+    assert_eq!(status["lost_data"], false, "{status:#}");
+    let epoch = active_epoch(&status).unwrap();
+    assert!(
+        epoch > e || (epoch == e && active_id(&status).as_deref() == Some("n1")),
+        "epoch {epoch} after {e}: {status:#}"
+    );
+    assert!(!process_alive(first.pid) || active_id(&status).as_deref() == Some("n1"));
+    assert_no_epoch_twice(&cluster);
+    cluster.assert_safe();
+    dump_if_asked();
+}
+
+/// The other sibling: ZooKeeper restored from a copy taken before n1's promotion (before
+/// any warden ran). n1's lock, session, breadcrumb and history are forgotten; its client
+/// is unknown to the restored ensemble. n1's service must be down (its renewals fail, its
+/// lease ends), and since the store forgot an epoch both nodes saw, nobody promotes and
+/// `status` says so until `init --force`, which brings a node back above that epoch.
+#[test]
+fn an_ensemble_restored_to_before_the_active_was_promoted_takes_it_down_until_init_force() {
+    let mut zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let copy = zk.copy_data();
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let first = n1.last_run().unwrap();
+    let e = first.epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "both nodes have seen epoch e", |s| {
+        ["n1", "n2"].iter().all(|n| seen_by(s, n, e))
+    });
+    zk.restore_data(&copy);
+
+    wait_until(secs(30), "n1's service is down", || {
+        !process_alive(first.pid)
+    });
+    let status = wait_for_status(
+        &n1.config,
+        secs(30),
+        "status says the store lost data",
+        |s| s["lost_data"] == true,
+    );
+    assert_eq!(active_id(&status), None, "{status:#}");
+    holds_for(
+        secs(4),
+        "nobody promotes on an ensemble that forgot the active's promotion",
+        || match started_after(&[&n1, &n2], first.start_ns)[..] {
+            [] => Ok(()),
+            ref runs => Err(format!("promoted: {runs:?}")),
+        },
+    );
+    let out = cli_with_timeout(&n1.config, &["init", "--force"], secs(60));
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        active_id(s).is_some()
+    });
+    assert!(active_epoch(&status) > Some(e), "{status:#}");
+    assert_eq!(status["lost_data"], false, "{status:#}");
+    assert_no_epoch_twice(&cluster);
+    cluster.assert_safe();
+    drop(wardens);
+    dump_if_asked();
 }

@@ -524,6 +524,13 @@ impl ZkServer {
         four_letter(self.port, cmd)
     }
 
+    /// The server's last processed zxid (`srvr`'s `Zxid: 0x...`), while it serves.
+    pub fn zxid(&self) -> Option<u64> {
+        let srvr = self.four_letter("srvr").ok()?;
+        let hex = srvr.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
+        u64::from_str_radix(hex.trim(), 16).ok()
+    }
+
     /// Whether the server answers `ruok` with `imok`.
     pub fn ruok(&self) -> bool {
         self.four_letter("ruok").is_ok_and(|a| a == "imok")
