@@ -1695,6 +1695,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_floor_keeps_each_nodes_greatest_epoch_seen_and_skips_garbage() {
+        let floor = parse_floor(br#"{"n1": 8, "n2": "x", "n3": 9007199254740993, "n4": 42}"#);
+        assert_eq!(floor, Floor::from([("n1".into(), 8), ("n4".into(), 42)]));
+        assert_eq!(floor_max(&floor), Some((42, "n4")));
+        assert!(parse_floor(b"not json").is_empty());
+        // Raised only upwards, and only by an epoch.
+        assert_eq!(raised(&floor, "n4", Some(42)), None);
+        assert_eq!(raised(&floor, "n4", Some(7)), None);
+        assert_eq!(raised(&floor, "n1", None), None);
+        assert_eq!(
+            raised(&floor, "n1", Some(50)).as_ref().and_then(floor_max),
+            Some((50, "n1"))
+        );
+        let back = parse_floor(&record::to_bytes(&raised(&floor, "n5", Some(9)).unwrap()));
+        assert_eq!(back.get("n5"), Some(&9));
+    }
+
+    #[test]
+    fn the_counter_is_the_greatest_epoch_the_store_remembers() {
+        // The epoch znode's mzxid plus its offset...
+        let c = counter_of(Some((br#"{"offset": 100}"#, 12, 3)), [].into_iter());
+        assert_eq!((c.epoch, c.offset, c.version), (Some(112), 100, Some(3)));
+        // ... or what the lock, breadcrumb and history record, whichever is greater (a
+        // cluster made by an older warden has no epoch znode).
+        let c = counter_of(Some((b"", 12, 0)), [40, 7].into_iter());
+        assert_eq!((c.epoch, c.offset), (Some(40), 0));
+        let c = counter_of(None, [40, crate::coord::MAX_KEPT_EPOCH].into_iter());
+        assert_eq!((c.epoch, c.version), (Some(40), None));
+        assert_eq!(counter_of(None, [].into_iter()).epoch, None);
+    }
+
+    #[test]
+    fn a_floor_above_the_counter_is_lost_data_naming_the_node() {
+        let why = lost(Some(12), Some((47, "n3"))).expect("lost data");
+        assert!(
+            why.contains("12") && why.contains("47") && why.contains("node n3"),
+            "{why}"
+        );
+        assert!(why.contains("init --force"), "{why}");
+        assert_eq!(lost(Some(47), Some((47, "n3"))), None);
+        assert_eq!(lost(Some(12), None), None);
+        // A store that remembers no epoch at all, while a node saw one: wiped.
+        assert!(lost(None, Some((5, "n1"))).is_some());
+    }
+
+    #[test]
     fn the_shared_parents_are_the_znodes_of_root() {
         assert_eq!(ancestors("/warden"), ["/warden"]);
         assert_eq!(ancestors("/a/b/"), ["/a", "/a/b"]);
