@@ -249,3 +249,90 @@ fn an_ensemble_restored_to_before_the_active_was_promoted_takes_it_down_until_in
     drop(wardens);
     dump_if_asked();
 }
+
+/// The store's own answer, through the store seam on a real ZooKeeper (SPEC §3a): after a
+/// restore that forgot epoch e2, a join by a node that saw e2 is refused before the
+/// counter moves, and raises the floor in the restored store; so a join by a node that
+/// only saw the older epoch is refused too, naming the first, even once that one is gone.
+/// `init --force`'s raise of the counter lets the next join take the lock above e2.
+#[test]
+fn a_restored_zookeeper_refuses_every_join_below_the_floor_until_the_counter_is_raised() {
+    use warden::coord::zookeeper::{ZkConnector, ZkSession};
+    use warden::coord::Session;
+    use warden::record::{JoinOutcome, NodeRecord};
+
+    let mut zk = ZkServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let connect = zk.connect_string();
+    let session = || {
+        let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
+            "connect = \"{connect}\"\nsession_timeout = \"4s\""
+        ))
+        .expect("a ZooKeeper config");
+        rt.block_on(async {
+            let s: ZkSession = ZkConnector::new(&cfg, "restored", None)
+                .connect()
+                .await
+                .expect("a session");
+            s.ensure_cluster().await.expect("the cluster's znodes");
+            s
+        })
+    };
+    let node = |id: &str, seen: Option<u64>| NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        incarnation: format!("inc-{id}"),
+        epoch_seen: seen,
+        ..Default::default()
+    };
+    let held = |s: &ZkSession, me: &NodeRecord| match rt.block_on(s.join(me, 1)) {
+        JoinOutcome::Held { epoch } => {
+            rt.block_on(s.release()).expect("a release");
+            epoch
+        }
+        other => panic!("{} did not get the lock: {other:?}", me.node_id),
+    };
+
+    let e1 = held(&session(), &node("n1", None));
+    let copy = zk.copy_data();
+    let e2 = held(&session(), &node("n2", Some(e1)));
+    assert!(e2 > e1);
+    zk.restore_data(&copy);
+
+    let n3 = session();
+    let refused = rt.block_on(n3.join(&node("n3", Some(e2)), 1));
+    let JoinOutcome::LostData(why) = refused else {
+        panic!("n3, which saw {e2}, was not refused: {refused:?}");
+    };
+    assert!(
+        why.contains(&format!("epoch {e2}")) && why.contains("node n3"),
+        "{why}"
+    );
+    let n1 = session();
+    let before = rt.block_on(n1.snapshot()).expect("a snapshot");
+    drop(n3);
+    // n3 is gone; what it saw is kept.
+    let refused = rt.block_on(n1.join(&node("n1", Some(e1)), 1));
+    let JoinOutcome::LostData(why) = refused else {
+        panic!("n1 was not refused after n3 raised the floor to {e2}: {refused:?}");
+    };
+    assert!(why.contains("node n3"), "{why}");
+    let after = rt.block_on(n1.snapshot()).expect("a snapshot");
+    assert_eq!(
+        before.epoch_counter, after.epoch_counter,
+        "a refused join moved the counter"
+    );
+    assert_eq!(after.kept_floor, Some((e2, "n3".to_string())));
+    assert!(after.lost_data().is_some_and(|w| w.contains("node n3")));
+
+    // `init --force`'s raise: the next epoch is above everything seen.
+    rt.block_on(n1.write_marker(Some(e2 + 1)))
+        .expect("the counter raised");
+    let e3 = held(&n1, &node("n1", Some(e2)));
+    assert!(e3 > e2, "epoch {e3} after {e2}");
+    assert!(rt
+        .block_on(n1.snapshot())
+        .expect("a snapshot")
+        .lost_data()
+        .is_none());
+}
