@@ -309,9 +309,20 @@ struct Counter {
 }
 
 /// The counter from the epoch znode as read (data, mzxid, version) and the epochs the
-/// store records elsewhere (the lock's, the breadcrumb's, history's newest): their
-/// greatest, garbage above [`MAX_KEPT_EPOCH`](super::MAX_KEPT_EPOCH) skipped.
-fn counter_of(epoch: Option<(&[u8], i64, i32)>, recorded: impl Iterator<Item = Epoch>) -> Counter {
+/// store records elsewhere (the lock's and the breadcrumb's records, history's newest):
+/// their greatest, garbage above [`MAX_KEPT_EPOCH`](super::MAX_KEPT_EPOCH) skipped. The
+/// join and `status` read it so, alike.
+fn counter_of(
+    epoch: Option<(&[u8], i64, i32)>,
+    lock: Option<&[u8]>,
+    breadcrumb: Option<&[u8]>,
+    history: &History,
+) -> Counter {
+    let recorded = [lock, breadcrumb]
+        .into_iter()
+        .flatten()
+        .filter_map(|d| record::parse::<NodeRecord>(d).ok()?.epoch)
+        .chain(newest_promotion(history));
     let offset = epoch.map_or(0, |(d, _, _)| parse_offset(d));
     let counted = epoch.map(|(_, mzxid, _)| mzxid.max(0) as Epoch + offset);
     Counter {
@@ -752,14 +763,14 @@ impl ZkSession {
             self.get_optional(&self.paths.breadcrumb),
             self.read_history(),
         );
-        let epoch = epoch?.map(|(data, stat)| (data, stat.mzxid, stat.version));
+        let (epoch, lock, breadcrumb) = (epoch?, lock?, breadcrumb?);
         Ok(counter_of(
-            epoch.as_ref().map(|(d, z, v)| (d.as_slice(), *z, *v)),
-            [lock?, breadcrumb?]
-                .into_iter()
-                .flatten()
-                .filter_map(|(d, _)| record::parse::<NodeRecord>(&d).ok()?.epoch)
-                .chain(newest_promotion(&history?)),
+            epoch
+                .as_ref()
+                .map(|(d, s)| (d.as_slice(), s.mzxid, s.version)),
+            lock.as_ref().map(|(d, _)| d.as_slice()),
+            breadcrumb.as_ref().map(|(d, _)| d.as_slice()),
+            &history?,
         ))
     }
 
@@ -1521,11 +1532,9 @@ impl Session for ZkSession {
             epoch
                 .as_ref()
                 .map(|(d, s)| (d.as_slice(), s.mzxid, s.version)),
-            [&lock, &breadcrumb]
-                .into_iter()
-                .flatten()
-                .filter_map(|(d, _)| record::parse::<NodeRecord>(d).ok()?.epoch)
-                .chain(newest_promotion(&history)),
+            lock.as_ref().map(|(d, _)| d.as_slice()),
+            breadcrumb.as_ref().map(|(d, _)| d.as_slice()),
+            &history,
         );
         let mut snap = ClusterSnapshot::of_lock(lock.map(|(d, s)| {
             (
@@ -1715,15 +1724,29 @@ mod tests {
     #[test]
     fn the_counter_is_the_greatest_epoch_the_store_remembers() {
         // The epoch znode's mzxid plus its offset...
-        let c = counter_of(Some((br#"{"offset": 100}"#, 12, 3)), [].into_iter());
+        let none = History::default();
+        let c = counter_of(Some((br#"{"offset": 100}"#, 12, 3)), None, None, &none);
         assert_eq!((c.epoch, c.offset, c.version), (Some(112), 100, Some(3)));
-        // ... or what the lock, breadcrumb and history record, whichever is greater (a
-        // cluster made by an older warden has no epoch znode).
-        let c = counter_of(Some((b"", 12, 0)), [40, 7].into_iter());
+        // ... or what the lock and the breadcrumb record, whichever is greater (a cluster
+        // made by an older warden has no epoch znode).
+        let at = |e: u64| format!(r#"{{"node_id":"n1","host":"h","incarnation":"i","epoch":{e}}}"#);
+        let (lock, crumb) = (at(40), at(7));
+        let c = counter_of(
+            Some((b"", 12, 0)),
+            Some(lock.as_bytes()),
+            Some(crumb.as_bytes()),
+            &none,
+        );
         assert_eq!((c.epoch, c.offset), (Some(40), 0));
-        let c = counter_of(None, [40, crate::coord::MAX_KEPT_EPOCH].into_iter());
-        assert_eq!((c.epoch, c.version), (Some(40), None));
-        assert_eq!(counter_of(None, [].into_iter()).epoch, None);
+        let garbage = at(crate::coord::MAX_KEPT_EPOCH);
+        let c = counter_of(
+            None,
+            Some(garbage.as_bytes()),
+            Some(crumb.as_bytes()),
+            &none,
+        );
+        assert_eq!((c.epoch, c.version), (Some(7), None));
+        assert_eq!(counter_of(None, None, None, &none).epoch, None);
     }
 
     #[test]
