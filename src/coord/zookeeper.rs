@@ -1695,6 +1695,10 @@ impl Session for ZkSession {
             w.add_delete(path, Some(stat.version))
         })
         .await?;
+        // The nodes that read that history keep its epoch as seen, in the floor: the
+        // counter goes above it, or the floor would block every promotion next (SPEC §3a),
+        // and the next active's epoch is greater than any recorded before.
+        self.write_marker(Some(newest + 1)).await?;
         Ok(Some((copy, newest)))
     }
 }

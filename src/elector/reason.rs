@@ -200,8 +200,8 @@ impl fmt::Display for Reason {
                  warden of the cluster and run `warden init --force`: on your word, as \
                  with `fence --confirm`, it deletes the breadcrumb and control and moves \
                  a history with an epoch above the ensemble's zxid to history.old-<time>, \
-                 so the next active gets a lower epoch than before (a resource that \
-                 refuses stale epochs must be told)"
+                 and raises the epoch counter above it, so the next active's epoch is \
+                 greater than every recorded one"
             ),
             Reason::PromotionFailed(why) => write!(f, "promotion failed: {why}"),
             Reason::ServiceStarted => f.write_str("service started; recording its identity"),

@@ -105,8 +105,8 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
                 done.push(format!(
                     "moved {} to {copy}: it records a promotion with epoch {epoch}, above the \
                      ensemble's current zxid {zxid} (restored from an old snapshot?), which \
-                     would block every promotion; the next active starts a new history and \
-                     a lower epoch than before",
+                     would block every promotion; the next active starts a new history, \
+                     its epoch raised above that one",
                     zk.name_of(Item::History)
                 ));
                 let entry = super::operator::entry(

@@ -119,8 +119,8 @@ fn every_reason_reads_as_it_did_when_it_was_a_string() {
              warden of the cluster and run `warden init --force`: on your word, as \
              with `fence --confirm`, it deletes the breadcrumb and control and moves \
              a history with an epoch above the ensemble's zxid to history.old-<time>, \
-             so the next active gets a lower epoch than before (a resource that \
-             refuses stale epochs must be told)"
+             and raises the epoch counter above it, so the next active's epoch is \
+             greater than every recorded one"
             ),
         ),
         (Reason::PromotionFailed("exec failed".into()), "promotion failed: exec failed".into()),
