@@ -170,7 +170,8 @@ fn a_breadcrumb_with_an_invalid_node_id_is_unreadable_and_confirm_unreadable_cle
 /// A history whose newest promotion carries an epoch above every czxid (an ensemble
 /// restored from an old snapshot) blocks every promotion; the log names `init --force`,
 /// and `init --force` (every warden stopped) moves the history aside, keeping it byte for
-/// byte and saying where, after which the node promotes.
+/// byte and saying where, and raises the epoch counter above it (the floor keeps that
+/// epoch as seen), after which the node promotes with a greater epoch.
 #[test]
 fn init_force_moves_aside_a_history_whose_epoch_is_above_every_czxid() {
     let zk = ZkServer::start();
@@ -197,6 +198,9 @@ fn init_force_moves_aside_a_history_whose_epoch_is_above_every_czxid() {
         String::from_utf8_lossy(&before)
     );
 
+    // n1 read that history: a join after its back-off keeps the epoch as seen, in the
+    // floor (SPEC §3a), as if it had retried before it was stopped.
+    client.put(&cluster.znode("floor"), br#"{"n1": 999999999999}"#);
     let out = cli_ok(&n1.config, &["init", "--force"]);
     assert!(out.contains("history.old-"), "{out}");
     let base = format!("/warden/{}", cluster.name);
@@ -215,9 +219,11 @@ fn init_force_moves_aside_a_history_whose_epoch_is_above_every_czxid() {
     assert!(shown.contains(&kept[0]), "{shown}");
 
     let _warden = n1.start();
-    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+    let status = wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
         active_id(s).as_deref() == Some("n1")
     });
+    // The counter went above that history: no epoch goes back.
+    assert!(active_epoch(&status) > Some(999_999_999_999), "{status:#}");
     cluster.assert_safe();
 }
 
