@@ -742,8 +742,8 @@ impl ZkSession {
         )))
     }
 
-    /// Raises our entry of the floor after a member record carrying `seen` was written,
-    /// unless this session already did. Best effort: every join raises it again.
+    /// Raises our entry of the floor to `seen`, before a member record carrying it is
+    /// written, unless this session already did. Best effort: every join raises it again.
     async fn keep_seen(&self, node: &str, seen: Option<Epoch>) {
         let Some(seen) = seen else { return };
         if self.floor_raised.load(Ordering::SeqCst) >= seen {
@@ -1210,16 +1210,17 @@ impl Session for ZkSession {
         let path = self.paths.member(&m.node.node_id);
         let data = record::to_bytes(m);
         let opts = self.ephemeral();
+        // SPEC §3a: what this node has seen is kept for good, even in a store that forgot
+        // it (restored), so that nodes that never saw it are refused too; first, so that a
+        // member record that shows an epoch never stands above the floor.
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
         self.bounded(
             "registering this node",
             &path,
             self.client.create(&path, &data, &opts),
         )
-        .await?;
-        // SPEC §3a: what this node has seen is kept for good, even in a store that forgot
-        // it (restored), so that nodes that never saw it are refused too.
-        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
-        Ok(())
+        .await
+        .map(|_| ())
     }
 
     async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
@@ -1239,14 +1240,14 @@ impl Session for ZkSession {
 
     async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let path = self.paths.member(&m.node.node_id);
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
         self.bounded(
             "publishing the member record",
             &path,
             self.client.set_data(&path, &record::to_bytes(m), None),
         )
-        .await?;
-        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
-        Ok(())
+        .await
+        .map(|_| ())
     }
 
     async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
