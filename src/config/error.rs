@@ -159,6 +159,9 @@ pub(super) fn shown_path(path: &Path) -> String {
 /// database, and no password (it belongs in `password_file`, mode 0600).
 pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
     let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+    if let Some(fragment) = url.fragment() {
+        return Err(url_fragment(backend, fragment));
+    }
     if url.password().is_some() {
         return Err(
             "contains a password: put it in password_file (mode 0600) instead, and \
@@ -211,6 +214,24 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
             .map_err(|e| format!("is not usable: {e}"))?;
     }
     Ok(())
+}
+
+/// Why a URL with a `#fragment` is refused. Neither driver documents one for warden's use:
+/// the Redis driver takes `#insecure` on a `rediss://` URL as "do not check the server's
+/// certificate" (anyone on the path could then pose as the store and hand out the lock),
+/// refuses any other at connect, and ignores one on `redis://`; MySQL's ignores it.
+fn url_fragment(backend: Backend, fragment: &str) -> String {
+    if backend == Backend::Redis && fragment == "insecure" {
+        return "ends in the fragment \"#insecure\", which turns off the check of the Redis server's TLS \
+                certificate, so that anyone on the network path could pose as the store: \
+                remove it, and give the server a certificate that this host's CA roots trust \
+                (warden has no TLS settings of its own for Redis yet)"
+            .into();
+    }
+    format!(
+        "has the fragment {:?}, which warden does not use: remove it (and the \"#\")",
+        format!("#{}", one_line(fragment))
+    )
 }
 
 /// The parameters of a MySQL URL that warden passes on to its driver (mysql_async), and
