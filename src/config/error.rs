@@ -157,7 +157,7 @@ pub(super) fn shown_path(path: &Path) -> String {
 /// A value as written in TOML, quoted and escaped: `"rm 1"`, `"a\nb"`.
 /// A MySQL or Redis URL warden can use: the backend's scheme, a host, for MySQL a
 /// database, and no password (it belongs in `password_file`, mode 0600).
-pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
+pub fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
     let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
     if let Some(fragment) = url.fragment() {
         return Err(url_fragment(backend, fragment));

@@ -301,7 +301,7 @@ impl Config {
 /// content). A NUL or a line break inside would reach the server as part of the password
 /// (RESP and MySQL's handshake carry any byte) and fail there as a wrong password, or be
 /// cut short by a driver; text that is not UTF-8 cannot be passed to either driver.
-pub(super) fn store_password(content: Vec<u8>) -> Result<String, &'static str> {
+pub fn store_password(content: Vec<u8>) -> Result<String, &'static str> {
     let text = String::from_utf8(content).map_err(|_| "is not UTF-8 text")?;
     let password = text.trim_end_matches(['\n', '\r']);
     if password.contains('\0') {
