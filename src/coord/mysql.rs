@@ -371,6 +371,10 @@ fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
     }
 }
 
+/// The lock row as the readers select it: session, record, epoch, expired, version, how
+/// far its expiry lies ahead of the server's clock and the holder's session timeout (µs).
+type LockRow = (i64, Vec<u8>, u64, bool, i64, i64, i64);
+
 /// A lock row seen with its expiry too far ahead: whose (session) and at which version, and
 /// when this process first saw it so.
 #[derive(Clone, Copy, Debug)]
@@ -696,7 +700,7 @@ impl Inner {
         let cluster2 = cluster.clone();
         let row = self
             .run("reading the lock", |mut c| async move {
-                first::<(i64, Vec<u8>, u64, bool, i64, i64, i64), _, _>(
+                first::<LockRow, _, _>(
                     &mut c,
                     format!(
                         "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
@@ -747,7 +751,7 @@ impl Inner {
             // With the row: its version (bumped by every renewal), how far its expiry lies
             // ahead of the server's clock, and the holder's own session timeout (what it
             // adds to renewed_at to make expires_at), in microseconds.
-            let row: Option<(i64, Vec<u8>, u64, bool, i64, i64, i64)> = first(
+            let row: Option<LockRow> = first(
                 &mut tx,
                 format!(
                     "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \

@@ -562,6 +562,9 @@ fn bytes(v: &Value) -> Vec<u8> {
     }
 }
 
+/// Two fields of a hash as HMGET answers them (each absent or its bytes).
+type Fields2 = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Whether a command failed on a key that holds another type than the command reads.
 fn wrong_type(e: &RedisError) -> bool {
     e.code() == Some("WRONGTYPE")
@@ -701,7 +704,7 @@ impl Inner {
         let key = self.k.key(name);
         let doing = format!("reading key {key}");
         let key2 = key.clone();
-        let found: Option<(Option<Vec<u8>>, Option<Vec<u8>>)> = self
+        let found: Option<Fields2> = self
             .bounded_typed(&doing, |mut c| async move {
                 redis::cmd("HMGET")
                     .arg(&key2)
@@ -986,7 +989,7 @@ impl Session for RedisSession {
     ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
         let i = &self.inner;
         let key = i.k.member(node_id);
-        let read: Option<(Option<Vec<u8>>, Option<Vec<u8>>)> = i
+        let read: Option<Fields2> = i
             .bounded_typed("reading a member", |mut c| async move {
                 redis::cmd("HMGET")
                     .arg(&key)
@@ -1388,7 +1391,7 @@ impl Session for RedisSession {
                 continue;
             }
             let key = i.k.member(&id);
-            let read: Option<(Option<Vec<u8>>, Option<Vec<u8>>)> = i
+            let read: Option<Fields2> = i
                 .bounded_typed("reading a member", |mut c| async move {
                     redis::cmd("HMGET")
                         .arg(&key)
