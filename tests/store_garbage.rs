@@ -338,3 +338,26 @@ fn a_mysql_lock_row_ahead_of_the_clock_with_a_live_holder_stays_its() {
     assert!(n2.runs().is_empty(), "n2 ran the service");
     cluster.assert_safe();
 }
+
+/// Issue 31, class 6: a Redis URL naming a database the server does not have (`/99`,
+/// where Redis has 16) passed `check-config` and made every command exit 3, "cannot
+/// reach Redis". The server's answer is a setup error: exit 2 naming the key.
+#[test]
+fn a_redis_database_the_server_does_not_have_is_named() {
+    let db = RedisServer::start();
+    let mut cluster = Cluster::with_redis(&db);
+    let url = db.url();
+    let coordination = cluster.coordination.take().unwrap_or_default();
+    let base = url
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches('/');
+    cluster.coordination = Some(coordination.replace(&url, &format!("{base}/99")));
+    let n = cluster.node("n1");
+    let out = cli(&n.config, &["init"]);
+    let said = describe(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("coordination.redis.url") && said.contains("99"),
+        "{said}"
+    );
+}

@@ -434,6 +434,17 @@ impl RedisConnector {
         }
     }
 
+    /// The server refused the database the URL names (`SELECT`: "DB index is out of
+    /// range"): a setup error of the config's (exit 2), not an unreachable store (issue 31).
+    fn no_such_database(&self) -> StoreError {
+        StoreError::Unsuitable(format!(
+            "coordination.redis.url = {:?} names a database Redis does not have (it has \
+             fewer, as its `databases` setting says): name one below that number, as in \
+             redis://db1:6379/0",
+            self.s.url
+        ))
+    }
+
     /// The shared connection, made on first use.
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let mut slot = self.conn.lock().await;
@@ -453,6 +464,9 @@ impl RedisConnector {
         .await;
         let c = match made {
             Err(_) => return Err(self.unreachable("no answer".into())),
+            Ok(Err(e)) if e.to_string().contains("DB index is out of range") => {
+                return Err(self.no_such_database())
+            }
             Ok(Err(e)) => {
                 return Err(match classify(e, "connecting") {
                     StoreError::Auth(why) => StoreError::Auth(why),
