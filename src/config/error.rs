@@ -180,6 +180,9 @@ pub fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
             quoted_list(schemes)
         ));
     }
+    if !url.username().is_empty() {
+        url_text(url.username()).map_err(|why| format!("has a user name that {why}"))?;
+    }
     if url.host_str().is_none_or(str::is_empty) {
         return Err("names no host: write it as in mysql://warden@db1:3306/warden".into());
     }
@@ -189,6 +192,16 @@ pub fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
         );
     }
     if backend == Backend::Mysql {
+        // The driver takes the first segment as the database and drops the rest.
+        let path = url.path().trim_start_matches('/');
+        if path.contains('/') {
+            return Err(format!(
+                "names the database {:?}: a MySQL database is one path segment, as in \
+                 mysql://warden@db1:3306/warden",
+                one_line(path)
+            ));
+        }
+        url_text(path).map_err(|why| format!("names a database that {why}"))?;
         for (name, _) in url.query_pairs() {
             check_mysql_parameter(&name)?;
         }
@@ -214,6 +227,34 @@ pub fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
             .map_err(|e| format!("is not usable: {e}"))?;
     }
     Ok(())
+}
+
+/// A percent-encoded part of a URL (user name, database) as the drivers decode it, or why
+/// it cannot be one: mysql_async replaces bytes that are not UTF-8 (the login or `USE`
+/// then fails at connect, exit 3), and a control character in a name is a mistake.
+fn url_text(part: &str) -> Result<String, &'static str> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|b| char::from(*b).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(hi), Some(lo)) => {
+                // Two hex digits: at most 0xff.
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
+                i += 3;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8(out).map_err(|_| "is not UTF-8 once percent-decoded")?;
+    if text.chars().any(char::is_control) {
+        return Err("holds a control character once percent-decoded");
+    }
+    Ok(text)
 }
 
 /// Why a URL with a `#fragment` is refused. Neither driver documents one for warden's use:

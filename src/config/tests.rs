@@ -1790,3 +1790,35 @@ fn a_store_password_file_that_cannot_be_a_password_is_refused_by_load() {
         "{m}"
     );
 }
+
+/// Issue 31, class 6: URL parts the drivers decode their own way. A user name or MySQL
+/// database whose percent-encoding is not UTF-8 (mysql_async replaces the bytes, the
+/// login then fails: exit 3 at connect) or decodes to a control character, and a MySQL
+/// path of more than one segment (the driver silently takes the first) are refused at
+/// load, naming the key.
+#[test]
+fn store_url_users_and_databases_are_checked() {
+    for (url, says) in [
+        ("mysql://%ff@db1/warden", "user name"),
+        ("mysql://war%0Aden@db1/warden", "user name"),
+        ("mysql://warden@db1/war%ffden", "database"),
+        ("mysql://warden@db1/war%00den", "database"),
+        ("mysql://warden@db1/warden/extra", "database"),
+    ] {
+        let m = msg(&mysql(&format!("url = \"{url}\"")));
+        assert!(
+            m.contains("`coordination.mysql.url`") && m.contains(says),
+            "{url}: {m}"
+        );
+    }
+    let m = msg(&with(
+        "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+        "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = \
+         \"redis://w%0Ad@db1/0\"\n",
+    ));
+    assert!(
+        m.contains("`coordination.redis.url`") && m.contains("user name"),
+        "{m}"
+    );
+    ok(&mysql("url = \"mysql://war%20den@db1/my%2Ddb\""));
+}
