@@ -141,7 +141,7 @@ fn a_holder_cut_off_inside_a_transaction_frees_the_lock_row() {
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
 
     proxy.blackhole_after(|sql| {
-        sql.starts_with("UPDATE `warden_lock`") && sql.contains("version = version + 1")
+        sql.starts_with("UPDATE `warden_lock`") && sql.contains("version = IF(version")
     });
     let statement = proxy.wait_blackholed(secs(10));
     eprintln!("blackholed after: {statement}");

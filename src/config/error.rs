@@ -157,8 +157,11 @@ pub(super) fn shown_path(path: &Path) -> String {
 /// A value as written in TOML, quoted and escaped: `"rm 1"`, `"a\nb"`.
 /// A MySQL or Redis URL warden can use: the backend's scheme, a host, for MySQL a
 /// database, and no password (it belongs in `password_file`, mode 0600).
-pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
+pub fn check_store_url(backend: Backend, text: &str) -> Result<(), String> {
     let url = url::Url::parse(text).map_err(|e| format!("is not a URL ({e})"))?;
+    if let Some(fragment) = url.fragment() {
+        return Err(url_fragment(backend, fragment));
+    }
     if url.password().is_some() {
         return Err(
             "contains a password: put it in password_file (mode 0600) instead, and \
@@ -177,6 +180,9 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
             quoted_list(schemes)
         ));
     }
+    if !url.username().is_empty() {
+        url_text(url.username()).map_err(|why| format!("has a user name that {why}"))?;
+    }
     if url.host_str().is_none_or(str::is_empty) {
         return Err("names no host: write it as in mysql://warden@db1:3306/warden".into());
     }
@@ -186,6 +192,16 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
         );
     }
     if backend == Backend::Mysql {
+        // The driver takes the first segment as the database and drops the rest.
+        let path = url.path().trim_start_matches('/');
+        if path.contains('/') {
+            return Err(format!(
+                "names the database {:?}: a MySQL database is one path segment, as in \
+                 mysql://warden@db1:3306/warden",
+                one_line(path)
+            ));
+        }
+        url_text(path).map_err(|why| format!("names a database that {why}"))?;
         for (name, _) in url.query_pairs() {
             check_mysql_parameter(&name)?;
         }
@@ -211,6 +227,52 @@ pub(super) fn check_store_url(backend: Backend, text: &str) -> Result<(), String
             .map_err(|e| format!("is not usable: {e}"))?;
     }
     Ok(())
+}
+
+/// A percent-encoded part of a URL (user name, database) as the drivers decode it, or why
+/// it cannot be one: mysql_async replaces bytes that are not UTF-8 (the login or `USE`
+/// then fails at connect, exit 3), and a control character in a name is a mistake.
+fn url_text(part: &str) -> Result<String, &'static str> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|b| char::from(*b).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(hi), Some(lo)) => {
+                // Two hex digits: at most 0xff.
+                out.push(u8::try_from(hi * 16 + lo).unwrap_or(u8::MAX));
+                i += 3;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8(out).map_err(|_| "is not UTF-8 once percent-decoded")?;
+    if text.chars().any(char::is_control) {
+        return Err("holds a control character once percent-decoded");
+    }
+    Ok(text)
+}
+
+/// Why a URL with a `#fragment` is refused. Neither driver documents one for warden's use:
+/// the Redis driver takes `#insecure` on a `rediss://` URL as "do not check the server's
+/// certificate" (anyone on the path could then pose as the store and hand out the lock),
+/// refuses any other at connect, and ignores one on `redis://`; MySQL's ignores it.
+fn url_fragment(backend: Backend, fragment: &str) -> String {
+    if backend == Backend::Redis && fragment == "insecure" {
+        return "ends in the fragment \"#insecure\", which turns off the check of the Redis server's TLS \
+                certificate, so that anyone on the network path could pose as the store: \
+                remove it, and give the server a certificate that this host's CA roots trust \
+                (warden has no TLS settings of its own for Redis yet)"
+            .into();
+    }
+    format!(
+        "has the fragment {:?}, which warden does not use: remove it (and the \"#\")",
+        format!("#{}", one_line(fragment))
+    )
 }
 
 /// The parameters of a MySQL URL that warden passes on to its driver (mysql_async), and

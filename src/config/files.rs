@@ -63,8 +63,16 @@ pub(super) fn check_files(c: &Config, source: &Source<'_>) -> Result<(), ConfigE
             c.coordination.backend.as_str(),
             "password_file",
         ]);
-        read_private_file(file, MAX_AUTH_FILE_BYTES)
+        let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
             .map_err(|p| file_error(p, Some(source.at(&key)), &key, file))?;
+        // Refused here (exit 2, the key named), not by the driver at connect, where it
+        // was an "unreachable" store (exit 3) or a password with a line break sent as is.
+        if let Err(reason) = store_password(content) {
+            return Err(source.invalid(
+                &key,
+                format!("names {}, whose content {reason}", shown_path(file)),
+            ));
+        }
     }
     if let Some(file) = &c.coordination.zookeeper.auth_file {
         let key = KeyPath::of(&["coordination", "zookeeper", "auth_file"]);
@@ -256,13 +264,13 @@ impl Config {
         ]);
         let content = read_private_file(file, MAX_AUTH_FILE_BYTES)
             .map_err(|p| file_error(p, None, &key, file))?;
-        let text = String::from_utf8(content).map_err(|_| ConfigError::UnreadableFile {
+        let password = store_password(content).map_err(|reason| ConfigError::UnreadableFile {
             at: None,
             key: key.to_string(),
             file: file.clone(),
-            error: io::Error::new(io::ErrorKind::InvalidData, "it is not UTF-8 text"),
+            error: io::Error::new(io::ErrorKind::InvalidData, format!("its content {reason}")),
         })?;
-        Ok(Some(text.trim_end_matches(['\n', '\r']).to_string()))
+        Ok(Some(password))
     }
 
     /// The ZooKeeper credentials: `auth`, or the trimmed content of `auth_file` (checked
@@ -286,4 +294,24 @@ impl Config {
         })?;
         Ok(Some(text.trim().to_string()))
     }
+}
+
+/// The password a `password_file` holds: its text without the trailing line break(s), or
+/// what makes it no password (the reason completes "its content ..."; it never repeats the
+/// content). A NUL or a line break inside would reach the server as part of the password
+/// (RESP and MySQL's handshake carry any byte) and fail there as a wrong password, or be
+/// cut short by a driver; text that is not UTF-8 cannot be passed to either driver.
+pub fn store_password(content: Vec<u8>) -> Result<String, &'static str> {
+    let text = String::from_utf8(content).map_err(|_| "is not UTF-8 text")?;
+    let password = text.trim_end_matches(['\n', '\r']);
+    if password.contains('\0') {
+        return Err("holds a NUL byte, which no password can hold");
+    }
+    if password.contains(['\n', '\r']) {
+        return Err(
+            "has a line break inside the password: write it on one line (one trailing \
+             newline is allowed)",
+        );
+    }
+    Ok(password.to_string())
 }

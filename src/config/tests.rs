@@ -1695,3 +1695,130 @@ fn numbers_too_large_for_toml_get_the_message_of_their_key() {
         "{m}"
     );
 }
+
+/// Issue 31, class 6: URL parts the drivers act on but warden does not document reach the
+/// driver no more. `#insecure` turns off rediss's certificate check (redis crate); any
+/// other fragment is refused by the driver at connect (rediss) or ignored (redis, mysql).
+#[test]
+fn store_url_fragments_are_refused() {
+    let redis = |url: &str| {
+        with(
+            "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+            &format!(
+                "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = \"{url}\"\n"
+            ),
+        )
+    };
+    let m = msg(&redis("rediss://db1:6379/0#insecure"));
+    assert!(
+        m.contains("`coordination.redis.url`")
+            && m.contains("#insecure")
+            && m.contains("certificate")
+            && m.contains("remove"),
+        "{m}"
+    );
+    for url in [
+        "redis://db1:6379/0#insecure",
+        "redis://db1:6379/0#x",
+        "rediss://db1/0#",
+    ] {
+        let m = msg(&redis(url));
+        assert!(
+            m.contains("`coordination.redis.url`") && m.contains("fragment"),
+            "{url}: {m}"
+        );
+    }
+    let m = msg(&mysql("url = \"mysql://warden@db1/warden#insecure\""));
+    assert!(
+        m.contains("`coordination.mysql.url`") && m.contains("fragment"),
+        "{m}"
+    );
+    // IPv6 hosts and a user name stay usable.
+    ok(&redis("redis://warden@[::1]:6379/0"));
+    ok(&mysql("url = \"mysql://warden@[::1]:3306/warden\""));
+}
+
+/// Issue 31, class 6: a `password_file` that is not UTF-8, or holds a NUL or a line break
+/// inside the password, passed `check-config` and made every command exit 3 (or sent a
+/// password with a newline). `load` refuses it with exit 2, naming the key and the file,
+/// without repeating the content; a trailing newline stays allowed.
+#[test]
+fn a_store_password_file_that_cannot_be_a_password_is_refused_by_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redis.pass");
+    let text = with(
+        "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+        &format!(
+            "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = \
+             \"redis://db1:6379/0\"\npassword_file = \"{}\"\n",
+            file.display()
+        ),
+    );
+    let path = dir.path().join("warden.toml");
+    std::fs::write(&path, on_disk(&text)).unwrap();
+    let write = |content: &[u8]| {
+        std::fs::write(&file, content).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    for (content, says) in [
+        (&b"s3cr\xffet\n"[..], "not UTF-8"),
+        (b"s3cr\0et\n", "NUL"),
+        (b"s3cr\net\n", "line"),
+        (b"s3cret\n\nmore\n", "line"),
+        (b"s3cr\ret", "line"),
+    ] {
+        write(content);
+        let e = load(&path).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("`coordination.redis.password_file`")
+                && m.contains(&file.display().to_string())
+                && m.contains(says),
+            "{content:?}: {m}"
+        );
+        assert!(!m.contains("s3cr"), "{m}");
+        assert_eq!(e.key(), Some("coordination.redis.password_file"));
+    }
+    write(b"s3cret\r\n");
+    let c = load(&path).unwrap();
+    assert_eq!(c.read_store_password().unwrap().as_deref(), Some("s3cret"));
+    // At run time too (the file may have changed since).
+    write(b"s3cr\net\n");
+    let m = c.read_store_password().unwrap_err().to_string();
+    assert!(
+        m.contains("`coordination.redis.password_file`") && m.contains("line"),
+        "{m}"
+    );
+}
+
+/// Issue 31, class 6: URL parts the drivers decode their own way. A user name or MySQL
+/// database whose percent-encoding is not UTF-8 (mysql_async replaces the bytes, the
+/// login then fails: exit 3 at connect) or decodes to a control character, and a MySQL
+/// path of more than one segment (the driver silently takes the first) are refused at
+/// load, naming the key.
+#[test]
+fn store_url_users_and_databases_are_checked() {
+    for (url, says) in [
+        ("mysql://%ff@db1/warden", "user name"),
+        ("mysql://war%0Aden@db1/warden", "user name"),
+        ("mysql://warden@db1/war%ffden", "database"),
+        ("mysql://warden@db1/war%00den", "database"),
+        ("mysql://warden@db1/warden/extra", "database"),
+    ] {
+        let m = msg(&mysql(&format!("url = \"{url}\"")));
+        assert!(
+            m.contains("`coordination.mysql.url`") && m.contains(says),
+            "{url}: {m}"
+        );
+    }
+    let m = msg(&with(
+        "[coordination.zookeeper]\nconnect = \"zk1:2181,zk2:2181\"\n",
+        "[coordination]\nbackend = \"redis\"\n\n[coordination.redis]\nurl = \
+         \"redis://w%0Ad@db1/0\"\n",
+    ));
+    assert!(
+        m.contains("`coordination.redis.url`") && m.contains("user name"),
+        "{m}"
+    );
+    ok(&mysql("url = \"mysql://war%20den@db1/my%2Ddb\""));
+}

@@ -70,6 +70,13 @@ const EXPIRES_AT_COLUMN: &str = "expires_at DATETIME(6) NULL";
 /// session timeout in microseconds.
 const LOCK_RENEWED: &str = "renewed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND";
 
+/// What every write of a row sets its `version` to: one more, back to 0 at 2^53 - 1 (or
+/// from a negative value): a version near the top of BIGINT (an operator's edit, a
+/// restore) made every `version + 1` fail with an out-of-range error, for good. A
+/// compare-and-set that read the old version still sees a change.
+const NEXT_VERSION: &str =
+    "version = IF(version >= 0 AND version < 9007199254740991, version + 1, 0)";
+
 /// Whether the lock row has expired, on the server's clock; its parameter is the reader's
 /// session timeout in microseconds, for a row an older warden wrote without `expires_at`.
 const LOCK_EXPIRED: &str = "COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND) < NOW(6)";
@@ -179,6 +186,7 @@ impl Connector for MysqlConnector {
             s: self.s.clone(),
             pool: self.pool.clone(),
             t,
+            stuck: std::sync::Mutex::new(None),
             core: polled::Core::new(
                 super::random_session_id(),
                 self.s.session_timeout,
@@ -262,8 +270,97 @@ fn classify(e: mysql_async::Error, doing: &str) -> StoreError {
             1205 | 1213 => StoreError::Unknown(format!("{doing}: {}", s.message)),
             _ => StoreError::Rejected(format!("{doing}: MySQL error {}: {}", s.code, s.message)),
         },
+        mysql_async::Error::Other(e) if e.is::<Garbage>() => {
+            StoreError::Rejected(format!("{doing}: {e}"))
+        }
         other => StoreError::Unknown(format!("{doing}: {other}")),
     }
+}
+
+/// A row that holds what warden never writes there, in words naming the table and every
+/// column (the driver's own conversion panicked on it: issue 31).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Garbage(pub String);
+
+/// The first row `sql` returns, as `T`; a row whose columns do not convert (a column whose
+/// type was changed, a NULL) is a [`Garbage`] error instead of the driver's panic.
+async fn first<T, Q, P>(q: &mut Q, sql: String, params: P) -> Result<Option<T>, mysql_async::Error>
+where
+    T: mysql_async::prelude::FromRow + Send + 'static,
+    Q: Queryable,
+    P: Into<mysql_async::Params> + Send,
+{
+    let row: Option<mysql_async::Row> = q.exec_first(sql.as_str(), params).await?;
+    row.map(|r| typed(r, &sql)).transpose()
+}
+
+/// Every row `sql` returns, as `T`; see [`first`].
+async fn all<T, Q, P>(q: &mut Q, sql: String, params: P) -> Result<Vec<T>, mysql_async::Error>
+where
+    T: mysql_async::prelude::FromRow + Send + 'static,
+    Q: Queryable,
+    P: Into<mysql_async::Params> + Send,
+{
+    let rows: Vec<mysql_async::Row> = q.exec(sql.as_str(), params).await?;
+    rows.into_iter().map(|r| typed(r, &sql)).collect()
+}
+
+/// The MySQL driver's error, which [`typed`] returns.
+pub type TypedError = mysql_async::Error;
+
+/// `row` as `T`, or the [`Garbage`] error that names the table (`sql`'s FROM) and shows
+/// each column.
+pub fn typed<T: mysql_async::prelude::FromRow>(
+    row: mysql_async::Row,
+    sql: &str,
+) -> Result<T, mysql_async::Error> {
+    mysql_async::from_row_opt::<T>(row).map_err(|e| {
+        let table = table_of(sql);
+        mysql_async::Error::Other(Box::new(Garbage(format!(
+            "a row of table {table} holds what warden never writes there ({}): was a column's \
+             type changed? Give it back the type `warden init` created (compare `SHOW CREATE \
+             TABLE {table}` with a fresh one), or delete the row if it is control, the lock or \
+             the epoch counter (`warden init --force` then replaces it)",
+            shown_columns(&e.0)
+        ))))
+    })
+}
+
+/// The table a statement reads: the word after its `FROM`.
+fn table_of(sql: &str) -> &str {
+    sql.split_once(" FROM ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?")
+}
+
+/// Each column of a row, `name = value`, short and on one line (long values by length).
+pub fn shown_columns(row: &mysql_async::Row) -> String {
+    use mysql_async::Value;
+    let columns = row.columns_ref();
+    (0..row.len())
+        .map(|i| {
+            let name = columns
+                .get(i)
+                .map(|c| c.name_str().into_owned())
+                .unwrap_or_else(|| format!("#{i}"));
+            let value = match row.as_ref(i) {
+                None | Some(Value::NULL) => "NULL".to_string(),
+                Some(Value::Bytes(b)) if b.len() <= 40 => {
+                    format!(
+                        "{:?}",
+                        crate::record::printable(&String::from_utf8_lossy(b))
+                    )
+                }
+                Some(Value::Bytes(b)) => format!("{} bytes", b.len()),
+                Some(Value::Int(n)) => n.to_string(),
+                Some(Value::UInt(n)) => n.to_string(),
+                Some(other) => format!("{other:?}"),
+            };
+            format!("{name} = {value}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
@@ -271,6 +368,68 @@ fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
         Ok(true) => WriteOutcome::Done,
         Ok(false) | Err(StoreError::Rejected(_)) => WriteOutcome::Conflict,
         Err(_) => WriteOutcome::Unknown,
+    }
+}
+
+/// The lock row as the readers select it: session, record, epoch, expired, version, how
+/// far its expiry lies ahead of the server's clock and the holder's session timeout (µs).
+type LockRow = (i64, Vec<u8>, u64, bool, i64, i64, i64);
+
+/// A lock row seen with its expiry too far ahead: whose (session) and at which version, and
+/// when this process first saw it so.
+#[derive(Clone, Copy, Debug)]
+struct StuckLock {
+    holder: (i64, i64),
+    since: std::time::Instant,
+}
+
+/// SPEC §3a, issue 31: whether a lock row that has not expired on the server's clock may be
+/// taken all the same. A holder writes `expires_at` = NOW(6) + its session timeout at every
+/// renewal, so a row whose expiry lies further ahead than that (`ahead_us` > `timeout_us`,
+/// the holder's timeout read from its own row, at most the longest a config allows) was
+/// written before the server's clock stepped back (or by hand): a dead holder would keep
+/// every standby out until the clock caught up, days maybe. Such a row is taken once it has
+/// not changed (same session, same version, which every renewal bumps) for the holder's
+/// session timeout on this process's monotonic clock: a live holder renews every sixth of
+/// it, and its lease ends half of it after its last renewal, so by then it is dead or has
+/// demoted itself, whatever the server's clock says. Never earlier: a live holder's next
+/// renewal moves the row back within its timeout. Logs it once per row version.
+fn stuck_lock_stale(
+    stuck: &std::sync::Mutex<Option<StuckLock>>,
+    table: &str,
+    cluster: &str,
+    holder: (i64, i64),
+    ahead_us: i64,
+    timeout_us: i64,
+) -> bool {
+    let longest =
+        i64::try_from(crate::config::SESSION_TIMEOUT_RANGE.max.as_micros()).unwrap_or(i64::MAX);
+    let timeout = timeout_us.clamp(0, longest);
+    // Poisoned only by a panic while held, which nothing here can raise.
+    let mut stuck = stuck.lock().unwrap_or_else(|e| e.into_inner());
+    if ahead_us <= timeout {
+        *stuck = None;
+        return false;
+    }
+    let now = std::time::Instant::now();
+    match *stuck {
+        Some(s) if s.holder == holder => {
+            now.duration_since(s.since) >= Duration::from_micros(timeout.unsigned_abs())
+        }
+        _ => {
+            tracing::warn!(
+                "the lock row of cluster {cluster} in table {table} expires {} from now on \
+                 the MySQL server's clock, more than its holder's session timeout ({}): the \
+                 server's clock went back, or the row was edited; it is taken if it does not \
+                 change for that session timeout",
+                humantime::format_duration(Duration::from_secs(
+                    ahead_us.unsigned_abs() / 1_000_000
+                )),
+                humantime::format_duration(Duration::from_millis(timeout.unsigned_abs() / 1000)),
+            );
+            *stuck = Some(StuckLock { holder, since: now });
+            false
+        }
     }
 }
 
@@ -312,7 +471,7 @@ async fn raise_seen<Q: Queryable>(
     q.exec_drop(
         format!(
             "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0) ON DUPLICATE \
-             KEY UPDATE version = version + 1, value = IF(value REGEXP '^[0-9]{{20}}$' AND \
+             KEY UPDATE {NEXT_VERSION}, value = IF(value REGEXP '^[0-9]{{20}}$' AND \
              value >= VALUES(value), value, VALUES(value))",
             t.kv
         ),
@@ -330,21 +489,21 @@ async fn read_floor<Q: Queryable>(
     t: &Tables,
     cluster: &str,
 ) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
-    let members: Vec<(String, Vec<u8>)> = q
-        .exec(
-            format!("SELECT node_id, record FROM {} WHERE cluster = ?", t.member),
-            (cluster,),
-        )
-        .await?;
-    let kept: Vec<(String, Vec<u8>)> = q
-        .exec(
-            format!(
-                "SELECT name, value FROM {} WHERE cluster = ? AND name LIKE ?",
-                t.kv
-            ),
-            (cluster, format!("{SEEN_PREFIX}%")),
-        )
-        .await?;
+    let members: Vec<(String, Vec<u8>)> = all(
+        q,
+        format!("SELECT node_id, record FROM {} WHERE cluster = ?", t.member),
+        (cluster,),
+    )
+    .await?;
+    let kept: Vec<(String, Vec<u8>)> = all(
+        q,
+        format!(
+            "SELECT name, value FROM {} WHERE cluster = ? AND name LIKE ?",
+            t.kv
+        ),
+        (cluster, format!("{SEEN_PREFIX}%")),
+    )
+    .await?;
     let from_members = members.into_iter().filter_map(|(node, r)| {
         Some((
             record::parse::<MemberRecord>(&r).ok()?.node.epoch_seen?,
@@ -353,12 +512,24 @@ async fn read_floor<Q: Queryable>(
     });
     let from_rows = kept.into_iter().filter_map(|(name, v)| {
         let node = name.strip_prefix(SEEN_PREFIX)?.to_string();
-        Some((std::str::from_utf8(&v).ok()?.trim().parse().ok()?, node))
+        Some((kept_seen(&v)?, node))
     });
     Ok(from_members
         .chain(from_rows)
         .filter(|(e, _)| *e < super::MAX_KEPT_EPOCH)
         .max())
+}
+
+/// The epoch a row of the floor keeps (`seen/<node>` in the kv table: 20 zero-padded
+/// digits as [`raise_seen`] writes them, or the digits an older warden wrote), or `None`
+/// for garbage, which every reader skips and the next raise overwrites.
+pub fn kept_seen(value: &[u8]) -> Option<Epoch> {
+    std::str::from_utf8(value)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|e| *e < super::MAX_KEPT_EPOCH)
 }
 
 /// A session: clones share it; it ends when the last clone is dropped.
@@ -377,6 +548,9 @@ struct Inner {
     s: Arc<StoreSettings>,
     pool: Pool,
     t: Tables,
+    /// A live-looking lock row whose expiry lies further ahead than its holder's session
+    /// timeout, as first seen: see [`stuck_lock_stale`].
+    stuck: std::sync::Mutex<Option<StuckLock>>,
     op_timeout: Duration,
     /// The session's id, member, joins and loss, shared with the polled loops.
     core: polled::Core,
@@ -485,12 +659,12 @@ impl Inner {
             // that takes no lock: an UPDATE examines the row whoever holds it and waits on
             // its row lock, so a holder frozen inside a transaction made every standby's
             // keepalive wait, and lose its session, with it.
-            let holder: Option<i64> = c
-                .exec_first(
-                    format!("SELECT session FROM {} WHERE cluster = ?", t.lock),
-                    (&cluster,),
-                )
-                .await?;
+            let holder: Option<i64> = first(
+                &mut c,
+                format!("SELECT session FROM {} WHERE cluster = ?", t.lock),
+                (&cluster,),
+            )
+            .await?;
             if holder == Some(id) {
                 c.exec_drop(
                     format!(
@@ -506,20 +680,57 @@ impl Inner {
         .await
     }
 
-    /// The lock row: (session, record, epoch, expired).
-    async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch, bool)>, StoreError> {
-        let (t, cluster, exp) = (&self.t, self.s.cluster.clone(), self.expiry_us());
-        self.run("reading the lock", |mut c| async move {
-            c.exec_first::<(i64, Vec<u8>, u64, bool), _, _>(
-                format!(
-                    "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ?",
-                    t.lock
-                ),
-                (exp, &cluster),
+    /// The epoch counter's row as it is, garbage included (`None`: no row).
+    async fn read_counter(&self) -> Result<Option<u64>, StoreError> {
+        let (t, cluster) = (&self.t, self.s.cluster.clone());
+        self.run("reading the epoch counter", |mut c| async move {
+            first(
+                &mut c,
+                format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
+                (&cluster,),
             )
             .await
         })
         .await
+    }
+
+    /// The lock row: (session, record, epoch, expired).
+    async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch, bool)>, StoreError> {
+        let (t, cluster, exp) = (&self.t, self.s.cluster.clone(), self.expiry_us());
+        let cluster2 = cluster.clone();
+        let row = self
+            .run("reading the lock", |mut c| async move {
+                first::<LockRow, _, _>(
+                    &mut c,
+                    format!(
+                        "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
+                         TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
+                         INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
+                         COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} \
+                         WHERE cluster = ?",
+                        t.lock
+                    ),
+                    (exp, exp, exp, &cluster2),
+                )
+                .await
+            })
+            .await?;
+        // A row too far ahead of the server's clock counts as expired once it has not
+        // changed for its holder's session timeout (a standby then joins and takes it).
+        Ok(row.map(
+            |(session, record, epoch, expired, version, ahead, timeout)| {
+                let stale = !expired
+                    && stuck_lock_stale(
+                        &self.stuck,
+                        &t.lock,
+                        &cluster,
+                        (session, version),
+                        ahead,
+                        timeout,
+                    );
+                (session, record, epoch, expired || stale)
+            },
+        ))
     }
 
     /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch,
@@ -534,43 +745,71 @@ impl Inner {
         );
         let data = record::to_bytes(me);
         let (me_id, me_seen) = (me.node_id.clone(), me.epoch_seen);
+        let stuck = &self.stuck;
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
-            let row: Option<(i64, Vec<u8>, u64, bool)> = tx
-                .exec_first(
-                    format!(
-                        "SELECT session, record, epoch, {LOCK_EXPIRED} FROM {} WHERE cluster = ? \
-                         FOR UPDATE",
-                        t.lock
-                    ),
-                    (exp, &cluster),
-                )
-                .await?;
+            // With the row: its version (bumped by every renewal), how far its expiry lies
+            // ahead of the server's clock, and the holder's own session timeout (what it
+            // adds to renewed_at to make expires_at), in microseconds.
+            let row: Option<LockRow> = first(
+                &mut tx,
+                format!(
+                    "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
+                     TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
+                     INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
+                     COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} WHERE \
+                     cluster = ? FOR UPDATE",
+                    t.lock
+                ),
+                (exp, exp, exp, &cluster),
+            )
+            .await?;
             match row {
-                Some((holder, _, epoch, _)) if holder == id => return Ok(Taking::Held(epoch)),
-                Some((holder, record, _, false)) => {
-                    let epoch = record::parse::<NodeRecord>(&record)
-                        .ok()
-                        .and_then(|r| r.epoch);
-                    return Ok(Taking::Other { holder, epoch });
+                Some((holder, _, epoch, ..)) if holder == id => return Ok(Taking::Held(epoch)),
+                Some((holder, record, _, false, version, ahead, timeout)) => {
+                    let stale = stuck_lock_stale(
+                        stuck,
+                        &t.lock,
+                        &cluster,
+                        (holder, version),
+                        ahead,
+                        timeout,
+                    );
+                    if !stale {
+                        let epoch = record::parse::<NodeRecord>(&record)
+                            .ok()
+                            .and_then(|r| r.epoch);
+                        return Ok(Taking::Other { holder, epoch });
+                    }
                 }
                 _ => {}
             }
-            let counter: Option<u64> = tx
-                .exec_first(
-                    format!("SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE", t.epoch),
-                    (&cluster,),
-                )
-                .await?;
-            let marker: Option<i64> = tx
-                .exec_first(
-                    format!(
-                        "SELECT version FROM {} WHERE cluster = ? AND name = ?",
-                        t.kv
-                    ),
-                    (&cluster, MARKER),
-                )
-                .await?;
+            let counter: Option<u64> = first(
+                &mut tx,
+                format!("SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE", t.epoch),
+                (&cluster,),
+            )
+            .await?;
+            // At or above 2^53 it holds no epoch a counter gives (garbage, or next to
+            // overflowing BIGINT UNSIGNED, which failed every promotion): lost data, which
+            // `init --force` replaces.
+            if let Some(c) = counter.filter(|c| *c >= super::MAX_KEPT_EPOCH) {
+                return Ok(Taking::Lost(format!(
+                    "the store lost data: the epoch counter of cluster {cluster} (table {}) is \
+                     at {c}, above any epoch a counter gives (2^53); run `warden init --force`, \
+                     which replaces it",
+                    t.epoch
+                )));
+            }
+            let marker: Option<i64> = first(
+                &mut tx,
+                format!(
+                    "SELECT version FROM {} WHERE cluster = ? AND name = ?",
+                    t.kv
+                ),
+                (&cluster, MARKER),
+            )
+            .await?;
             // SPEC §3a: the joiner's entry of the floor first, then the floor against the
             // counter, before it moves; a refusal keeps the raised floor (committed).
             raise_seen(&mut tx, t, &cluster, &me_id, me_seen).await?;
@@ -614,7 +853,8 @@ impl Inner {
     async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         let (t, cluster, name) = (&self.t, self.s.cluster.clone(), name.to_string());
         self.run("reading", |mut c| async move {
-            c.exec_first(
+            first(
+                &mut c,
                 format!(
                     "SELECT value, version FROM {} WHERE cluster = ? AND name = ?",
                     t.kv
@@ -678,7 +918,7 @@ impl Items for MysqlSession {
                     Some(v) => {
                         c.exec_drop(
                             format!(
-                                "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = \
+                                "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = \
                                  ? AND name = ? AND version = ?",
                                 t.kv
                             ),
@@ -732,7 +972,8 @@ impl MysqlSession {
         let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
         let rows: Vec<(String, i64, Vec<u8>)> = i
             .run("listing members", |mut c| async move {
-                c.exec(
+                all(
+                    &mut c,
                     format!(
                         "SELECT node_id, session, record FROM {} WHERE cluster = ? AND \
                          renewed_at >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
@@ -756,9 +997,15 @@ impl MysqlSession {
                 read_floor(&mut c, t, &cluster).await
             })
             .await?;
-        snap.epoch_counter = match self.current_epoch().await {
-            Ok(e) => Some(e),
-            Err(StoreError::Rejected(_)) => None,
+        // A counter at or above 2^53 (or that cannot be read as a number) holds no epoch:
+        // the store lost data, which `init --force` replaces (SPEC §3a).
+        snap.epoch_counter = match i.read_counter().await {
+            Ok(None) => None,
+            Ok(Some(e)) if e < super::MAX_KEPT_EPOCH => Some(e),
+            Ok(Some(_)) | Err(StoreError::Rejected(_)) => {
+                snap.counter_unreadable = true;
+                None
+            }
             Err(e) => return Err(e),
         };
         // A missing counter row is as lost as a missing marker: neither is ever deleted.
@@ -792,15 +1039,15 @@ impl MysqlSession {
         i.run(doing, |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
             if check_lock {
-                let holder: Option<i64> = tx
-                    .exec_first(
-                        format!(
-                            "SELECT session FROM {} WHERE cluster = ? FOR UPDATE",
-                            t.lock
-                        ),
-                        (&cluster,),
-                    )
-                    .await?;
+                let holder: Option<i64> = first(
+                    &mut tx,
+                    format!(
+                        "SELECT session FROM {} WHERE cluster = ? FOR UPDATE",
+                        t.lock
+                    ),
+                    (&cluster,),
+                )
+                .await?;
                 if holder != Some(id) {
                     return Ok(false);
                 }
@@ -878,7 +1125,8 @@ impl Session for MysqlSession {
         );
         let row: Option<(i64, Vec<u8>, bool)> = i
             .run("reading a member", |mut c| async move {
-                c.exec_first(
+                first(
+                    &mut c,
                     format!(
                         "SELECT session, record, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
                          FROM {} WHERE cluster = ? AND node_id = ?",
@@ -904,16 +1152,16 @@ impl Session for MysqlSession {
         let created = i
             .run("registering this node", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let row: Option<(i64, bool, Vec<u8>)> = tx
-                    .exec_first(
-                        format!(
-                            "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, \
-                             record FROM {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
-                            t.member
-                        ),
-                        (exp, &cluster, &node2),
-                    )
-                    .await?;
+                let row: Option<(i64, bool, Vec<u8>)> = first(
+                    &mut tx,
+                    format!(
+                        "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, \
+                         record FROM {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
+                        t.member
+                    ),
+                    (exp, &cluster, &node2),
+                )
+                .await?;
                 if let Some((holder, false, _)) = row {
                     if holder != id {
                         return Ok(false);
@@ -1069,7 +1317,7 @@ impl Session for MysqlSession {
                 // The commit is a renewal too: the lease starts at its send time.
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET record = ?, version = version + 1, {LOCK_RENEWED} WHERE \
+                        "UPDATE {} SET record = ?, {NEXT_VERSION}, {LOCK_RENEWED} WHERE \
                          cluster = ? AND session = ?",
                         t.lock
                     ),
@@ -1083,7 +1331,7 @@ impl Session for MysqlSession {
                     Some(v) => {
                         tx.exec_drop(
                             format!(
-                                "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = \
+                                "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = \
                                  ? AND name = ? AND version = ?",
                                 t.kv
                             ),
@@ -1119,7 +1367,7 @@ impl Session for MysqlSession {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
                 tx.exec_drop(
                     format!(
-                        "UPDATE {} SET {LOCK_RENEWED}, version = version + 1 WHERE cluster = ? \
+                        "UPDATE {} SET {LOCK_RENEWED}, {NEXT_VERSION} WHERE cluster = ? \
                          AND session = ?",
                         t.lock
                     ),
@@ -1155,7 +1403,7 @@ impl Session for MysqlSession {
             Err(outcome) => return outcome,
         };
         let sql = format!(
-            "UPDATE {} SET value = ?, version = version + 1 WHERE cluster = ? AND name = ?",
+            "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name = ?",
             i.t.kv
         );
         let params = (record::to_bytes(record), i.s.cluster.clone(), BREADCRUMB).into();
@@ -1218,7 +1466,8 @@ impl Session for MysqlSession {
         let pattern = format!("{SET_ASIDE_PREFIX}%");
         let names: Vec<String> = i
             .run("listing set-aside histories", |mut c| async move {
-                c.exec(
+                all(
+                    &mut c,
                     format!(
                         "SELECT name FROM {} WHERE cluster = ? AND name LIKE ? ORDER BY name",
                         t.kv
@@ -1276,8 +1525,13 @@ impl Session for MysqlSession {
     async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
         let i = &self.inner;
         let (t, cluster) = (&i.t, i.s.cluster.clone());
+        // Names the column a failure is most likely about (its type changed: issue 31).
+        let doing = format!(
+            "writing the init marker and the epoch counter (column epoch of table {})",
+            t.epoch
+        );
         let epoch = i
-            .run("writing the init marker", |mut c| async move {
+            .run(&doing, |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
                 tx.exec_drop(
                     format!(
@@ -1290,10 +1544,13 @@ impl Session for MysqlSession {
                 if let Some(floor) = floor {
                     tx.exec_drop(
                         format!(
-                            "UPDATE {} SET epoch = GREATEST(epoch, ?) WHERE cluster = ?",
+                            "UPDATE {} SET epoch = IF(epoch >= ?, ?, GREATEST(epoch, ?)) WHERE \
+                             cluster = ?",
                             t.epoch
                         ),
-                        (floor, &cluster),
+                        // A counter at or above 2^53 holds no epoch a counter gives
+                        // (garbage, or next to overflowing): replaced, never kept.
+                        (super::MAX_KEPT_EPOCH, floor, floor, &cluster),
                     )
                     .await?;
                 }
@@ -1306,12 +1563,12 @@ impl Session for MysqlSession {
                     (&cluster, MARKER, b"{}".to_vec()),
                 )
                 .await?;
-                let epoch: Option<u64> = tx
-                    .exec_first(
-                        format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
-                        (&cluster,),
-                    )
-                    .await?;
+                let epoch: Option<u64> = first(
+                    &mut tx,
+                    format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
+                    (&cluster,),
+                )
+                .await?;
                 tx.commit().await?;
                 Ok(epoch.unwrap_or_default())
             })
@@ -1367,17 +1624,16 @@ impl Session for MysqlSession {
 
     async fn current_epoch(&self) -> Result<Epoch, StoreError> {
         let i = &self.inner;
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
-        let epoch: Option<u64> = i
-            .run("reading the epoch counter", |mut c| async move {
-                c.exec_first(
-                    format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
-                    (&cluster,),
-                )
-                .await
-            })
-            .await?;
-        epoch.ok_or_else(|| items::no_epoch_counter(&i.s.cluster))
+        let t = &i.t;
+        match i.read_counter().await? {
+            None => Err(items::no_epoch_counter(&i.s.cluster)),
+            Some(e) if e < super::MAX_KEPT_EPOCH => Ok(e),
+            Some(e) => Err(StoreError::Rejected(format!(
+                "the epoch counter of cluster {} (table {}) is at {e}, above any epoch a \
+                 counter gives (2^53): run `warden init --force`, which replaces it",
+                i.s.cluster, t.epoch
+            ))),
+        }
     }
 
     async fn move_history_aside_if_above(
@@ -1434,7 +1690,8 @@ async fn locked_version(
     cluster: &str,
     name: &str,
 ) -> Result<Option<i64>, mysql_async::Error> {
-    tx.exec_first(
+    first(
+        tx,
         format!("SELECT version FROM {kv} WHERE cluster = ? AND name = ? FOR UPDATE"),
         (cluster, name),
     )

@@ -94,11 +94,55 @@ impl Keys {
     }
 }
 
+/// Lua helpers of every script, for keys that hold what warden never writes (SPEC §9,
+/// issue 31): a key of another type (`SET` over a hash) made every script that touched it
+/// fail with WRONGTYPE, for good. `hget(k, f)`: the field, or false when `k` is not a hash
+/// (its garbage counts as absent). `claim(k, t)`: deletes `k` when it holds another type
+/// than `t`, so that the write that follows replaces the garbage. `version_of(k)`: an
+/// item's version as [`item_of`] reports it to the readers: false when absent, '-1' when
+/// it holds none warden wrote (another type, no version or not a number), else its digits;
+/// a compare-and-set from that '-1' replaces the item.
+macro_rules! guard_fns {
+    () => {
+        r#"
+local function hget(k, f)
+  local ok, v = pcall(redis.call, 'HGET', k, f)
+  if ok then return v end
+  return false
+end
+local function type_of(k)
+  return redis.call('TYPE', k)['ok']
+end
+local function claim(k, want)
+  local t = type_of(k)
+  if t ~= 'none' and t ~= want then redis.call('DEL', k) end
+end
+local function version_of(k)
+  local t = type_of(k)
+  if t == 'none' then return false end
+  if t ~= 'hash' then return '-1' end
+  local v = redis.call('HGET', k, 'version')
+  if not v then
+    if redis.call('HEXISTS', k, 'data') == 1 then return '-1' end
+    return false
+  end
+  if string.match(v, '^%d+$') then
+    local n = tonumber(v)
+    if n < 9007199254740992 then return string.format('%d', n) end
+  end
+  return '-1'
+end
+"#
+    };
+}
+
 /// `epoch_of(s)`: the epoch a stored text holds, or nil when it holds none: decimal
 /// digits below 2^53 ([`MAX_KEPT_EPOCH`]; Lua's numbers are doubles, exact below it).
 /// Raises `:seen[node]` to `e` (ARGV given as `node`, `e`; an empty `e` is nothing seen);
 /// an entry that holds no epoch (garbage) is overwritten, never compared.
-const SEEN_FN: &str = r#"
+const SEEN_FN: &str = concat!(
+    guard_fns!(),
+    r#"
 local function epoch_of(s)
   if type(s) ~= 'string' or not string.match(s, '^%d+$') then return nil end
   local n = tonumber(s)
@@ -108,11 +152,15 @@ end
 local function raise_seen(key, node, e)
   local want = epoch_of(e)
   if want then
-    local cur = epoch_of(redis.call('HGET', key, node))
-    if not cur or want > cur then redis.call('HSET', key, node, e) end
+    local cur = epoch_of(hget(key, node))
+    if not cur or want > cur then
+      claim(key, 'hash')
+      redis.call('HSET', key, node, e)
+    end
   end
 end
-"#;
+"#
+);
 
 /// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms, node id, the joiner's
 /// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
@@ -121,24 +169,26 @@ end
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r#"{SEEN_FN}
-local cur = redis.call('HGET', KEYS[1], 'session')
+local cur = hget(KEYS[1], 'session')
 if cur then
-  if cur == ARGV[1] then return {{'held', redis.call('HGET', KEYS[1], 'epoch')}} end
-  return {{'other', cur, redis.call('HGET', KEYS[1], 'record') or ''}}
+  if cur == ARGV[1] then return {{'held', hget(KEYS[1], 'epoch')}} end
+  return {{'other', cur, hget(KEYS[1], 'record') or ''}}
 end
 raise_seen(KEYS[4], ARGV[4], ARGV[5])
 if redis.call('EXISTS', KEYS[3]) == 0 then return {{'lost', 'marker'}} end
-local e = redis.call('GET', KEYS[2])
-if not e then return {{'lost', 'counter'}} end
+local got, e = pcall(redis.call, 'GET', KEYS[2])
+if not got or not e then return {{'lost', 'counter'}} end
 if not epoch_of(e) then return {{'lost', 'counter'}} end
 local seen, raw, who = 0, '0', ''
-local all = redis.call('HGETALL', KEYS[4])
+local listed, all = pcall(redis.call, 'HGETALL', KEYS[4])
+if not listed then all = {{}} end
 for i = 1, #all, 2 do
   local n = epoch_of(all[i + 1])
   if n and n > seen then seen, raw, who = n, all[i + 1], all[i] end
 end
 if epoch_of(e) < seen then return {{'lost', e, raw, who}} end
 local n = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'epoch', n, 'version', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {{'held', n}}
@@ -148,27 +198,29 @@ return {{'held', n}}
 
 /// KEYS: member, lock. ARGV: session, ttl ms.
 static TOUCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
+if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if redis.call('HGET', KEYS[2], 'session') == ARGV[1] then
+if hget(KEYS[2], 'session') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: member, members, seen. ARGV: session, record, ttl ms, node id, epoch seen.
 static CREATE_MEMBER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r#"{SEEN_FN}
-local cur = redis.call('HGET', KEYS[1], 'session')
+local cur = hget(KEYS[1], 'session')
 if cur and cur ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+claim(KEYS[2], 'set')
 redis.call('SADD', KEYS[2], ARGV[4])
 raise_seen(KEYS[3], ARGV[4], ARGV[5])
 return 1
@@ -176,19 +228,23 @@ return 1
     ))
 });
 
-/// KEYS: member, seen, lock (checked when ARGV[6] is '1'). ARGV: session, record, ttl ms,
-/// node id, epoch seen, renew.
+/// KEYS: member, seen, lock (checked when ARGV[6] is '1'), members. ARGV: session, record,
+/// ttl ms, node id, epoch seen, renew. The node is listed in `members` again each time: a
+/// members key that was deleted or replaced by garbage lists every live node again within
+/// a renewal.
 static SET_MEMBER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r#"{SEEN_FN}
 if ARGV[6] == '1' then
-  if redis.call('HGET', KEYS[3], 'session') ~= ARGV[1] then return 0 end
+  if hget(KEYS[3], 'session') ~= ARGV[1] then return 0 end
 end
-if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return -1 end
+if hget(KEYS[1], 'session') ~= ARGV[1] then return -1 end
 if ARGV[6] == '1' then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 raise_seen(KEYS[2], ARGV[4], ARGV[5])
+claim(KEYS[4], 'set')
+redis.call('SADD', KEYS[4], ARGV[4])
 return 1
 "#
     ))
@@ -196,46 +252,53 @@ return 1
 
 /// KEYS: lock. ARGV: session, events channel.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-if redis.call('HGET', KEYS[1], 'session') == ARGV[1] then
+if hget(KEYS[1], 'session') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
   return 1
 end
 return 0
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: item, aside. ARGV: data, version ('' = create), set-aside name or '', channel to
 /// publish on or ''.
 static PUT_ITEM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-local v = redis.call('HGET', KEYS[1], 'version')
+local v = version_of(KEYS[1])
 if ARGV[2] == '' then
   if v then return 0 end
   redis.call('HSET', KEYS[1], 'data', ARGV[1], 'version', 0)
 else
   if v ~= ARGV[2] then return 0 end
+  if v == '-1' then redis.call('DEL', KEYS[1]) end
   redis.call('HSET', KEYS[1], 'data', ARGV[1], 'version', tonumber(v) + 1)
 end
-if ARGV[3] ~= '' then redis.call('SADD', KEYS[2], ARGV[3]) end
+if ARGV[3] ~= '' then
+  claim(KEYS[2], 'set')
+  redis.call('SADD', KEYS[2], ARGV[3])
+end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'control') end
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: lock, control, breadcrumb. ARGV: session, record, control version, breadcrumb
 /// version ('' = absent), ttl ms.
 static COMMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-if redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[2], 'version') ~= ARGV[3] then return 0 end
-local b = redis.call('HGET', KEYS[3], 'version')
+if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
+if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
+local b = version_of(KEYS[3])
 if ARGV[4] == '' then
   if b then return 0 end
 elseif b ~= ARGV[4] then
@@ -244,55 +307,64 @@ end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if b == '-1' then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', KEYS[3], 'data', ARGV[2], 'version', (tonumber(b) or -1) + 1)
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: lock, breadcrumb. ARGV: session, check lock ('1' or ''), version, data, 'set' or
 /// 'del'.
 static BREADCRUMB_AT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'session') ~= ARGV[1] then return 0 end
-if redis.call('HGET', KEYS[2], 'version') ~= ARGV[3] then return 0 end
+if ARGV[2] == '1' and hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
+if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
 if ARGV[5] == 'del' then
   redis.call('DEL', KEYS[2])
 else
+  if ARGV[3] == '-1' then redis.call('DEL', KEYS[2]) end
   redis.call('HSET', KEYS[2], 'data', ARGV[4], 'version', tonumber(ARGV[3]) + 1)
 end
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: breadcrumb, control. ARGV: their versions ('' = leave it). All or none.
 static DELETE_TAKEOVER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
 for i = 1, 2 do
-  if ARGV[i] ~= '' and redis.call('HGET', KEYS[i], 'version') ~= ARGV[i] then return 0 end
+  if ARGV[i] ~= '' and version_of(KEYS[i]) ~= ARGV[i] then return 0 end
 end
 for i = 1, 2 do
   if ARGV[i] ~= '' then redis.call('DEL', KEYS[i]) end
 end
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: history, copy, aside. ARGV: version, copy's name.
 static MOVE_ASIDE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        guard_fns!(),
         r#"
-if redis.call('HGET', KEYS[1], 'version') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], 'data', redis.call('HGET', KEYS[1], 'data'), 'version', 0)
+if version_of(KEYS[1]) ~= ARGV[1] then return 0 end
+local data = hget(KEYS[1], 'data')
+if not data and type_of(KEYS[1]) == 'string' then data = redis.call('GET', KEYS[1]) end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'data', data or '', 'version', 0)
 redis.call('DEL', KEYS[1])
+claim(KEYS[3], 'set')
 redis.call('SADD', KEYS[3], ARGV[2])
 return 1
-"#,
-    )
+"#
+    ))
 });
 
 /// KEYS: epoch, init. ARGV: floor or ''. Returns the counter.
@@ -362,6 +434,17 @@ impl RedisConnector {
         }
     }
 
+    /// The server refused the database the URL names (`SELECT`: "DB index is out of
+    /// range"): a setup error of the config's (exit 2), not an unreachable store (issue 31).
+    fn no_such_database(&self) -> StoreError {
+        StoreError::Unsuitable(format!(
+            "coordination.redis.url = {:?} names a database Redis does not have (it has \
+             fewer, as its `databases` setting says): name one below that number, as in \
+             redis://db1:6379/0",
+            self.s.url
+        ))
+    }
+
     /// The shared connection, made on first use.
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let mut slot = self.conn.lock().await;
@@ -381,6 +464,9 @@ impl RedisConnector {
         .await;
         let c = match made {
             Err(_) => return Err(self.unreachable("no answer".into())),
+            Ok(Err(e)) if e.to_string().contains("DB index is out of range") => {
+                return Err(self.no_such_database())
+            }
             Ok(Err(e)) => {
                 return Err(match classify(e, "connecting") {
                     StoreError::Auth(why) => StoreError::Auth(why),
@@ -456,7 +542,11 @@ fn classify(e: RedisError, doing: &str) -> StoreError {
             | ServerErrorKind::TryAgain
             | ServerErrorKind::ClusterDown,
         ) => StoreError::Unknown(format!("{doing}: {e}")),
-        ErrorKind::Server(_) => StoreError::Rejected(format!("{doing}: Redis error: {e}")),
+        // `Extension`: a server error the driver has no name for (WRONGTYPE is one): the
+        // server answered, so the outcome is known.
+        ErrorKind::Server(_) | ErrorKind::Extension => {
+            StoreError::Rejected(format!("{doing}: Redis error: {e}"))
+        }
         _ => StoreError::Unknown(format!("{doing}: {e}")),
     }
 }
@@ -484,6 +574,65 @@ fn bytes(v: &Value) -> Vec<u8> {
         Value::BulkString(b) => b.clone(),
         other => text(other).unwrap_or_default().into_bytes(),
     }
+}
+
+/// Two fields of a hash as HMGET answers them (each absent or its bytes).
+type Fields2 = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Whether a command failed on a key that holds another type than the command reads.
+fn wrong_type(e: &RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
+/// A version or an epoch as warden writes them into Redis: decimal digits, below 2^53
+/// ([`MAX_KEPT_EPOCH`]), as the scripts' `epoch_of` and `version_of` read them (a sign, a
+/// space or more digits is garbage, never a number to compare).
+pub fn kept_number(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() || !raw.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(raw)
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n < MAX_KEPT_EPOCH)
+}
+
+/// An item (control, breadcrumb, history) as read from its hash's `data` and `version`
+/// fields: `None` when neither exists; else its data (empty when missing) and version,
+/// -1 when it holds none warden wrote. A compare-and-set from -1 replaces the item (the
+/// scripts' `version_of` says -1 of the same items, and of a key of another type).
+pub fn item_of(data: Option<Vec<u8>>, version: Option<Vec<u8>>) -> Option<(Vec<u8>, i64)> {
+    if data.is_none() && version.is_none() {
+        return None;
+    }
+    let version = version
+        .as_deref()
+        .and_then(kept_number)
+        .and_then(|v| i64::try_from(v).ok())
+        .unwrap_or(-1);
+    Some((data.unwrap_or_default(), version))
+}
+
+/// The lock as read from its hash (HGETALL): (session, record, epoch) when it names a
+/// session. A session or epoch that is not a number reads as 0: no live session has id
+/// 0, so such a lock is nobody's, and expires (or the next ACQUIRE replaces it).
+pub fn lock_of(fields: &HashMap<Vec<u8>, Vec<u8>>) -> Option<(i64, Vec<u8>, Epoch)> {
+    let session = fields.get(b"session".as_slice())?;
+    Some((
+        std::str::from_utf8(session)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default(),
+        fields
+            .get(b"record".as_slice())
+            .cloned()
+            .unwrap_or_default(),
+        fields
+            .get(b"epoch".as_slice())
+            .and_then(|e| kept_number(e))
+            .unwrap_or_default(),
+    ))
 }
 
 /// A session: clones share it; it ends when the last clone is dropped.
@@ -528,6 +677,24 @@ impl Inner {
         }
     }
 
+    /// [`Inner::bounded`] for a read of a key that may hold another type than warden
+    /// writes there: `Ok(None)` then (WRONGTYPE), which the caller takes as garbage that
+    /// the next write replaces, instead of an error that fails every reader for good.
+    async fn bounded_typed<T, F, Fut>(&self, doing: &str, f: F) -> Result<Option<T>, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        match tokio::time::timeout(self.op_timeout, f(self.conn.clone())).await {
+            Err(_) => Err(StoreError::Unknown(format!(
+                "{doing} got no answer within {}",
+                humantime::format_duration(self.op_timeout)
+            ))),
+            Ok(Err(e)) if wrong_type(&e) => Ok(None),
+            Ok(r) => r.map(Some).map_err(|e| classify(e, doing)),
+        }
+    }
+
     /// Runs a script invocation; its integer answer.
     async fn call(&self, doing: &str, inv: redis::ScriptInvocation<'_>) -> Result<i64, StoreError> {
         self.bounded(doing, |mut c| async move { inv.invoke_async(&mut c).await })
@@ -537,41 +704,43 @@ impl Inner {
     /// The lock: (session, record, epoch), if held (an expired key is gone).
     async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch)>, StoreError> {
         let key = self.k.lock();
-        let h: HashMap<String, Vec<u8>> = self
-            .bounded("reading the lock", |mut c| async move {
+        // A lock key of another type is no lock: no warden holds it, and the next ACQUIRE
+        // replaces it.
+        let h: Option<HashMap<Vec<u8>, Vec<u8>>> = self
+            .bounded_typed("reading the lock", |mut c| async move {
                 redis::cmd("HGETALL").arg(&key).query_async(&mut c).await
             })
             .await?;
-        let field = |f: &str| h.get(f).map(|v| String::from_utf8_lossy(v).into_owned());
-        let Some(session) = field("session") else {
-            return Ok(None);
-        };
-        Ok(Some((
-            session.parse().unwrap_or_default(),
-            h.get("record").cloned().unwrap_or_default(),
-            field("epoch")
-                .and_then(|e| e.parse().ok())
-                .unwrap_or_default(),
-        )))
+        Ok(h.as_ref().and_then(lock_of))
     }
 
     async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         let key = self.k.key(name);
-        let (data, version): (Option<Vec<u8>>, Option<String>) = self
-            .bounded("reading", |mut c| async move {
+        let doing = format!("reading key {key}");
+        let key2 = key.clone();
+        let found: Option<Fields2> = self
+            .bounded_typed(&doing, |mut c| async move {
                 redis::cmd("HMGET")
-                    .arg(&key)
+                    .arg(&key2)
                     .arg("data")
                     .arg("version")
                     .query_async(&mut c)
                     .await
             })
             .await?;
-        Ok(match (data, version) {
-            (Some(d), Some(v)) => Some((d, v.parse().unwrap_or(-1))),
-            (Some(d), None) => Some((d, -1)),
-            _ => None,
-        })
+        if let Some((data, version)) = found {
+            return Ok(item_of(data, version));
+        }
+        // A key of another type: unreadable, at version -1, which the next write (`pause`,
+        // a promotion, `init --force`) replaces. A string's content is kept as the data,
+        // so that an unreadable history copied aside keeps it.
+        let data: Option<Vec<u8>> = self
+            .bounded_typed(&doing, |mut c| async move {
+                redis::cmd("GET").arg(&key).query_async(&mut c).await
+            })
+            .await?
+            .flatten();
+        Ok(Some((data.unwrap_or_default(), -1)))
     }
 
     fn path(&self, name: &str) -> String {
@@ -674,6 +843,7 @@ impl Inner {
         inv.key(self.k.member(&m.node.node_id))
             .key(self.k.seen())
             .key(self.k.lock())
+            .key(self.k.members())
             .arg(self.core.id)
             .arg(record::to_bytes(m))
             .arg(self.ttl_ms())
@@ -833,8 +1003,8 @@ impl Session for RedisSession {
     ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
         let i = &self.inner;
         let key = i.k.member(node_id);
-        let (session, data): (Option<String>, Option<Vec<u8>>) = i
-            .bounded("reading a member", |mut c| async move {
+        let read: Option<Fields2> = i
+            .bounded_typed("reading a member", |mut c| async move {
                 redis::cmd("HMGET")
                     .arg(&key)
                     .arg("session")
@@ -843,12 +1013,19 @@ impl Session for RedisSession {
                     .await
             })
             .await?;
-        Ok(session.map(|s| {
-            (
-                SessionId(s.parse().unwrap_or_default()),
-                record::parse(&data.unwrap_or_default()),
-            )
-        }))
+        // A key of another type is no member: the next registration replaces it.
+        let Some((Some(session), data)) = read else {
+            return Ok(None);
+        };
+        Ok(Some((
+            SessionId(
+                std::str::from_utf8(&session)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_default(),
+            ),
+            record::parse(&data.unwrap_or_default()),
+        )))
     }
 
     async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
@@ -964,10 +1141,10 @@ impl Session for RedisSession {
         let (breadcrumb, history, seen) = tokio::join!(
             i.get(BREADCRUMB),
             self.read_history(),
-            i.bounded("reading the members' epochs", |mut c| async move {
+            i.bounded_typed("reading the members' epochs", |mut c| async move {
                 redis::cmd("HVALS")
                     .arg(&seen_key)
-                    .query_async::<Vec<String>>(&mut c)
+                    .query_async::<Vec<Vec<u8>>>(&mut c)
                     .await
             })
         );
@@ -979,8 +1156,9 @@ impl Session for RedisSession {
             control_version: Version::new(control_version),
             newest_promotion: newest_promotion(&history?),
             members_epoch_seen: seen?
+                .unwrap_or_default()
                 .iter()
-                .filter_map(|s| s.parse().ok().filter(|e| *e < MAX_KEPT_EPOCH))
+                .filter_map(|s| kept_number(s))
                 .max(),
         })
     }
@@ -1151,11 +1329,17 @@ impl Session for RedisSession {
     async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
         let key = i.k.aside();
-        let mut names: Vec<String> = i
-            .bounded("listing set-aside histories", |mut c| async move {
+        // A key of another type lists none (the next set-aside replaces it).
+        let listed: Vec<Vec<u8>> = i
+            .bounded_typed("listing set-aside histories", |mut c| async move {
                 redis::cmd("SMEMBERS").arg(&key).query_async(&mut c).await
             })
-            .await?;
+            .await?
+            .unwrap_or_default();
+        let mut names: Vec<String> = listed
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect();
         names.sort();
         Ok(names.iter().map(|n| i.path(n)).collect())
     }
@@ -1170,12 +1354,23 @@ impl Session for RedisSession {
         );
         snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
         let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
-        let (mut ids, init): (Vec<String>, bool) = i
-            .bounded("listing members", |mut c| async move {
-                redis::pipe()
-                    .cmd("SMEMBERS")
+        // A members key of another type lists nobody (the next registration replaces it).
+        let listed: Vec<Vec<u8>> = i
+            .bounded_typed("listing members", |mut c| async move {
+                redis::cmd("SMEMBERS")
                     .arg(&members_key)
-                    .cmd("EXISTS")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?
+            .unwrap_or_default();
+        let mut ids: Vec<String> = listed
+            .iter()
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .collect();
+        let init: bool = i
+            .bounded("reading the init marker", |mut c| async move {
+                redis::cmd("EXISTS")
                     .arg(&init_key)
                     .query_async(&mut c)
                     .await
@@ -1184,21 +1379,21 @@ impl Session for RedisSession {
         // A counter that holds no epoch (garbage, or a key of another type) is as lost as
         // a missing one: `init --force` replaces it.
         let counter = match i
-            .bounded("reading the epoch counter", |mut c| async move {
+            .bounded_typed("reading the epoch counter", |mut c| async move {
                 redis::cmd("GET")
                     .arg(&epoch_key)
-                    .query_async::<Option<String>>(&mut c)
+                    .query_async::<Option<Vec<u8>>>(&mut c)
                     .await
             })
             .await
         {
-            Ok(None) => None,
-            Ok(Some(v)) => {
-                let e = v.parse::<Epoch>().ok().filter(|e| *e < MAX_KEPT_EPOCH);
+            Ok(Some(None)) => None,
+            Ok(Some(Some(v))) => {
+                let e = kept_number(&v);
                 snap.counter_unreadable = e.is_none();
                 e
             }
-            Err(StoreError::Rejected(_)) => {
+            Ok(None) | Err(StoreError::Rejected(_)) => {
                 snap.counter_unreadable = true;
                 None
             }
@@ -1210,8 +1405,8 @@ impl Session for RedisSession {
                 continue;
             }
             let key = i.k.member(&id);
-            let (session, data): (Option<String>, Option<Vec<u8>>) = i
-                .bounded("reading a member", |mut c| async move {
+            let read: Option<Fields2> = i
+                .bounded_typed("reading a member", |mut c| async move {
                     redis::cmd("HMGET")
                         .arg(&key)
                         .arg("session")
@@ -1220,25 +1415,40 @@ impl Session for RedisSession {
                         .await
                 })
                 .await?;
-            // Gone (expired): no longer a member.
-            let Some(session) = session else { continue };
-            let session = SessionId(session.parse().unwrap_or_default());
+            // Gone (expired), or a key of another type that no session holds: no longer
+            // a member (the node's next registration replaces it).
+            let Some((Some(session), data)) = read else {
+                continue;
+            };
+            let session = SessionId(
+                std::str::from_utf8(&session)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_default(),
+            );
             snap.add_member(id, session, &data.unwrap_or_default());
         }
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
         let seen_key = i.k.seen();
-        let seen: HashMap<String, String> = i
-            .bounded("reading the floor", |mut c| async move {
+        // A floor of another type keeps no epoch (the next raise replaces it).
+        let seen: HashMap<Vec<u8>, Vec<u8>> = i
+            .bounded_typed("reading the floor", |mut c| async move {
                 redis::cmd("HGETALL")
                     .arg(&seen_key)
                     .query_async(&mut c)
                     .await
             })
-            .await?;
+            .await?
+            .unwrap_or_default();
         snap.kept_floor = seen
             .into_iter()
-            .filter_map(|(node, e)| Some((e.parse().ok().filter(|e| *e < MAX_KEPT_EPOCH)?, node)))
+            .filter_map(|(node, e)| {
+                Some((
+                    kept_number(&e)?,
+                    String::from_utf8_lossy(&node).into_owned(),
+                ))
+            })
             .max();
         snap.marker_missing = !init || counter.is_none();
         snap.epoch_counter = counter;
@@ -1293,12 +1503,22 @@ impl Session for RedisSession {
     async fn current_epoch(&self) -> Result<Epoch, StoreError> {
         let i = &self.inner;
         let key = i.k.epoch();
-        let epoch: Option<u64> = i
-            .bounded("reading the epoch counter", |mut c| async move {
-                redis::cmd("GET").arg(&key).query_async(&mut c).await
+        let key2 = key.clone();
+        let epoch: Option<Option<Vec<u8>>> = i
+            .bounded_typed("reading the epoch counter", |mut c| async move {
+                redis::cmd("GET").arg(&key2).query_async(&mut c).await
             })
             .await?;
-        epoch.ok_or_else(|| items::no_epoch_counter(&i.s.cluster))
+        match epoch {
+            Some(None) => Err(items::no_epoch_counter(&i.s.cluster)),
+            Some(Some(raw)) if kept_number(&raw).is_some() => {
+                Ok(kept_number(&raw).unwrap_or_default())
+            }
+            _ => Err(StoreError::Rejected(format!(
+                "key {key} holds no epoch (not decimal digits below 2^53, or not a string): \
+                 run `warden init --force`, which replaces it"
+            ))),
+        }
     }
 
     async fn move_history_aside_if_above(
