@@ -450,7 +450,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Input::Session(gen, ev) => {
                 if self.session.as_ref().is_some_and(|s| s.gen == gen) {
                     if ev == Event::SessionLost {
-                        warn!("the ZooKeeper session expired or closed");
+                        warn!(
+                            "the {} session expired or closed",
+                            self.cfg.coordination.backend.display_name()
+                        );
                         self.metrics.set_connected(false);
                         self.session = None;
                     }

@@ -141,6 +141,15 @@ impl Backend {
             Backend::Redis => "redis",
         }
     }
+
+    /// The store's name in words, for log lines ("the MySQL session expired").
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Backend::Zookeeper => "ZooKeeper",
+            Backend::Mysql => "MySQL",
+            Backend::Redis => "Redis",
+        }
+    }
 }
 
 /// `[coordination.mysql]` (SPEC §3a).
