@@ -206,7 +206,7 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// History, newest first; unreadable entries are counted and skipped.
     fn read_history(&self) -> impl Future<Output = Result<History, StoreError>> + Send;
 
-    /// Adds an entry to history at its place by time, keeping the newest. When the stored
+    /// Adds an entry first in history (by the order of writes), keeping the newest. When the stored
     /// history was unreadable as a whole, it is kept aside first: the answer names where.
     fn append_history(
         &self,
