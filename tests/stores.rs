@@ -630,6 +630,45 @@ fn init_force_raises_the_counter_above_every_epoch_a_surviving_record_names<S: T
     }
 }
 
+/// Issue 31, 4, MySQL: a holder that crashed leaves its lock row, expired, with the epoch
+/// it was given; the counter and the floor are lost and the history knows only an older
+/// epoch. `init --force` sets the counter above the expired row's epoch too.
+#[test]
+fn init_force_raises_the_mysql_counter_above_an_expired_lock_row() {
+    let db = MariaDb::start();
+    let cluster = cluster_on(&db);
+    db.set_counter(&cluster.name, 49);
+    let n1 = cluster.node("n1");
+    let mut wardens = start_active_then_standbys(&n1, &[]);
+    assert_eq!(n1.last_run().unwrap().epoch, Some(50));
+    wardens[0].sigterm();
+    assert_eq!(wardens[0].wait_exit(secs(15)).code(), Some(0));
+    drop(wardens);
+    wait_for_status(&n1.config, secs(15), "no members are left", |s| {
+        member_ids(s).is_empty()
+    });
+    // The row a holder at epoch 80 left when it crashed, expired a minute ago.
+    db.sql(&format!(
+        "INSERT INTO warden.warden_lock (cluster, session, record, epoch, version, \
+         renewed_at, expires_at) VALUES ('{}', 12345, '{{}}', 80, 0, NOW(6) - INTERVAL 2 \
+         MINUTE, NOW(6) - INTERVAL 1 MINUTE)",
+        cluster.name
+    ));
+    db.forget(&cluster.name, &["counter", "floor"]);
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let _warden = n1.start();
+    let status = wait_for_status(&n1.config, secs(30), "n1 is active again", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    assert!(
+        active_epoch(&status) > Some(80),
+        "the next active got epoch {:?} below the expired lock row's 80\n{}",
+        active_epoch(&status),
+        describe(&out)
+    );
+}
+
 /// A store whose epoch counter went back (a restore from an old backup) while wardens
 /// run: nobody promotes, plain `init` refuses, `init --force` raises the counter.
 fn an_epoch_counter_that_went_back_is_lost_data<S: TestStore>() {

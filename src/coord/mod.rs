@@ -779,6 +779,10 @@ pub struct ClusterSnapshot {
     /// The epoch counter exists but holds no epoch (garbage, a key of another type): the
     /// store lost data, never a new cluster.
     pub counter_unreadable: bool,
+    /// The epoch of a lock record that expired and is still stored (MySQL: a holder that
+    /// crashed leaves its row), which `lock` leaves out: no lock, but an epoch that
+    /// `init --force` must stay above.
+    pub expired_lock_epoch: Option<Epoch>,
 }
 
 impl ClusterSnapshot {

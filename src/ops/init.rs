@@ -223,7 +223,7 @@ async fn restore(
 }
 
 /// The greatest epoch that any record of `snaps` names (SPEC §3a, `init --force`): the
-/// floor (every node's `epoch_seen`, alive or not), the counter, the lock, the breadcrumb,
+/// floor (every node's `epoch_seen`, alive or not), the counter, the lock (expired or not), the breadcrumb,
 /// and every history entry (not only completed promotions: a counter raised past one more
 /// costs nothing). Values at or above [`crate::coord::MAX_KEPT_EPOCH`] are garbage that no
 /// counter ever gave: raising the counter past them would overflow the next promotion's.
@@ -236,6 +236,7 @@ fn newest_named(snaps: &[&crate::coord::ClusterSnapshot]) -> Option<crate::recor
                 s.floor().map(|(e, _)| e),
                 s.epoch_counter,
                 s.lock.as_ref().map(|(_, e)| *e),
+                s.expired_lock_epoch,
                 s.lock.as_ref().and_then(|(r, _)| record_epoch(r)),
                 s.breadcrumb.as_ref().and_then(|(r, _)| record_epoch(r)),
             ]
