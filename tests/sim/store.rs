@@ -927,6 +927,8 @@ impl State {
             epoch_counter: Some(self.zxid),
             kept_floor: None,
             counter_unreadable: false,
+            // ZooKeeper's lock is ephemeral: an expired one is gone.
+            expired_lock_epoch: None,
             members: self
                 .members
                 .iter()
