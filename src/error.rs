@@ -32,6 +32,9 @@ pub enum OpError {
     /// It was tried and did not work (a fence that failed, a switchover that timed out).
     #[error("{0}")]
     Failed(String),
+    /// The command's arguments cannot be used (a `pause --reason` over its limit): exit 2.
+    #[error("{0}")]
+    Usage(String),
     /// The coordination service did not answer as needed while doing `doing`.
     #[error("could not {doing}: {source}")]
     Store {
@@ -51,6 +54,7 @@ impl OpError {
         match self {
             OpError::Store { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
             OpError::Store { source, .. } if source.is_unsuitable() => EXIT_USAGE,
+            OpError::Usage(_) => EXIT_USAGE,
             _ => EXIT_FAILED,
         }
     }
@@ -152,6 +156,7 @@ mod tests {
             EXIT_UNREACHABLE
         );
         assert_eq!(Error::from(OpError::Refused("no".into())).exit_code(), 1);
+        assert_eq!(Error::from(OpError::Usage("no".into())).exit_code(), 2);
         assert_eq!(Error::Local("runtime".into()).exit_code(), 1);
         assert_eq!(Error::NotFenced("x".into()).exit_code(), 1);
         assert_eq!(Error::FenceLocalArguments("x".into()).exit_code(), 2);

@@ -574,21 +574,86 @@ pub fn parse_history(bytes: &[u8]) -> Result<History, RecordError> {
     })
 }
 
-/// Puts `entry` into the stored `history` array at its place by time and keeps the newest
-/// `keep` elements. Unreadable elements stay where they are: the operator may still want
-/// them, and they are not ours to drop.
+/// The longest free text (a reason, a called-off line, an error's details) one history
+/// entry keeps, in bytes: a longer one is cut, with a marker saying how much, when the
+/// entry is written (the new entry, and every entry written again by an append).
+pub const MAX_HISTORY_TEXT: usize = 1024;
+
+/// The most bytes the serialized `history` may take: well under the smallest value limit
+/// of the stores (ZooKeeper's `jute.maxbuffer`, 1 MiB by default, counts the whole
+/// request) and under [`MAX_RECORD_BYTES`], what a reader accepts. With every text at
+/// most [`MAX_HISTORY_TEXT`], 100 entries take about 130 KiB, so in practice only the
+/// count bounds it; the bytes bound the rest (unreadable elements, a history planted or
+/// written by an older warden).
+pub const MAX_HISTORY_BYTES: usize = 256 * 1024;
+
+/// `s` if it has at most `max` bytes, else its head (cut at a character boundary) and a
+/// marker naming how many bytes were cut; the result has at most `max` bytes (for `max`
+/// of at least 40).
+pub fn cut_text(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    // The marker's length with the most digits a cut can have.
+    let room = max.saturating_sub(format!("… [{} bytes cut]", s.len()).len());
+    let mut head = room.min(s.len());
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    Cow::Owned(format!("{}… [{} bytes cut]", &s[..head], s.len() - head))
+}
+
+/// Cuts every string field of an object element to [`MAX_HISTORY_TEXT`] (an entry's
+/// `reason`, `from`, `to`, and fields a newer warden added); other elements stay as read.
+fn cut_history_texts(value: &mut serde_json::Value) {
+    if let serde_json::Value::Object(fields) = value {
+        for field in fields.values_mut() {
+            if let serde_json::Value::String(text) = field {
+                if let Cow::Owned(cut) = cut_text(text, MAX_HISTORY_TEXT) {
+                    *text = cut;
+                }
+            }
+        }
+    }
+}
+
+/// Puts `entry` first in the stored `history` array (newest first by the order of the
+/// writes, not by anybody's clock: a node whose clock runs fast, or entries from a newer
+/// warden, must not push a new transition below old ones), then keeps at most `keep`
+/// elements in at most [`MAX_HISTORY_BYTES`]: unreadable elements go first (oldest
+/// first), then the oldest entries; the new entry is never dropped. Free texts over
+/// [`MAX_HISTORY_TEXT`] are cut.
 pub fn insert_history(values: &mut Vec<serde_json::Value>, entry: &HistoryEntry, keep: usize) {
-    // At its place by time, not simply on top: appends from several nodes, and a retry
-    // after a version conflict, can arrive after a newer entry. RFC 3339 UTC stamps in one
-    // format sort as text.
-    let at = values
-        .iter()
-        .position(|v| history_entry(v).is_some_and(|e| e.at <= entry.at))
-        .unwrap_or(values.len());
     // Serializing this plain struct cannot fail: no maps with non-string keys, no I/O.
     let value = serde_json::to_value(entry).expect("history entries serialize to JSON");
-    values.insert(at, value);
-    values.truncate(keep);
+    values.insert(0, value);
+    values.iter_mut().for_each(cut_history_texts);
+    // What `history_bytes` writes for each element: the same fields, so the same length.
+    let sizes: Vec<usize> = values.iter().map(|v| to_bytes(v).len()).collect();
+    let mut count = values.len();
+    // `[`, `]` and a comma between elements.
+    let mut bytes = sizes.iter().sum::<usize>() + count + 1;
+    let over = |count: usize, bytes: usize| count > keep || bytes > MAX_HISTORY_BYTES;
+    let mut gone = vec![false; values.len()];
+    // Index 0 is the new entry: never a candidate.
+    for unreadable_only in [true, false] {
+        for i in (1..values.len()).rev() {
+            if !over(count, bytes) {
+                break;
+            }
+            if gone[i] || (unreadable_only && history_entry(&values[i]).is_some()) {
+                continue;
+            }
+            gone[i] = true;
+            count -= 1;
+            bytes -= sizes[i] + 1;
+        }
+    }
+    let mut i = 0;
+    values.retain(|_| {
+        i += 1;
+        !gone[i - 1]
+    });
 }
 
 /// The bytes of the `history` array: each element that is exactly an entry in the order
@@ -750,28 +815,35 @@ mod tests {
         assert_eq!(parse_history(b"[]").unwrap(), History::default());
     }
 
-    #[test]
-    fn inserting_into_history_keeps_unreadable_elements_and_the_order_by_time() {
-        let entry = |at: &str| HistoryEntry {
+    fn entry_at(at: &str) -> HistoryEntry {
+        HistoryEntry {
             at: at.into(),
             node_id: "n1".into(),
             from: "a".into(),
             to: "b".into(),
             epoch: None,
             reason: "r".into(),
-        };
-        let v = |e: &HistoryEntry| serde_json::to_value(e).unwrap();
+        }
+    }
+
+    fn value_of(e: &HistoryEntry) -> serde_json::Value {
+        serde_json::to_value(e).unwrap()
+    }
+
+    #[test]
+    fn inserting_into_history_keeps_unreadable_elements_and_every_field() {
+        let (entry, v) = (entry_at, value_of);
         let mut values = vec![v(&entry("t5")), serde_json::json!("junk"), v(&entry("t3"))];
         insert_history(&mut values, &entry("t4"), 10);
-        assert_eq!(values[1], serde_json::json!("junk"));
-        assert_eq!(values[2], v(&entry("t4")));
+        assert_eq!(values[0], v(&entry("t4")));
+        assert_eq!(values[2], serde_json::json!("junk"));
         insert_history(&mut values, &entry("t9"), 10);
         assert_eq!(values[0], v(&entry("t9")));
-        insert_history(&mut values, &entry("t1"), 10);
-        assert_eq!(values.last(), Some(&v(&entry("t1"))));
-        insert_history(&mut values, &entry("t0"), 3);
-        assert_eq!(values.len(), 3);
-        assert_eq!(values[2], serde_json::json!("junk"));
+        // Over the count, the unreadable element goes before any entry.
+        insert_history(&mut values, &entry("t0"), 4);
+        assert_eq!(values.len(), 4);
+        assert!(!values.contains(&serde_json::json!("junk")), "{values:?}");
+        assert_eq!(values[0], v(&entry("t0")));
         // Entries keep the order of SPEC §3; the rest keeps every field.
         values.push(
             serde_json::json!({"at": "t", "node_id": "n", "from": "a", "to": "b",
@@ -780,13 +852,99 @@ mod tests {
         let text = String::from_utf8(history_bytes(&values)).unwrap();
         assert!(
             text.starts_with(
-                r#"[{"at":"t9","node_id":"n1","from":"a","to":"b","epoch":null,"reason":"r"},"#
+                r#"[{"at":"t0","node_id":"n1","from":"a","to":"b","epoch":null,"reason":"r"},"#
             ),
             "{text}"
         );
         assert!(text.contains(r#""future":1"#), "{text}");
         let back: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, values);
+    }
+
+    /// Issue 31, 3: a node whose clock runs fast (or a newer warden's entries) must not
+    /// bury a new transition below old ones, where truncation drops it.
+    #[test]
+    fn a_new_entry_goes_first_whatever_the_clocks_say() {
+        let mut values: Vec<serde_json::Value> = (0..100)
+            .map(|i| value_of(&entry_at(&format!("2099-01-01T00:00:{i:02}.000Z"))))
+            .collect();
+        let new = entry_at("2026-01-01T00:00:00.000Z");
+        insert_history(&mut values, &new, 100);
+        assert_eq!(values.len(), 100);
+        assert_eq!(values[0], value_of(&new), "the new entry was dropped");
+        // The oldest by the order of writes went.
+        assert_eq!(values[99]["at"], "2099-01-01T00:00:98.000Z");
+    }
+
+    /// Issue 31, 3: 100+ unreadable elements cost the unreadable ones, never the new entry
+    /// nor the readable old ones.
+    #[test]
+    fn unreadable_elements_go_before_any_entry_and_the_new_one_stays() {
+        // Newer than the readable entries (a newer warden wrote them, say).
+        let mut values: Vec<serde_json::Value> =
+            (0..120).map(|i| serde_json::json!({ "junk": i })).collect();
+        values.extend([value_of(&entry_at("t2")), value_of(&entry_at("t1"))]);
+        insert_history(&mut values, &entry_at("t3"), 100);
+        assert_eq!(values.len(), 100);
+        assert_eq!(
+            values[0],
+            value_of(&entry_at("t3")),
+            "the new entry was dropped"
+        );
+        assert_eq!(
+            values[98],
+            value_of(&entry_at("t2")),
+            "an old entry was dropped"
+        );
+        assert_eq!(
+            values[99],
+            value_of(&entry_at("t1")),
+            "an old entry was dropped"
+        );
+        // The newest unreadable ones stayed, the oldest went.
+        assert_eq!(values[1], serde_json::json!({ "junk": 0 }));
+        assert_eq!(values[97], serde_json::json!({ "junk": 96 }));
+    }
+
+    /// Issue 31, 3: the serialized history stays under [`MAX_HISTORY_BYTES`] whatever was
+    /// stored before (an old warden's long reasons, big unreadable elements), and long
+    /// texts are cut with a marker.
+    #[test]
+    fn history_never_outgrows_its_byte_bound_and_long_texts_are_cut() {
+        let long = |n: usize| "x".repeat(n);
+        let mut old = entry_at("t1");
+        old.reason = long(20_000);
+        let mut values = vec![value_of(&old); 50];
+        values.extend((0..5).map(|_| serde_json::json!(long(300_000))));
+        let mut new = entry_at("t2");
+        new.reason = format!("é{}", long(5_000));
+        insert_history(&mut values, &new, 100);
+        let bytes = history_bytes(&values);
+        assert!(bytes.len() <= MAX_HISTORY_BYTES, "{} bytes", bytes.len());
+        assert_eq!(values.len(), 51, "the readable entries all fit once cut");
+        let first = history_entry(&values[0]).unwrap();
+        assert!(
+            first.reason.len() <= MAX_HISTORY_TEXT,
+            "{}",
+            first.reason.len()
+        );
+        assert!(first.reason.starts_with('é'), "{}", &first.reason[..10]);
+        assert!(first.reason.ends_with(" bytes cut]"), "{}", first.reason);
+        let second = history_entry(&values[1]).unwrap();
+        assert!(second.reason.len() <= MAX_HISTORY_TEXT);
+        // Big readable entries alone: the oldest go, the new one stays.
+        let future = serde_json::Value::from(vec![long(1000); 100]);
+        let mut values = vec![
+            serde_json::json!({"at": "t", "node_id": "n1", "from": "a",
+            "to": "b", "reason": "r", "future": future});
+            30
+        ];
+        insert_history(&mut values, &entry_at("t3"), 100);
+        assert!(history_bytes(&values).len() <= MAX_HISTORY_BYTES);
+        assert_eq!(values[0], value_of(&entry_at("t3")));
+        assert!(values.len() > 1 && values.len() < 30, "{}", values.len());
+        assert_eq!(cut_text("short", 40), "short");
+        assert!(cut_text(&long(100), 40).len() <= 40);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!   --unreadable` clears it;
 //! - a history epoch above every czxid is moved aside by `init --force`, as the log says;
 //! - unreadable history entries are skipped and counted, never a reason to lose the rest;
-//!   an unreadable history znode is copied before it is replaced;
+//!   an unreadable history znode is copied before it is replaced; a history at the znode
+//!   limit is trimmed by the next append, and a too long pause reason is refused;
 //! - `init` leaves the shared root's ACL alone, and an authorization error names the znode;
 //! - `status` says so when `control` is unreadable, names the active whose lock data is
 //!   garbage, and prints nothing from the store raw to a terminal.
@@ -357,6 +358,96 @@ fn an_unreadable_history_znode_is_copied_aside_before_it_is_replaced() {
         set_aside.contains(&copies[0]) && set_aside.contains(&second),
         "{status:#}"
     );
+}
+
+/// Issue 31, 3: a history znode at ZooKeeper's 1 MiB limit (long pause reasons of an
+/// older warden) made every later append fail for good. The next append trims it (long
+/// texts cut, the oldest dropped) and keeps the new entry: an operator's `pause` and
+/// `resume`, and a daemon's promotion. A `pause --reason` over its limit is refused
+/// (exit 2, naming the limit) and changes nothing.
+#[test]
+fn a_history_at_the_znode_limit_is_trimmed_by_the_next_append_and_long_reasons_are_refused() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let client = ZkClient::connect(&zk.connect_string());
+    let history = cluster.znode("history");
+    // Just under jute.maxbuffer (1,048,575 bytes for the whole request, the path and
+    // headers included): any entry added to it as it is makes the request too large.
+    const PLANTED: usize = 1_048_575 - 300;
+    let old = |i: usize, reason: &str| {
+        serde_json::json!({"at": format!("2020-01-01T00:00:{i:02}.000Z"), "node_id": "n9",
+            "from": "running", "to": "paused", "epoch": null, "reason": reason})
+    };
+    let mut entries: Vec<serde_json::Value> = (0..40)
+        .map(|i| old(i, &format!("old {i} {}", "x".repeat(25_000))))
+        .collect();
+    let size = |e: &Vec<serde_json::Value>| serde_json::to_vec(e).unwrap().len();
+    let pad = PLANTED - size(&entries);
+    entries[39] = old(39, &format!("old 39 {}", "x".repeat(25_000 + pad)));
+    let planted = serde_json::to_vec(&entries).unwrap();
+    assert_eq!(planted.len(), PLANTED);
+    client.put(&history, &planted);
+    let n1 = cluster.node("n1");
+
+    let reason = format!("kernel upgrade {}", "r".repeat(380));
+    for args in [&["pause", "--reason", reason.as_str()][..], &["resume"]] {
+        let out = cli(&n1.config, args);
+        assert!(out.status.success(), "{}", describe(&out));
+        assert!(
+            !stderr(&out).contains("could not be added to history"),
+            "warden {args:?} lost its history entry:\n{}",
+            describe(&out)
+        );
+    }
+    let raw = client.get(&history).expect("history");
+    assert!(
+        raw.len() <= 256 * 1024,
+        "history is still {} bytes",
+        raw.len()
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&cli_ok(&n1.config, &["history", "--json"])).expect("JSON");
+    let shown = json["entries"].as_array().expect("entries");
+    assert_eq!(shown[0]["to"], "running", "{:#}", shown[0]);
+    assert_eq!(shown[1]["to"], "paused", "{:#}", shown[1]);
+    assert!(
+        shown[1]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&reason)),
+        "{:#}",
+        shown[1]
+    );
+    // The old entries stay, their reasons cut with a marker.
+    assert_eq!(shown.len(), 42, "{} entries", shown.len());
+    let oldest = shown[41]["reason"].as_str().expect("reason");
+    assert!(
+        oldest.starts_with("old 39 xxx") && oldest.ends_with("bytes cut]"),
+        "{oldest}"
+    );
+
+    // Over the limit: refused, nothing changed.
+    let long = "y".repeat(401);
+    let out = cli(&n1.config, &["pause", "--reason", &long]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("at most 400"),
+        "the refusal names the limit: {}",
+        describe(&out)
+    );
+    assert_eq!(status_json(&n1.config)["paused"], false);
+
+    // A daemon's transitions land too.
+    client.put(&history, &planted);
+    let _warden = n1.start();
+    wait_for_status(&n1.config, secs(30), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    wait_until(secs(10), "n1's promotion is in history", || {
+        client
+            .get(&history)
+            .is_some_and(|h| String::from_utf8_lossy(&h).contains(r#""to":"active""#))
+    });
+    assert!(client.get(&history).expect("history").len() <= 256 * 1024);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -40,6 +40,12 @@ trait TestStore: Sized {
     fn keep_seen(&self, cluster: &str, node: &str, epoch: &str);
     /// What the store keeps of the floor, as text.
     fn kept_seen(&self, cluster: &str) -> String;
+    /// Sets the cluster's epoch counter to `epoch` (the next promotion gets `epoch + 1`).
+    fn set_counter(&self, cluster: &str, epoch: u64);
+    /// Loses some of what the store keeps, as a careless DBA would: each of `what`
+    /// (`counter`, `lock`, `members`, `floor`; MySQL drops the table that holds it, for
+    /// every cluster; Redis deletes the cluster's keys).
+    fn forget(&self, cluster: &str, what: &[&str]);
 }
 
 impl TestStore for MariaDb {
@@ -96,6 +102,26 @@ impl TestStore for MariaDb {
             "SELECT name, CAST(value AS CHAR) FROM warden.warden_kv WHERE cluster = '{cluster}' \
              AND name LIKE 'seen/%'"
         ))
+    }
+    fn set_counter(&self, cluster: &str, epoch: u64) {
+        self.sql(&format!(
+            "UPDATE warden.warden_epoch SET epoch = {epoch} WHERE cluster = '{cluster}'"
+        ));
+    }
+    fn forget(&self, cluster: &str, what: &[&str]) {
+        for w in what {
+            match *w {
+                "counter" => self.sql("DROP TABLE warden.warden_epoch"),
+                "lock" => self.sql("DROP TABLE warden.warden_lock"),
+                "members" => self.sql("DROP TABLE warden.warden_member"),
+                // The floor's rows live in kv, beside the breadcrumb and history.
+                "floor" => self.sql(&format!(
+                    "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name LIKE \
+                     'seen/%'"
+                )),
+                other => panic!("nothing called {other} to forget"),
+            };
+        }
     }
 }
 
@@ -154,6 +180,25 @@ impl TestStore for RedisServer {
     fn kept_seen(&self, cluster: &str) -> String {
         self.cli(&["HGETALL", &format!("warden:{{{cluster}}}:seen")])
     }
+    fn set_counter(&self, cluster: &str, epoch: u64) {
+        self.cli(&[
+            "SET",
+            &format!("warden:{{{cluster}}}:epoch"),
+            &epoch.to_string(),
+        ]);
+    }
+    fn forget(&self, cluster: &str, what: &[&str]) {
+        let key = |n: &str| format!("warden:{{{cluster}}}:{n}");
+        for w in what {
+            match *w {
+                "counter" => self.cli(&["DEL", &key("epoch")]),
+                "lock" => self.cli(&["DEL", &key("lock")]),
+                "members" => self.cli(&["DEL", &key("member:n1")]),
+                "floor" => self.cli(&["DEL", &key("seen")]),
+                other => panic!("nothing called {other} to forget"),
+            };
+        }
+    }
 }
 
 /// Every scenario, once for each store.
@@ -185,6 +230,7 @@ on_every_store!(
     garbage_in_the_store_blocks_promotion_until_confirmed,
     a_floor_at_the_greatest_epoch_is_cleared_by_init_force,
     a_garbage_floor_entry_of_a_node_is_raised_past_and_does_not_unsettle_it,
+    init_force_raises_the_counter_above_every_epoch_a_surviving_record_names,
 );
 
 /// A cluster on a fresh store, initialized by `warden init`.
@@ -537,6 +583,90 @@ fn a_wiped_store_blocks_every_promotion_until_init_force<S: TestStore>() {
         }
     }
     cluster.assert_safe();
+}
+
+/// Issue 31, 4: n1 was active at epoch 50 and stopped; then parts of the store were lost
+/// (a dropped table, deleted keys) and the operator ran `init --force`. The next active's
+/// epoch is above 50 whenever any surviving record names 50: the floor, the history, a
+/// member record. (A store that lost everything remembers nothing: see the README.)
+fn init_force_raises_the_counter_above_every_epoch_a_surviving_record_names<S: TestStore>() {
+    let db = S::start();
+    for what in [
+        &["counter"][..],
+        &["counter", "lock", "members"],
+        &["counter", "lock", "members", "floor"],
+        &["counter", "floor"],
+    ] {
+        let cluster = cluster_on(&db);
+        db.set_counter(&cluster.name, 49);
+        let n1 = cluster.node("n1");
+        let mut wardens = start_active_then_standbys(&n1, &[]);
+        let old = n1.last_run().unwrap().epoch;
+        assert_eq!(old, Some(50));
+        wait_for_status(&n1.config, secs(10), "n1's record carries its epoch", |s| {
+            member(s, "n1").is_some_and(|m| json_u64(&m["epoch_seen"]) == old)
+        });
+        wardens[0].sigterm();
+        assert_eq!(wardens[0].wait_exit(secs(15)).code(), Some(0));
+        drop(wardens);
+        // Every warden stopped, as `init --force` asks of the operator.
+        wait_for_status(&n1.config, secs(15), "no members are left", |s| {
+            member_ids(s).is_empty()
+        });
+        db.forget(&cluster.name, what);
+        let out = cli(&n1.config, &["init", "--force"]);
+        assert!(out.status.success(), "forgot {what:?}: {}", describe(&out));
+        let _warden = n1.start();
+        let status = wait_for_status(&n1.config, secs(30), "n1 is active again", |s| {
+            active_id(s).as_deref() == Some("n1")
+        });
+        assert!(
+            active_epoch(&status) > old,
+            "forgot {what:?}, then `init --force`: the next active got epoch {:?} after {old:?}\n{}",
+            active_epoch(&status),
+            describe(&out)
+        );
+        cluster.assert_safe();
+    }
+}
+
+/// Issue 31, 4, MySQL: a holder that crashed leaves its lock row, expired, with the epoch
+/// it was given; the counter and the floor are lost and the history knows only an older
+/// epoch. `init --force` sets the counter above the expired row's epoch too.
+#[test]
+fn init_force_raises_the_mysql_counter_above_an_expired_lock_row() {
+    let db = MariaDb::start();
+    let cluster = cluster_on(&db);
+    db.set_counter(&cluster.name, 49);
+    let n1 = cluster.node("n1");
+    let mut wardens = start_active_then_standbys(&n1, &[]);
+    assert_eq!(n1.last_run().unwrap().epoch, Some(50));
+    wardens[0].sigterm();
+    assert_eq!(wardens[0].wait_exit(secs(15)).code(), Some(0));
+    drop(wardens);
+    wait_for_status(&n1.config, secs(15), "no members are left", |s| {
+        member_ids(s).is_empty()
+    });
+    // The row a holder at epoch 80 left when it crashed, expired a minute ago.
+    db.sql(&format!(
+        "INSERT INTO warden.warden_lock (cluster, session, record, epoch, version, \
+         renewed_at, expires_at) VALUES ('{}', 12345, '{{}}', 80, 0, NOW(6) - INTERVAL 2 \
+         MINUTE, NOW(6) - INTERVAL 1 MINUTE)",
+        cluster.name
+    ));
+    db.forget(&cluster.name, &["counter", "floor"]);
+    let out = cli(&n1.config, &["init", "--force"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let _warden = n1.start();
+    let status = wait_for_status(&n1.config, secs(30), "n1 is active again", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    assert!(
+        active_epoch(&status) > Some(80),
+        "the next active got epoch {:?} below the expired lock row's 80\n{}",
+        active_epoch(&status),
+        describe(&out)
+    );
 }
 
 /// A store whose epoch counter went back (a restore from an old backup) while wardens

@@ -217,8 +217,10 @@ pub async fn keep_copy(items: &impl Items, kind: &str, data: &[u8]) -> Result<St
     )))
 }
 
-/// Adds `entry` to `history` at its place by time, keeping the newest [`HISTORY_LEN`].
-/// An unreadable history is kept aside first; the answer names where.
+/// Adds `entry` first in `history` ([`record::insert_history`]: never dropped, the whole
+/// kept under its count and byte bounds, so that an oversize history left by an older
+/// warden is trimmed by the next append instead of failing every one). An unreadable
+/// history is kept aside first; the answer names where.
 pub async fn append_history(
     items: &impl Items,
     entry: &HistoryEntry,

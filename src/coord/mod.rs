@@ -206,7 +206,7 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// History, newest first; unreadable entries are counted and skipped.
     fn read_history(&self) -> impl Future<Output = Result<History, StoreError>> + Send;
 
-    /// Adds an entry to history at its place by time, keeping the newest. When the stored
+    /// Adds an entry first in history (by the order of writes), keeping the newest. When the stored
     /// history was unreadable as a whole, it is kept aside first: the answer names where.
     fn append_history(
         &self,
@@ -779,6 +779,10 @@ pub struct ClusterSnapshot {
     /// The epoch counter exists but holds no epoch (garbage, a key of another type): the
     /// store lost data, never a new cluster.
     pub counter_unreadable: bool,
+    /// The epoch of a lock record that expired and is still stored (MySQL: a holder that
+    /// crashed leaves its row), which `lock` leaves out: no lock, but an epoch that
+    /// `init --force` must stay above.
+    pub expired_lock_epoch: Option<Epoch>,
 }
 
 impl ClusterSnapshot {

@@ -960,14 +960,16 @@ impl MysqlSession {
     /// What `snapshot` reads; `NotInitialized` when any table is missing.
     async fn read_snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
-        // An expired lock row is no lock.
-        let lock = i
-            .read_lock()
-            .await?
-            .and_then(|(session, data, epoch, expired)| {
-                (!expired).then_some((data, epoch, SessionId(session)))
-            });
+        // An expired lock row is no lock, but its epoch was handed out.
+        let row = i.read_lock().await?;
+        let expired_lock_epoch = row
+            .as_ref()
+            .and_then(|(.., epoch, expired)| expired.then_some(*epoch));
+        let lock = row.and_then(|(session, data, epoch, expired)| {
+            (!expired).then_some((data, epoch, SessionId(session)))
+        });
         let mut snap = ClusterSnapshot::of_lock(lock);
+        snap.expired_lock_epoch = expired_lock_epoch;
         snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
         let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
         let rows: Vec<(String, i64, Vec<u8>)> = i

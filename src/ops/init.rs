@@ -53,8 +53,23 @@ pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> 
         return restore(cfg, &zk, before).await;
     }
     let mut done = zk.init().await?;
-    if let Some(line) = zk.write_marker(None).await? {
-        done.push(line);
+    // `--force` on MySQL or Redis sets the counter above every epoch that any record
+    // still names (issue 31, 4): a dropped counter table or a deleted key reads as a new
+    // cluster, and the next active must never get an epoch an old one had. Read once the
+    // tables exist again: a snapshot with a table missing reads nothing at all.
+    let floor = if force && cfg.coordination.backend != crate::config::Backend::Zookeeper {
+        let now = zk.snapshot().await?;
+        newest_named(&[&before, &now]).map(|e| e + 1)
+    } else {
+        None
+    };
+    if let Some(line) = zk.write_marker(floor).await? {
+        match floor {
+            Some(floor) => done.push(format!(
+                "{line} (at least {floor}: above every epoch a record of the store names)"
+            )),
+            None => done.push(line),
+        }
     }
     if force {
         let snap = zk.snapshot().await?;
@@ -172,22 +187,7 @@ async fn restore(
             cfg.cluster.name
         )));
     }
-    let newest = [
-        before.floor().map(|(e, _)| e),
-        now.floor().map(|(e, _)| e),
-        before.epoch_counter,
-        now.epoch_counter,
-        now.breadcrumb
-            .as_ref()
-            .and_then(|(b, _)| b.as_ref().ok()?.epoch),
-        crate::coord::items::newest_promotion(&now.history),
-    ]
-    .into_iter()
-    .flatten()
-    // Above it, a value is garbage that no counter ever gave (SPEC §3a): raising the
-    // counter past it would overflow the next promotion's.
-    .filter(|e| *e < crate::coord::MAX_KEPT_EPOCH)
-    .max();
+    let newest = newest_named(&[&before, &now]);
     let floor = newest.map_or(1, |e| e + 1);
     if let Some(line) = zk.write_marker(Some(floor)).await? {
         done.push(format!("{line} (above every epoch a node has seen)"));
@@ -217,6 +217,32 @@ async fn restore(
     );
     super::operator::record(zk, &entry).await;
     Ok(InitOutcome::Done(done))
+}
+
+/// The greatest epoch that any record of `snaps` names (SPEC §3a, `init --force`): the
+/// floor (every node's `epoch_seen`, alive or not), the counter, the lock (expired or not), the breadcrumb,
+/// and every history entry (not only completed promotions: a counter raised past one more
+/// costs nothing). Values at or above [`crate::coord::MAX_KEPT_EPOCH`] are garbage that no
+/// counter ever gave: raising the counter past them would overflow the next promotion's.
+fn newest_named(snaps: &[&crate::coord::ClusterSnapshot]) -> Option<crate::record::Epoch> {
+    snaps
+        .iter()
+        .flat_map(|s| {
+            let record_epoch = |r: &Result<crate::record::NodeRecord, _>| r.as_ref().ok()?.epoch;
+            [
+                s.floor().map(|(e, _)| e),
+                s.epoch_counter,
+                s.lock.as_ref().map(|(_, e)| *e),
+                s.expired_lock_epoch,
+                s.lock.as_ref().and_then(|(r, _)| record_epoch(r)),
+                s.breadcrumb.as_ref().and_then(|(r, _)| record_epoch(r)),
+            ]
+            .into_iter()
+            .chain(s.history.entries.iter().map(|h| h.epoch))
+        })
+        .flatten()
+        .filter(|e| *e < crate::coord::MAX_KEPT_EPOCH)
+        .max()
 }
 
 /// The node (or session) that holds a live lock, in words.

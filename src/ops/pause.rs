@@ -16,10 +16,15 @@ use std::time::SystemTime;
 pub const RUNNING: &str = "running";
 pub const PAUSED: &str = "paused";
 
+/// The longest `pause --reason`, in bytes (after trimming): the reason is kept in
+/// `control` and in a history entry beside the operator's name, both of which must stay
+/// small (a history entry's texts are cut at [`record::MAX_HISTORY_TEXT`]).
+pub const MAX_PAUSE_REASON: usize = 400;
+
 /// `warden pause`: stop automatic promotions and demotions.
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PauseArgs {
-    /// Why, for `status` and `history` (e.g. "kernel upgrade on rm1").
+    /// Why, for `status` and `history` (e.g. "kernel upgrade on rm1"); at most 400 bytes.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
 }
@@ -113,6 +118,13 @@ pub async fn set_paused_at<S: Session>(
     wall: SystemTime,
 ) -> Result<Change, OpError> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    if let Some(r) = reason.filter(|r| r.len() > MAX_PAUSE_REASON) {
+        return Err(OpError::Usage(format!(
+            "the pause reason has {} bytes; at most {MAX_PAUSE_REASON} are allowed (--reason): \
+             say it shortly and point to the details elsewhere (a ticket, a wiki page)",
+            r.len()
+        )));
+    }
     let mut was = None;
     zk.update_control(|c: &mut Control| {
         if c.paused {

@@ -927,6 +927,8 @@ impl State {
             epoch_counter: Some(self.zxid),
             kept_floor: None,
             counter_unreadable: false,
+            // ZooKeeper's lock is ephemeral: an expired one is gone.
+            expired_lock_epoch: None,
             members: self
                 .members
                 .iter()
@@ -968,13 +970,9 @@ fn newest_promotion(history: &History) -> Option<Epoch> {
         .max()
 }
 
-/// `record::insert_history` on entries: at its place by time, the newest kept.
+/// `record::insert_history` on entries: first (by the order of writes), the newest kept.
 fn insert_history(entries: &mut Vec<HistoryEntry>, entry: &HistoryEntry) {
-    let at = entries
-        .iter()
-        .position(|e| e.at <= entry.at)
-        .unwrap_or(entries.len());
-    entries.insert(at, entry.clone());
+    entries.insert(0, entry.clone());
     entries.truncate(HISTORY_LEN);
 }
 
