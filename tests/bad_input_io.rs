@@ -443,3 +443,45 @@ fn a_standby_command_that_prints_forever_is_killed_at_its_timeout_and_logged_wit
     cluster.assert_safe();
     wardens.clear();
 }
+
+/// A fence script that prints a MiB in lines and a MiB in one line before it fails: the
+/// chain goes on to `signal` and the standby takes over; the log stays small and the
+/// failure still quotes the script's last words.
+#[test]
+fn a_fence_script_that_floods_is_logged_within_bounds() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let flood = cluster.script(
+        "fence-flood.sh",
+        "yes | head -c 1048576\nhead -c 1048576 /dev/zero | tr '\\0' 'z' >&2\n\
+         echo >&2\necho 'last words' >&2\nexit 1\n",
+    );
+    let fences = vec![
+        script_fence(&[&flood.display().to_string()], secs(10)),
+        signal_fence(),
+    ];
+    let opts = NodeOptions {
+        fences: Some(fences),
+        ..NodeOptions::default()
+    };
+    let (n1, n2) = (
+        cluster.node_with("n1", opts.clone()),
+        cluster.node_with("n2", opts),
+    );
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let before = fs::metadata(wardens[1].log_path()).unwrap().len();
+    wardens[0].kill9();
+    wait_for_status(&n2.config, secs(30), "n2 took over", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    wardens[1].wait_for_log("last words", secs(10));
+    let grew = fs::metadata(wardens[1].log_path()).unwrap().len() - before;
+    eprintln!("n2's log grew by {grew} bytes for a fence script printing 2 MiB");
+    assert!(grew < 256 * 1024, "n2's log grew by {grew} bytes");
+    assert!(
+        wardens[1].log_mentions("bytes more"),
+        "{}",
+        wardens[1].log()
+    );
+    cluster.assert_safe();
+}
