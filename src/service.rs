@@ -2378,6 +2378,33 @@ mod tests {
         assert!(!Exit::Signal(15).success());
     }
 
+    #[tokio::test]
+    async fn a_flooding_command_is_read_to_its_end_and_its_last_line_kept() {
+        // 20,000 lines, one line of 100 KiB, then the last words without a newline.
+        let mut input = "y\n".repeat(20_000).into_bytes();
+        input.extend(std::iter::repeat_n(b'z', 100 * 1024));
+        input.extend_from_slice(b"\nlast words\r");
+        let (mut tx, rx) = tokio::io::duplex(4096);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(&input).await.is_ok()
+        });
+        let last = forward_command_output(rx, "flood", Stream::Stderr).await;
+        assert!(writer.await.unwrap(), "every byte was read");
+        assert_eq!(last.as_deref(), Some("last words"));
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_and_the_last_line_is_printable() {
+        let mut tail = Vec::new();
+        keep_tail(&mut tail, &[b'a'; 3 * COMMAND_TAIL_BYTES]);
+        assert_eq!(tail.len(), COMMAND_TAIL_BYTES);
+        keep_tail(&mut tail, b"\nend \x1b[31m\n\n  \n");
+        assert_eq!(tail.len(), COMMAND_TAIL_BYTES);
+        assert_eq!(last_line(&tail).as_deref(), Some("end \\u{1b}[31m"));
+        assert_eq!(last_line(b"\n \n"), None);
+    }
+
     #[test]
     fn io_reasons_are_short_and_lower_case() {
         let e = io::Error::from_raw_os_error(libc::ENOENT);
