@@ -174,6 +174,12 @@ fn cluster_commands_end_quietly_on_a_closed_stdout_and_a_switchover_still_exits_
     assert_stdout_full(&out, 0, "pause > /dev/full");
     let out = warden_to(closed_pipe(), &["-c", &c, "resume"]);
     assert_exit(&out, 0, "resume | (closed)");
+    // `init` on a live cluster repairs nothing and says so: its output lost, its exit
+    // code is that of the init.
+    let out = warden_to(dev_full(), &["-c", &c, "init"]);
+    assert_stdout_full(&out, 0, "init > /dev/full");
+    let out = warden_to(closed_pipe(), &["-c", &c, "init"]);
+    assert_exit(&out, 0, "init | (closed)");
     let status = status_json(&n1.config);
     assert_eq!(status["paused"], serde_json::Value::Bool(false), "{status}");
     cluster.assert_safe();
@@ -484,4 +490,41 @@ fn a_fence_script_that_floods_is_logged_within_bounds() {
         wardens[1].log()
     );
     cluster.assert_safe();
+}
+
+/// `run` whose stderr is a full disk: every log line fails with ENOSPC; the daemon
+/// becomes active and stops cleanly on SIGTERM (exit 0).
+#[test]
+fn run_with_a_full_log_sink_serves_and_stops_cleanly() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let mut w1 = Command::new(WARDEN);
+    w1.arg("-c")
+        .arg(&n1.config)
+        .arg("run")
+        .env("RUST_LOG", "debug")
+        .env_remove("WARDEN_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(dev_full());
+    die_with_parent(&mut w1);
+    let mut w1 = KillOnDrop(w1.spawn().expect("start warden"));
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+    wait_until(secs(10), "n1's service runs", || {
+        n1.last_run().is_some_and(|r| process_alive(r.pid))
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(w1.0.id() as i32),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = wait_for(secs(20), "n1 exits", || w1.0.try_wait().expect("try_wait"));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let runs = n1.runs();
+    assert!(
+        runs[0].stopped,
+        "n1's service was stopped by SIGTERM: {}",
+        runs[0]
+    );
 }
