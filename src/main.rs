@@ -82,38 +82,35 @@ fn main() -> ExitCode {
         Err(e) => return clap_error(&e),
     };
     let changes = cli.command.changes_the_cluster();
-    // The one place an error is printed and mapped to the exit code (SPEC §7).
     let result = run(cli);
-    let code = match &result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            if let Some(line) = e.report() {
-                errln!("{line}");
-            }
-            ExitCode::from(e.exit_code())
-        }
-    };
-    // Standard output that failed (not merely closed: that ends the output quietly)
-    // is said once. A command that changed the cluster keeps the exit code of what it
-    // did; one that only prints failed at its one job (SPEC §9).
-    match ops::out::failure() {
-        None => code,
-        Some(reason) if changes => {
+    // Standard output that failed (not merely closed: that ends the output quietly) is
+    // said once. A command that changed the cluster keeps the exit code of what it did;
+    // one that only prints failed at its one job (SPEC §9).
+    let result = match (result, ops::out::failure()) {
+        (Ok(()), Some(reason)) if !changes => Err(Error::Output(reason)),
+        (result, Some(reason)) => {
             let done = if result.is_ok() {
                 "; the change was made (`warden status` shows the cluster)"
             } else {
                 ""
             };
             errln!("warden: cannot write to standard output: {reason}{done}");
-            code
+            result
         }
-        Some(reason) => {
-            errln!("warden: cannot write to standard output: {reason}");
-            if result.is_ok() {
-                ExitCode::from(warden::error::EXIT_FAILED)
-            } else {
-                code
+        (result, None) => result,
+    };
+    exit(result)
+}
+
+/// The one place an error is printed and mapped to the exit code (SPEC §7).
+fn exit(result: Result<(), Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(line) = e.report() {
+                errln!("{line}");
             }
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -133,13 +130,7 @@ fn clap_error(e: &clap::Error) -> ExitCode {
         e.render().to_string()
     };
     out!("{text}");
-    match ops::out::failure() {
-        None => ExitCode::SUCCESS,
-        Some(reason) => {
-            errln!("warden: cannot write to standard output: {reason}");
-            ExitCode::from(warden::error::EXIT_FAILED)
-        }
-    }
+    exit(ops::out::failure().map_or(Ok(()), |reason| Err(Error::Output(reason))))
 }
 
 impl Command {
