@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 /// Runs the daemon on this host until it is stopped by SIGTERM, SIGINT or SIGQUIT (each
 /// hands over first); returns the exit code. Every other signal that would end the
-/// process by default and that only `kill` sends is logged and ignored ([`stray_signals`]).
+/// process by default and that only `kill` sends is logged and ignored (`stray_signals`).
 pub async fn run(cfg: Config) -> Result<i32, Fatal> {
     use tokio::signal::unix::{signal, SignalKind};
     // First of all: from here on no `kill -HUP` ends the daemon without a handover.
