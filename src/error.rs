@@ -84,6 +84,10 @@ pub enum Error {
     /// Something of this process failed: the async runtime, writing to stdout.
     #[error("{0}")]
     Local(String),
+    /// Standard output could not be written (other than closed: that ends the output
+    /// quietly), by a command that only prints (SPEC §9): exit 1.
+    #[error("cannot write to standard output: {0}")]
+    Output(String),
     /// `fence-local` (SPEC §5): not verified fenced (exit 1). Its own prefix, not
     /// `warden:`: the ssh side quotes it.
     #[error("fence-local: {0}")]
@@ -121,7 +125,9 @@ impl Error {
             Error::Store(e) if e.is_unsuitable() => EXIT_USAGE,
             Error::Fatal(f) => f.code,
             Error::Stopped(code) => *code,
-            Error::Store(_) | Error::Local(_) | Error::NotFenced(_) => EXIT_FAILED,
+            Error::Store(_) | Error::Local(_) | Error::Output(_) | Error::NotFenced(_) => {
+                EXIT_FAILED
+            }
         }
     }
 
@@ -169,6 +175,16 @@ mod tests {
         assert_eq!(
             Error::NotFenced("NOT fenced on h".into()).report().unwrap(),
             "fence-local: NOT fenced on h"
+        );
+    }
+
+    #[test]
+    fn output_that_cannot_be_written_is_exit_1_with_one_line() {
+        let e = Error::Output("No space left on device (os error 28)".into());
+        assert_eq!(e.exit_code(), EXIT_FAILED);
+        assert_eq!(
+            e.report().unwrap(),
+            "warden: cannot write to standard output: No space left on device (os error 28)"
         );
     }
 }

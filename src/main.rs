@@ -3,12 +3,12 @@
 //! `main` (0 success; 1 the operation failed or was refused; 2 usage or configuration
 //! error; 3 coordination service unreachable or auth refused).
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use warden::config::{self, Config, LogFormat};
 use warden::ops::{self, operator::OpError};
-use warden::Error;
+use warden::{errln, out, outln, Error};
 
 #[derive(Parser)]
 #[command(
@@ -77,15 +77,79 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // The one place an error is printed and mapped to the exit code (SPEC §7).
-    match run(cli) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(&e),
+    };
+    let changes = cli.command.changes_the_cluster();
+    let result = run(cli);
+    // Standard output that failed (not merely closed: that ends the output quietly) is
+    // said once. A command that changed the cluster keeps the exit code of what it did;
+    // one that only prints failed at its one job (SPEC §9).
+    let result = match (result, ops::out::failure()) {
+        (Ok(()), Some(reason)) if !changes => Err(Error::Output(reason)),
+        (result, Some(reason)) => {
+            let done = if result.is_ok() {
+                "; the change was made (`warden status` shows the cluster)"
+            } else {
+                ""
+            };
+            errln!("warden: cannot write to standard output: {reason}{done}");
+            result
+        }
+        (result, None) => result,
+    };
+    exit(result)
+}
+
+/// The one place an error is printed and mapped to the exit code (SPEC §7).
+fn exit(result: Result<(), Error>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if let Some(line) = e.report() {
-                eprintln!("{line}");
+                errln!("{line}");
             }
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// A parse error, or `--help`/`--version`, which clap renders: help and version go to
+/// standard output through [`out`] (a closed pipe ends them quietly, a full disk is exit
+/// 1), errors to stderr with exit 2.
+fn clap_error(e: &clap::Error) -> ExitCode {
+    if e.use_stderr() {
+        // clap's own print ignores write errors; it never panics.
+        let _ = e.print();
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(warden::error::EXIT_USAGE));
+    }
+    let text = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        e.render().ansi().to_string()
+    } else {
+        e.render().to_string()
+    };
+    out!("{text}");
+    exit(ops::out::failure().map_or(Ok(()), |reason| Err(Error::Output(reason))))
+}
+
+impl Command {
+    /// Whether the command may change the cluster (or fence a node): its exit code is
+    /// that of the change even when its output could not be written.
+    fn changes_the_cluster(&self) -> bool {
+        match self {
+            Command::Init { .. }
+            | Command::Failover(_)
+            | Command::Pause(_)
+            | Command::Resume(_)
+            | Command::Fence(_)
+            | Command::FenceLocal(_)
+            | Command::Run => true,
+            Command::Status { .. }
+            | Command::CheckConfig
+            | Command::History(_)
+            | Command::Completions { .. }
+            | Command::Manpage => false,
         }
     }
 }
@@ -103,9 +167,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::CheckConfig => {
             let cfg = config::load(&cli.config)?;
             for w in cfg.warnings() {
-                eprintln!("warning: {w}");
+                errln!("warning: {w}");
             }
-            print!("{}", cfg.render_masked());
+            out!("{}", cfg.render_masked());
             Ok(())
         }
         Command::Run => {
@@ -127,9 +191,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Status { json } => operator(&cli.config, |cfg| async move {
             let snap = ops::status::snapshot(&cfg).await?;
             if json {
-                println!("{}", ops::status::to_json(&cfg, &snap));
+                outln!("{}", ops::status::to_json(&cfg, &snap));
             } else {
-                print!("{}", ops::status::to_text(&cfg, &snap));
+                out!("{}", ops::status::to_text(&cfg, &snap));
             }
             Ok(())
         }),
@@ -137,7 +201,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             match ops::init::init(&cfg, force).await? {
                 ops::init::InitOutcome::Done(lines) => {
                     for l in lines {
-                        println!("{l}");
+                        outln!("{l}");
                     }
                     Ok(())
                 }
@@ -159,16 +223,21 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Fence(args) => operator(&cli.config, |cfg| async move {
             Ok(ops::fence::fence(&cfg, &args).await?)
         }),
+        // Both are made in memory and written through `out`: clap_complete panics on a
+        // write error of its own.
         Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "warden", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "warden", &mut script);
+            ops::out::write_bytes(&script);
             Ok(())
         }
         Command::Manpage => {
-            use clap::CommandFactory;
+            let mut page = Vec::new();
             clap_mangen::Man::new(Cli::command())
-                .render(&mut std::io::stdout())
-                .map_err(|e| Error::Local(format!("cannot write the man page: {e}")))
+                .render(&mut page)
+                .map_err(|e| Error::Local(format!("cannot render the man page: {e}")))?;
+            ops::out::write_bytes(&page);
+            Ok(())
         }
         Command::FenceLocal(args) => runtime()?.block_on(ops::fence_local::run(&args)),
     }
@@ -190,13 +259,34 @@ fn init_logging(cfg: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only on a terminal: journald and log files get plain text.
+    // Colours only on a terminal: journald and log files get plain text. A line that
+    // cannot be written is dropped (SPEC §9): a dead journald or a closed pipe never
+    // takes the daemon down, and tracing is told nothing of the error (its own report of
+    // it is an `eprintln!`, which panics on the same broken stderr).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .log_internal_errors(false)
+        .with_writer(|| DropErrors(std::io::stderr()));
     match cfg.log.format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
+    }
+}
+
+/// A log sink that drops what it cannot write: a full disk or a closed pipe loses log
+/// lines, never the daemon.
+struct DropErrors<W>(W);
+
+impl<W: std::io::Write> std::io::Write for DropErrors<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // All of it counts as written: a partial write's rest would only fail again.
+        let _ = self.0.write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
     }
 }

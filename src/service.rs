@@ -1377,6 +1377,9 @@ async fn forward_lines<R: AsyncRead + Unpin>(
     origin: Origin,
     stream: Stream,
 ) -> Option<String> {
+    if let Origin::Command(name) = origin {
+        return forward_command_output(reader, &name, stream).await;
+    }
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     let mut last: Option<String> = None;
@@ -1411,6 +1414,154 @@ async fn forward_lines<R: AsyncRead + Unpin>(
             (Origin::Command(name), Stream::Stderr) => warn!(command = %name, "{text}"),
         }
     }
+}
+
+/// A command (a hook, a health or standby check) logs at most this many lines of each of
+/// its output streams per run (SPEC §9: a command that floods its output must neither
+/// flood the log nor time out on a full pipe); the rest is read and dropped, and one line
+/// says how much there was.
+const COMMAND_LOG_LINES: usize = 10;
+
+/// A logged line of a command is cut here, with how many bytes more it had.
+const COMMAND_LINE_BYTES: usize = 512;
+
+/// What a command's output is read in: the pipe is drained at this size per read.
+const COMMAND_READ_BYTES: usize = 64 * 1024;
+
+/// The end of a command's stream kept for its last line (the error of a failed command,
+/// a standby check's position).
+const COMMAND_TAIL_BYTES: usize = 1024;
+
+/// Forwards a command's output as [`forward_lines`] does, within bounds: at most
+/// [`COMMAND_LOG_LINES`] lines of at most [`COMMAND_LINE_BYTES`] each, then one line
+/// counting what was not logged. The pipe is always read to its end, so a command never
+/// blocks on a full pipe; the memory used is bounded whatever it prints.
+async fn forward_command_output<R: AsyncRead + Unpin>(
+    reader: R,
+    name: &str,
+    stream: Stream,
+) -> Option<String> {
+    let log = |text: &str| match stream {
+        Stream::Stdout => info!(command = %name, "{text}"),
+        Stream::Stderr => warn!(command = %name, "{text}"),
+    };
+    let mut reader = BufReader::with_capacity(COMMAND_READ_BYTES, reader);
+    let mut tail = Vec::new();
+    let mut line = Vec::new();
+    let mut logged = 0;
+    let mut unlogged: u64 = 0;
+    let failed = |e: io::Error| {
+        debug!(command = %name, error = %e, "reading a command's output failed; no more is read");
+    };
+    loop {
+        if logged < COMMAND_LOG_LINES {
+            line.clear();
+            match (&mut reader)
+                .take(COMMAND_LINE_BYTES as u64)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    failed(e);
+                    break;
+                }
+            }
+            keep_tail(&mut tail, &line);
+            let more = if line.last() == Some(&b'\n') {
+                0
+            } else {
+                match skip_line(&mut reader, &mut tail).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        failed(e);
+                        0
+                    }
+                }
+            };
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.trim().is_empty() && more == 0 {
+                continue;
+            }
+            logged += 1;
+            if more > 0 {
+                log(&format!("{text} ({more} bytes more)"));
+            } else {
+                log(text);
+            }
+        } else {
+            let chunk = match reader.fill_buf().await {
+                Ok([]) => break,
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    failed(e);
+                    break;
+                }
+            };
+            let n = chunk.len();
+            keep_tail(&mut tail, chunk);
+            reader.consume(n);
+            unlogged += n as u64;
+        }
+    }
+    if unlogged > 0 {
+        log(&format!(
+            "(its output goes on: {unlogged} bytes more, not logged)"
+        ));
+    }
+    last_line(&tail)
+}
+
+/// Reads and drops the rest of the current line (through its newline); returns how many
+/// bytes it had, the newline not counted.
+async fn skip_line<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    tail: &mut Vec<u8>,
+) -> io::Result<u64> {
+    let mut skipped = 0;
+    loop {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(skipped);
+        }
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                keep_tail(tail, &chunk[..=end]);
+                reader.consume(end + 1);
+                return Ok(skipped + end as u64);
+            }
+            None => {
+                let n = chunk.len();
+                keep_tail(tail, chunk);
+                reader.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
+}
+
+/// Keeps the last [`COMMAND_TAIL_BYTES`] of a stream in `tail`.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() >= COMMAND_TAIL_BYTES {
+        tail.clear();
+        tail.extend_from_slice(&bytes[bytes.len() - COMMAND_TAIL_BYTES..]);
+    } else {
+        tail.extend_from_slice(bytes);
+        if tail.len() > COMMAND_TAIL_BYTES {
+            tail.drain(..tail.len() - COMMAND_TAIL_BYTES);
+        }
+    }
+}
+
+/// The last non-empty line of a stream's tail, made printable and shortened.
+fn last_line(tail: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(tail)
+        .split('\n')
+        .map(|l| l.trim_end_matches('\r'))
+        .rfind(|l| !l.trim().is_empty())
+        .map(|l| crate::record::printable(l).chars().take(SAID_MAX).collect())
 }
 
 /// The one thread that forks the service.
@@ -2225,6 +2376,33 @@ mod tests {
         assert_eq!(Exit::Signal(9).to_string(), "killed by signal 9 (SIGKILL)");
         assert!(Exit::Code(0).success());
         assert!(!Exit::Signal(15).success());
+    }
+
+    #[tokio::test]
+    async fn a_flooding_command_is_read_to_its_end_and_its_last_line_kept() {
+        // 20,000 lines, one line of 100 KiB, then the last words without a newline.
+        let mut input = "y\n".repeat(20_000).into_bytes();
+        input.extend(std::iter::repeat_n(b'z', 100 * 1024));
+        input.extend_from_slice(b"\nlast words\r");
+        let (mut tx, rx) = tokio::io::duplex(4096);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(&input).await.is_ok()
+        });
+        let last = forward_command_output(rx, "flood", Stream::Stderr).await;
+        assert!(writer.await.unwrap(), "every byte was read");
+        assert_eq!(last.as_deref(), Some("last words"));
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_and_the_last_line_is_printable() {
+        let mut tail = Vec::new();
+        keep_tail(&mut tail, &[b'a'; 3 * COMMAND_TAIL_BYTES]);
+        assert_eq!(tail.len(), COMMAND_TAIL_BYTES);
+        keep_tail(&mut tail, b"\nend \x1b[31m\n\n  \n");
+        assert_eq!(tail.len(), COMMAND_TAIL_BYTES);
+        assert_eq!(last_line(&tail).as_deref(), Some("end \\u{1b}[31m"));
+        assert_eq!(last_line(b"\n \n"), None);
     }
 
     #[test]

@@ -18,14 +18,14 @@ use std::collections::VecDeque;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::time::Instant;
 
 /// How many of the last output lines a failure quotes: enough to show an agent's error,
 /// short enough for one log line.
 const TAIL_LINES: usize = 5;
-/// A quoted line is cut here; the whole line is in the log.
+/// A quoted line is cut here; the log has more of it (up to [`LINE_BYTES`]).
 const TAIL_LINE_CHARS: usize = 300;
 /// After SIGKILL to the group: how long to wait for its processes to vanish and for the
 /// program to be reaped. SIGKILL takes effect at once unless a process is stuck in the
@@ -151,37 +151,96 @@ struct Output {
     tail: Arc<Mutex<VecDeque<String>>>,
 }
 
-/// Logs every line of one output stream and keeps the last few.
+/// A fence program's stream logs at most this many lines per attempt; the rest is read
+/// (a program never blocks on a full pipe) and counted in one line (SPEC §9).
+const LOG_LINES: usize = 50;
+/// A logged line is cut here, with how many bytes more it had.
+const LINE_BYTES: usize = 512;
+
+/// Logs the lines of one output stream (within [`LOG_LINES`] and [`LINE_BYTES`]) and
+/// keeps the last few; memory stays bounded whatever the program prints.
 async fn pump<R: AsyncRead + Unpin>(stream: R, name: &'static str, out: Output) {
     let Output {
         label,
         target,
         tail,
     } = out;
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::with_capacity(64 * 1024, stream);
     let mut buf = Vec::new();
+    let mut logged = 0;
+    let mut unlogged: u64 = 0;
     loop {
         buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
+        match (&mut reader)
+            .take(LINE_BYTES as u64)
+            .read_until(b'\n', &mut buf)
+            .await
+        {
+            Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
+        let more = if buf.last() == Some(&b'\n') {
+            0
+        } else {
+            skip_line(&mut reader).await
+        };
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end();
-        if line.is_empty() {
+        if line.is_empty() && more == 0 {
             continue;
         }
-        tracing::info!(
-            method = label.as_str(),
-            target = target.as_str(),
-            stream = name,
-            "{line}"
-        );
+        if logged < LOG_LINES {
+            logged += 1;
+            let cut = if more > 0 {
+                format!(" ({more} bytes more)")
+            } else {
+                String::new()
+            };
+            tracing::info!(
+                method = label.as_str(),
+                target = target.as_str(),
+                stream = name,
+                "{line}{cut}"
+            );
+        } else {
+            unlogged += buf.len() as u64 + more;
+        }
         if let Ok(mut tail) = tail.lock() {
             if tail.len() == TAIL_LINES {
                 tail.pop_front();
             }
             tail.push_back(line.chars().take(TAIL_LINE_CHARS).collect());
+        }
+    }
+    if unlogged > 0 {
+        tracing::info!(
+            method = label.as_str(),
+            target = target.as_str(),
+            stream = name,
+            "(its output went on: {unlogged} bytes more, not logged)"
+        );
+    }
+}
+
+/// Reads and drops the rest of the current line (through its newline); returns how many
+/// bytes it had. A read error ends it as the end of the stream does.
+async fn skip_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> u64 {
+    let mut skipped = 0;
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => return skipped,
+            Ok(chunk) => chunk,
+        };
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                reader.consume(end + 1);
+                return skipped + end as u64;
+            }
+            None => {
+                let n = chunk.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
         }
     }
 }

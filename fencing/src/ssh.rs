@@ -83,7 +83,10 @@ const TAIL_LINE_CHARS: usize = 300;
 const MAX_LINE_BYTES: usize = 4096;
 /// Lines of remote output logged per attempt; `fence-local` prints a handful. Past this
 /// only the tail is kept.
-const MAX_LOGGED_LINES: usize = 200;
+const MAX_LOGGED_LINES: usize = 50;
+/// A logged line is cut here, with how many bytes more it had (SPEC §9: a remote command
+/// that floods does not flood the log).
+const LOGGED_LINE_BYTES: usize = 512;
 
 /// The phase of a session in which the remote command runs.
 const RUNNING: &str = "running the remote command";
@@ -725,6 +728,18 @@ fn run_session(
     })
 }
 
+/// `line` up to `max` bytes (at a character boundary), with how many bytes more it had.
+fn cut(line: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if line.len() <= max {
+        return line.into();
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} ({} bytes more)", &line[..end], line.len() - end).into()
+}
+
 /// One attempt as the async half sees it: the command line and the remote output, logged
 /// as they come, the last few lines kept for a failure.
 struct Output<'a> {
@@ -760,7 +775,8 @@ impl Output<'_> {
     fn line(&mut self, line: String) {
         let (target, host) = (self.target, self.host);
         if self.logged < MAX_LOGGED_LINES {
-            tracing::info!(method = "ssh", target, host, "{host}: {line}");
+            let shown = cut(&line, LOGGED_LINE_BYTES);
+            tracing::info!(method = "ssh", target, host, "{host}: {shown}");
         } else if self.logged == MAX_LOGGED_LINES {
             tracing::info!(
                 method = "ssh",

@@ -102,7 +102,7 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
     let zk = operator::session(cfg).await?;
     if args.cancel {
         match cancel(&zk).await? {
-            Some(r) => println!(
+            Some(r) => crate::outln!(
                 "withdrew the switchover request {} -> {} (by {}, deadline {}); the \
                  cluster elects normally",
                 record::printable(&r.from),
@@ -110,13 +110,13 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
                 record::printable(&r.by),
                 record::printable(&r.deadline)
             ),
-            None => println!("no switchover request is pending; nothing to withdraw"),
+            None => crate::outln!("no switchover request is pending; nothing to withdraw"),
         }
         return Ok(());
     }
     let requested = request(&zk, cfg, args).await?;
     let r = &requested.request;
-    println!(
+    crate::outln!(
         "switchover requested: {} -> {}{} (by {}, lapses at {}); waiting up to {}",
         r.from,
         r.to.as_deref().unwrap_or("any healthy standby"),
@@ -130,14 +130,14 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
         humantime::format_duration(requested.timeout)
     );
     let s = await_new_active(cfg, zk, &requested).await?;
-    println!(
+    crate::outln!(
         "new active: {} (epoch {}) after {} ms",
         s.to,
         s.epoch.map_or_else(|| "?".to_string(), |e| e.to_string()),
         s.took.as_millis()
     );
     if let Some(how) = &s.fenced {
-        eprintln!("warning: {}", not_clean(&s, how));
+        crate::errln!("warning: {}", not_clean(&s, how));
     }
     Ok(())
 }

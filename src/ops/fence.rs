@@ -90,11 +90,11 @@ pub async fn fence(cfg: &Config, args: &FenceArgs) -> Result<(), OpError> {
         (true, false, Some(node)) => print_confirmed(&confirm(&zk, node).await?),
         (false, false, Some(node)) if args.dry_run => {
             let p = plan(&zk, cfg, node, args.force).await?;
-            println!("would fence {} with, in order:", describe(&p.target));
+            crate::outln!("would fence {} with, in order:", describe(&p.target));
             for line in &p.methods {
-                println!("  {}", printable(line));
+                crate::outln!("  {}", printable(line));
             }
-            println!("(dry run: nothing was run or changed)");
+            crate::outln!("(dry run: nothing was run or changed)");
             Ok(())
         }
         (false, false, Some(node)) => print_fenced(&fence_node(&zk, cfg, node, args.force).await?),
@@ -108,9 +108,9 @@ pub async fn fence(cfg: &Config, args: &FenceArgs) -> Result<(), OpError> {
 
 fn print_fenced(f: &Fenced) -> Result<(), OpError> {
     let node = printable(&f.target.node_id);
-    println!("{}", printable(&f.report.summary()));
+    crate::outln!("{}", printable(&f.report.summary()));
     if f.report.is_fenced() {
-        println!(
+        crate::outln!(
             "{node} is fenced. The breadcrumb stays: the next election fences this incarnation \
              again, which succeeds at once now; `warden fence --confirm {node}` records it as \
              down instead"
@@ -126,13 +126,13 @@ fn print_fenced(f: &Fenced) -> Result<(), OpError> {
 
 fn print_confirmed(c: &Confirmed) -> Result<(), OpError> {
     match &c.target {
-        Some(t) => println!(
+        Some(t) => crate::outln!(
             "{} confirmed down: its breadcrumb is deleted, so the next election promotes \
              without fencing; standbys sitting out after failed fences see it within \
              session_timeout / 6 and join again",
             describe(t)
         ),
-        None => println!(
+        None => crate::outln!(
             "the unreadable breadcrumb is deleted, so the next election promotes without \
              fencing; standbys sitting out after failed fences see it within \
              session_timeout / 6 and join again"
@@ -169,7 +169,7 @@ pub async fn fence_node<S: Session>(
     let snap = read(zk).await?;
     let target = fence_target(&snap, node, force)?;
     let chain = chain(cfg)?;
-    println!("fencing {} with the configured chain", describe(&target));
+    crate::outln!("fencing {} with the configured chain", describe(&target));
     let report = chain.fence(&target_of(&snap, &target)).await;
     let by = operator::identity();
     let (to, verdict) = if report.is_fenced() {

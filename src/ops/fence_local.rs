@@ -235,7 +235,7 @@ impl Watchdog {
         std::thread::spawn(move || {
             // Disconnected = the watchdog was dropped: fence-local finished in time.
             if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(bound) {
-                eprintln!(
+                crate::errln!(
                     "fence-local: NOT fenced: still working after {}; giving up (a process \
                      stuck in the kernel, or a /proc too slow to read?); check the old \
                      incarnation's processes on this host by hand",
@@ -275,7 +275,7 @@ pub async fn run(args: &FenceLocalArgs) -> Result<(), Error> {
     let target = args.target();
     let foreign_pid_ns = match process::whereabouts(&now, &machine_id, pid_ns, &target) {
         Whereabouts::Rebooted(how) => {
-            println!("{FENCE_LOCAL_FENCED}: {host}: {how}");
+            crate::outln!("{FENCE_LOCAL_FENCED}: {host}: {how}");
             return Ok(());
         }
         Whereabouts::Elsewhere(why) => {
@@ -286,7 +286,7 @@ pub async fn run(args: &FenceLocalArgs) -> Result<(), Error> {
         }
         Whereabouts::ThisBoot => None,
         Whereabouts::OtherPidNamespace { recorded, here } => {
-            eprintln!(
+            crate::errln!(
                 "fence-local: {host}: the incarnation ran on this boot of this machine but in pid \
                  namespace {recorded}, and fence-local runs in {here}: its recorded pids cannot \
                  be checked from here, so it cannot be verified fenced"
@@ -296,7 +296,7 @@ pub async fn run(args: &FenceLocalArgs) -> Result<(), Error> {
     };
 
     let signal: Signal = args.signal.0;
-    println!(
+    crate::outln!(
         "fence-local: {host}: the record's boot and machine; sending {} to what remains of it, \
          waiting up to {}",
         signal.as_str(),
@@ -313,26 +313,26 @@ pub async fn run(args: &FenceLocalArgs) -> Result<(), Error> {
     let report = process::terminate_incarnation(&target, &opts, deadline).await;
 
     for s in &report.killed {
-        println!("fence-local: killed every process of {s} (cgroup.kill)");
+        crate::outln!("fence-local: killed every process of {s} (cgroup.kill)");
     }
     for s in &report.signalled {
-        println!("fence-local: sent {} to {s}", signal.as_str());
+        crate::outln!("fence-local: sent {} to {s}", signal.as_str());
     }
     for g in &report.gone {
-        println!("fence-local: already gone: {g}");
+        crate::outln!("fence-local: already gone: {g}");
     }
     for p in &report.problems {
-        eprintln!("fence-local: cannot verify: {p}");
+        crate::errln!("fence-local: cannot verify: {p}");
     }
     for r in &report.remaining {
-        eprintln!(
+        crate::errln!(
             "fence-local: still running {}ms after {}: {r}",
             report.waited.as_millis(),
             signal.as_str()
         );
     }
     if report.is_fenced() {
-        println!(
+        crate::outln!(
             "{FENCE_LOCAL_FENCED}: nothing of the incarnation remains on {host} ({})",
             report.summary()
         );

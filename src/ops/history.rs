@@ -37,9 +37,9 @@ pub async fn history(cfg: &Config, args: &HistoryArgs) -> Result<(), OpError> {
     };
     let (history, set_aside) = read.await?;
     if args.json {
-        println!("{}", to_json(&history, &set_aside));
+        crate::outln!("{}", to_json(&history, &set_aside));
     } else {
-        print!("{}", to_text(&cfg.cluster.name, &history, &set_aside));
+        crate::out!("{}", to_text(&cfg.cluster.name, &history, &set_aside));
     }
     Ok(())
 }

@@ -173,7 +173,7 @@ async fn restore(
     // soon as it does; a session timeout (theirs may still be running out) and two of
     // their retries cover a slow one.
     let wait = cfg.session_timeout() + crate::elector::LOST_DATA_RETRY * 2;
-    eprintln!(
+    crate::errln!(
         "warden: the store lost data; waiting {} for running wardens to register the epochs \
          they have seen",
         humantime::format_duration(wait)

@@ -7,6 +7,7 @@ pub mod fence_local;
 pub mod history;
 pub mod init;
 pub mod operator;
+pub mod out;
 pub mod pause;
 pub mod status;
 

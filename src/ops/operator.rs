@@ -63,11 +63,11 @@ pub fn entry(
 pub async fn record<S: Session>(zk: &S, entry: &HistoryEntry) {
     match zk.append_history(entry).await {
         Ok(None) => {}
-        Ok(Some(copy)) => eprintln!(
+        Ok(Some(copy)) => crate::errln!(
             "warden: the history znode was unreadable; its old contents are kept in {copy} \
              and a new history starts with this entry"
         ),
-        Err(e) => eprintln!(
+        Err(e) => crate::errln!(
             "warden: warning: done, but it could not be added to history ({}); it is missing \
              from `warden history`",
             record::printable(&e.to_string())

@@ -51,14 +51,14 @@ pub async fn pause(cfg: &Config, args: &PauseArgs) -> Result<(), OpError> {
     };
     match change.await? {
         Change::Done { reason } => {
-            println!(
+            crate::outln!(
                 "cluster {name} paused ({}): nobody is promoted or demoted automatically until \
                  `warden resume`",
                 reason.as_deref().unwrap_or("no reason given")
             );
         }
         Change::AlreadySo { reason } => {
-            println!(
+            crate::outln!(
                 "cluster {name} is already paused ({}); nothing changed",
                 record::printable(reason.as_deref().unwrap_or("no reason given"))
             );
@@ -84,13 +84,13 @@ pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> Result<(), OpError> {
     };
     match change.await? {
         (Change::Done { .. }, _) => {
-            println!("cluster {name} resumed: the election runs normally again");
+            crate::outln!("cluster {name} resumed: the election runs normally again");
         }
         (Change::AlreadySo { .. }, None) => {
-            println!("cluster {name} is not paused; nothing changed");
+            crate::outln!("cluster {name} is not paused; nothing changed");
         }
         (Change::AlreadySo { .. }, Some(f)) => {
-            println!(
+            crate::outln!(
                 "cluster {name} is not paused; nothing changed. A switchover request is \
                  pending ({} -> {}, requested by {}, lapses at {}) and keeps other standbys \
                  out; `warden failover --cancel` withdraws it",

@@ -246,7 +246,7 @@ fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
 
 /// Makes the child die with the thread that spawned it (the test's thread), so that a
 /// test process killed outright leaves no server or daemon behind.
-fn die_with_parent(cmd: &mut Command) {
+pub fn die_with_parent(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
