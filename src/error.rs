@@ -14,6 +14,22 @@ pub const EXIT_USAGE: u8 = 2;
 /// Exit code: the coordination service is unreachable or refused authentication.
 pub const EXIT_UNREACHABLE: u8 = 3;
 
+/// Ends an operator command whose output cannot be written "as for SIGPIPE" (SPEC §9):
+/// killed by that signal, as a C program writing to a closed pipe is (shells show status
+/// 141 and say nothing). Rust ignores SIGPIPE in its own process, so its default comes
+/// back first; should the signal not end the process (it cannot be blocked here, but
+/// that is the kernel's to say), the exit status is the one a shell would show.
+pub fn end_as_for_sigpipe() -> ! {
+    use nix::sys::signal::{raise, signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler of ours; nothing runs between this and the
+    // signal's delivery that could rely on the old disposition.
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
+    }
+    let _ = raise(Signal::SIGPIPE);
+    std::process::exit(128 + Signal::SIGPIPE as i32)
+}
+
 /// A fatal start-up or run-time error, with the exit code of SPEC §7.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -84,10 +100,6 @@ pub enum Error {
     /// Something of this process failed: the async runtime, writing to stdout.
     #[error("{0}")]
     Local(String),
-    /// Standard output could not be written (other than closed: that ends the output
-    /// quietly), by a command that only prints (SPEC §9): exit 1.
-    #[error("cannot write to standard output: {0}")]
-    Output(String),
     /// `fence-local` (SPEC §5): not verified fenced (exit 1). Its own prefix, not
     /// `warden:`: the ssh side quotes it.
     #[error("fence-local: {0}")]
@@ -125,9 +137,7 @@ impl Error {
             Error::Store(e) if e.is_unsuitable() => EXIT_USAGE,
             Error::Fatal(f) => f.code,
             Error::Stopped(code) => *code,
-            Error::Store(_) | Error::Local(_) | Error::Output(_) | Error::NotFenced(_) => {
-                EXIT_FAILED
-            }
+            Error::Store(_) | Error::Local(_) | Error::NotFenced(_) => EXIT_FAILED,
         }
     }
 
@@ -175,16 +185,6 @@ mod tests {
         assert_eq!(
             Error::NotFenced("NOT fenced on h".into()).report().unwrap(),
             "fence-local: NOT fenced on h"
-        );
-    }
-
-    #[test]
-    fn output_that_cannot_be_written_is_exit_1_with_one_line() {
-        let e = Error::Output("No space left on device (os error 28)".into());
-        assert_eq!(e.exit_code(), EXIT_FAILED);
-        assert_eq!(
-            e.report().unwrap(),
-            "warden: cannot write to standard output: No space left on device (os error 28)"
         );
     }
 }

@@ -1,43 +1,30 @@
-//! What operator commands print (SPEC §9): standard output that cannot be written never
-//! panics a command. A closed pipe (EPIPE: `warden status | head -1`) ends the output
-//! quietly, as SIGPIPE would end a C program, and the command goes on to finish what it
-//! was doing; any other write error (ENOSPC on `/dev/full`) is remembered, the output
-//! stops there, and `main` says it once on stderr ([`failure`]). Lines on stderr are best
-//! effort: a closed stderr drops them.
+//! What operator commands print (SPEC §9: "stdout or stderr closed, or full: a command
+//! ends quietly (exit as for SIGPIPE)"). `println!` panics on a write error (exit 101: a
+//! `failover | head -0` crashed after its switchover). Here the first write to standard
+//! output that fails ends the command at once, as SIGPIPE ends a C program: killed by
+//! SIGPIPE, which shells show as status 141 and do not report. A closed pipe (`warden
+//! status | head -1`) says nothing; any other error (ENOSPC on `/dev/full`) leaves one
+//! line on stderr first, when stderr can take it. A change already made stays made (a
+//! switchover under way goes on without the command); `warden status` shows the cluster.
+//! Lines on stderr are best effort: a closed stderr drops them.
 //!
 //! Use [`outln!`](crate::outln), [`out!`](crate::out) and [`errln!`](crate::errln)
-//! instead of `println!`, `print!` and `eprintln!`, which panic on a write error.
+//! instead of `println!`, `print!` and `eprintln!`.
 
 use std::fmt;
 use std::io::{self, Write};
-use std::sync::Mutex;
 
-/// What became of standard output so far.
-enum State {
-    Open,
-    /// The reader went away: nothing more is written, and that is no error.
-    Closed,
-    /// Another write error: nothing more is written; `main` reports it.
-    Failed(io::Error),
-}
-
-static STATE: Mutex<State> = Mutex::new(State::Open);
-
-/// Writes `bytes` to standard output, flushed, unless an earlier write failed.
+/// Writes `bytes` to standard output, flushed; a write that fails ends the process (see
+/// the module's doc).
 pub fn write_bytes(bytes: &[u8]) {
-    // A poisoned lock only means a thread panicked while holding it; the state is still
-    // one of the three.
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    if !matches!(*state, State::Open) {
-        return;
-    }
     let mut stdout = io::stdout().lock();
     if let Err(e) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        *state = if e.kind() == io::ErrorKind::BrokenPipe {
-            State::Closed
-        } else {
-            State::Failed(e)
-        };
+        if e.kind() != io::ErrorKind::BrokenPipe {
+            write_err(format_args!(
+                "warden: cannot write to standard output: {e}; ending as for SIGPIPE\n"
+            ));
+        }
+        crate::error::end_as_for_sigpipe();
     }
 }
 
@@ -54,15 +41,6 @@ pub fn write_fmt(args: fmt::Arguments<'_>) {
 pub fn write_err(args: fmt::Arguments<'_>) {
     let mut stderr = io::stderr().lock();
     let _ = stderr.write_fmt(args).and_then(|()| stderr.flush());
-}
-
-/// Why standard output could not be written, if it failed other than by a closed pipe:
-/// "No space left on device (os error 28)".
-pub fn failure() -> Option<String> {
-    match &*STATE.lock().unwrap_or_else(|p| p.into_inner()) {
-        State::Failed(e) => Some(e.to_string()),
-        State::Open | State::Closed => None,
-    }
 }
 
 /// `println!` to standard output that never panics (see the module's doc).
