@@ -61,16 +61,6 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Exit `code`, and no panic in what it said.
-fn assert_exit(out: &Output, code: i32, what: &str) {
-    assert_eq!(out.status.code(), Some(code), "{what}\n{}", describe(out));
-    assert!(
-        !stderr(out).contains("panicked"),
-        "{what} panicked\n{}",
-        describe(out)
-    );
-}
-
 /// SPEC §9: output that cannot be written ends the command "as for SIGPIPE": killed by
 /// that signal (status 141 in a shell), no panic.
 fn assert_ended_as_for_sigpipe(out: &Output, what: &str) {
