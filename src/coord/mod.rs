@@ -783,6 +783,10 @@ pub struct ClusterSnapshot {
     /// crashed leaves its row), which `lock` leaves out: no lock, but an epoch that
     /// `init --force` must stay above.
     pub expired_lock_epoch: Option<Epoch>,
+    /// Store items that hold what warden never writes there (a Redis key of another
+    /// type), one sentence each: which item, what is wrong with it, and what replaces it.
+    /// Readers skip them; `status` shows them (issue 31, 5).
+    pub garbage: Vec<String>,
 }
 
 impl ClusterSnapshot {

@@ -695,6 +695,51 @@ impl Inner {
         }
     }
 
+    /// Warden's keys that hold another type than warden writes there (Redis `TYPE`, one
+    /// round trip for all): one sentence each, naming the key and what replaces it.
+    async fn wrong_types(&self) -> Result<Vec<String>, StoreError> {
+        let expected = [
+            (self.k.lock(), "hash", "the next election"),
+            (
+                self.k.key(BREADCRUMB),
+                "hash",
+                "the next promotion, or `warden fence --confirm --unreadable`,",
+            ),
+            (
+                self.k.key(CONTROL),
+                "hash",
+                "`warden pause` or `warden resume`",
+            ),
+            (self.k.key(HISTORY), "hash", "the next transition"),
+            (self.k.members(), "set", "each node's next registration"),
+            (self.k.seen(), "hash", "each node's next join"),
+            (self.k.epoch(), "string", "`warden init --force`"),
+            (self.k.aside(), "set", "the next history set aside"),
+        ];
+        let mut pipe = redis::pipe();
+        for (key, _, _) in &expected {
+            pipe.cmd("TYPE").arg(key);
+        }
+        let found: Vec<String> = self
+            .bounded("reading the types of warden's keys", |mut c| async move {
+                pipe.query_async(&mut c).await
+            })
+            .await?;
+        Ok(expected
+            .iter()
+            .zip(found)
+            .filter(|((_, kind, _), found)| found != "none" && found != kind)
+            .map(|((key, kind, replaced_by), found)| {
+                format!(
+                    "key {} holds a {}, not the {kind} warden writes there: every reader \
+                     skips it, and {replaced_by} replaces it",
+                    crate::record::printable(key),
+                    crate::record::printable(&found)
+                )
+            })
+            .collect())
+    }
+
     /// Runs a script invocation; its integer answer.
     async fn call(&self, doing: &str, inv: redis::ScriptInvocation<'_>) -> Result<i64, StoreError> {
         self.bounded(doing, |mut c| async move { inv.invoke_async(&mut c).await })
@@ -1352,7 +1397,28 @@ impl Session for RedisSession {
         let mut snap = ClusterSnapshot::of_lock(
             lock.map(|(session, data, epoch)| (data, epoch, SessionId(session))),
         );
-        snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
+        let (breadcrumb, control) = (i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
+        snap.garbage = i.wrong_types().await?;
+        for (name, item, replaced_by) in [
+            (
+                BREADCRUMB,
+                &breadcrumb,
+                "the next promotion, or `warden fence --confirm --unreadable`,",
+            ),
+            (CONTROL, &control, "`warden pause` or `warden resume`"),
+        ] {
+            let key = i.k.key(name);
+            let named = snap.garbage.iter().any(|g| g.contains(key.as_str()));
+            if matches!(item, Some((_, -1))) && !named {
+                snap.garbage.push(format!(
+                    "key {}: its version field holds no version warden wrote (it writes \
+                     whole numbers): the item counts as unreadable, and {replaced_by} \
+                     replaces it",
+                    crate::record::printable(&key)
+                ));
+            }
+        }
+        snap.add_items(breadcrumb, control);
         let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
         // A members key of another type lists nobody (the next registration replaces it).
         let listed: Vec<Vec<u8>> = i
@@ -1418,6 +1484,14 @@ impl Session for RedisSession {
             // Gone (expired), or a key of another type that no session holds: no longer
             // a member (the node's next registration replaces it).
             let Some((Some(session), data)) = read else {
+                if read.is_none() {
+                    snap.garbage.push(format!(
+                        "key {} is not the hash warden writes there: member {} counts as \
+                         gone until its next registration replaces it",
+                        crate::record::printable(&i.k.member(&id)),
+                        crate::record::printable(&id)
+                    ));
+                }
                 continue;
             };
             let session = SessionId(

@@ -94,6 +94,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
         "history_unreadable_entries": snap.history.unreadable_entries,
         "history_unreadable": snap.history.unreadable,
         "history_set_aside": snap.set_aside,
+        "garbage": snap.garbage,
         "members": members,
     })
 }
@@ -198,6 +199,9 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
              before starting a new one\n",
             p(e)
         ));
+    }
+    for line in &snap.garbage {
+        out.push_str(&format!("garbage:    {}\n", p(line)));
     }
     if snap.history.unreadable_entries > 0 {
         out.push_str(&format!(

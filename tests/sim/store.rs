@@ -929,6 +929,7 @@ impl State {
             counter_unreadable: false,
             // ZooKeeper's lock is ephemeral: an expired one is gone.
             expired_lock_epoch: None,
+            garbage: Vec::new(),
             members: self
                 .members
                 .iter()
