@@ -249,6 +249,9 @@ impl Tables {
     }
 }
 
+/// The bound of a DDL statement batch (see [`Inner::run_ddl`]).
+const DDL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A server error is a definite answer (the statement did not apply); everything else is
 /// an unknown outcome. Lock waits and deadlocks are retried like unknown outcomes: a
 /// renewal that waited on a rival's row lock has not lost the lock.
@@ -563,14 +566,53 @@ impl Inner {
         F: FnOnce(mysql_async::Conn) -> Fut,
         Fut: Future<Output = Result<T, mysql_async::Error>>,
     {
+        self.run_within(self.op_timeout, doing, f).await
+    }
+
+    /// Creates the tables that are missing, within `bound`.
+    async fn create_tables(&self, bound: Duration) -> Result<(), StoreError> {
+        let ddl = self.t.ddl();
+        self.run_within(bound, "creating the tables", |mut c| async move {
+            for statement in &ddl {
+                c.query_drop(statement).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`Inner::run`] for DDL (`CREATE TABLE IF NOT EXISTS`, the `expires_at` column),
+    /// within [`DDL_TIMEOUT`]: a table is created with fsyncs of its own and may wait for
+    /// a metadata lock, which takes longer than a third of a short session timeout on a
+    /// busy server (`warden init` failed so, "creating the tables got no answer within
+    /// 666ms"). Each statement is idempotent, and no lock or lease waits on it.
+    async fn run_ddl<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(mysql_async::Conn) -> Fut,
+        Fut: Future<Output = Result<T, mysql_async::Error>>,
+    {
+        self.run_within(self.op_timeout.max(DDL_TIMEOUT), doing, f)
+            .await
+    }
+
+    async fn run_within<T, F, Fut>(
+        &self,
+        bound: Duration,
+        doing: &str,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(mysql_async::Conn) -> Fut,
+        Fut: Future<Output = Result<T, mysql_async::Error>>,
+    {
         let work = async {
             let conn = self.pool.get_conn().await?;
             f(conn).await
         };
-        match tokio::time::timeout(self.op_timeout, work).await {
+        match tokio::time::timeout(bound, work).await {
             Err(_) => Err(StoreError::Unknown(format!(
                 "{doing} got no answer within {}",
-                humantime::format_duration(self.op_timeout)
+                humantime::format_duration(bound)
             ))),
             Ok(r) => r.map_err(|e| classify(e, doing)),
         }
@@ -589,7 +631,7 @@ impl Inner {
         let alter = format!("ALTER TABLE {} ADD COLUMN {EXPIRES_AT_COLUMN}", t.lock);
         let alter2 = alter.clone();
         let added = self
-            .run(
+            .run_ddl(
                 "adding the expires_at column to the lock table",
                 |mut c| async move {
                     let columns: Vec<String> = c
@@ -1092,7 +1134,12 @@ impl Session for MysqlSession {
         // tables are gone too (a wiped database), it makes them again when its grants
         // allow. Never the marker: that is the operator's word (`init --force`).
         match self.inner.get(MARKER).await {
-            Err(StoreError::NotInitialized(why)) => match self.init().await {
+            // Within the operation timeout: a daemon's session waits on it.
+            Err(StoreError::NotInitialized(why)) => match self
+                .inner
+                .create_tables(self.inner.op_timeout)
+                .await
+            {
                 Ok(_) => Ok(()),
                 Err(_) => Err(StoreError::NotInitialized(why)),
             },
@@ -1510,14 +1557,7 @@ impl Session for MysqlSession {
 
     async fn init(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
-        let ddl = i.t.ddl();
-        i.run("creating the tables", |mut c| async move {
-            for statement in &ddl {
-                c.query_drop(statement).await?;
-            }
-            Ok(())
-        })
-        .await?;
+        i.create_tables(i.op_timeout.max(DDL_TIMEOUT)).await?;
         Ok(vec![format!(
             "the {}lock, epoch, member and kv tables exist",
             i.s.prefix
