@@ -383,3 +383,67 @@ fn a_redis_database_the_server_does_not_have_is_named() {
         "{said}"
     );
 }
+
+/// Review of issue 31 (F1): `SET lock x` over the lock a live active holds. The Lua
+/// scripts took a lock key of another type for no lock, so the standby took it at once
+/// (in 260 ms), while the holder's lease still ran: with a fence that reports fenced
+/// without acting, the two services overlapped. The garbage is now nobody's lock until it
+/// expires (four session timeouts). n1's warden is frozen as the garbage lands, so that
+/// n2 surely tries first: it must not be active within n1's session timeout (on the old
+/// scripts it was, within a second); n1, thawed, finds its lock gone and stops its
+/// service; n2 takes over once the garbage expired, and the journals show no overlap.
+#[test]
+fn a_redis_lock_key_of_another_type_is_not_taken_while_its_holders_lease_runs() {
+    let db = RedisServer::start();
+    let mut cluster = Cluster::with_redis(&db);
+    cluster.session_timeout = secs(3);
+    cluster.use_redis(&db);
+    let cluster = initialized(cluster);
+    let opts = || NodeOptions {
+        fences: Some(vec![cluster.no_op_fence()]),
+        ..NodeOptions::default()
+    };
+    let (n1, n2) = (
+        cluster.node_with("n1", opts()),
+        cluster.node_with("n2", opts()),
+    );
+    let w1 = n1.start();
+    assert!(
+        within(secs(20), || active_is(&n1.config, "n1")),
+        "{}",
+        w1.log()
+    );
+    let w2 = n2.start();
+    assert!(
+        within(secs(20), || try_status_json(&n1.config)
+            .is_ok_and(|s| member_ids(&s).len() == 2)),
+        "{}",
+        w2.log()
+    );
+    let key = format!("warden:{{{}}}:lock", cluster.name);
+    freeze_pid(w1.pid());
+    let planted = std::time::Instant::now();
+    db.cli(&["SET", &key, "x"]);
+    while planted.elapsed() < secs(3) {
+        if let Ok(s) = try_status_json(&n2.config) {
+            assert_ne!(
+                active_id(&s).as_deref(),
+                Some("n2"),
+                "n2 took a lock key of another type {:?} after it landed, inside n1's \
+                 session timeout: {}",
+                planted.elapsed(),
+                w2.log()
+            );
+        }
+        std::thread::sleep(ms(100));
+    }
+    thaw_pid(w1.pid());
+    assert!(
+        within(secs(30), || active_is(&n2.config, "n2")
+            || active_is(&n2.config, "n1")),
+        "nobody active after the garbage lock expired: {}\n{}",
+        w1.log(),
+        w2.log()
+    );
+    cluster.assert_safe();
+}

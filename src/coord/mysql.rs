@@ -1135,14 +1135,12 @@ impl Session for MysqlSession {
         // allow. Never the marker: that is the operator's word (`init --force`).
         match self.inner.get(MARKER).await {
             // Within the operation timeout: a daemon's session waits on it.
-            Err(StoreError::NotInitialized(why)) => match self
-                .inner
-                .create_tables(self.inner.op_timeout)
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(_) => Err(StoreError::NotInitialized(why)),
-            },
+            Err(StoreError::NotInitialized(why)) => {
+                match self.inner.create_tables(self.inner.op_timeout).await {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(StoreError::NotInitialized(why)),
+                }
+            }
             other => other.map(|_| ()),
         }
     }

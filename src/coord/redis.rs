@@ -166,13 +166,27 @@ end
 /// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
 /// a counter below the floor is refused before it moves, so a store that forgot exactly
 /// the last promotion never hands its epoch out again (the joiner remembers it).
+///
+/// A lock key that is no warden lock (another type, or a hash whose session is not a
+/// session id: `SET lock x` over a held lock) is never taken at once: its holder, alive,
+/// is inside its lease until its next renewal fails (SPEC §3a: nobody takes the lock
+/// before its holder's lease ended). It is held by nobody (session 0) until it expires;
+/// when it has no expiry it gets four times the joiner's session timeout, which covers a
+/// holder of up to eight times the joiner's (its lease is half its own timeout): the
+/// holder's own timeout went with its lock record.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r#"{SEEN_FN}
 local cur = hget(KEYS[1], 'session')
-if cur then
+if cur and string.match(cur, '^%-?%d+$') then
   if cur == ARGV[1] then return {{'held', hget(KEYS[1], 'epoch')}} end
   return {{'other', cur, hget(KEYS[1], 'record') or ''}}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.call('PTTL', KEYS[1]) < 0 then
+    redis.call('PEXPIRE', KEYS[1], 4 * tonumber(ARGV[3]))
+  end
+  return {{'other', '0', ''}}
 end
 raise_seen(KEYS[4], ARGV[4], ARGV[5])
 if redis.call('EXISTS', KEYS[3]) == 0 then return {{'lost', 'marker'}} end
