@@ -84,7 +84,10 @@ pub struct SshFence {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SignalFence {
-    #[serde(default = "default_fence_signal", deserialize_with = "values::signal")]
+    #[serde(
+        default = "default_fence_signal",
+        deserialize_with = "values::fence_signal"
+    )]
     pub signal: SignalName,
     #[serde(default = "default_signal_timeout", with = "values::duration")]
     pub timeout: Duration,

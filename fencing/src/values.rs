@@ -114,6 +114,57 @@ pub fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
     }))
 }
 
+/// A signal for the `signal` fence: one that ends a process ([`signal`]) and that a
+/// warden does not ignore ([`warden_ignores`]): the fence signals the old incarnation's
+/// warden as well as its service, and a warden that shrugs SIGHUP off is never fenced by
+/// it (the chain fails with "still running" and the cluster has no active).
+pub fn fence_signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
+    d.deserialize_str(Parsed("a signal name such as \"SIGKILL\"", |s| {
+        let signal = SignalName::from_str(s).map_err(|reason| format!("is not valid: {reason}"))?;
+        fence_signal_refusal(signal.0).map_or(Ok(signal), |why| Err(format!("= {s:?} {why}")))
+    }))
+}
+
+/// Why `signal` cannot be a fence's signal, in words that follow its name.
+pub fn fence_signal_refusal(signal: nix::sys::signal::Signal) -> Option<String> {
+    if let Some(why) = cannot_end_a_process(signal) {
+        return Some(format!(
+            "cannot end a process: {} {why}; use a signal that ends it, such as \"SIGTERM\" \
+             or \"SIGKILL\"",
+            signal.as_str()
+        ));
+    }
+    warden_ignores(signal).then(|| {
+        format!(
+            "cannot fence a warden: `warden run` logs {} and ignores it (a stray `kill` must \
+             not end an active without a handover); use \"SIGKILL\" (the default) or \
+             \"SIGTERM\"",
+            signal.as_str()
+        )
+    })
+}
+
+/// The signals `warden run` logs and ignores (src/launch.rs `STRAY`, and the realtime
+/// ones, which nix does not name): every signal whose default ends a process and that
+/// the kernel does not send a broken process.
+pub fn warden_ignores(signal: nix::sys::signal::Signal) -> bool {
+    use nix::sys::signal::Signal::*;
+    matches!(
+        signal,
+        SIGHUP
+            | SIGUSR1
+            | SIGUSR2
+            | SIGALRM
+            | SIGVTALRM
+            | SIGPROF
+            | SIGIO
+            | SIGPWR
+            | SIGSTKFLT
+            | SIGXCPU
+            | SIGXFSZ
+    )
+}
+
 /// An IP address and port; names are not resolved.
 pub fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
     const EXPECTING: &str = "an address and port such as \"127.0.0.1:7232\"";

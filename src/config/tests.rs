@@ -1209,9 +1209,7 @@ fn signals_that_cannot_end_a_process_are_refused() {
             "{m}"
         );
     }
-    for signal in [
-        "SIGTERM", "SIGKILL", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "TERM", "15",
-    ] {
+    for signal in ["SIGTERM", "SIGKILL", "SIGINT", "SIGQUIT", "TERM", "15"] {
         ok(&with(
             "[service]\n",
             &format!("[service]\nstop_signal = \"{signal}\"\n"),
@@ -1219,6 +1217,23 @@ fn signals_that_cannot_end_a_process_are_refused() {
         ok(&format!(
             "{BASE}\n[[fence]]\nkind = \"signal\"\nsignal = \"{signal}\"\n"
         ));
+    }
+    // A service may stop on SIGHUP or SIGUSR1; a warden ignores them, so a fence (which
+    // signals the old warden too) never ends it with one (review of issue 31, F2).
+    for signal in [
+        "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPWR", "HUP", "1",
+    ] {
+        ok(&with(
+            "[service]\n",
+            &format!("[service]\nstop_signal = \"{signal}\"\n"),
+        ));
+        let m = msg(&format!(
+            "{BASE}\n[[fence]]\nkind = \"signal\"\nsignal = \"{signal}\"\n"
+        ));
+        assert!(
+            m.contains(":17:10: `fence[1].signal` = ") && m.contains("cannot fence a warden"),
+            "{m}"
+        );
     }
 }
 

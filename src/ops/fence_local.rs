@@ -101,11 +101,20 @@ pub struct FenceLocalArgs {
     #[arg(long)]
     pub port: Option<u16>,
     /// The signal to send; anything but SIGKILL is followed by SIGCONT.
-    #[arg(long, default_value = "SIGKILL")]
+    #[arg(long, default_value = "SIGKILL", value_parser = parse_fence_signal)]
     pub signal: SignalName,
     /// How long to wait for the processes to go (e.g. `10s`, `2500ms`; at most 1h).
     #[arg(long, default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
+}
+
+/// `--signal`: one a fence can use ([`warden_fencing::values::fence_signal_refusal`]).
+fn parse_fence_signal(text: &str) -> Result<SignalName, String> {
+    let signal: SignalName = text.parse()?;
+    match warden_fencing::values::fence_signal_refusal(signal.0) {
+        Some(why) => Err(format!("{text:?} {why}")),
+        None => Ok(signal),
+    }
 }
 
 /// A `--timeout`: a duration up to [`FENCE_LOCAL_MAX_TIMEOUT`].
