@@ -232,6 +232,19 @@ pub struct W {
     pub takeovers_unreported: u32,
     /// Switchovers the old active called off, as `failover` reported (SPEC §6a.2).
     pub called_off: u32,
+    /// Store faults: times the store forgot, `init --force` runs, and whether `status`
+    /// said the store lost data.
+    pub forgot: u32,
+    pub inits: u32,
+    pub lost_data_seen: bool,
+    /// The store forgot epochs up to this one that no live warden remembered (SPEC §3a's
+    /// accepted limit: nothing can tell such a store from a new one), and how many
+    /// commits went back below it.
+    pub unremembered: Option<Epoch>,
+    pub accepted_limit: u32,
+    /// Member records the store forgot under a session that lived on, still stale once
+    /// quiet (`status` shows an old role until the node's next change).
+    pub stale_after_forget: u32,
     pub confirms: u32,
     /// Each node's latest incarnation number.
     pub current: Vec<u32>,
@@ -309,6 +322,12 @@ impl World {
                 takeovers_reported: 0,
                 takeovers_unreported: 0,
                 called_off: 0,
+                forgot: 0,
+                inits: 0,
+                lost_data_seen: false,
+                unremembered: None,
+                accepted_limit: 0,
+                stale_after_forget: 0,
                 confirms: 0,
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
@@ -911,7 +930,20 @@ impl W {
                         ));
                     }
                 }
-                if let Some((prev, e)) = went_back(self.checks.last_commit, who, *epoch) {
+                let went = went_back(self.checks.last_commit, who, *epoch);
+                if let Some((prev, e)) =
+                    went.filter(|&(_, e)| self.unremembered.is_some_and(|u| e <= u))
+                {
+                    self.accepted_limit += 1;
+                    self.log(|| {
+                        format!(
+                            "ACCEPTED LIMIT: {} committed epoch {epoch} after {} committed {e}, \
+                             which the store forgot while no live warden remembered it",
+                            name(who),
+                            name(prev)
+                        )
+                    });
+                } else if let Some((prev, e)) = went {
                     self.fail(format!(
                         "epoch went back: {} committed epoch {epoch} after {} committed {e}",
                         name(who),
@@ -981,6 +1013,11 @@ impl W {
             }
             _ => {}
         }
+    }
+
+    /// The greatest epoch committed so far.
+    pub fn last_commit_epoch(&self) -> Option<Epoch> {
+        self.checks.last_commit.map(|(_, e)| e)
     }
 
     /// Records a warden's reported role; two live wardens `active` at once is a violation.
