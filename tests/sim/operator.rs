@@ -182,6 +182,7 @@ pub async fn cancel(world: World, seq: u32) {
 /// operator does not leave a cluster paused because one command failed).
 pub async fn pause(world: World, seq: u32, dur: Duration) {
     let _busy = Busy::new(&world);
+    world.lock().pauses += 1;
     let connector = world.store.connector(OPERATOR, seq);
     let outcome = match connector.connect().await {
         Ok(zk) => {
@@ -205,6 +206,7 @@ pub async fn pause(world: World, seq: u32, dur: Duration) {
             .lock()
             .log(|| format!("OPERATOR resume (attempt {attempt}): {outcome:?}"));
         if outcome.is_ok() {
+            world.lock().pauses -= 1;
             return;
         }
         tokio::time::sleep(RETRY).await;
@@ -254,21 +256,51 @@ pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration
         let Ok(before) = zk.snapshot().await else {
             continue;
         };
+        // A store that forgot may have forgotten a `resume`: `status` says paused while
+        // no maintenance runs, and the operator resumes again.
+        if before.control.paused && world.lock().pauses == 0 {
+            let done = pause::clear_paused(&zk).await.map_err(|e| describe(&e));
+            world
+                .lock()
+                .log(|| format!("OPERATOR resume again (the store forgot it): {done:?}"));
+        }
         let Some(why) = before.lost_data() else {
             continue;
         };
-        let serving = {
+        let (active, machines) = {
             let mut w = world.lock();
             w.lost_data_seen = true;
             w.log(|| format!("OPERATOR status: {why}"));
-            w.services
+            let active = w
+                .wardens
+                .values()
+                .any(|x| x.alive && x.role == warden::record::Role::Active);
+            let machines: std::collections::BTreeSet<usize> = w
+                .services
                 .iter()
-                .any(|s| s.primary && s.alive(super::world::Reach::Main))
+                .filter(|s| s.primary && s.alive(super::world::Reach::Cgroup))
+                .map(|s| s.machine)
+                .collect();
+            (active, machines)
         };
-        if serving || before.lock.is_some() {
+        if active || before.lock.is_some() {
             world.lock().log(|| {
-                "OPERATOR waits: an old active may still serve, or a lock is held".to_string()
+                "OPERATOR waits: an active may still serve until its lease ends, or a lock is \
+                 held"
+                    .to_string()
             });
+            continue;
+        }
+        if !machines.is_empty() {
+            // No warden is active, yet a primary runs: an old active's service that no
+            // fence can find now (the store forgot its breadcrumb). The README's check
+            // "no old active still serves" finds it; the operator powers it off.
+            for m in machines {
+                world
+                    .lock()
+                    .log(|| format!("OPERATOR powers off m{}: an old primary runs there", m + 1));
+                crate::power_cycle(&world, m, st);
+            }
             continue;
         }
         let wait = cfg.session_timeout() + warden::elector::LOST_DATA_RETRY * 2;

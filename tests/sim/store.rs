@@ -1483,6 +1483,11 @@ impl SimStore {
         self.with(|st, now| st.slow = Some((now + dur, extra)));
     }
 
+    /// SPEC §3a: the floor's greatest entry as the store keeps it now.
+    pub fn floor_max(&self) -> Option<Epoch> {
+        self.quiet(|st, _| st.floor_max().map(|(e, _)| e))
+    }
+
     /// SPEC §3a: the store says it lost data (what `status` reads), in words.
     pub fn lost_data(&self) -> Option<String> {
         self.quiet(|st, _| st.snapshot().lost_data())

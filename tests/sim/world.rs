@@ -237,11 +237,19 @@ pub struct W {
     pub forgot: u32,
     pub inits: u32,
     pub lost_data_seen: bool,
+    /// `warden pause` commands not yet followed by their `resume`.
+    pub pauses: u32,
     /// The store forgot epochs up to this one that no live warden remembered (SPEC §3a's
     /// accepted limit: nothing can tell such a store from a new one), and how many
     /// commits went back below it.
     pub unremembered: Option<Epoch>,
     pub accepted_limit: u32,
+    /// The greatest epoch committed before the store forgot; the store's floor when the
+    /// last commit was applied; commits below a forgotten epoch that the floor had not
+    /// heard of while a warden that had seen it still lived (it rejoined too late).
+    pub forgotten: Option<Epoch>,
+    pub floor_at_commit: Option<Epoch>,
+    pub floor_race: u32,
     /// Member records the store forgot under a session that lived on, still stale once
     /// quiet (`status` shows an old role until the node's next change).
     pub stale_after_forget: u32,
@@ -325,8 +333,12 @@ impl World {
                 forgot: 0,
                 inits: 0,
                 lost_data_seen: false,
+                pauses: 0,
                 unremembered: None,
                 accepted_limit: 0,
+                forgotten: None,
+                floor_at_commit: None,
+                floor_race: 0,
                 stale_after_forget: 0,
                 confirms: 0,
                 current: vec![0; nodes],
@@ -396,7 +408,11 @@ impl World {
     /// Applies the store's facts to the checks. Called by the store's observer as each
     /// write is applied.
     pub fn on_fact(&self, fact: &Fact) {
+        let floor = matches!(fact, Fact::Commit { .. }).then(|| self.store.floor_max());
         let mut w = self.lock();
+        if let Some(floor) = floor {
+            w.floor_at_commit = floor;
+        }
         w.fact(fact);
         if let Fact::Renewed {
             node, inc, sent, ..
@@ -931,16 +947,33 @@ impl W {
                     }
                 }
                 let went = went_back(self.checks.last_commit, who, *epoch);
-                if let Some((prev, e)) =
-                    went.filter(|&(_, e)| self.unremembered.is_some_and(|u| e <= u))
-                {
-                    self.accepted_limit += 1;
+                let unheard = |e: Epoch| {
+                    self.forgotten.is_some_and(|u| e <= u)
+                        && self.floor_at_commit.is_none_or(|f| f < e)
+                };
+                if let Some((prev, e)) = went.filter(|&(_, e)| unheard(e)) {
+                    let accepted = self.unremembered.is_some_and(|u| e <= u);
+                    if accepted {
+                        self.accepted_limit += 1;
+                    } else {
+                        self.floor_race += 1;
+                    }
                     self.log(|| {
                         format!(
-                            "ACCEPTED LIMIT: {} committed epoch {epoch} after {} committed {e}, \
-                             which the store forgot while no live warden remembered it",
+                            "{}: {} committed epoch {epoch} after {} committed {e}, which the \
+                             store forgot and its floor had not heard of{}",
+                            if accepted {
+                                "ACCEPTED LIMIT"
+                            } else {
+                                "FLOOR RACE"
+                            },
                             name(who),
-                            name(prev)
+                            name(prev),
+                            if accepted {
+                                " (no live warden remembered it)"
+                            } else {
+                                " (a warden that had seen it lived, and joined too late)"
+                            }
                         )
                     });
                 } else if let Some((prev, e)) = went {
