@@ -1368,3 +1368,75 @@ fn without_faults_one_node_is_active() {
         assert_eq!(out.starts, 1, "seed {seed}: one start, no failover");
     }
 }
+
+/// SPEC §3a in the model (issue 32): a store restored to the state before the last
+/// promotion refuses the join of a node that saw it, before the counter moves, and then,
+/// by the floor that node raised, the join of one that never saw it; the counter raised
+/// as `init --force` raises it lets the next join through with an epoch above every one
+/// handed out.
+#[test]
+fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() {
+    use warden::coord::{Connector, Session};
+    use warden::record::{JoinOutcome, NodeRecord};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let cfg = StoreConfig {
+            granted: ms(2000),
+            tick: ms(400),
+            op_timeout: ms(600),
+            latency: (ms(1), ms(5)),
+            loss: 0.0,
+            watches: store::Watches::Yes,
+            sessions: store::Sessions::Zk,
+        };
+        let store = SimStore::new(cfg, 1);
+        store.keep_snapshots();
+        let node = |i: usize, seen: Option<u64>| NodeRecord {
+            node_id: format!("n{}", i + 1),
+            host: format!("h{}", i + 1),
+            incarnation: format!("inc-{i}"),
+            epoch_seen: seen,
+            ..Default::default()
+        };
+        let a = store.connector(0, 0).connect().await.expect("a session");
+        let JoinOutcome::Held { epoch } = a.join(&node(0, None), 1).await else {
+            panic!("n1 should take the lock");
+        };
+        // The store forgets exactly that promotion (the lock's creation and what came
+        // after): n1's session is unknown to it.
+        drop(a);
+        tokio::time::sleep(ms(10)).await;
+        assert!(store.forget(plan::Forget::Writes(3)).is_some());
+        let b = store.connector(1, 0).connect().await.expect("a session");
+        let refused = b.join(&node(1, Some(epoch)), 1).await;
+        assert!(
+            matches!(&refused, JoinOutcome::LostData(why) if why.contains(&epoch.to_string())),
+            "n2 saw epoch {epoch}: {refused:?}"
+        );
+        let c = store.connector(2, 0).connect().await.expect("a session");
+        let refused = c.join(&node(2, None), 1).await;
+        assert!(
+            matches!(refused, JoinOutcome::LostData(_)),
+            "n3 never saw it, but n2 raised the floor: {refused:?}"
+        );
+        assert!(
+            store.lost_data().is_some(),
+            "status says the store lost data"
+        );
+        assert_eq!(
+            store.lock_holder(),
+            None,
+            "a refused join never holds the lock"
+        );
+        c.write_marker(Some(epoch + 1)).await.expect("init --force");
+        assert_eq!(store.lost_data(), None);
+        let JoinOutcome::Held { epoch: next } = c.join(&node(2, None), 2).await else {
+            panic!("n3 should take the lock after init --force");
+        };
+        assert!(next > epoch, "epoch {next} after {epoch}");
+    });
+}
