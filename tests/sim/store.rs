@@ -42,7 +42,7 @@
 // Each test crate that includes this file uses a part of it.
 #![allow(dead_code)]
 
-use super::plan::{between, SimRng};
+use super::plan::{between, Forget, SimRng};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -66,6 +66,16 @@ const CAS_ATTEMPTS: usize = 5;
 /// with this chance ("a few times per run" at the simulation's tick lengths).
 const MAX_STEPS: u32 = 3;
 const STEP_CHANCE: f64 = 0.01;
+/// `coord/zookeeper.rs` JOIN_TRIES: a join reads the floor and the counter again this
+/// often when another node changed one of them between its reads and its multi-op.
+const JOIN_TRIES: usize = 5;
+/// The store keeps this many snapshots back for [`SimStore::forget`] (seeds with store
+/// faults only).
+const SNAPSHOTS: usize = 48;
+/// SPEC §3a, stop 32: the join raises the joiner's entry of the floor and refuses, before
+/// the counter moves, when the counter is below the floor. `false` is the code before
+/// that fix, for the seed-revert table (never committed so).
+const FLOOR_AT_JOIN: bool = true;
 
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -175,6 +185,7 @@ pub enum Fact {
 /// A warden process: node index and incarnation number.
 type Inc = (usize, u32);
 
+#[derive(Clone)]
 struct Lock {
     session: i64,
     owner: Inc,
@@ -193,10 +204,32 @@ struct LockStat {
     epoch: Option<u64>,
 }
 
+#[derive(Clone)]
 struct Member {
     session: i64,
     record: MemberRecord,
     version: i64,
+}
+
+/// What a restored store holds: everything but the sessions' client side.
+#[derive(Clone)]
+struct Snap {
+    at: Instant,
+    zxid: u64,
+    lock: Option<Lock>,
+    breadcrumb: Option<(NodeRecord, i64)>,
+    control: Option<(Control, i64)>,
+    members: BTreeMap<String, Member>,
+    history: Option<(Vec<HistoryEntry>, i64)>,
+    set_aside: BTreeMap<String, Vec<HistoryEntry>>,
+    floor: BTreeMap<String, u64>,
+    floor_version: i64,
+    counter: u64,
+    counter_version: i64,
+    offset: u64,
+    /// The sessions alive then: a restored ZooKeeper knows them (and gives each a full
+    /// timeout), a restored Redis or MySQL keeps their keys and rows.
+    sessions: BTreeSet<i64>,
 }
 
 /// Something the store sends a client without being asked: a fired watch.
@@ -210,6 +243,24 @@ enum Note {
         join: Option<u64>,
         deleted: bool,
     },
+}
+
+/// What the join's multi-op did.
+enum Created {
+    Taken(LockStat),
+    /// The lock exists (NodeExists).
+    Exists,
+    /// The floor or the counter changed since they were read (BadVersion): read again.
+    Moved,
+}
+
+/// The floor and the counter as a join reads them.
+#[derive(Clone, Debug)]
+struct JoinRead {
+    floor: Option<(u64, String)>,
+    floor_version: i64,
+    counter: u64,
+    counter_version: i64,
 }
 
 /// A watch on the lock: a data watch armed while it exists (fires when its data is set
@@ -339,6 +390,24 @@ struct State {
     /// Newest first, and the version.
     history: Option<(Vec<HistoryEntry>, i64)>,
     set_aside: BTreeMap<String, Vec<HistoryEntry>>,
+    /// SPEC §3a, ZooKeeper's `<base>/floor`: each node's greatest `epoch_seen`, for good,
+    /// and its znode version.
+    floor: BTreeMap<String, u64>,
+    floor_version: i64,
+    /// ZooKeeper's `<base>/epoch`: the zxid of its last write (its mzxid: set only by the
+    /// multi-op that creates the lock, and by `init --force`), its version, and the offset
+    /// `init --force` raised every later epoch by. A lock's epoch is its czxid plus it.
+    counter: u64,
+    counter_version: i64,
+    offset: u64,
+    /// Seeds with store faults: the persistent state after each of the last writes, for
+    /// [`SimStore::forget`]; the first is what `warden init` left.
+    snapshots: Option<VecDeque<Snap>>,
+    /// Replies sent before this instant come back this much later (a store that answers
+    /// after the caller's `op_timeout`, its writes applied).
+    slow: Option<(Instant, Duration)>,
+    /// TTL mode: how far the store's clock was stepped back.
+    stepped_back: Duration,
     up: bool,
     cut_off: BTreeSet<usize>,
     dead: BTreeSet<Inc>,
@@ -376,7 +445,9 @@ impl State {
         let real = at.saturating_duration_since(self.t0);
         match self.cfg.sessions {
             Sessions::Zk => real,
-            Sessions::Ttl { .. } => real.mul_f64(1.0 + self.drift) + self.stepped,
+            Sessions::Ttl { .. } => {
+                (real.mul_f64(1.0 + self.drift) + self.stepped).saturating_sub(self.stepped_back)
+            }
         }
     }
 
@@ -401,7 +472,11 @@ impl State {
     /// The client of `sid` is connected, so it pings.
     fn connected(&self, sid: i64) -> bool {
         let s = self.sess(sid);
-        self.up && s.open && self.reaches(s.owner) && !self.frozen.contains(&s.owner)
+        self.up
+            && s.open
+            && s.lost_at.is_none()
+            && self.reaches(s.owner)
+            && !self.frozen.contains(&s.owner)
     }
 
     /// A contact of `sid` with the store at `at`.
@@ -536,7 +611,11 @@ impl State {
 
     /// When something the store sends `sid` at `now` gets there (if the link is up then).
     fn reply_at(&mut self, sid: i64, now: Instant) -> Instant {
-        let lat = self.latency();
+        let slow = match self.slow {
+            Some((until, extra)) if now < until => extra,
+            _ => Duration::ZERO,
+        };
+        let lat = self.latency() + slow;
         let s = self.sess_mut(sid);
         s.next_reply = (now + lat).max(s.next_reply);
         s.next_reply
@@ -640,26 +719,203 @@ impl State {
             .unwrap_or_default()
     }
 
-    fn create_lock(&mut self, c: Ctx, record: NodeRecord) -> Result<LockStat, StoreError> {
+    /// The join's multi-op: check the floor at the version read, set the counter at the
+    /// version read (its mzxid becomes the lock's czxid), create the lock. `czxid` in
+    /// [`Lock`] is the epoch: the zxid plus the counter's offset.
+    fn create_lock(
+        &mut self,
+        c: Ctx,
+        record: NodeRecord,
+        versions: Option<(i64, i64)>,
+    ) -> Result<Created, StoreError> {
+        if let Some((floor, counter)) = versions {
+            if floor != self.floor_version || counter != self.counter_version {
+                return Ok(Created::Moved);
+            }
+        }
         if self.lock.is_some() {
-            return Err(rejected("lock", "NodeExists"));
+            return Ok(Created::Exists);
         }
         self.zxid += 1;
+        self.counter = self.zxid;
+        self.counter_version += 1;
+        let epoch = self.zxid + self.offset;
         self.lock = Some(Lock {
             session: c.sid,
             owner: c.owner,
             record,
-            czxid: self.zxid,
+            czxid: epoch,
             version: 0,
         });
         self.fire_lock_watches(false, false, c.now);
         self.facts.push(Fact::LockTaken {
             node: c.owner.0,
             inc: c.owner.1,
-            epoch: self.zxid,
+            epoch,
             at: c.now,
         });
-        Ok(self.lock_stat().expect("just created"))
+        Ok(Created::Taken(self.lock_stat().expect("just created")))
+    }
+
+    /// `zookeeper.rs` `raise_floor` (one read and one conditional write there; one step
+    /// here, which is what the version check makes of it), then what `read_counter`
+    /// returns: the floor's greatest entry and whose, its version, the counter (the
+    /// greatest epoch the store remembers: the counter's, the lock's, the breadcrumb's,
+    /// history's newest) and the counter's version.
+    fn raise_floor(&mut self, node: &str, seen: Option<u64>) -> JoinRead {
+        if let Some(seen) = seen.filter(|&e| e < warden::coord::MAX_KEPT_EPOCH) {
+            if self.floor.get(node).is_none_or(|&kept| kept < seen) {
+                self.floor.insert(node.to_string(), seen);
+                self.floor_version += 1;
+                self.zxid += 1;
+            }
+        }
+        JoinRead {
+            floor: self.floor_max(),
+            floor_version: self.floor_version,
+            counter: self.counter_epoch(),
+            counter_version: self.counter_version,
+        }
+    }
+
+    fn floor_max(&self) -> Option<(u64, String)> {
+        self.floor
+            .iter()
+            .map(|(n, e)| (*e, n.clone()))
+            .filter(|(e, _)| *e < warden::coord::MAX_KEPT_EPOCH)
+            .max()
+    }
+
+    /// `zookeeper.rs` `counter_of`.
+    fn counter_epoch(&self) -> u64 {
+        let history = history_of(self.history.as_ref().map(|(e, _)| e.clone()));
+        [
+            Some(self.counter + self.offset),
+            self.lock.as_ref().and_then(|l| l.record.epoch),
+            self.breadcrumb.as_ref().and_then(|(b, _)| b.epoch),
+            newest_promotion(&history),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&e| e < warden::coord::MAX_KEPT_EPOCH)
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// The persistent state now, for a later restore.
+    fn snap(&self, now: Instant) -> Snap {
+        Snap {
+            at: now,
+            zxid: self.zxid,
+            lock: self.lock.clone(),
+            breadcrumb: self.breadcrumb.clone(),
+            control: self.control.clone(),
+            members: self.members.clone(),
+            history: self.history.clone(),
+            set_aside: self.set_aside.clone(),
+            floor: self.floor.clone(),
+            floor_version: self.floor_version,
+            counter: self.counter,
+            counter_version: self.counter_version,
+            offset: self.offset,
+            sessions: self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.server == Server::Alive)
+                .map(|(sid, _)| *sid)
+                .collect(),
+        }
+    }
+
+    /// Keeps a snapshot after each write (seeds with store faults only).
+    fn keep_snapshot(&mut self, now: Instant) {
+        let due = match &self.snapshots {
+            Some(q) => q.back().is_none_or(|s| s.zxid != self.zxid),
+            None => false,
+        };
+        if due {
+            let snap = self.snap(now);
+            let q = self.snapshots.as_mut().expect("checked");
+            if q.len() > SNAPSHOTS {
+                // The first is what `warden init` left, for a wipe.
+                q.remove(1);
+            }
+            q.push_back(snap);
+        }
+    }
+
+    /// The store comes back from `snap`: its items as they were then; of its sessions,
+    /// those alive then are alive again with a full timeout (a new leader's; their
+    /// clients reconnect, and one that had learned its session was gone never pings it
+    /// again, so it expires), the rest ended. Every watch fires, as a reconnecting client
+    /// reads again.
+    fn restore(&mut self, snap: Snap, keep_sessions: bool, now: Instant) {
+        let before = self.lock.as_ref().map(|l| (l.owner, l.czxid));
+        let after = snap.lock.as_ref().map(|l| (l.owner, l.czxid));
+        if let Some((owner, _)) = before.filter(|b| Some(*b) != after) {
+            self.facts.push(Fact::LockGone {
+                node: owner.0,
+                inc: owner.1,
+                expired: true,
+                at: now,
+            });
+        }
+        self.zxid = snap.zxid;
+        self.lock = snap.lock;
+        self.breadcrumb = snap.breadcrumb;
+        self.control = snap.control;
+        self.members = snap.members;
+        self.history = snap.history;
+        self.set_aside = snap.set_aside;
+        self.floor = snap.floor;
+        self.floor_version = snap.floor_version;
+        self.counter = snap.counter;
+        self.counter_version = snap.counter_version;
+        self.offset = snap.offset;
+        let sids: Vec<i64> = self.sessions.keys().copied().collect();
+        for sid in sids {
+            let alive = keep_sessions && snap.sessions.contains(&sid);
+            let s = self.sess_mut(sid);
+            if alive && s.server != Server::Opening {
+                s.server = Server::Alive;
+                s.connected = false;
+                self.touch(sid, now);
+            } else if s.server == Server::Alive {
+                s.server = Server::Ended;
+                s.outbox.clear();
+                s.control_watch = false;
+                s.lock_watch = None;
+            }
+        }
+        let alive: BTreeSet<i64> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.server == Server::Alive)
+            .map(|(sid, _)| *sid)
+            .collect();
+        self.members.retain(|_, m| alive.contains(&m.session));
+        if self
+            .lock
+            .as_ref()
+            .is_some_and(|l| !alive.contains(&l.session))
+        {
+            self.lock = None;
+        }
+        // A reconnecting client sets its watches again with the last zxid it saw, and the
+        // server fires those whose node changed since: all of them, here (a spurious
+        // event only makes the client read again).
+        self.fire_control_watches(now);
+        let deleted = self.lock.is_none();
+        self.fire_lock_watches(true, deleted, now);
+        if !deleted {
+            self.fire_lock_watches(false, false, now);
+        }
+        if let Some(q) = &mut self.snapshots {
+            while q.len() > 1 && q.back().is_some_and(|s| s.zxid > self.zxid) {
+                q.pop_back();
+            }
+        }
+        self.changed = true;
     }
 
     fn delete_lock_at(&mut self, version: i64, now: Instant) -> Result<(), StoreError> {
@@ -798,6 +1054,8 @@ impl State {
     }
 
     fn create_member(&mut self, c: Ctx, m: MemberRecord) -> Result<(), StoreError> {
+        // `keep_seen`: the node's entry of the floor first.
+        self.raise_floor(&m.node.node_id, m.node.epoch_seen);
         if self.members.contains_key(&m.node.node_id) {
             return Err(rejected("member", "NodeExists"));
         }
@@ -815,6 +1073,7 @@ impl State {
 
     /// `set_data(members/<id>)` at any version: whoever owns it, as ZooKeeper allows.
     fn set_member(&mut self, m: MemberRecord) -> Result<(), StoreError> {
+        self.raise_floor(&m.node.node_id, m.node.epoch_seen);
         let Some(member) = self.members.get_mut(&m.node.node_id) else {
             return Err(rejected("member", "NoNode"));
         };
@@ -924,8 +1183,8 @@ impl State {
             control_version: self.control.as_ref().map(|(_, v)| Version::new(*v)),
             control_unreadable: None,
             marker_missing: false,
-            epoch_counter: Some(self.zxid),
-            kept_floor: None,
+            epoch_counter: Some(self.counter_epoch()),
+            kept_floor: self.floor_max(),
             counter_unreadable: false,
             // ZooKeeper's lock is ephemeral: an expired one is gone.
             expired_lock_epoch: None,
@@ -962,7 +1221,7 @@ fn history_of(entries: Option<Vec<HistoryEntry>>) -> History {
 }
 
 /// `coord/zookeeper.rs` `newest_promotion`: only completed promotions count.
-fn newest_promotion(history: &History) -> Option<Epoch> {
+pub fn newest_promotion(history: &History) -> Option<Epoch> {
     history
         .entries
         .iter()
@@ -1025,6 +1284,14 @@ impl SimStore {
             members: BTreeMap::new(),
             history: None,
             set_aside: BTreeMap::new(),
+            floor: BTreeMap::new(),
+            floor_version: 0,
+            counter: 100,
+            counter_version: 0,
+            offset: 0,
+            snapshots: None,
+            slow: None,
+            stepped_back: Duration::ZERO,
             up: true,
             cut_off: BTreeSet::new(),
             dead: BTreeSet::new(),
@@ -1171,6 +1438,71 @@ impl SimStore {
         self.with(|st, _| st.observer = None);
     }
 
+    /// Keeps snapshots from now on, so that the store can forget ([`forget`](Self::forget)).
+    pub fn keep_snapshots(&self) {
+        self.with(|st, now| {
+            let first = st.snap(now);
+            st.snapshots = Some(VecDeque::from([first]));
+        });
+    }
+
+    /// The store forgets (issue 32 point 1): restored to a snapshot, or wiped. What it
+    /// went back to, in words, or `None` when there was nothing to forget.
+    pub fn forget(&self, how: Forget) -> Option<String> {
+        self.with(|st, now| {
+            let q = st.snapshots.as_ref()?;
+            let (snap, keep) = match how {
+                Forget::Wiped => (q.front()?.clone(), false),
+                Forget::Writes(k) => (q.get(q.len().checked_sub(k + 1)?)?.clone(), true),
+                Forget::Last(t) => {
+                    let cut = now.checked_sub(t)?;
+                    (q.iter().rev().find(|s| s.at <= cut)?.clone(), true)
+                }
+            };
+            if snap.zxid == st.zxid && keep {
+                return None;
+            }
+            let said = format!(
+                "zxid {} -> {}, counter {} -> {}, floor {:?} -> {:?}",
+                st.zxid,
+                snap.zxid,
+                st.counter_epoch(),
+                snap.counter + snap.offset,
+                st.floor_max(),
+                snap.floor.iter().map(|(n, e)| (*e, n.clone())).max()
+            );
+            st.restore(snap, keep, now);
+            Some(said)
+        })
+    }
+
+    /// Replies sent in the next `dur` come back `extra` later: past `op_timeout`, the
+    /// caller gives up on a write the store applied.
+    pub fn set_slow(&self, dur: Duration, extra: Duration) {
+        self.with(|st, now| st.slow = Some((now + dur, extra)));
+    }
+
+    /// SPEC §3a: the floor's greatest entry as the store keeps it now.
+    pub fn floor_max(&self) -> Option<Epoch> {
+        self.quiet(|st, _| st.floor_max().map(|(e, _)| e))
+    }
+
+    /// SPEC §3a: the store says it lost data (what `status` reads), in words.
+    pub fn lost_data(&self) -> Option<String> {
+        self.quiet(|st, _| st.snapshot().lost_data())
+    }
+
+    /// TTL mode: the store's clock steps back by `by` (leases last longer). No-op in
+    /// ZooKeeper mode.
+    pub fn step_clock_back(&self, by: Duration) {
+        self.with(|st, _| {
+            if let Sessions::Ttl { .. } = st.cfg.sessions {
+                st.stepped_back += by;
+                st.changed = true;
+            }
+        });
+    }
+
     /// TTL mode: the store's clock jumps forward by `by` (leases it passes vanish now).
     /// No-op in ZooKeeper mode.
     pub fn step_clock(&self, by: Duration) {
@@ -1196,6 +1528,7 @@ impl SimStore {
             st.refresh(now);
             let r = f(&mut st, now);
             st.refresh(now);
+            st.keep_snapshot(now);
             st.publish();
             match st.observer.clone() {
                 Some(o) => (r, std::mem::take(&mut st.facts), Some(o)),
@@ -1789,33 +2122,75 @@ impl SimSession {
         let _ = events.send(StoreEvent::SessionLost);
     }
 
-    /// `ZkSession::try_lock`: create; on NodeExists, the lock is ours iff this session
-    /// owns it (a create whose reply was lost).
+    /// `ZkSession::try_lock`: raise this node's entry of the floor and read the counter;
+    /// refuse, before the counter moves, when the counter is below the floor (SPEC §3a);
+    /// then the multi-op (floor and counter at the versions read, create the lock); on
+    /// NodeExists, the lock is ours iff this session owns it (a create whose reply was
+    /// lost).
     async fn try_lock(&self, me: &NodeRecord) -> JoinOutcome {
-        let record = me.clone();
-        match self
-            .call("creating the lock", move |st, c| st.create_lock(c, record))
-            .await
-        {
-            Ok(l) => {
-                self.hold(Some(l.version));
-                JoinOutcome::Held { epoch: l.czxid }
-            }
-            Err(StoreError::Rejected(_)) => {
-                match self
-                    .call("reading the lock", |st, _| Ok(st.lock_stat()))
+        for _ in 0..JOIN_TRIES {
+            let (node, seen) = (me.node_id.clone(), me.epoch_seen);
+            let versions = if FLOOR_AT_JOIN {
+                let read = match self
+                    .call("raising the floor", move |st, _| {
+                        Ok(st.raise_floor(&node, seen))
+                    })
                     .await
                 {
-                    Ok(Some(l)) if l.session == self.h.sid => {
-                        self.hold(Some(l.version));
-                        JoinOutcome::Held { epoch: l.czxid }
+                    Ok(r) => r,
+                    Err(_) => return JoinOutcome::Unknown,
+                };
+                if let Some((floor, who)) = &read.floor {
+                    if let Some(why) =
+                        warden::coord::lost_data(false, Some(read.counter), Some(*floor), Some(who))
+                    {
+                        // Never sit on a lock this node may not promote under.
+                        let sid = self.h.sid;
+                        let _ = self
+                            .call("deleting our lock", move |st, c| {
+                                if st.lock.as_ref().is_some_and(|l| l.session == sid) {
+                                    st.zxid += 1;
+                                    st.delete_lock(false, c.now);
+                                }
+                                Ok(())
+                            })
+                            .await;
+                        return JoinOutcome::LostData(why);
                     }
-                    Ok(Some(l)) => JoinOutcome::Exists { epoch: l.epoch },
-                    Ok(None) | Err(_) => JoinOutcome::Unknown,
                 }
+                Some((read.floor_version, read.counter_version))
+            } else {
+                None
+            };
+            let record = me.clone();
+            match self
+                .call("creating the lock", move |st, c| {
+                    st.create_lock(c, record, versions)
+                })
+                .await
+            {
+                Ok(Created::Taken(l)) => {
+                    self.hold(Some(l.version));
+                    return JoinOutcome::Held { epoch: l.czxid };
+                }
+                Ok(Created::Moved) => continue,
+                Ok(Created::Exists) => {
+                    return match self
+                        .call("reading the lock", |st, _| Ok(st.lock_stat()))
+                        .await
+                    {
+                        Ok(Some(l)) if l.session == self.h.sid => {
+                            self.hold(Some(l.version));
+                            JoinOutcome::Held { epoch: l.czxid }
+                        }
+                        Ok(Some(l)) => JoinOutcome::Exists { epoch: l.epoch },
+                        Ok(None) | Err(_) => JoinOutcome::Unknown,
+                    }
+                }
+                Err(_) => return JoinOutcome::Unknown,
             }
-            Err(_) => JoinOutcome::Unknown,
         }
+        JoinOutcome::Unknown
     }
 
     async fn read_breadcrumb(&self) -> Result<Option<(NodeRecord, i64)>, StoreError> {
@@ -2177,6 +2552,26 @@ impl Session for SimSession {
     async fn init(&self) -> Result<Vec<String>, StoreError> {
         self.ensure_cluster().await?;
         Ok(vec![format!("{BASE} exists with the configured ACL")])
+    }
+
+    /// `ZkSession::write_marker`: the counter's offset raised so that the counter it
+    /// leaves (the write's zxid plus the offset) is at least `floor`.
+    async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
+        let Some(floor) = floor else {
+            return Ok(None);
+        };
+        self.call("raising the epoch counter", move |st, _| {
+            st.offset = st.offset.max(floor.saturating_sub(st.zxid));
+            st.zxid += 1;
+            st.counter = st.zxid;
+            st.counter_version += 1;
+            Ok(Some(format!(
+                "raised {BASE}/epoch to {} (offset {})",
+                st.counter + st.offset,
+                st.offset
+            )))
+        })
+        .await
     }
 
     async fn delete_takeover_state(

@@ -232,6 +232,27 @@ pub struct W {
     pub takeovers_unreported: u32,
     /// Switchovers the old active called off, as `failover` reported (SPEC §6a.2).
     pub called_off: u32,
+    /// Store faults: times the store forgot, `init --force` runs, and whether `status`
+    /// said the store lost data.
+    pub forgot: u32,
+    pub inits: u32,
+    pub lost_data_seen: bool,
+    /// `warden pause` commands not yet followed by their `resume`.
+    pub pauses: u32,
+    /// The store forgot epochs up to this one that no live warden remembered (SPEC §3a's
+    /// accepted limit: nothing can tell such a store from a new one), and how many
+    /// commits went back below it.
+    pub unremembered: Option<Epoch>,
+    pub accepted_limit: u32,
+    /// The greatest epoch committed before the store forgot; the store's floor when the
+    /// last commit was applied; commits below a forgotten epoch that the floor had not
+    /// heard of while a warden that had seen it still lived (it rejoined too late).
+    pub forgotten: Option<Epoch>,
+    pub floor_at_commit: Option<Epoch>,
+    pub floor_race: u32,
+    /// Member records the store forgot under a session that lived on, still stale once
+    /// quiet (`status` shows an old role until the node's next change).
+    pub stale_after_forget: u32,
     pub confirms: u32,
     /// Each node's latest incarnation number.
     pub current: Vec<u32>,
@@ -309,6 +330,16 @@ impl World {
                 takeovers_reported: 0,
                 takeovers_unreported: 0,
                 called_off: 0,
+                forgot: 0,
+                inits: 0,
+                lost_data_seen: false,
+                pauses: 0,
+                unremembered: None,
+                accepted_limit: 0,
+                forgotten: None,
+                floor_at_commit: None,
+                floor_race: 0,
+                stale_after_forget: 0,
                 confirms: 0,
                 current: vec![0; nodes],
                 stops: BTreeMap::new(),
@@ -377,7 +408,11 @@ impl World {
     /// Applies the store's facts to the checks. Called by the store's observer as each
     /// write is applied.
     pub fn on_fact(&self, fact: &Fact) {
+        let floor = matches!(fact, Fact::Commit { .. }).then(|| self.store.floor_max());
         let mut w = self.lock();
+        if let Some(floor) = floor {
+            w.floor_at_commit = floor;
+        }
         w.fact(fact);
         if let Fact::Renewed {
             node, inc, sent, ..
@@ -911,7 +946,37 @@ impl W {
                         ));
                     }
                 }
-                if let Some((prev, e)) = went_back(self.checks.last_commit, who, *epoch) {
+                let went = went_back(self.checks.last_commit, who, *epoch);
+                let unheard = |e: Epoch| {
+                    self.forgotten.is_some_and(|u| e <= u)
+                        && self.floor_at_commit.is_none_or(|f| f < e)
+                };
+                if let Some((prev, e)) = went.filter(|&(_, e)| unheard(e)) {
+                    let accepted = self.unremembered.is_some_and(|u| e <= u);
+                    if accepted {
+                        self.accepted_limit += 1;
+                    } else {
+                        self.floor_race += 1;
+                    }
+                    self.log(|| {
+                        format!(
+                            "{}: {} committed epoch {epoch} after {} committed {e}, which the \
+                             store forgot and its floor had not heard of{}",
+                            if accepted {
+                                "ACCEPTED LIMIT"
+                            } else {
+                                "FLOOR RACE"
+                            },
+                            name(who),
+                            name(prev),
+                            if accepted {
+                                " (no live warden remembered it)"
+                            } else {
+                                " (a warden that had seen it lived, and joined too late)"
+                            }
+                        )
+                    });
+                } else if let Some((prev, e)) = went {
                     self.fail(format!(
                         "epoch went back: {} committed epoch {epoch} after {} committed {e}",
                         name(who),
@@ -981,6 +1046,11 @@ impl W {
             }
             _ => {}
         }
+    }
+
+    /// The greatest epoch committed so far.
+    pub fn last_commit_epoch(&self) -> Option<Epoch> {
+        self.checks.last_commit.map(|(_, e)| e)
     }
 
     /// Records a warden's reported role; two live wardens `active` at once is a violation.
