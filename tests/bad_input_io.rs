@@ -71,31 +71,31 @@ fn assert_ended_as_for_sigpipe(out: &Output, what: &str) {
         "{what}: ended as for SIGPIPE\n{}",
         describe(out)
     );
-    assert!(
-        !stderr(out).contains("panicked"),
-        "{what} panicked\n{}",
-        describe(out)
-    );
+    assert_stderr(out, what, "holds no panic", |err| !err.contains("panicked"));
 }
 
 /// A closed stdout: ended as for SIGPIPE, and quietly.
 fn assert_stdout_closed(out: &Output, what: &str) {
     assert_ended_as_for_sigpipe(out, what);
-    assert!(
-        !stderr(out).contains("standard output"),
-        "a closed stdout ends {what} quietly\n{}",
-        describe(out)
-    );
+    assert_stderr(out, what, "is quiet", |err| {
+        !err.contains("standard output")
+    });
 }
 
 /// ENOSPC: ended as for SIGPIPE, with one line on stderr naming standard output and the
 /// reason.
 fn assert_stdout_full(out: &Output, what: &str) {
     assert_ended_as_for_sigpipe(out, what);
-    let err = stderr(out);
+    assert_stderr(out, what, "names standard output and the reason", |err| {
+        err.contains("standard output") && err.contains("No space left on device")
+    });
+}
+
+/// What `out` said on stderr passes `ok`, which `says` describes.
+fn assert_stderr(out: &Output, what: &str, says: &str, ok: impl Fn(&str) -> bool) {
     assert!(
-        err.contains("standard output") && err.contains("No space left on device"),
-        "{what}: stderr must name standard output and the reason\n{}",
+        ok(&stderr(out)),
+        "{what}: its stderr {says}\n{}",
         describe(out)
     );
 }

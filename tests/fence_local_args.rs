@@ -116,6 +116,8 @@ fn bad_arguments_are_usage_errors_with_exit_code_2() {
         vec!["--boot-id", "b", "--timeout", "18446744073709551615s"], // overflows
         vec!["--boot-id", "b", "--timeout", "2h"], // longer than fence-local waits
         vec!["--boot-id", "b", "--pid-ns", "x"],   // not an inode number
+        vec!["--boot-id", "b", "--signal", "SIGHUP"], // a warden ignores it
+        vec!["--boot-id", "b", "--signal", "SIGSTOP"], // ends nothing
     ] {
         let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
         let e = parse(&args).expect_err(&format!("{bad:?} must be refused"));

@@ -119,7 +119,7 @@ pub fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
 /// warden as well as its service, and a warden that shrugs SIGHUP off is never fenced by
 /// it (the chain fails with "still running" and the cluster has no active).
 pub fn fence_signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
-    d.deserialize_str(Parsed("a signal name such as \"SIGKILL\"", |s| {
+    d.deserialize_str(Parsed("a signal name such as \"SIGTERM\"", |s| {
         let signal = SignalName::from_str(s).map_err(|reason| format!("is not valid: {reason}"))?;
         fence_signal_refusal(signal.0).map_or(Ok(signal), |why| Err(format!("= {s:?} {why}")))
     }))

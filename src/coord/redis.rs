@@ -682,13 +682,9 @@ impl Inner {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        match tokio::time::timeout(self.op_timeout, f(self.conn.clone())).await {
-            Err(_) => Err(StoreError::Unknown(format!(
-                "{doing} got no answer within {}",
-                humantime::format_duration(self.op_timeout)
-            ))),
-            Ok(r) => r.map_err(|e| classify(e, doing)),
-        }
+        self.bounded_raw(doing, f)
+            .await?
+            .map_err(|e| classify(e, doing))
     }
 
     /// [`Inner::bounded`] for a read of a key that may hold another type than warden
@@ -699,14 +695,31 @@ impl Inner {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
-        match tokio::time::timeout(self.op_timeout, f(self.conn.clone())).await {
-            Err(_) => Err(StoreError::Unknown(format!(
-                "{doing} got no answer within {}",
-                humantime::format_duration(self.op_timeout)
-            ))),
-            Ok(Err(e)) if wrong_type(&e) => Ok(None),
-            Ok(r) => r.map(Some).map_err(|e| classify(e, doing)),
+        match self.bounded_raw(doing, f).await? {
+            Err(e) if wrong_type(&e) => Ok(None),
+            r => r.map(Some).map_err(|e| classify(e, doing)),
         }
+    }
+
+    /// `f` on the shared connection, its answer as the driver gave it, within the
+    /// operation timeout (no answer by then is an unknown outcome).
+    async fn bounded_raw<T, F, Fut>(
+        &self,
+        doing: &str,
+        f: F,
+    ) -> Result<Result<T, RedisError>, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        tokio::time::timeout(self.op_timeout, f(self.conn.clone()))
+            .await
+            .map_err(|_| {
+                StoreError::Unknown(format!(
+                    "{doing} got no answer within {}",
+                    humantime::format_duration(self.op_timeout)
+                ))
+            })
     }
 
     /// Warden's keys that hold another type than warden writes there (Redis `TYPE`, one
