@@ -148,6 +148,8 @@ impl ZkConnector {
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
             joined: Arc::new(watch::Sender::new(None)),
             floor_raised: Arc::new(AtomicU64::new(0)),
+            established: tokio::time::Instant::now(),
+            settle: in_force.max(self.cfg.session_timeout),
         })
     }
 }
@@ -370,6 +372,10 @@ pub struct ZkSession {
     /// The greatest `epoch_seen` this session has raised our entry of the floor to, so
     /// that a member record rewritten with the same one costs no second write.
     floor_raised: Arc<AtomicU64>,
+    /// When this session was established, and how long it lives before it may make the
+    /// epoch counter (see [`ZkSession::try_lock`]).
+    established: tokio::time::Instant,
+    settle: Duration,
 }
 
 impl std::fmt::Debug for ZkSession {
@@ -588,6 +594,20 @@ impl ZkSession {
             let Some(epoch_version) = counter.version else {
                 // The first join since the counter existed (a cluster made by an older
                 // warden): it starts at the zxid now, above every lock before it.
+                //
+                // Or an ensemble wiped, or restored to before the counter: the active of
+                // before may still be inside its lease, its lock, session and breadcrumb
+                // gone with the data, and nothing left to fence it by (the simulation's
+                // seeds 3337, 6369, 14266). Only a session that has lived a whole session
+                // timeout makes the counter: every session of the old data was last heard
+                // of before this one began, so by then each old active's lease (half its
+                // session timeout past that) has ended and its service is down. The join
+                // waits for that (it shows as a standby; the task ends with the session),
+                // then reads everything again: another node may have led meanwhile.
+                if self.established.elapsed() < self.settle {
+                    tokio::time::sleep_until(self.established + self.settle).await;
+                    continue;
+                }
                 let opts = self.persistent();
                 let created = self
                     .bounded(
