@@ -609,8 +609,13 @@ fn garbage_in_the_lock_data_does_not_make_status_contradict_the_active() {
             ..Default::default()
         },
     );
-    let raw = RawZk::connect(&zk);
     let _warden = n1.start();
+    // A new cluster's first promotion waits a session timeout (the first epoch counter):
+    // the raw client connects once n1 leads, so that its own session is not idle that long.
+    wait_for_status(&n1.config, secs(90), "n1 is active", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    let raw = RawZk::connect(&zk);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut consistent = 0;
     for _ in 0..10 {
