@@ -149,7 +149,9 @@ impl ZkConnector {
             joined: Arc::new(watch::Sender::new(None)),
             floor_raised: Arc::new(AtomicU64::new(0)),
             established: tokio::time::Instant::now(),
-            settle: in_force.max(self.cfg.session_timeout),
+            // The configured timeout: no node's lease is longer than its own in force,
+            // which is at most its configured one.
+            settle: self.cfg.session_timeout,
         })
     }
 }
