@@ -36,6 +36,18 @@ fn within(within: std::time::Duration, mut ok: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// n1 of `cluster`, started and active.
+fn start_n1_active(cluster: &Cluster, what: &str) -> (Node, Warden) {
+    let n1 = cluster.node("n1");
+    let w = n1.start();
+    assert!(
+        within(secs(20), || active_is(&n1.config, "n1")),
+        "{what}: n1 is not active: {}",
+        w.log()
+    );
+    (n1, w)
+}
+
 /// `warden ARGS` must exit 0 without a panic; says `what` otherwise.
 fn must_succeed(config: &std::path::Path, args: &[&str], what: &str) {
     let out = cli(config, args);
@@ -59,13 +71,7 @@ fn garbage_is_named_and_cleared(
     named: Option<&str>,
     plant: impl Fn(),
 ) {
-    let n1 = cluster.node("n1");
-    let mut w = n1.start();
-    assert!(
-        within(secs(20), || active_is(&n1.config, "n1")),
-        "{what}: n1 is not active: {}",
-        w.log()
-    );
+    let (n1, mut w) = start_n1_active(cluster, what);
     plant();
     must_succeed(&n1.config, &["status"], what);
     if let Some(key) = named {
@@ -230,13 +236,7 @@ fn mysql_columns_holding_garbage_are_named_never_a_panic() {
     for (sql, names, what) in cases {
         let db = MariaDb::start();
         let cluster = initialized(Cluster::with_mysql(&db));
-        let n1 = cluster.node("n1");
-        let mut w = n1.start();
-        assert!(
-            within(secs(20), || active_is(&n1.config, "n1")),
-            "{what}: n1 is not active: {}",
-            w.log()
-        );
+        let (n1, mut w) = start_n1_active(&cluster, what);
         db.sql(&sql.replace("{c}", &cluster.name));
         for args in [&["status"][..], &["pause", "--reason", "x"]] {
             answers_naming(&n1.config, args, what, names);
@@ -424,19 +424,18 @@ fn a_redis_lock_key_of_another_type_is_not_taken_while_its_holders_lease_runs() 
     freeze_pid(w1.pid());
     let planted = std::time::Instant::now();
     db.cli(&["SET", &key, "x"]);
-    while planted.elapsed() < secs(3) {
-        if let Ok(s) = try_status_json(&n2.config) {
-            assert_ne!(
-                active_id(&s).as_deref(),
-                Some("n2"),
-                "n2 took a lock key of another type {:?} after it landed, inside n1's \
-                 session timeout: {}",
+    holds_for(
+        secs(3),
+        "n2 stays out inside n1's session timeout",
+        || match try_status_json(&n2.config).ok().and_then(|s| active_id(&s)) {
+            Some(id) if id == "n2" => Err(format!(
+                "n2 took a lock key of another type {:?} after it landed: {}",
                 planted.elapsed(),
                 w2.log()
-            );
-        }
-        std::thread::sleep(ms(100));
-    }
+            )),
+            _ => Ok(()),
+        },
+    );
     thaw_pid(w1.pid());
     assert!(
         within(secs(30), || active_is(&n2.config, "n2")
