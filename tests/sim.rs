@@ -69,6 +69,8 @@
 //! - `WARDEN_SIM_SEEDS=N`, `WARDEN_SIM_FIRST=N`: the range;
 //! - `WARDEN_SIM_NODES` (default 3), `WARDEN_SIM_FAULTS` (most faults per seed, default 6).
 
+#[path = "sim/data.rs"]
+mod data;
 #[path = "sim/host.rs"]
 mod host;
 #[path = "sim/operator.rs"]
@@ -164,9 +166,35 @@ pub struct Outcome {
     pub stale_after_forget: bool,
     pub floor_race: bool,
     pub beyond_bound: bool,
+    /// Hooks mode with a follow hook: the services hold data (issue 32 point 2).
+    pub data: Option<DataOutcome>,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
     pub plan: String,
+}
+
+/// What the services' data came to in a seed (see `sim/data.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DataOutcome {
+    pub acked: u64,
+    pub handovers: u64,
+    pub lost_planned: u64,
+    pub lost_unplanned: u64,
+    pub lossy_takeovers: u64,
+    pub resync_drops: u64,
+    pub epoch_back_apart: u64,
+}
+
+impl DataOutcome {
+    fn add(&mut self, o: DataOutcome) {
+        self.acked += o.acked;
+        self.handovers += o.handovers;
+        self.lost_planned += o.lost_planned;
+        self.lost_unplanned += o.lost_unplanned;
+        self.lossy_takeovers += o.lossy_takeovers;
+        self.resync_drops += o.resync_drops;
+        self.epoch_back_apart += o.epoch_back_apart;
+    }
 }
 
 /// The store of a seed: mostly ZooKeeper; a fifth MySQL/Redis-like (no watches, polled
@@ -680,6 +708,17 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 w.start_db(node);
             }
         }
+        // The client writes all the time, to every copy that takes a write.
+        let tick = world.lock().data.as_ref().map(|d| d.tick);
+        if let Some(tick) = tick {
+            let world = world.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(tick).await;
+                    world.lock().data_tick();
+                }
+            });
+        }
         let t0 = Instant::now();
         SEED_T0.with(|t| t.set(Some(t0)));
         for node in 0..nodes {
@@ -900,6 +939,15 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             floor_race: w.floor_race > 0,
             stale_after_forget: w.stale_after_forget > 0,
             beyond_bound,
+            data: w.data.as_ref().map(|d| DataOutcome {
+                acked: d.acked.len() as u64,
+                handovers: u64::from(d.handovers),
+                lost_planned: d.lost_planned,
+                lost_unplanned: d.lost_unplanned,
+                lossy_takeovers: u64::from(d.lossy_takeovers),
+                resync_drops: d.resync_drops,
+                epoch_back_apart: u64::from(d.epoch_back_apart),
+            }),
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
             plan: String::new(),
@@ -1056,6 +1104,8 @@ struct Sweep {
     virtual_time: Duration,
     recoveries: Vec<Duration>,
     failures: Vec<(u64, String)>,
+    data_seeds: u64,
+    data: DataOutcome,
 }
 
 impl Sweep {
@@ -1086,6 +1136,10 @@ impl Sweep {
         self.inits += u64::from(out.inits);
         self.lost_data_seeds += u64::from(out.lost_data_seen);
         self.beyond_bound_seeds += u64::from(out.beyond_bound);
+        if let Some(d) = out.data {
+            self.data_seeds += 1;
+            self.data.add(d);
+        }
         if out.accepted_limit {
             self.accepted_limit.push(seed);
         }
@@ -1137,6 +1191,8 @@ impl Sweep {
         self.virtual_time += o.virtual_time;
         self.recoveries.extend(o.recoveries);
         self.failures.extend(o.failures);
+        self.data_seeds += o.data_seeds;
+        self.data.add(o.data);
     }
 }
 
@@ -1230,6 +1286,22 @@ fn simulated_daemons_keep_every_invariant() {
         total.named_commits,
         total.forced_commits,
         total.leaderless
+    );
+    let d = total.data;
+    println!(
+        "services holding data ({} seeds, hooks mode with a follow hook): {} acknowledged \
+         writes; {} planned handovers, {} writes lost in them (must be 0); {} takeovers lost \
+         {} writes that the new active lacked ({} of them dropped by a resync before); 0 \
+         windows with two copies taking writes (each a failure); {} epochs went back at a \
+         service below a forgotten one (counted apart)",
+        total.data_seeds,
+        d.acked,
+        d.handovers,
+        d.lost_planned,
+        d.lossy_takeovers,
+        d.lost_unplanned,
+        d.resync_drops,
+        d.epoch_back_apart
     );
     total.beyond_bound_broken.sort();
     total.accepted_limit.sort();

@@ -341,6 +341,75 @@ impl SimHooks {
         }
     }
 
+    /// A planned switchover's demote, as the Redis recipe does it (SPEC §6a): with no
+    /// address for the successor it fails at once; else it pauses writes, waits (for at
+    /// most half the hook's timeout) until the successor's copy holds everything this
+    /// one wrote, refuses writes, ends the pause, and fails unless the successor had
+    /// everything. The plan's hook faults apply as to any hook.
+    async fn hand_over(
+        &self,
+        took: Duration,
+        run: Run,
+        successor: &str,
+        addressed: bool,
+    ) -> Result<(), String> {
+        let who = self.who();
+        let started = Instant::now();
+        let to = successor
+            .strip_prefix('n')
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1));
+        let worked = match run {
+            Run::Ok => true,
+            Run::Fails(worked) | Run::Hangs(worked) => worked,
+        };
+        self.host.gate().await;
+        tokio::time::sleep(took.min(self.hook_timeout)).await;
+        self.host.gate().await;
+        let mut said = Ok(());
+        if !addressed {
+            said = Err(format!(
+                "sim: demote: the successor {successor} has no host and port in its record"
+            ));
+        } else if let (true, Some(to)) = (worked, to) {
+            let bound = self.hook_timeout / 2;
+            let last = self.host.world.lock().pause_data(who, started + bound * 2);
+            let deadline = Instant::now() + bound;
+            let synced = loop {
+                if self.host.world.lock().successor_has(to, last) {
+                    break true;
+                }
+                if Instant::now() >= deadline {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                self.host.gate().await;
+            };
+            let mut w = self.host.world.lock();
+            w.end_handover(who, to, synced);
+            if synced {
+                w.demote_db(who, true);
+            } else {
+                said = Err(format!(
+                    "sim: demote: {successor} did not receive everything within {bound:?}: \
+                     not handed over"
+                ));
+            }
+        }
+        match run {
+            Run::Ok => said,
+            Run::Fails(_) => Err("sim: the demote hook failed (exit 1)".to_string()),
+            Run::Hangs(_) => {
+                tokio::time::sleep_until(started + self.hook_timeout).await;
+                self.host.gate().await;
+                Err(format!(
+                    "sim: the demote hook did not finish within {:?}; killed",
+                    self.hook_timeout
+                ))
+            }
+        }
+    }
+
     /// The service where this warden runs, as its pidfile names it.
     fn pidfile(&self) -> Result<PinnedService, String> {
         let w = self.host.world.lock();
@@ -368,18 +437,34 @@ impl HookControl for SimHooks {
     async fn demote(
         &self,
         _epoch: Option<Epoch>,
-        _extra: Vec<(String, String)>,
+        extra: Vec<(String, String)>,
     ) -> Result<(), HookFailure> {
         let who = self.who();
         let (took, run) = self.begin(|p, now| p.hook_fault(who.0, Hook::Demote, now));
         let failed = !matches!(run, Run::Ok);
-        let result = self
-            .run("demote", took, run, |world| {
-                world.lock().demote_db(who, true);
-                Ok(())
-            })
-            .await;
-        if failed {
+        let var = |k: &str| {
+            extra
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
+        let successor = var("WARDEN_SUCCESSOR_NODE");
+        let data = self.host.world.lock().data.is_some();
+        let result = match successor {
+            Some(node) if data => {
+                let addressed = var("WARDEN_SUCCESSOR_HOST").is_some()
+                    && var("WARDEN_SUCCESSOR_PORT").is_some();
+                self.hand_over(took, run, &node, addressed).await
+            }
+            _ => {
+                self.run("demote", took, run, |world| {
+                    world.lock().demote_db(who, true);
+                    Ok(())
+                })
+                .await
+            }
+        };
+        if failed || result.is_err() {
             // Still primary unless it got that far: its role is unknown to warden.
             self.host.world.lock().demote_db(who, false);
         }
@@ -407,10 +492,23 @@ impl HookControl for SimHooks {
             ));
         }
         let (took, run) = self.begin(|p, now| p.follow_broken(who.0, now));
+        let target = active
+            .as_deref()
+            .and_then(|a| a.strip_prefix('n'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1));
         let result = self
-            .run("follow", took, run, |world| match world.lock().db_of(who) {
-                Some(_) => Ok(()),
-                None => Err("sim: the service is not running".into()),
+            .run("follow", took, run, |world| {
+                let mut w = world.lock();
+                match w.db_of(who) {
+                    Some(_) => {
+                        if let Some(t) = target {
+                            w.follow_data(who, t, epoch);
+                        }
+                        Ok(())
+                    }
+                    None => Err("sim: the service is not running".into()),
+                }
             })
             .await;
         let detail = match &result {

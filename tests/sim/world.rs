@@ -19,7 +19,8 @@
 //! its daemon's future is not polled meanwhile ([`Freezable`]), and whatever its leftover
 //! tasks try waits at the gate.
 
-use super::plan::{between, ms, Plan, SimRng};
+use super::data::{Data, Promotion, HANDOVER_INSIDE_LOCK};
+use super::plan::{between, ms, Mode, Plan, SimRng};
 use super::store::{Fact, SimStore};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -286,6 +287,8 @@ pub struct W {
     /// Hooks mode: when each node's service, found down by its warden's health check,
     /// is started again (systemd restarts it, as a replica).
     pub db_restart_at: Vec<Option<Instant>>,
+    /// Hooks mode with a follow hook: the services' data (issue 32 point 2).
+    pub data: Option<Data>,
 }
 
 /// The shared world; cheap to clone.
@@ -308,6 +311,7 @@ impl World {
         let next_boot = plan.layout.hosts as u32 + 1;
         let place_of = plan.layout.nodes.iter().map(|n| n.places[0]).collect();
         let nodes = plan.cfg.nodes;
+        let data = matches!(plan.mode, Mode::Hooks { follow: true }).then(|| Data::new(seed));
         World {
             inner: Arc::new(Mutex::new(W {
                 plan,
@@ -356,6 +360,7 @@ impl World {
                 named_commits: 0,
                 forced_commits: 0,
                 db_restart_at: vec![None; nodes],
+                data,
             })),
             store,
             thaw: Arc::new(Notify::new()),
@@ -708,6 +713,10 @@ impl W {
             primary: false,
             demote_failed: false,
         });
+        // The unit starts it refusing writes, in the role its config last saved.
+        if let Some(d) = &mut self.data {
+            d.start(id, node);
+        }
         self.log(|| format!("SERVICE {id} of n{} up as a replica", node + 1));
         id
     }
@@ -736,6 +745,7 @@ impl W {
         let Some(id) = self.db_of(who) else {
             return Err("the service is not running".into());
         };
+        self.promote_data(who, id, epoch);
         if self
             .service(id)
             .is_some_and(|s| s.primary && s.owner == who)
@@ -767,9 +777,221 @@ impl W {
             s.demote_failed = true;
             return;
         }
+        if let Some(c) = self.data.as_mut().and_then(|d| d.copies.get_mut(&id)) {
+            c.refuses = true;
+        }
+        let s = self.service_mut(id).expect("found above");
         s.primary = false;
         s.demote_failed = false;
         self.log(|| format!("SERVICE {id} of {} demoted to a replica", name(who)));
+    }
+
+    /// Whether service `id` runs and is not hung.
+    fn db_running(&self, id: u64, now: Instant) -> bool {
+        self.service(id)
+            .is_some_and(|s| s.alive(Reach::Main) && s.stuck_until.is_none_or(|t| t <= now))
+    }
+
+    /// The copy that a replica `id` reads when it replicates `node`: that node's newest
+    /// running service, if both run on machines that reach each other.
+    fn db_source(&self, id: u64, node: usize, now: Instant) -> Option<u64> {
+        let reach = |m: usize| self.machines[m].up && !self.machines[m].isolated;
+        let me = self.service(id).filter(|_| self.db_running(id, now))?;
+        let up = self
+            .services
+            .iter()
+            .rev()
+            .find(|s| s.hooks && s.owner.0 == node && self.db_running(s.id, now))?;
+        (me.machine == up.machine || (reach(me.machine) && reach(up.machine))).then_some(up.id)
+    }
+
+    /// The client's tick: replication, then a write to each copy that accepts one.
+    pub fn data_tick(&mut self) {
+        let Some(mut d) = self.data.take() else {
+            return;
+        };
+        let now = Instant::now();
+        let takers = d.tick(
+            now,
+            |id| self.db_running(id, now),
+            |id, node| self.db_source(id, node, now),
+        );
+        self.data = Some(d);
+        self.two_writable(&takers, "took a write in the same client tick");
+    }
+
+    /// Fails the seed when more than one copy accepts writes (issue 32 point 2).
+    fn two_writable(&mut self, takers: &[u64], how: &str) {
+        if takers.len() > 1 {
+            let names: Vec<String> = takers
+                .iter()
+                .map(|id| {
+                    let node = self.data.as_ref().map_or(0, |d| d.copies[id].node);
+                    format!("n{} (service {id})", node + 1)
+                })
+                .collect();
+            self.fail(format!(
+                "two copies accept writes at once: the services of {} {how}",
+                names.join(" and ")
+            ));
+        }
+    }
+
+    /// Copies that accept a write now.
+    fn writable_now(&self) -> Vec<u64> {
+        let now = Instant::now();
+        self.data
+            .as_ref()
+            .map(|d| d.writable(now, |n| self.db_running(n, now)))
+            .unwrap_or_default()
+    }
+
+    /// An epoch a hook passed `node`'s copy; it must not go back, but below an epoch the
+    /// store forgot (SPEC §3a's accepted limit, counted apart).
+    fn see_epoch(&mut self, id: u64, node: usize, epoch: Epoch, hook: &str) {
+        let forgotten = self.forgotten;
+        let Some(d) = &mut self.data else {
+            return;
+        };
+        if let Err(seen) = d.see_epoch(id, epoch) {
+            if forgotten.is_some_and(|f| epoch <= f) {
+                d.epoch_back_apart += 1;
+                self.log(|| {
+                    format!(
+                        "ACCEPTED LIMIT: the {hook} hook of n{} passed epoch {epoch} after                          {seen}, below an epoch the store forgot",
+                        node + 1
+                    )
+                });
+            } else {
+                self.fail(format!(
+                    "the epoch went back at a service: the {hook} hook of n{} passed epoch                      {epoch} after {seen}",
+                    node + 1
+                ));
+            }
+        }
+    }
+
+    /// `promote` takes effect on `who`'s copy: a primary that accepts writes. Counts what
+    /// it lacks of the acknowledged writes (none may be lost in a planned switchover), and
+    /// checks that no other copy accepts writes.
+    fn promote_data(&mut self, who: Inc, id: u64, epoch: Epoch) {
+        let node = who.0;
+        if self.data.is_none() {
+            return;
+        }
+        self.see_epoch(id, node, epoch, "promote");
+        let d = self.data.as_mut().expect("checked above");
+        let how = match d.handover.take() {
+            Some((_, to)) if to == node => Promotion::Planned,
+            Some((from, _)) if from == node => Promotion::CalledOff,
+            _ => Promotion::Unplanned,
+        };
+        let c = d.copies.get_mut(&id).expect("a running service's");
+        c.upstream = None;
+        c.refuses = false;
+        let lost = d.lose_at_promotion(id, how);
+        if lost > 0 {
+            let total = d.acked.len();
+            if how == Promotion::Unplanned {
+                self.log(|| {
+                    format!(
+                        "LOST {lost} of {total} acknowledged writes: n{} promoted by a takeover                          lacks them",
+                        node + 1
+                    )
+                });
+            } else {
+                self.fail(format!(
+                    "{lost} acknowledged writes lost in a planned switchover ({how:?}): n{}                      promoted with epoch {epoch} lacks them",
+                    node + 1
+                ));
+            }
+        }
+        let takers = self.writable_now();
+        self.two_writable(
+            &takers,
+            &format!("accept writes once n{} is promoted", node + 1),
+        );
+    }
+
+    /// `follow` takes effect on `who`'s copy: it replicates `active`.
+    pub fn follow_data(&mut self, who: Inc, active: usize, epoch: Option<Epoch>) {
+        let Some(id) = self.db_of(who).filter(|_| self.data.is_some()) else {
+            return;
+        };
+        if let Some(e) = epoch {
+            self.see_epoch(id, who.0, e, "follow");
+        }
+        let d = self.data.as_mut().expect("checked above");
+        let c = d.copies.get_mut(&id).expect("a running service's");
+        c.upstream = Some(active);
+        c.refuses = false;
+    }
+
+    /// A planned demote's first half (SPEC §6a): `who`'s copy pauses writes until
+    /// `until`; returns the last write it holds (what the successor must have).
+    pub fn pause_data(&mut self, who: Inc, until: Instant) -> Option<u64> {
+        let id = self.db_of(who)?;
+        let c = self.data.as_mut()?.copies.get_mut(&id)?;
+        c.paused_until = Some(until);
+        c.log.last().copied()
+    }
+
+    /// Whether `successor`'s copy holds every write up to `last`.
+    pub fn successor_has(&self, successor: usize, last: Option<u64>) -> bool {
+        let now = Instant::now();
+        let Some(d) = &self.data else {
+            return false;
+        };
+        self.services
+            .iter()
+            .rev()
+            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
+            .and_then(|s| d.copies.get(&s.id))
+            .is_some_and(|c| c.has_all(last))
+    }
+
+    /// A planned demote's end: `who`'s copy refuses writes and its pause ends; when the
+    /// successor has everything, the switchover hands over to it (the recipe before stop
+    /// 32 made the successor a writable primary here, outside the lock).
+    pub fn end_handover(&mut self, who: Inc, successor: usize, synced: bool) {
+        let mine = self.db_of(who);
+        let now = Instant::now();
+        let theirs = self
+            .services
+            .iter()
+            .rev()
+            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
+            .map(|s| s.id);
+        let Some(d) = &mut self.data else {
+            return;
+        };
+        let Some(c) = mine.and_then(|id| d.copies.get_mut(&id)) else {
+            return;
+        };
+        c.refuses = true;
+        c.paused_until = None;
+        if !synced {
+            return;
+        }
+        d.handover = Some((who.0, successor));
+        d.handovers += 1;
+        if let (false, Some(mine), Some(theirs)) = (HANDOVER_INSIDE_LOCK, mine, theirs) {
+            let c = d.copies.get_mut(&mine).expect("found above");
+            c.upstream = Some(successor);
+            c.refuses = false;
+            let s = d.copies.get_mut(&theirs).expect("a running service's");
+            s.upstream = None;
+            s.refuses = false;
+            let takers = self.writable_now();
+            self.two_writable(&takers, "accept writes after FAILOVER TO");
+        }
+        self.log(|| {
+            format!(
+                "HANDOVER by {}: n{} has every write",
+                name(who),
+                successor + 1
+            )
+        });
     }
 
     /// Hooks mode: a follow hook of `who` ended.

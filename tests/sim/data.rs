@@ -1,0 +1,280 @@
+//! Services that hold data (issue 32 point 2): in hooks mode with a follow hook, each
+//! node's service is a copy of one replicated log, driven by the hooks as the shipped
+//! Redis recipe (`examples/redis/warden-redis`) drives Redis, and a client writes all the
+//! time.
+//!
+//! - A copy is a primary (`REPLICAOF NO ONE`) or replicates another node's copy; it
+//!   refuses writes while its `min-replicas-to-write` is out of reach (the unit starts it
+//!   so, and `demote` sets it), and while a `CLIENT PAUSE` lasts. It accepts a write when
+//!   its service runs (not hung), it is a primary, and it neither refuses nor is paused.
+//! - `promote`: primary, accepting writes. `follow`: replicates the active the hook names,
+//!   and stops refusing (it is read-only as a replica). `demote` without a successor:
+//!   refuses writes. `demote` with one (a planned switchover, SPEC §6a): pauses writes,
+//!   reads its own offset, waits (bounded) until the successor's copy holds everything
+//!   it wrote, refuses writes, ends the pause; it fails when the successor did not catch
+//!   up (warden then calls the switchover off) or has no address in its record.
+//! - Replication: at each client tick, a replica whose copy and upstream both run, on
+//!   machines that reach each other, catches up with its upstream with a chance drawn per
+//!   seed (so it lags by a few ticks). A replica whose log is not a prefix of its
+//!   upstream's (it diverged, or is ahead) is resynced whole: it drops what its upstream
+//!   lacks, as a Redis full resync or a PostgreSQL `pg_rewind` does.
+//! - A copy is one service process's: a node's service started again (where its warden
+//!   runs now) starts from the data of the node's last service, in the role it last had
+//!   (its disk moves with it), and refuses writes until a hook changes that. A service
+//!   left running elsewhere keeps its own copy.
+//!
+//! Ids of writes grow with time, and only the one copy that accepts a write appends
+//! it, so every log is strictly increasing: membership is a binary search.
+//!
+//! Checked: never two copies that accept a write at once (at every client tick and at
+//! every promotion); no acknowledged write lost in a planned switchover (the successor's
+//! copy, promoted, holds every write any copy acknowledged, save those already lost
+//! earlier); the epochs each copy's hooks pass only grow (below an epoch the store forgot
+//! while no live warden had seen it, counted apart as SPEC §3a's accepted limit). Lost
+//! writes of unplanned takeovers are counted, with how many of them a resync had dropped.
+
+use super::plan::SimRng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tokio::time::Instant;
+use warden::record::Epoch;
+
+/// `true` is the shipped recipe: the successor's Redis becomes writable only through its
+/// own warden's `promote`. `false` is the recipe before stop 32 (`FAILOVER TO` from the
+/// old primary's `demote`: the successor is made a writable primary outside the lock), for
+/// the README's seed-revert table only (never committed so).
+pub const HANDOVER_INSIDE_LOCK: bool = true;
+
+/// One service's copy of the log.
+#[derive(Clone, Default)]
+pub struct Copy {
+    pub node: usize,
+    pub log: Vec<u64>,
+    /// The node it replicates; `None`: a primary.
+    pub upstream: Option<usize>,
+    /// Writes refused (`min-replicas-to-write` out of reach).
+    pub refuses: bool,
+    /// `CLIENT PAUSE WRITE` until then.
+    pub paused_until: Option<Instant>,
+    /// The greatest epoch a promote or follow hook passed it.
+    pub epoch_seen: Option<Epoch>,
+}
+
+impl Copy {
+    fn holds(&self, id: u64) -> bool {
+        self.log.binary_search(&id).is_ok()
+    }
+
+    /// Whether this copy holds all of `want` (another copy's log, as it was), by its last
+    /// entry: a log that holds a write holds the whole log its writer had before it.
+    pub fn has_all(&self, want: Option<u64>) -> bool {
+        want.is_none_or(|id| self.holds(id))
+    }
+}
+
+/// How a promotion came about, for the lost-write counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promotion {
+    /// The successor of a demote that handed over.
+    Planned,
+    /// The old primary again, its switchover called off.
+    CalledOff,
+    /// Anything else: a takeover.
+    Unplanned,
+}
+
+/// The data of every copy, the client's writes and what the checker counted.
+pub struct Data {
+    /// By service id.
+    pub copies: BTreeMap<u64, Copy>,
+    rng: SimRng,
+    /// The client writes every `tick`; a replica catches up at a tick with this chance.
+    pub tick: Duration,
+    catch_up: f64,
+    next_write: u64,
+    /// Acknowledged writes, in order (ids grow).
+    pub acked: Vec<u64>,
+    /// Acknowledged writes counted lost so far.
+    lost: BTreeSet<u64>,
+    /// The last demote that handed over: (from, to).
+    pub handover: Option<(usize, usize)>,
+    pub handovers: u32,
+    pub lost_planned: u64,
+    pub lost_unplanned: u64,
+    /// Unplanned promotions that lost acknowledged writes.
+    pub lossy_takeovers: u32,
+    /// Acknowledged writes a resync dropped from a copy.
+    pub resync_drops: u64,
+    /// Epochs that went back at a copy below an epoch the store forgot (SPEC §3a's
+    /// accepted limit).
+    pub epoch_back_apart: u32,
+}
+
+impl Data {
+    pub fn new(seed: u64) -> Data {
+        let mut rng = SimRng::new(seed ^ 0xda7a_c0b1_e5a1_0004);
+        let tick = Duration::from_millis(rng.range(10..=40));
+        let catch_up = 0.3 + 0.6 * rng.unit();
+        Data {
+            copies: BTreeMap::new(),
+            rng,
+            tick,
+            catch_up,
+            next_write: 1,
+            acked: Vec::new(),
+            lost: BTreeSet::new(),
+            handover: None,
+            handovers: 0,
+            lost_planned: 0,
+            lost_unplanned: 0,
+            lossy_takeovers: 0,
+            resync_drops: 0,
+            epoch_back_apart: 0,
+        }
+    }
+
+    /// A service of `node` starts (`id`): from the data of the node's last service, in
+    /// its role, refusing writes.
+    pub fn start(&mut self, id: u64, node: usize) {
+        let last = self
+            .copies
+            .values()
+            .rev()
+            .find(|c| c.node == node)
+            .cloned()
+            .unwrap_or_default();
+        self.copies.insert(
+            id,
+            Copy {
+                node,
+                refuses: true,
+                paused_until: None,
+                ..last
+            },
+        );
+    }
+
+    /// The copies (service ids) that accept a write now; `running(id)`: that service runs
+    /// and is not hung.
+    pub fn writable(&self, now: Instant, running: impl Fn(u64) -> bool) -> Vec<u64> {
+        self.copies
+            .iter()
+            .filter(|(id, c)| {
+                c.upstream.is_none()
+                    && !c.refuses
+                    && c.paused_until.is_none_or(|t| t <= now)
+                    && running(**id)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// One client tick: replication (`source(id, node)`: the copy `id` reads from when it
+    /// replicates `node`, if the two run on machines that reach each other), then a write
+    /// to every copy that accepts one. Returns those copies: more than one is two copies
+    /// taking writes at once.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        running: impl Fn(u64) -> bool,
+        source: impl Fn(u64, usize) -> Option<u64>,
+    ) -> Vec<u64> {
+        let ids: Vec<u64> = self.copies.keys().copied().collect();
+        for id in ids {
+            let Some(up) = self.copies[&id].upstream else {
+                continue;
+            };
+            if let Some(src) = source(id, up).filter(|s| *s != id) {
+                if self.rng.chance(self.catch_up) {
+                    self.sync(id, src);
+                }
+            }
+        }
+        let takers = self.writable(now, running);
+        for id in &takers {
+            let w = self.next_write;
+            self.next_write += 1;
+            self.copies.get_mut(id).expect("listed").log.push(w);
+            self.acked.push(w);
+        }
+        takers
+    }
+
+    /// Copy `id` catches up with `src`: appends what it lacks, or is resynced whole.
+    pub fn sync(&mut self, id: u64, src: u64) {
+        let from = &self.copies[&src];
+        let to = &self.copies[&id];
+        let prefix = to.log.len() <= from.log.len() && to.log.last().is_none_or(|l| from.holds(*l));
+        let (log, dropped) = if prefix {
+            let mut log = to.log.clone();
+            log.extend_from_slice(&from.log[to.log.len()..]);
+            (log, 0)
+        } else {
+            let dropped = to.log.iter().filter(|w| !from.holds(**w)).count();
+            (from.log.clone(), dropped as u64)
+        };
+        self.resync_drops += dropped;
+        self.copies.get_mut(&id).expect("read above").log = log;
+    }
+
+    /// Acknowledged writes, not counted lost yet, that copy `id` lacks: counted lost now.
+    pub fn lose_at_promotion(&mut self, id: u64, how: Promotion) -> u64 {
+        let copy = &self.copies[&id];
+        let newly: Vec<u64> = self
+            .acked
+            .iter()
+            .filter(|id| !copy.holds(**id) && !self.lost.contains(id))
+            .copied()
+            .collect();
+        let count = newly.len() as u64;
+        self.lost.extend(newly);
+        match how {
+            Promotion::Planned | Promotion::CalledOff => self.lost_planned += count,
+            Promotion::Unplanned => {
+                self.lost_unplanned += count;
+                self.lossy_takeovers += u32::from(count > 0);
+            }
+        }
+        count
+    }
+
+    /// An epoch a hook passed `n`'s copy: `Err` with the one it saw before when it went
+    /// back.
+    pub fn see_epoch(&mut self, id: u64, epoch: Epoch) -> Result<(), Epoch> {
+        let c = self
+            .copies
+            .get_mut(&id)
+            .expect("a copy of a running service");
+        match c.epoch_seen {
+            Some(seen) if epoch < seen => Err(seen),
+            _ => {
+                c.epoch_seen = Some(epoch);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_ahead_or_diverged_is_resynced_whole_and_counts_what_it_dropped() {
+        let mut d = Data::new(1);
+        d.start(1, 0);
+        d.start(2, 1);
+        d.copies.get_mut(&1).unwrap().log = vec![1, 2, 3];
+        d.copies.get_mut(&2).unwrap().log = vec![1, 2];
+        d.sync(2, 1);
+        assert_eq!(d.copies[&2].log, vec![1, 2, 3]);
+        d.copies.get_mut(&2).unwrap().log = vec![1, 2, 3, 4];
+        d.copies.get_mut(&1).unwrap().log = vec![1, 2, 5];
+        d.acked = vec![1, 2, 3, 4, 5];
+        d.sync(2, 1);
+        assert_eq!(d.copies[&2].log, vec![1, 2, 5]);
+        assert_eq!(d.resync_drops, 2);
+        assert_eq!(d.lose_at_promotion(2, Promotion::Unplanned), 2);
+        assert_eq!(d.lose_at_promotion(2, Promotion::Unplanned), 0);
+    }
+}
