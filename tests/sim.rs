@@ -1291,7 +1291,7 @@ fn simulated_daemons_keep_every_invariant() {
     println!(
         "services holding data ({} seeds, hooks mode with a follow hook): {} acknowledged \
          writes; {} planned handovers, {} writes lost in them (must be 0); {} takeovers lost \
-         {} writes that the new active lacked ({} of them dropped by a resync before); 0 \
+         {} writes that the new active lacked (resyncs dropped {} writes from replicas); 0 \
          windows with two copies taking writes (each a failure); {} epochs went back at a \
          service below a forgotten one (counted apart)",
         total.data_seeds,

@@ -858,13 +858,15 @@ impl W {
                 d.epoch_back_apart += 1;
                 self.log(|| {
                     format!(
-                        "ACCEPTED LIMIT: the {hook} hook of n{} passed epoch {epoch} after                          {seen}, below an epoch the store forgot",
+                        "ACCEPTED LIMIT: the {hook} hook of n{} passed epoch {epoch} after \
+                         {seen}, below an epoch the store forgot",
                         node + 1
                     )
                 });
             } else {
                 self.fail(format!(
-                    "the epoch went back at a service: the {hook} hook of n{} passed epoch                      {epoch} after {seen}",
+                    "the epoch went back at a service: the {hook} hook of n{} passed epoch \
+                     {epoch} after {seen}",
                     node + 1
                 ));
             }
@@ -895,13 +897,15 @@ impl W {
             if how == Promotion::Unplanned {
                 self.log(|| {
                     format!(
-                        "LOST {lost} of {total} acknowledged writes: n{} promoted by a takeover                          lacks them",
+                        "LOST {lost} of {total} acknowledged writes: n{} promoted by a \
+                         takeover lacks them",
                         node + 1
                     )
                 });
             } else {
                 self.fail(format!(
-                    "{lost} acknowledged writes lost in a planned switchover ({how:?}): n{}                      promoted with epoch {epoch} lacks them",
+                    "{lost} acknowledged writes lost in a planned switchover ({how:?}): \
+                     n{} promoted with epoch {epoch} lacks them",
                     node + 1
                 ));
             }
