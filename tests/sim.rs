@@ -182,6 +182,7 @@ pub struct DataOutcome {
     pub lost_unplanned: u64,
     pub lossy_takeovers: u64,
     pub resync_drops: u64,
+    pub reached_lost: u64,
     pub epoch_back_apart: u64,
 }
 
@@ -193,6 +194,7 @@ impl DataOutcome {
         self.lost_unplanned += o.lost_unplanned;
         self.lossy_takeovers += o.lossy_takeovers;
         self.resync_drops += o.resync_drops;
+        self.reached_lost += o.reached_lost;
         self.epoch_back_apart += o.epoch_back_apart;
     }
 }
@@ -946,6 +948,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 lost_unplanned: d.lost_unplanned,
                 lossy_takeovers: u64::from(d.lossy_takeovers),
                 resync_drops: d.resync_drops,
+                reached_lost: u64::from(d.reached_lost),
                 epoch_back_apart: u64::from(d.epoch_back_apart),
             }),
             virtual_time: Instant::now() - t0,
@@ -1106,6 +1109,8 @@ struct Sweep {
     failures: Vec<(u64, String)>,
     data_seeds: u64,
     data: DataOutcome,
+    /// Seeds where a takeover lost a write that had reached the new active.
+    reached_lost: Vec<u64>,
 }
 
 impl Sweep {
@@ -1137,6 +1142,9 @@ impl Sweep {
         self.lost_data_seeds += u64::from(out.lost_data_seen);
         self.beyond_bound_seeds += u64::from(out.beyond_bound);
         if let Some(d) = out.data {
+            if d.reached_lost > 0 {
+                self.reached_lost.push(seed);
+            }
             self.data_seeds += 1;
             self.data.add(d);
         }
@@ -1193,6 +1201,7 @@ impl Sweep {
         self.failures.extend(o.failures);
         self.data_seeds += o.data_seeds;
         self.data.add(o.data);
+        self.reached_lost.extend(o.reached_lost);
     }
 }
 
@@ -1291,7 +1300,9 @@ fn simulated_daemons_keep_every_invariant() {
     println!(
         "services holding data ({} seeds, hooks mode with a follow hook): {} acknowledged \
          writes; {} planned handovers, {} writes lost in them (must be 0); {} takeovers lost \
-         {} writes that the new active lacked (resyncs dropped {} writes from replicas); 0 \
+         {} writes that the new active lacked (resyncs dropped {} writes from replicas; {} \
+         takeovers lost a write that had reached the new active before the old primary \
+         stopped: it followed a copy with less meanwhile, issue 33; seeds {:?}); 0 \
          windows with two copies taking writes (each a failure); {} epochs went back at a \
          service below a forgotten one (counted apart)",
         total.data_seeds,
@@ -1301,6 +1312,13 @@ fn simulated_daemons_keep_every_invariant() {
         d.lossy_takeovers,
         d.lost_unplanned,
         d.resync_drops,
+        d.reached_lost,
+        {
+            let mut s = total.reached_lost.clone();
+            s.sort();
+            s.truncate(5);
+            s
+        },
         d.epoch_back_apart
     );
     total.beyond_bound_broken.sort();

@@ -13,8 +13,10 @@
 //!   reads its own offset, waits (bounded) until the successor's copy holds everything
 //!   it wrote, refuses writes, ends the pause; it fails when the successor did not catch
 //!   up (warden then calls the switchover off) or has no address in its record.
-//! - Replication: at each client tick, a replica whose copy and upstream both run, on
-//!   machines that reach each other, catches up with its upstream with a chance drawn per
+//! - Replication: a replica follows an address (a node's service on a machine and in a
+//!   container, its pid namespace, as the follow hook's `WARDEN_ACTIVE_HOST` names it). At each client tick, a replica whose
+//!   service runs, and whose upstream runs at that address on a machine it reaches,
+//!   catches up with its upstream with a chance drawn per
 //!   seed (so it lags by a few ticks). A replica whose log is not a prefix of its
 //!   upstream's (it diverged, or is ahead) is resynced whole: it drops what its upstream
 //!   lacks, as a Redis full resync or a PostgreSQL `pg_rewind` does.
@@ -45,13 +47,22 @@ use warden::record::Epoch;
 /// the README's seed-revert table only (never committed so).
 pub const HANDOVER_INSIDE_LOCK: bool = true;
 
+/// Where a replica finds its upstream: a node's service on a machine, in a pid
+/// namespace (a container has an address of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Address {
+    pub node: usize,
+    pub machine: usize,
+    pub pid_ns: u64,
+}
+
 /// One service's copy of the log.
 #[derive(Clone, Default)]
 pub struct Copy {
     pub node: usize,
     pub log: Vec<u64>,
-    /// The node it replicates; `None`: a primary.
-    pub upstream: Option<usize>,
+    /// The address it replicates; `None`: a primary.
+    pub upstream: Option<Address>,
     /// Writes refused (`min-replicas-to-write` out of reach).
     pub refuses: bool,
     /// `CLIENT PAUSE WRITE` until then.
@@ -105,6 +116,14 @@ pub struct Data {
     pub lossy_takeovers: u32,
     /// Acknowledged writes a resync dropped from a copy.
     pub resync_drops: u64,
+    /// Whether a copy took the last tick's writes.
+    had_takers: bool,
+    /// Each copy's log when the copies last stopped taking writes (the old primary's
+    /// crash, demotion or pause).
+    reached: BTreeMap<u64, Vec<u64>>,
+    /// Takeovers whose new active lacked a write, not lost before, that it held when the
+    /// copies last stopped taking writes (it was resynced from a copy with less between).
+    pub reached_lost: u32,
     /// Epochs that went back at a copy below an epoch the store forgot (SPEC §3a's
     /// accepted limit).
     pub epoch_back_apart: u32,
@@ -129,6 +148,9 @@ impl Data {
             lost_unplanned: 0,
             lossy_takeovers: 0,
             resync_drops: 0,
+            had_takers: false,
+            reached: BTreeMap::new(),
+            reached_lost: 0,
             epoch_back_apart: 0,
         }
     }
@@ -177,7 +199,7 @@ impl Data {
         &mut self,
         now: Instant,
         running: impl Fn(u64) -> bool,
-        source: impl Fn(u64, usize) -> Option<u64>,
+        source: impl Fn(u64, Address) -> Option<u64>,
     ) -> Vec<u64> {
         let ids: Vec<u64> = self.copies.keys().copied().collect();
         for id in ids {
@@ -191,6 +213,14 @@ impl Data {
             }
         }
         let takers = self.writable(now, running);
+        if takers.is_empty() && self.had_takers {
+            self.reached = self
+                .copies
+                .iter()
+                .map(|(id, c)| (*id, c.log.clone()))
+                .collect();
+        }
+        self.had_takers = !takers.is_empty();
         for id in &takers {
             let w = self.next_write;
             self.next_write += 1;
@@ -227,12 +257,17 @@ impl Data {
             .copied()
             .collect();
         let count = newly.len() as u64;
+        let reached = self
+            .reached
+            .get(&id)
+            .is_some_and(|r| newly.iter().any(|w| r.binary_search(w).is_ok()));
         self.lost.extend(newly);
         match how {
             Promotion::Planned | Promotion::CalledOff => self.lost_planned += count,
             Promotion::Unplanned => {
                 self.lost_unplanned += count;
                 self.lossy_takeovers += u32::from(count > 0);
+                self.reached_lost += u32::from(reached);
             }
         }
         count

@@ -19,7 +19,7 @@
 //! its daemon's future is not polled meanwhile ([`Freezable`]), and whatever its leftover
 //! tasks try waits at the gate.
 
-use super::data::{Data, Promotion, HANDOVER_INSIDE_LOCK};
+use super::data::{Address, Data, Promotion, HANDOVER_INSIDE_LOCK};
 use super::plan::{between, ms, Mode, Plan, SimRng};
 use super::store::{Fact, SimStore};
 use std::collections::BTreeMap;
@@ -792,16 +792,18 @@ impl W {
             .is_some_and(|s| s.alive(Reach::Main) && s.stuck_until.is_none_or(|t| t <= now))
     }
 
-    /// The copy that a replica `id` reads when it replicates `node`: that node's newest
-    /// running service, if both run on machines that reach each other.
-    fn db_source(&self, id: u64, node: usize, now: Instant) -> Option<u64> {
+    /// The copy that a replica `id` reads when it replicates `at`: that node's newest
+    /// service running there, if both run on machines that reach each other.
+    fn db_source(&self, id: u64, at: Address, now: Instant) -> Option<u64> {
         let reach = |m: usize| self.machines[m].up && !self.machines[m].isolated;
         let me = self.service(id).filter(|_| self.db_running(id, now))?;
-        let up = self
-            .services
-            .iter()
-            .rev()
-            .find(|s| s.hooks && s.owner.0 == node && self.db_running(s.id, now))?;
+        let up = self.services.iter().rev().find(|s| {
+            s.hooks
+                && s.owner.0 == at.node
+                && s.machine == at.machine
+                && s.pid_ns == at.pid_ns
+                && self.db_running(s.id, now)
+        })?;
         (me.machine == up.machine || (reach(me.machine) && reach(up.machine))).then_some(up.id)
     }
 
@@ -814,7 +816,7 @@ impl W {
         let takers = d.tick(
             now,
             |id| self.db_running(id, now),
-            |id, node| self.db_source(id, node, now),
+            |id, up| self.db_source(id, up, now),
         );
         self.data = Some(d);
         self.two_writable(&takers, "took a write in the same client tick");
@@ -891,7 +893,18 @@ impl W {
         let c = d.copies.get_mut(&id).expect("a running service's");
         c.upstream = None;
         c.refuses = false;
+        let reached_before = d.reached_lost;
         let lost = d.lose_at_promotion(id, how);
+        if d.reached_lost > reached_before {
+            self.log(|| {
+                format!(
+                    "REACHED AND LOST: n{} promoted lacks a write it held when the copies last \
+                     stopped taking writes",
+                    node + 1
+                )
+            });
+        }
+        let d = self.data.as_mut().expect("checked above");
         if lost > 0 {
             let total = d.acked.len();
             if how == Promotion::Unplanned {
@@ -922,12 +935,19 @@ impl W {
         let Some(id) = self.db_of(who).filter(|_| self.data.is_some()) else {
             return;
         };
+        // The active's address: where its warden runs now.
+        let place = self.place_of[active];
+        let at = Address {
+            node: active,
+            machine: self.machine_of_place(place),
+            pid_ns: self.plan.layout.places[place].pid_ns,
+        };
         if let Some(e) = epoch {
             self.see_epoch(id, who.0, e, "follow");
         }
         let d = self.data.as_mut().expect("checked above");
         let c = d.copies.get_mut(&id).expect("a running service's");
-        c.upstream = Some(active);
+        c.upstream = Some(at);
         c.refuses = false;
     }
 
@@ -965,7 +985,14 @@ impl W {
             .iter()
             .rev()
             .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
-            .map(|s| s.id);
+            .map(|s| {
+                let at = Address {
+                    node: successor,
+                    machine: s.machine,
+                    pid_ns: s.pid_ns,
+                };
+                (s.id, at)
+            });
         let Some(d) = &mut self.data else {
             return;
         };
@@ -979,9 +1006,9 @@ impl W {
         }
         d.handover = Some((who.0, successor));
         d.handovers += 1;
-        if let (false, Some(mine), Some(theirs)) = (HANDOVER_INSIDE_LOCK, mine, theirs) {
+        if let (false, Some(mine), Some((theirs, at))) = (HANDOVER_INSIDE_LOCK, mine, theirs) {
             let c = d.copies.get_mut(&mine).expect("found above");
-            c.upstream = Some(successor);
+            c.upstream = Some(at);
             c.refuses = false;
             let s = d.copies.get_mut(&theirs).expect("a running service's");
             s.upstream = None;
