@@ -21,9 +21,10 @@
 //!   upstream's (it diverged, or is ahead) is resynced whole: it drops what its upstream
 //!   lacks, as a Redis full resync or a PostgreSQL `pg_rewind` does.
 //! - A copy is one service process's: a node's service started again (where its warden
-//!   runs now) starts from the data of the node's last service, in the role it last had
-//!   (its disk moves with it), and refuses writes until a hook changes that. A service
-//!   left running elsewhere keeps its own copy.
+//!   runs now) starts from the data of the last service at that address (its disk), else
+//!   of the node's last service (a pod that moved carries its volume), in the role that
+//!   one last had, and refuses writes until a hook changes that. A service left running
+//!   elsewhere keeps its own copy.
 //!
 //! Ids of writes grow with time, and only the one copy that accepts a write appends
 //! it, so every log is strictly increasing: membership is a binary search.
@@ -60,6 +61,8 @@ pub struct Address {
 #[derive(Clone, Default)]
 pub struct Copy {
     pub node: usize,
+    /// Where its service runs.
+    pub at: Option<Address>,
     pub log: Vec<u64>,
     /// The address it replicates; `None`: a primary.
     pub upstream: Option<Address>,
@@ -108,7 +111,11 @@ pub struct Data {
     /// Acknowledged writes counted lost so far.
     lost: BTreeSet<u64>,
     /// The last demote that handed over: (from, to).
-    pub handover: Option<(usize, usize)>,
+    /// (from node, to node, the successor's copy that had everything).
+    pub handover: Option<(usize, usize, u64)>,
+    /// Promotions of the successor's node on another copy than the one handed over to
+    /// (its warden moved, or a container of it was left running elsewhere).
+    pub successor_moved: u32,
     pub handovers: u32,
     pub lost_planned: u64,
     pub lost_unplanned: u64,
@@ -143,6 +150,7 @@ impl Data {
             acked: Vec::new(),
             lost: BTreeSet::new(),
             handover: None,
+            successor_moved: 0,
             handovers: 0,
             lost_planned: 0,
             lost_unplanned: 0,
@@ -155,20 +163,24 @@ impl Data {
         }
     }
 
-    /// A service of `node` starts (`id`): from the data of the node's last service, in
-    /// its role, refusing writes.
-    pub fn start(&mut self, id: u64, node: usize) {
+    /// A service of `at.node` starts (`id`) at `at`: from the data of the last service
+    /// there (its disk), else of the node's last service (a pod that moved carries its
+    /// volume), in that one's role, refusing writes.
+    pub fn start(&mut self, id: u64, at: Address) {
+        let node = at.node;
         let last = self
             .copies
             .values()
             .rev()
-            .find(|c| c.node == node)
+            .find(|c| c.at == Some(at))
+            .or_else(|| self.copies.values().rev().find(|c| c.node == node))
             .cloned()
             .unwrap_or_default();
         self.copies.insert(
             id,
             Copy {
                 node,
+                at: Some(at),
                 refuses: true,
                 paused_until: None,
                 ..last
@@ -297,8 +309,13 @@ mod tests {
     #[test]
     fn a_replica_ahead_or_diverged_is_resynced_whole_and_counts_what_it_dropped() {
         let mut d = Data::new(1);
-        d.start(1, 0);
-        d.start(2, 1);
+        let at = |node| Address {
+            node,
+            machine: node,
+            pid_ns: 1,
+        };
+        d.start(1, at(0));
+        d.start(2, at(1));
         d.copies.get_mut(&1).unwrap().log = vec![1, 2, 3];
         d.copies.get_mut(&2).unwrap().log = vec![1, 2];
         d.sync(2, 1);

@@ -715,7 +715,14 @@ impl W {
         });
         // The unit starts it refusing writes, in the role its config last saved.
         if let Some(d) = &mut self.data {
-            d.start(id, node);
+            d.start(
+                id,
+                Address {
+                    node,
+                    machine,
+                    pid_ns,
+                },
+            );
         }
         self.log(|| format!("SERVICE {id} of n{} up as a replica", node + 1));
         id
@@ -886,10 +893,22 @@ impl W {
         self.see_epoch(id, node, epoch, "promote");
         let d = self.data.as_mut().expect("checked above");
         let how = match d.handover.take() {
-            Some((_, to)) if to == node => Promotion::Planned,
-            Some((from, _)) if from == node => Promotion::CalledOff,
+            Some((_, to, copy)) if to == node && copy == id => Promotion::Planned,
+            Some((_, to, copy)) if to == node => {
+                d.successor_moved += 1;
+                self.log(|| {
+                    format!(
+                        "SUCCESSOR MOVED: n{} promotes service {id}, not service {copy} that \
+                         the handover checked",
+                        node + 1
+                    )
+                });
+                Promotion::Unplanned
+            }
+            Some((from, ..)) if from == node => Promotion::CalledOff,
             _ => Promotion::Unplanned,
         };
+        let d = self.data.as_mut().expect("checked above");
         let c = d.copies.get_mut(&id).expect("a running service's");
         c.upstream = None;
         c.refuses = false;
@@ -1004,8 +1023,10 @@ impl W {
         if !synced {
             return;
         }
-        d.handover = Some((who.0, successor));
-        d.handovers += 1;
+        if let Some((copy, _)) = theirs {
+            d.handover = Some((who.0, successor, copy));
+            d.handovers += 1;
+        }
         if let (false, Some(mine), Some((theirs, at))) = (HANDOVER_INSIDE_LOCK, mine, theirs) {
             let c = d.copies.get_mut(&mine).expect("found above");
             c.upstream = Some(at);
