@@ -90,7 +90,7 @@ use std::time::{Duration, Instant as WallInstant};
 use store::{SimStore, StoreConfig};
 use tokio::time::Instant;
 use warden::daemon::Daemon;
-use warden::record::Role;
+use warden::record::{Epoch, Role};
 use world::{name, Inc, Reach, World};
 
 const DEFAULT_NODES: usize = 3;
@@ -219,6 +219,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
                 max_drift: 0.05,
                 max_step: c.in_force() / 8,
             },
+            settle: c.session_timeout,
         };
     }
     let watches = if rng.chance(0.25) {
@@ -244,6 +245,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
         loss: rng.pick(&[0.0, 0.002, 0.01]),
         watches,
         sessions,
+        settle: c.session_timeout,
     }
 }
 
@@ -563,20 +565,20 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
             tokio::time::sleep(down).await;
             // What live wardens remember: their member records' `epoch_seen` and a live
             // holder's epoch. A forgotten epoch above it is the accepted limit.
-            let remembered = {
+            let (remembered, who) = {
                 let records = world.store.member_records();
                 let holder = world.store.lock_holder();
                 let w = world.lock();
-                let seen = records
-                    .values()
-                    .filter(|m| {
-                        world::parse_incarnation(&m.node.incarnation).is_some_and(|i| w.alive(i))
-                    })
-                    .filter_map(|m| m.node.epoch_seen);
+                let seen = records.values().filter_map(|m| {
+                    let i =
+                        world::parse_incarnation(&m.node.incarnation).filter(|i| w.alive(*i))?;
+                    Some((m.node.epoch_seen?, i))
+                });
                 let held = holder
                     .filter(|(n, i, _)| w.alive((*n, *i)))
-                    .map(|(_, _, e)| e);
-                seen.chain(held).max()
+                    .map(|(n, i, e)| (e, (n, i)));
+                let all: Vec<(Epoch, Inc)> = seen.chain(held).collect();
+                (all.iter().map(|(e, _)| *e).max(), all)
             };
             let said = world.store.forget(how);
             {
@@ -585,6 +587,14 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
                 w.forgotten = w.forgotten.max(last);
                 if let Some(last) = last.filter(|&e| Some(e) > remembered) {
                     w.unremembered = w.unremembered.max(Some(last));
+                }
+                if let Some(last) = last {
+                    w.rememberers = who
+                        .iter()
+                        .filter(|(e, _)| *e >= last)
+                        .map(|(_, i)| *i)
+                        .collect();
+                    w.rejoin_by = Some(Instant::now() + st);
                 }
             }
             world.store.set_up(true);
@@ -1487,6 +1497,7 @@ fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() 
             loss: 0.0,
             watches: store::Watches::Yes,
             sessions: store::Sessions::Zk,
+            settle: Duration::ZERO,
         };
         let store = SimStore::new(cfg, 1);
         store.keep_snapshots();

@@ -35,6 +35,8 @@ fn cfg() -> StoreConfig {
         loss: 0.0,
         watches: Watches::Yes,
         sessions: Sessions::Zk,
+        // The counter is made at the first join, as by a session that lived long enough.
+        settle: Duration::ZERO,
     }
 }
 

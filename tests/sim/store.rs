@@ -95,6 +95,10 @@ pub struct StoreConfig {
     pub loss: f64,
     pub watches: Watches,
     pub sessions: Sessions,
+    /// `coord/zookeeper.rs` `settle`, the configured session timeout: only a session that
+    /// has lived this long makes the epoch counter when there is none (a new, wiped or
+    /// restored ensemble; stop 33).
+    pub settle: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -395,8 +399,9 @@ struct State {
     floor: BTreeMap<String, u64>,
     floor_version: i64,
     /// ZooKeeper's `<base>/epoch`: the zxid of its last write (its mzxid: set only by the
-    /// multi-op that creates the lock, and by `init --force`), its version, and the offset
-    /// `init --force` raised every later epoch by. A lock's epoch is its czxid plus it.
+    /// multi-op that creates the lock, and by `init --force`), its version (-1 while it
+    /// does not exist: a new, wiped or restored ensemble), and the offset `init --force`
+    /// raised every later epoch by. A lock's epoch is its czxid plus it.
     counter: u64,
     counter_version: i64,
     offset: u64,
@@ -729,7 +734,8 @@ impl State {
         versions: Option<(i64, i64)>,
     ) -> Result<Created, StoreError> {
         if let Some((floor, counter)) = versions {
-            if floor != self.floor_version || counter != self.counter_version {
+            // (No counter: the multi-op's set fails, NoNode, and the join tries again.)
+            if floor != self.floor_version || counter != self.counter_version || counter < 0 {
                 return Ok(Created::Moved);
             }
         }
@@ -790,7 +796,7 @@ impl State {
     fn counter_epoch(&self) -> u64 {
         let history = history_of(self.history.as_ref().map(|(e, _)| e.clone()));
         [
-            Some(self.counter + self.offset),
+            (self.counter_version >= 0).then_some(self.counter + self.offset),
             self.lock.as_ref().and_then(|l| l.record.epoch),
             self.breadcrumb.as_ref().and_then(|(b, _)| b.epoch),
             newest_promotion(&history),
@@ -1287,7 +1293,7 @@ impl SimStore {
             floor: BTreeMap::new(),
             floor_version: 0,
             counter: 100,
-            counter_version: 0,
+            counter_version: -1,
             offset: 0,
             snapshots: None,
             slow: None,
@@ -1715,6 +1721,7 @@ impl Connector for SimConnector {
                 wire,
                 joined: watch::Sender::new(None),
                 read_at: Mutex::new(None),
+                established: Instant::now(),
             }),
         })
     }
@@ -1753,6 +1760,8 @@ struct Handle {
     joined: watch::Sender<Option<u64>>,
     /// When the last `read_state` answered (for [`Fact::Commit`]).
     read_at: Mutex<Option<Instant>>,
+    /// When the session was established (`coord/zookeeper.rs` `established`).
+    established: Instant,
 }
 
 /// ZooKeeper's closeSession: sent after everything the session sent before, it deletes
@@ -2157,6 +2166,30 @@ impl SimSession {
                             .await;
                         return JoinOutcome::LostData(why);
                     }
+                }
+                if read.counter_version < 0 {
+                    // `ZkSession::try_lock`: no counter (a new, wiped or restored
+                    // ensemble). Only a session that has lived a whole session timeout
+                    // makes it, then reads everything again.
+                    let settled = self.h.established + self.h.cfg.settle;
+                    if Instant::now() < settled {
+                        tokio::time::sleep_until(settled).await;
+                        continue;
+                    }
+                    let made = self
+                        .call("creating the epoch counter", |st, _| {
+                            if st.counter_version < 0 {
+                                st.zxid += 1;
+                                st.counter = st.zxid;
+                                st.counter_version = 0;
+                            }
+                            Ok(())
+                        })
+                        .await;
+                    if made.is_err() {
+                        return JoinOutcome::Unknown;
+                    }
+                    continue;
                 }
                 Some((read.floor_version, read.counter_version))
             } else {

@@ -186,6 +186,8 @@ pub struct Warden {
     pub frozen: bool,
     /// When it was last thawed.
     pub thawed: Option<Instant>,
+    /// When it ended.
+    pub gone_at: Option<Instant>,
     pub role: Role,
     /// When it took its role.
     pub role_since: Instant,
@@ -250,6 +252,11 @@ pub struct W {
     /// heard of while a warden that had seen it still lived (it rejoined too late).
     pub forgotten: Option<Epoch>,
     pub floor_at_commit: Option<Epoch>,
+    /// The live wardens that had seen the forgotten epoch when the store came back, and
+    /// by when they had to rejoin (a session timeout after that) to raise the floor: one
+    /// that ended before then took its memory with it (the accepted limit too).
+    pub rememberers: Vec<Inc>,
+    pub rejoin_by: Option<Instant>,
     pub floor_race: u32,
     /// Member records the store forgot under a session that lived on, still stale once
     /// quiet (`status` shows an old role until the node's next change).
@@ -342,6 +349,8 @@ impl World {
                 accepted_limit: 0,
                 forgotten: None,
                 floor_at_commit: None,
+                rememberers: Vec::new(),
+                rejoin_by: None,
                 floor_race: 0,
                 stale_after_forget: 0,
                 confirms: 0,
@@ -554,6 +563,7 @@ impl W {
                 alive: true,
                 frozen: false,
                 thawed: None,
+                gone_at: None,
                 role: Role::Ineligible,
                 role_since: Instant::now(),
                 task: None,
@@ -1125,6 +1135,7 @@ impl W {
             return Vec::new();
         }
         w.alive = false;
+        w.gone_at = Some(Instant::now());
         w.frozen = false;
         w.role = Role::Ineligible;
         if let Some(t) = w.task.take() {
@@ -1226,7 +1237,17 @@ impl W {
                         && self.floor_at_commit.is_none_or(|f| f < e)
                 };
                 if let Some((prev, e)) = went.filter(|&(_, e)| unheard(e)) {
-                    let accepted = self.unremembered.is_some_and(|u| e <= u);
+                    // Every warden that remembered it ended before it could rejoin the
+                    // restored store: nothing alive remembered it either.
+                    let all_ended_early = !self.rememberers.is_empty()
+                        && self.rememberers.iter().all(|r| {
+                            self.wardens.get(r).is_some_and(|x| {
+                                x.gone_at
+                                    .zip(self.rejoin_by)
+                                    .is_some_and(|(gone, by)| gone <= by)
+                            })
+                        });
+                    let accepted = self.unremembered.is_some_and(|u| e <= u) || all_ended_early;
                     if accepted {
                         self.accepted_limit += 1;
                     } else {
