@@ -1,6 +1,7 @@
 //! Services that hold data (issue 32 point 2): in hooks mode with a follow hook, each
-//! node's service is a copy of one replicated log, driven by the hooks as the shipped
-//! Redis recipe (`examples/redis/warden-redis`) drives Redis, and a client writes all the
+//! node's service is a copy of one replicated log, driven by the hooks as a shipped
+//! recipe drives its server (`examples/redis/warden-redis` or
+//! `examples/postgresql/warden-postgresql`, drawn per seed), and a client writes all the
 //! time.
 //!
 //! - A copy is a primary (`REPLICAOF NO ONE`) or replicates another node's copy; it
@@ -12,7 +13,11 @@
 //!   refuses writes. `demote` with one (a planned switchover, SPEC §6a): pauses writes,
 //!   reads its own offset, waits (bounded) until the successor's copy holds everything
 //!   it wrote, refuses writes, ends the pause; it fails when the successor did not catch
-//!   up (warden then calls the switchover off) or has no address in its record.
+//!   up (warden then calls the switchover off) or has no address in its record. The
+//!   PostgreSQL recipe first asks the successor whether it is a standby (one that does
+//!   not answer as one fails the hook at once, the primary untouched), stops the server
+//!   where Redis pauses it, and once the successor has everything leaves the old primary
+//!   a standby of it (Redis waits for `follow`).
 //! - Replication: a replica follows an address (a node's service on a machine and in a
 //!   container, its pid namespace, as the follow hook's `WARDEN_ACTIVE_HOST` names it). At each client tick, a replica whose
 //!   service runs, and whose upstream runs at that address on a machine it reaches,
@@ -57,6 +62,13 @@ pub struct Address {
     pub pid_ns: u64,
 }
 
+/// Which shipped recipe the hooks follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    Redis,
+    Postgres,
+}
+
 /// One service's copy of the log.
 #[derive(Clone, Default)]
 pub struct Copy {
@@ -99,6 +111,7 @@ pub enum Promotion {
 
 /// The data of every copy, the client's writes and what the checker counted.
 pub struct Data {
+    pub recipe: Recipe,
     /// By service id.
     pub copies: BTreeMap<u64, Copy>,
     rng: SimRng,
@@ -141,7 +154,13 @@ impl Data {
         let mut rng = SimRng::new(seed ^ 0xda7a_c0b1_e5a1_0004);
         let tick = Duration::from_millis(rng.range(10..=40));
         let catch_up = 0.3 + 0.6 * rng.unit();
+        let recipe = if rng.chance(0.5) {
+            Recipe::Redis
+        } else {
+            Recipe::Postgres
+        };
         Data {
+            recipe,
             copies: BTreeMap::new(),
             rng,
             tick,

@@ -371,6 +371,11 @@ impl SimHooks {
             said = Err(format!(
                 "sim: demote: the successor {successor} has no host and port in its record"
             ));
+        } else if to.is_some_and(|to| !self.host.world.lock().successor_answers(who, to)) {
+            said = Err(format!(
+                "sim: demote: {successor} did not answer as a standby: not handed over; \
+                 still the primary"
+            ));
         } else if let (true, Some(to)) = (worked, to) {
             let bound = self.hook_timeout / 2;
             let last = self.host.world.lock().pause_data(who, started + bound * 2);

@@ -19,7 +19,7 @@
 //! its daemon's future is not polled meanwhile ([`Freezable`]), and whatever its leftover
 //! tasks try waits at the gate.
 
-use super::data::{Address, Data, Promotion, HANDOVER_INSIDE_LOCK};
+use super::data::{Address, Data, Promotion, Recipe, HANDOVER_INSIDE_LOCK};
 use super::plan::{between, ms, Mode, Plan, SimRng};
 use super::store::{Fact, SimStore};
 use std::collections::BTreeMap;
@@ -989,9 +989,57 @@ impl W {
         c.log.last().copied()
     }
 
-    /// Whether `successor`'s copy holds every write up to `last`.
-    pub fn successor_has(&self, successor: usize, last: Option<u64>) -> bool {
+    /// The PostgreSQL recipe's first step of a planned demote: whether the successor
+    /// answers as a standby (its copy runs, replicates, and this node's machine reaches
+    /// it). Always true for Redis, which asks the successor nothing else.
+    pub fn successor_answers(&self, who: Inc, successor: usize) -> bool {
         let now = Instant::now();
+        let Some(d) = &self.data else {
+            return false;
+        };
+        if d.recipe == Recipe::Redis {
+            return true;
+        }
+        let (Some(mine), Some(theirs)) = (
+            self.db_of(who),
+            self.services
+                .iter()
+                .rev()
+                .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now)),
+        ) else {
+            return false;
+        };
+        let at = Address {
+            node: successor,
+            machine: theirs.machine,
+            pid_ns: theirs.pid_ns,
+        };
+        d.copies
+            .get(&theirs.id)
+            .is_some_and(|c| c.upstream.is_some())
+            && self
+                .service(mine)
+                .is_some_and(|_| self.db_source(mine, at, now).is_some())
+    }
+
+    /// Whether `successor`'s copy holds every write up to `last`. A replica linked to
+    /// its upstream receives the stream within a round trip: the successor catches up
+    /// first (the client's tick only paces the lag while writes go on).
+    pub fn successor_has(&mut self, successor: usize, last: Option<u64>) -> bool {
+        let now = Instant::now();
+        let theirs = self
+            .services
+            .iter()
+            .rev()
+            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
+            .map(|s| s.id);
+        let source = theirs.and_then(|id| {
+            let up = self.data.as_ref()?.copies.get(&id)?.upstream?;
+            self.db_source(id, up, now).map(|src| (id, src))
+        });
+        if let (Some((id, src)), Some(d)) = (source, self.data.as_mut()) {
+            d.sync(id, src);
+        }
         let Some(d) = &self.data else {
             return false;
         };
@@ -1033,9 +1081,15 @@ impl W {
         if !synced {
             return;
         }
-        if let Some((copy, _)) = theirs {
+        if let Some((copy, at)) = theirs {
             d.handover = Some((who.0, successor, copy));
             d.handovers += 1;
+            if d.recipe == Recipe::Postgres {
+                // The old primary is left a standby of the successor.
+                if let Some(c) = mine.and_then(|id| d.copies.get_mut(&id)) {
+                    c.upstream = Some(at);
+                }
+            }
         }
         if let (false, Some(mine), Some((theirs, at))) = (HANDOVER_INSIDE_LOCK, mine, theirs) {
             let c = d.copies.get_mut(&mine).expect("found above");
