@@ -155,6 +155,10 @@ impl Recipe for PgRecipe {
         Ok(out.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    fn follows(&self, i: usize, primary: usize) -> bool {
+        self.pg[i].streams_from().as_deref() == Some(&format!("127.0.0.1 {}", self.port(primary)))
+    }
+
     fn connect(&self, i: usize) -> Connect {
         let port = self.port(i);
         Box::new(move || {

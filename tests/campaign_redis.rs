@@ -125,6 +125,10 @@ impl Recipe for RedisRecipe {
             .map_err(|e| e.to_string())
     }
 
+    fn follows(&self, i: usize, primary: usize) -> bool {
+        common::redis_setup::linked_to(&self.s.redis[i], self.port(primary))
+    }
+
     fn connect(&self, i: usize) -> Connect {
         let (port, password) = (self.port(i), self.password.clone());
         Box::new(move || {
@@ -162,4 +166,56 @@ fn redis_recipe_survives_a_seeded_fault_campaign() {
     let c = Campaign::start(RedisRecipe { s, password }, seed);
     let stats = c.run(rounds);
     assert_eq!(stats.lost_planned, 0);
+}
+
+/// The checker sees two writable copies when there are some: two Redis servers that both
+/// take writes (no warden, both primaries), written to by the campaign's client, give
+/// windows; one of them refusing writes (as a demoted primary does) gives none.
+#[test]
+fn the_checker_sees_two_writable_copies_made_by_hand() {
+    let password = format!("pw{:016x}", common::mariadb::rand_u64());
+    let redis: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_replicable(&password))
+        .collect();
+    let connects = |redis: &[RedisServer]| -> Vec<Connect> {
+        redis
+            .iter()
+            .map(|r| {
+                let (port, password) = (r.port(), password.clone());
+                Box::new(move || {
+                    common::redis_setup::connect(port, &password)
+                        .map(|c| Box::new(RedisConn(c)) as Box<dyn Conn>)
+                }) as Connect
+            })
+            .collect()
+    };
+    let mut client = campaign::Client::start(connects(&redis));
+    wait_until(secs(30), "both servers took 50 writes", || {
+        let acks = client.acks();
+        (0..2).all(|i| acks.iter().filter(|a| a.node == i).count() >= 50)
+    });
+    client.stop();
+    let windows = campaign::two_writable_windows(&client.acks(), 2);
+    assert!(
+        !windows.is_empty(),
+        "two primaries took writes side by side and the checker saw nothing"
+    );
+    eprintln!("{} windows, e.g. {}", windows.len(), windows[0]);
+
+    redis[1].cli(&["CONFIG", "SET", "min-replicas-max-lag", "10"]);
+    redis[1].cli(&["CONFIG", "SET", "min-replicas-to-write", "1000000"]);
+    let mut client = campaign::Client::start(connects(&redis));
+    wait_until(secs(30), "the primary took 100 writes", || {
+        client.acks().len() >= 100
+    });
+    client.stop();
+    let acks = client.acks();
+    assert!(
+        acks.iter().all(|a| a.node == 0),
+        "the refusing server took a write"
+    );
+    assert_eq!(
+        campaign::two_writable_windows(&acks, 2),
+        Vec::<String>::new()
+    );
 }

@@ -630,6 +630,9 @@ pub trait Recipe {
     fn connect(&self, i: usize) -> Connect;
     /// Called once node 1 is active, before the others start (PostgreSQL makes its table).
     fn first_active(&mut self) {}
+    /// Whether node `i`'s server replicates node `primary`'s now (the link up), as the
+    /// server itself says.
+    fn follows(&self, i: usize, primary: usize) -> bool;
 }
 
 #[derive(Clone, Debug)]
@@ -879,7 +882,8 @@ impl<R: Recipe> Campaign<R> {
     }
 
     /// Waits (not a failure) until every other member is a healthy standby whose follow is
-    /// current.
+    /// current and whose server replicates the active's: the next round's switchover then
+    /// has a successor that can take everything.
     fn standbys_settle(&mut self) {
         let since = Instant::now();
         while since.elapsed() < STANDBYS_SETTLE {
@@ -896,7 +900,10 @@ impl<R: Recipe> Campaign<R> {
                                     .and_then(Value::as_str)
                                     .is_none_or(|f| f.starts_with("current")))
                     });
-                if ok {
+                let active = Self::one_active(&st);
+                let n = self.wardens.len();
+                if ok && active.is_some_and(|a| (0..n).all(|i| i == a || self.recipe.follows(i, a)))
+                {
                     return;
                 }
             }
