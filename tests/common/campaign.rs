@@ -828,10 +828,23 @@ impl<R: Recipe> Campaign<R> {
             .flatten()
     }
 
-    /// Polls `status` until exactly one active whose service the client writes to, within
-    /// [`RECOVERY`]; restarts what is down meanwhile and, when the store says it lost data,
-    /// runs `warden init --force` as the README tells the operator. Returns the active.
-    fn recover(&mut self) -> usize {
+    /// [`one_active`](Self::one_active), when its record is the running warden's (pid): a
+    /// warden killed a moment ago is still shown active until its session expires.
+    fn one_live_active(&mut self, st: &Value) -> Option<usize> {
+        let a = Self::one_active(st)?;
+        let pid = member(st, &format!("n{}", a + 1))
+            .and_then(|m| m.get("pid"))
+            .and_then(Value::as_u64)?;
+        let w = self.wardens[a].as_mut()?;
+        (w.is_running() && u64::from(w.pid()) == pid).then_some(a)
+    }
+
+    /// Polls `status` until exactly one active (a running warden) whose service the client
+    /// writes to and whose data can be read, within [`RECOVERY`]; restarts what is down
+    /// meanwhile and, when the store says it lost data, runs `warden init --force` as the
+    /// README tells the operator. Returns the active, when its data was read (taken just
+    /// before: every write acknowledged by then is in it), and its data.
+    fn recover(&mut self) -> (usize, Instant, HashSet<u64>) {
         let since = Instant::now();
         let mut last: String;
         let mut last_init: Option<Instant> = None;
@@ -846,12 +859,18 @@ impl<R: Recipe> Campaign<R> {
                         last_init = Some(Instant::now());
                         continue;
                     }
-                    if let Some(a) = Self::one_active(&st) {
+                    last = format!("{st:#}");
+                    if let Some(a) = self.one_live_active(&st) {
                         if self.client.acked_on_since(a, since) {
-                            return a;
+                            let read_at = Instant::now();
+                            match self.values_set(a) {
+                                Some(values) => return (a, read_at, values),
+                                None => {
+                                    last = format!("n{}'s data could not be read; {last}", a + 1)
+                                }
+                            }
                         }
                     }
-                    last = format!("{st:#}");
                 }
                 Err(e) => last = e,
             }
@@ -934,7 +953,7 @@ impl<R: Recipe> Campaign<R> {
     /// Runs the rounds, checking after each; prints the table and returns the stats.
     pub fn run(mut self, rounds: usize) -> Stats {
         let started = Instant::now();
-        let mut active = self.recover();
+        let mut active = self.recover().0;
         for round in 1..=rounds {
             let fault = Fault::draw(&mut self.rng, active, self.wardens.len());
             self.now = format!("round {round}: {fault:?} with n{} active", active + 1);
@@ -943,13 +962,7 @@ impl<R: Recipe> Campaign<R> {
                 .map(|i| self.values_set(i))
                 .collect();
             let (planned, killed) = self.apply(&fault, active);
-            let new = self.recover();
-            // (Taken before the read: what was acknowledged by then is in what it returns.)
-            let read_at = Instant::now();
-            let after = match self.values_set(new) {
-                Some(v) => v,
-                None => self.fail(&format!("cannot read the new active n{}'s data", new + 1)),
-            };
+            let (new, read_at, after) = self.recover();
             // Everything acknowledged before the read that the active lacks, not counted yet.
             let missing: Vec<u64> = self
                 .client
