@@ -47,9 +47,11 @@
 //! same epoch again only on the same node: a called-off switchover promotes again under the
 //! same epoch, SPEC §6a.2).
 //!
-//! Environment: `WARDEN_CAMPAIGN_SEED=N` replays seed N's plan (the same faults, targets
-//! and durations in the same order; the processes' timing differs); `WARDEN_CAMPAIGN_ROUNDS`
-//! (default 20) rounds per recipe.
+//! Environment: `WARDEN_CAMPAIGN_SEED=N` replays seed N's plan (the same faults and
+//! durations in the same order; a target is drawn relative to the node active at the
+//! round's start, so it is the same node while the same nodes end up active: the
+//! processes' timing differs from run to run); `WARDEN_CAMPAIGN_ROUNDS` (default 20) rounds
+//! per recipe.
 
 use super::*;
 use std::collections::{BTreeMap, HashSet};
