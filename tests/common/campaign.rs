@@ -731,6 +731,9 @@ pub struct Campaign<R: Recipe> {
     lost: HashSet<u64>,
     /// The round and fault under way, for failure messages.
     now: String,
+    /// After a store restored from a copy: how many promotions the logs held then. None
+    /// may follow until `init --force` has run.
+    restored: Option<usize>,
 }
 
 impl<R: Recipe> Campaign<R> {
@@ -767,6 +770,7 @@ impl<R: Recipe> Campaign<R> {
             stats: Stats::default(),
             lost: HashSet::new(),
             now: "start".into(),
+            restored: None,
         };
         c.standbys_settle();
         c
@@ -899,6 +903,15 @@ impl<R: Recipe> Campaign<R> {
         );
         if out.status.success() {
             self.stats.init_force += 1;
+            if let Some(before) = self.restored.take() {
+                let promotes = promote_epochs(self.recipe.cluster().dir());
+                if promotes.len() > before {
+                    self.fail(&format!(
+                        "after the store was restored from a copy, a node was promoted before `init --force`: {:?}",
+                        &promotes[before..]
+                    ));
+                }
+            }
         }
     }
 
@@ -1048,7 +1061,7 @@ impl<R: Recipe> Campaign<R> {
              |---|---|---|---|---|---|---|---|\n\
              | {} | {} | {} | {} | {} | {} | {} | {} |\n\
              faults: {:?}\n\
-             switchovers called off or refused: {}; init --force runs: {}; promotions: {} (epochs {}..{}); refused writes: {}; reads: {}; read anomalies: {}",
+             switchovers called off or refused: {}; restored stores said lost data: {}; init --force runs: {}; promotions: {} (epochs {}..{}); refused writes: {}; reads: {}; read anomalies: {}",
             self.recipe.name(),
             self.seed,
             s.rounds,
@@ -1063,6 +1076,7 @@ impl<R: Recipe> Campaign<R> {
             windows.len(),
             s.faults,
             s.called_off,
+            s.lost_data_said,
             s.init_force,
             promotes.len(),
             promotes.first().map_or(0, |p| p.2),
@@ -1230,6 +1244,7 @@ impl<R: Recipe> Campaign<R> {
         }
         if said {
             self.stats.lost_data_said += 1;
+            self.restored = Some(promotes_before);
         }
     }
 }
