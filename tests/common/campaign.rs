@@ -154,7 +154,6 @@ pub struct Net {
     hybrid: bool,
     /// This campaign's cgroup, relative to the mount; node `i`'s is `<rel>/n<i+1>`.
     rel: String,
-    nodes: usize,
     mark_base: u32,
     cuts: u32,
 }
@@ -182,7 +181,6 @@ impl Net {
             mount,
             hybrid,
             rel,
-            nodes,
             mark_base: 0x5800_0000
                 | ((std::process::id() & 0xfff) << 12)
                 | ((seq as u32 & 0xf) << 8),
@@ -322,7 +320,6 @@ impl Drop for Net {
         if let Err(e) = nft_cmd(&["delete", "table", "inet", &self.table]) {
             eprintln!("could not delete the nftables table {}: {e}", self.table);
         }
-        let _ = self.nodes;
         remove_cgroup(&self.mount, &self.mount.join(&self.rel));
     }
 }
