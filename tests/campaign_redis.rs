@@ -219,3 +219,23 @@ fn the_checker_sees_two_writable_copies_made_by_hand() {
         Vec::<String>::new()
     );
 }
+
+/// The epoch check fires: a promotion below an earlier one, or at the same epoch on
+/// another node; the same epoch again on the same node (a called-off switchover) passes.
+#[test]
+fn the_checker_sees_an_epoch_that_went_back() {
+    let p = |at: &str, node: &str, epoch: u64| {
+        (
+            at.to_string(),
+            node.to_string(),
+            epoch,
+            format!("{at} {node} promote: is the primary (epoch {epoch})"),
+        )
+    };
+    let fine = [p("t1", "n1", 5), p("t2", "n1", 5), p("t3", "n2", 9)];
+    assert!(campaign::epochs_that_went_back(&fine).is_empty());
+    let back = [p("t1", "n1", 5), p("t2", "n2", 4)];
+    assert_eq!(campaign::epochs_that_went_back(&back).len(), 1);
+    let twice = [p("t1", "n1", 5), p("t2", "n2", 5)];
+    assert_eq!(campaign::epochs_that_went_back(&twice).len(), 1);
+}
