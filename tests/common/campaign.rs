@@ -246,6 +246,7 @@ impl Net {
 
     /// Moves `pid` (a server just started) into node `i`'s cgroup; its children follow.
     pub fn join(&self, i: usize, pid: u32) {
+        // (A server that died meanwhile has nothing to move: the next start joins again.)
         let _ = fs::write(self.cgroup(i).join("cgroup.procs"), pid.to_string());
     }
 
