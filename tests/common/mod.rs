@@ -17,6 +17,7 @@
 
 #![allow(dead_code)]
 
+pub mod campaign;
 pub mod mariadb;
 pub mod pg_pair;
 pub mod postgres;
@@ -564,6 +565,21 @@ impl ZkServer {
             dump_logs();
             panic!("ZooKeeper did not restart on port {}: {e}", self.port);
         }
+    }
+
+    /// Killed and started again on the same port with an empty data dir: a server that
+    /// lost everything (a new disk, a restore of nothing).
+    pub fn restart_empty(&mut self) {
+        self.kill_child();
+        let data = self.dir.path().join("data");
+        fs::remove_dir_all(&data).expect("remove the ZooKeeper data dir");
+        fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
+        self.restart();
+    }
+
+    /// Whether the test started the server and has not stopped it since.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// A consistent copy of the data dir as it is now, kept beside it for

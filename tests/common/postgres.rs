@@ -138,6 +138,27 @@ impl PgServer {
         self.start();
     }
 
+    /// A start as a standby as the drop-in makes it (`standby.signal`, then `pg_ctl
+    /// start`), as systemd restarts a server that died; `Err` with what `pg_ctl` said when
+    /// it did not come up (another start, a hook's, may have won the race).
+    pub fn try_start_as_standby(&self) -> Result<(), String> {
+        fs::write(self.data().join("standby.signal"), "").map_err(|e| e.to_string())?;
+        give(&self.data().join("standby.signal"));
+        let mut c = as_pg(&format!("{BIN}/pg_ctl"));
+        c.args(["-D", &self.conf().display().to_string()])
+            .args(["-l", &self.log_path().display().to_string()])
+            .args(["-w", "-t", "30", "start"]);
+        let out = c
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_ctl start: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
     pub fn stop_fast(&self) {
         let mut c = as_pg(&format!("{BIN}/pg_ctl"));
         c.args(["-D", &self.conf().display().to_string()])

@@ -34,6 +34,9 @@ pub struct RedisServer {
     masterauth: Option<String>,
     /// Arguments added at the next start (`--min-replicas-to-write 1000000`).
     extra: Vec<String>,
+    /// A `redis.conf` read first at every start, as Debian's unit reads
+    /// `/etc/redis/redis.conf`: the hooks' `CONFIG REWRITE` persists the role there.
+    conf_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -68,16 +71,51 @@ impl RedisServer {
         RedisServer::start_full(appendonly, None, None)
     }
 
+    /// [`start_replicable`](Self::start_replicable), with a `redis.conf` of its own read
+    /// first at every start (as Debian's unit reads `/etc/redis/redis.conf`): the hooks'
+    /// `CONFIG REWRITE` persists the role there, so a server killed and started again as
+    /// [`start_as_the_drop_in_does`](Self::start_as_the_drop_in_does) comes back as the
+    /// replica of the primary it last followed, as it does in production.
+    pub fn start_replicable_with_conf(password: &str) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("warden-redis-conf-")
+            .tempdir()
+            .expect("a temp dir");
+        let conf = dir.path().join("redis.conf");
+        fs::write(&conf, "# rewritten by the hooks' CONFIG REWRITE\n").expect("write redis.conf");
+        RedisServer::start_full_with_conf(
+            true,
+            Some(password.to_string()),
+            Some(password.to_string()),
+            Some((dir, conf)),
+        )
+    }
+
     fn start_full(
         appendonly: bool,
         password: Option<String>,
         masterauth: Option<String>,
     ) -> RedisServer {
+        RedisServer::start_full_with_conf(appendonly, password, masterauth, None)
+    }
+
+    fn start_full_with_conf(
+        appendonly: bool,
+        password: Option<String>,
+        masterauth: Option<String>,
+        conf: Option<(TempDir, PathBuf)>,
+    ) -> RedisServer {
         check_redis_installed();
-        let dir = tempfile::Builder::new()
-            .prefix("warden-redis-")
-            .tempdir()
-            .expect("a temp dir");
+        let (dir, conf_file) = match conf {
+            Some((dir, conf)) => (dir, Some(conf)),
+            None => (
+                tempfile::Builder::new()
+                    .prefix("warden-redis-")
+                    .tempdir()
+                    .expect("a temp dir"),
+                None,
+            ),
+        };
         let password = password.unwrap_or_else(|| format!("pw{:016x}", super::mariadb::rand_u64()));
         let mut r = RedisServer {
             dir,
@@ -86,6 +124,7 @@ impl RedisServer {
             appendonly,
             masterauth,
             extra: Vec::new(),
+            conf_file,
             child: None,
         };
         register_log("redis", &r.log_path());
@@ -121,6 +160,7 @@ impl RedisServer {
     fn spawn(&mut self) {
         fs::create_dir_all(self.data()).expect("the data dir");
         let child = Command::new("redis-server")
+            .args(self.conf_file.iter().map(|c| c.display().to_string()))
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--dir", &self.data().display().to_string()])
@@ -264,6 +304,14 @@ impl RedisServer {
 
     pub fn thaw(&mut self) {
         thaw_pid(self.pid().expect("a running server"));
+    }
+
+    /// Whether the server is down: killed by the test, or exited (fenced by a warden),
+    /// which this reaps.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
     }
 
     /// SIGKILL by pid, and wait.
