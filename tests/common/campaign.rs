@@ -78,36 +78,14 @@ const RECONNECT_EVERY: Duration = Duration::from_millis(50);
 // ---------------------------------------------------------------------------------------
 // The seed
 
-/// SplitMix64: a seed names the same plan on every machine and every crate version.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    pub fn percent(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-
-    /// Uniform in `lo..=hi` milliseconds.
-    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
+// SplitMix64, shared with the ensemble's fault rounds: a seed names the same plan on
+// every machine and every crate version.
+#[path = "../ensemble/rng.rs"]
+mod rng;
+pub use rng::Rng;
+#[path = "../ensemble/nft.rs"]
+mod nft;
+use nft::feed_nft;
 
 /// The seed (`WARDEN_CAMPAIGN_SEED`, decimal or `0x` hex, else drawn from the clock) and
 /// the rounds (`WARDEN_CAMPAIGN_ROUNDS`, else [`DEFAULT_ROUNDS`]).
@@ -279,7 +257,7 @@ impl Net {
     /// Applies an nft script; on a hybrid host in a mount namespace where the v2 mount is
     /// `/sys/fs/cgroup` (nft resolves `socket cgroupv2` paths there, to the cgroup's id).
     fn nft(&self, script: &str) -> Result<(), String> {
-        let mut cmd = if self.hybrid {
+        let cmd = if self.hybrid {
             let mut c = Command::new("unshare");
             c.args(["-m", "sh", "-c"]).arg(format!(
                 "mount --bind '{}' /sys/fs/cgroup && exec nft -f -",
@@ -291,28 +269,7 @@ impl Net {
             c.args(["-f", "-"]);
             c
         };
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run nft: {e} (apt-get install -y nftables)"))?;
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(script.as_bytes())
-            .map_err(|e| format!("writing to nft: {e}"))?;
-        let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "nft failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
+        feed_nft(cmd, script)
     }
 }
 

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod net;
+pub mod nft;
 pub mod rng;
 pub mod trio;
 pub mod zk;

@@ -37,8 +37,8 @@
 //! preflight that finds its pid dead.
 
 use crate::common::process_alive;
+use crate::ensemble::nft::feed_nft;
 use crate::ensemble::zk::Peer;
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -198,29 +198,9 @@ fn nft(args: &[&str]) -> Result<String, String> {
 
 /// Applies a script with `nft -f -`: all of it or nothing.
 fn nft_script(script: &str) -> Result<(), String> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run nft: {e}"))?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(script.as_bytes())
-        .map_err(|e| format!("cannot write to nft: {e}"))?;
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft -f failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    let mut cmd = Command::new("nft");
+    cmd.args(["-f", "-"]);
+    feed_nft(cmd, script)
 }
 
 fn have_nft() -> bool {

@@ -809,6 +809,15 @@ impl W {
             .is_some_and(|s| s.alive(Reach::Main) && s.stuck_until.is_none_or(|t| t <= now))
     }
 
+    /// `node`'s newest service that runs and is not hung (where a successor's address
+    /// leads).
+    fn db_newest(&self, node: usize, now: Instant) -> Option<&Service> {
+        self.services
+            .iter()
+            .rev()
+            .find(|s| s.hooks && s.owner.0 == node && self.db_running(s.id, now))
+    }
+
     /// The copy that a replica `id` reads when it replicates `at`: that node's newest
     /// service running there, if both run on machines that reach each other.
     fn db_source(&self, id: u64, at: Address, now: Instant) -> Option<u64> {
@@ -1000,13 +1009,7 @@ impl W {
         if d.recipe == Recipe::Redis {
             return true;
         }
-        let (Some(mine), Some(theirs)) = (
-            self.db_of(who),
-            self.services
-                .iter()
-                .rev()
-                .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now)),
-        ) else {
+        let (Some(mine), Some(theirs)) = (self.db_of(who), self.db_newest(successor, now)) else {
             return false;
         };
         let at = Address {
@@ -1027,12 +1030,7 @@ impl W {
     /// first (the client's tick only paces the lag while writes go on).
     pub fn successor_has(&mut self, successor: usize, last: Option<u64>) -> bool {
         let now = Instant::now();
-        let theirs = self
-            .services
-            .iter()
-            .rev()
-            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
-            .map(|s| s.id);
+        let theirs = self.db_newest(successor, now).map(|s| s.id);
         let source = theirs.and_then(|id| {
             let up = self.data.as_ref()?.copies.get(&id)?.upstream?;
             self.db_source(id, up, now).map(|src| (id, src))
@@ -1043,10 +1041,7 @@ impl W {
         let Some(d) = &self.data else {
             return false;
         };
-        self.services
-            .iter()
-            .rev()
-            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
+        self.db_newest(successor, now)
             .and_then(|s| d.copies.get(&s.id))
             .is_some_and(|c| c.has_all(last))
     }
@@ -1057,19 +1052,14 @@ impl W {
     pub fn end_handover(&mut self, who: Inc, successor: usize, synced: bool) {
         let mine = self.db_of(who);
         let now = Instant::now();
-        let theirs = self
-            .services
-            .iter()
-            .rev()
-            .find(|s| s.hooks && s.owner.0 == successor && self.db_running(s.id, now))
-            .map(|s| {
-                let at = Address {
-                    node: successor,
-                    machine: s.machine,
-                    pid_ns: s.pid_ns,
-                };
-                (s.id, at)
-            });
+        let theirs = self.db_newest(successor, now).map(|s| {
+            let at = Address {
+                node: successor,
+                machine: s.machine,
+                pid_ns: s.pid_ns,
+            };
+            (s.id, at)
+        });
         let Some(d) = &mut self.data else {
             return;
         };
