@@ -174,10 +174,15 @@ pub struct Outcome {
 fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
     let c = &plan.cfg;
     if rng.chance(0.2) {
+        // Redis (issue 32 point 3): the backend's own sessions and scripts, over a
+        // simulated wire. Its keys live `session_timeout` (what it grants is what the
+        // config says), so the plan's granted timeout is that too (`draw_seed`).
+        let mut redis = c.clone();
+        redis.granted = c.session_timeout;
         return StoreConfig {
-            granted: c.granted,
+            granted: redis.granted,
             tick: c.tick,
-            op_timeout: c.op_timeout(),
+            op_timeout: redis.op_timeout(),
             latency: (ms(1), ms(rng.pick(&[5, 20, 60]))),
             loss: rng.pick(&[0.0, 0.002, 0.01]),
             watches: store::Watches::Polling {
@@ -185,8 +190,9 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
             },
             sessions: store::Sessions::Ttl {
                 max_drift: 0.05,
-                max_step: c.in_force() / 8,
+                max_step: redis.in_force() / 8,
             },
+            redis: true,
         };
     }
     let watches = if rng.chance(0.25) {
@@ -212,6 +218,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
         loss: rng.pick(&[0.0, 0.002, 0.01]),
         watches,
         sessions,
+        redis: false,
     }
 }
 
@@ -630,6 +637,9 @@ fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) 
     let mut sf = SimRng::new(seed ^ 0x5707_e0f0_1a17_0003);
     let mut plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
+    if store_cfg.redis {
+        plan.cfg.granted = plan.cfg.session_timeout;
+    }
     let ttl = matches!(store_cfg.sessions, store::Sessions::Ttl { .. });
     plan::draw_store_faults(&mut plan, &mut sf, ttl, store_cfg.op_timeout);
     (plan, store_cfg)
@@ -1392,6 +1402,7 @@ fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() 
             loss: 0.0,
             watches: store::Watches::Yes,
             sessions: store::Sessions::Zk,
+            redis: false,
         };
         let store = SimStore::new(cfg, 1);
         store.keep_snapshots();

@@ -35,6 +35,7 @@ fn cfg() -> StoreConfig {
         loss: 0.0,
         watches: Watches::Yes,
         sessions: Sessions::Zk,
+        redis: false,
     }
 }
 

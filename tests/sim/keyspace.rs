@@ -156,6 +156,19 @@ impl Keyspace {
         }
     }
 
+    /// A hash's field whether or not the key's time is up (what an expiring key held).
+    pub fn hget_raw(&self, key: &[u8], field: &[u8]) -> Option<Vec<u8>> {
+        match &self.keys.get(key)?.val {
+            Val::Hash(h) => h.iter().find(|(f, _)| f == field).map(|(_, v)| v.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the key is alive at `clock`.
+    pub fn exists(&self, key: &[u8], clock: Duration) -> bool {
+        self.live(key, clock).is_some()
+    }
+
     /// A hash's fields, if the key is a live hash.
     pub fn hgetall(&self, key: &[u8], clock: Duration) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         match &self.live(key, clock)?.val {

@@ -43,6 +43,11 @@
 #![allow(dead_code)]
 
 use super::plan::{between, Forget, SimRng};
+#[path = "keyspace.rs"]
+mod keyspace;
+#[path = "redis_wire.rs"]
+mod redis_wire;
+pub use redis_wire::SimSession;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -95,6 +100,12 @@ pub struct StoreConfig {
     pub loss: f64,
     pub watches: Watches,
     pub sessions: Sessions,
+    /// Redis (issue 32 point 3): the sessions are the backend's own `RedisSession` over a
+    /// simulated RESP wire that runs its Lua scripts on an in-memory keyspace
+    /// (`redis_wire.rs`, `keyspace.rs`), instead of this model's copy of what they decide.
+    /// Only with `Sessions::Ttl` (the keys' TTLs run on the store's clock) and
+    /// `Watches::Polling` (its `poll_interval`).
+    pub redis: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -230,6 +241,8 @@ struct Snap {
     /// The sessions alive then: a restored ZooKeeper knows them (and gives each a full
     /// timeout), a restored Redis or MySQL keeps their keys and rows.
     sessions: BTreeSet<i64>,
+    /// Redis mode: the keyspace.
+    keyspace: keyspace::Keyspace,
 }
 
 /// Something the store sends a client without being asked: a fired watch.
@@ -279,6 +292,9 @@ enum Server {
     Alive,
     /// Expired or closed.
     Ended,
+    /// A connection to the simulated Redis: no session at the store (the keys' TTLs are
+    /// the backend's leases), only the connection's order of requests and replies.
+    Raw,
 }
 
 /// One session: its client's side and the store's.
@@ -421,6 +437,8 @@ struct State {
     /// thaw, reached the store in a random order and drew other latencies).
     changes: Arc<Notify>,
     changed: bool,
+    /// Redis mode: the keyspace and what the facts need to know of its clients.
+    redis: redis_wire::RedisSide,
 }
 
 impl State {
@@ -507,6 +525,9 @@ impl State {
             }
         }
         // A store without quorum deletes nothing.
+        if self.up && self.cfg.redis {
+            self.redis_sweep(now);
+        }
         if self.up {
             let clock = self.expiry_clock(now);
             for &sid in &sids {
@@ -824,6 +845,7 @@ impl State {
                 .filter(|(_, s)| s.server == Server::Alive)
                 .map(|(sid, _)| *sid)
                 .collect(),
+            keyspace: self.redis.keyspace.clone(),
         }
     }
 
@@ -850,6 +872,10 @@ impl State {
     /// again, so it expires), the rest ended. Every watch fires, as a reconnecting client
     /// reads again.
     fn restore(&mut self, snap: Snap, keep_sessions: bool, now: Instant) {
+        if self.cfg.redis {
+            self.redis_restore(snap, now);
+            return;
+        }
         let before = self.lock.as_ref().map(|l| (l.owner, l.czxid));
         let after = snap.lock.as_ref().map(|l| (l.owner, l.czxid));
         if let Some((owner, _)) = before.filter(|b| Some(*b) != after) {
@@ -1300,10 +1326,16 @@ impl SimStore {
             observer: None,
             changes: Arc::new(Notify::new()),
             changed: false,
+            redis: redis_wire::RedisSide::default(),
         };
         let store = SimStore {
             state: Arc::new(Mutex::new(state)),
         };
+        store.quiet(|st, now| {
+            if st.cfg.redis {
+                st.redis_init(now);
+            }
+        });
         spawn_ticker(Arc::downgrade(&store.state), t0, tick);
         store
     }
@@ -1374,17 +1406,30 @@ impl SimStore {
 
     /// The breadcrumb as it is now.
     pub fn breadcrumb(&self) -> Option<NodeRecord> {
-        self.quiet(|st, _| st.breadcrumb.as_ref().map(|(r, _)| r.clone()))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
+            }
+            st.breadcrumb.as_ref().map(|(r, _)| r.clone())
+        })
     }
 
     /// The lock's holder (node, incarnation) and its epoch, as it is now.
     pub fn lock_holder(&self) -> Option<(usize, u32, Epoch)> {
-        self.quiet(|st, _| st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid)))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_lock_holder(now);
+            }
+            st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid))
+        })
     }
 
     /// The member records as they are now, by node id: what `status` shows.
     pub fn member_records(&self) -> BTreeMap<String, MemberRecord> {
-        self.quiet(|st, _| {
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_members(now);
+            }
             st.members
                 .iter()
                 .map(|(id, m)| (id.clone(), m.record.clone()))
@@ -1394,19 +1439,34 @@ impl SimStore {
 
     /// `control` as it is now (an absent one reads as the default, as the daemons read it).
     pub fn control(&self) -> Control {
-        self.quiet(|st, _| st.control_value())
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_control(now);
+            }
+            st.control_value()
+        })
     }
 
     /// The simulated operator replaces control (`warden pause`, `warden failover`): its
     /// version grows and its watches fire.
     pub fn set_control(&self, control: Control) {
-        self.with(|st, now| st.put_control(control, now));
+        self.with(|st, now| {
+            if st.cfg.redis {
+                st.redis_set_control(control, now);
+            } else {
+                st.put_control(control, now);
+            }
+        });
     }
 
     /// The simulated operator's `warden fence --confirm`: the breadcrumb goes, whatever it
     /// names.
     pub fn confirm_fenced(&self) {
         self.with(|st, now| {
+            if st.cfg.redis {
+                st.redis_confirm_fenced(now);
+                return;
+            }
             if let Some((record, _)) = st.breadcrumb.take() {
                 st.zxid += 1;
                 st.facts.push(Fact::BreadcrumbDeleted {
@@ -1462,6 +1522,11 @@ impl SimStore {
             if snap.zxid == st.zxid && keep {
                 return None;
             }
+            if st.cfg.redis {
+                let said = st.redis_forgotten(&snap, now);
+                st.restore(snap, keep, now);
+                return Some(said);
+            }
             let said = format!(
                 "zxid {} -> {}, counter {} -> {}, floor {:?} -> {:?}",
                 st.zxid,
@@ -1484,12 +1549,22 @@ impl SimStore {
 
     /// SPEC §3a: the floor's greatest entry as the store keeps it now.
     pub fn floor_max(&self) -> Option<Epoch> {
-        self.quiet(|st, _| st.floor_max().map(|(e, _)| e))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_floor_max(now);
+            }
+            st.floor_max().map(|(e, _)| e)
+        })
     }
 
     /// SPEC §3a: the store says it lost data (what `status` reads), in words.
     pub fn lost_data(&self) -> Option<String> {
-        self.quiet(|st, _| st.snapshot().lost_data())
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_snapshot(now).lost_data();
+            }
+            st.snapshot().lost_data()
+        })
     }
 
     /// TTL mode: the store's clock steps back by `by` (leases last longer). No-op in
@@ -1671,6 +1746,9 @@ impl Connector for SimConnector {
         }
         let store = &self.store;
         let owner = self.owner;
+        if store.lock().cfg.redis {
+            return redis_wire::connect(store, owner).await;
+        }
         store.gate(owner).await;
         let sent = Instant::now();
         let (sid, job, reply, cfg) = store.with(|st, now| {
@@ -1706,7 +1784,7 @@ impl Connector for SimConnector {
             });
         }
         abandon.armed = false;
-        Ok(SimSession {
+        Ok(SimSession::Model(ModelSession {
             h: Arc::new(Handle {
                 store: store.clone(),
                 sid,
@@ -1716,7 +1794,7 @@ impl Connector for SimConnector {
                 joined: watch::Sender::new(None),
                 read_at: Mutex::new(None),
             }),
-        })
+        }))
     }
 }
 
@@ -1739,7 +1817,7 @@ impl Drop for Abandon {
 
 /// A session; clones share it. When the last clone is dropped, the client closes it.
 #[derive(Clone)]
-pub struct SimSession {
+pub struct ModelSession {
     h: Arc<Handle>,
 }
 
@@ -1777,7 +1855,7 @@ impl Drop for Handle {
     }
 }
 
-impl SimSession {
+impl ModelSession {
     /// One request of this session, bounded by `op_timeout` (the backend's `bounded`):
     /// `op` runs at the store on arrival, if the session is alive there.
     async fn call<T: Send + 'static>(
@@ -2209,7 +2287,7 @@ impl SimSession {
     }
 }
 
-impl Session for SimSession {
+impl Session for ModelSession {
     fn id(&self) -> SessionId {
         SessionId(self.h.sid)
     }
