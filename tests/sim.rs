@@ -5,7 +5,9 @@
 //! (`sim/host.rs`: processes, services, machines and fence methods of `sim/world.rs`) and a
 //! simulated store (`sim/store.rs`: ZooKeeper's sessions and watches, or a store without
 //! watches that is polled, or one without sessions whose leases run on its own drifting
-//! clock), under a seeded fault plan (`sim/plan.rs`).
+//! clock, or, in a fifth of the seeds, the Redis backend itself, its `RedisSession` and
+//! Lua scripts over a simulated wire: `sim/redis_wire.rs`, `sim/keyspace.rs`), under a
+//! seeded fault plan (`sim/plan.rs`).
 //!
 //! A third of the seeds run hooks mode (SPEC §6): each node has an always-running service
 //! (a database, started as a replica), which `promote` makes the primary and `demote` a
@@ -169,8 +171,9 @@ pub struct Outcome {
     pub plan: String,
 }
 
-/// The store of a seed: mostly ZooKeeper; a fifth MySQL/Redis-like (no watches, polled
-/// every `poll_interval`, leases on the store's drifting clock: SPEC §3a); the rest any mix.
+/// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
+/// polled every `poll_interval`, its keys' TTLs on the store's drifting clock: SPEC §3a);
+/// the rest any mix of the model's (a TTL store among them stands for MySQL).
 fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
     let c = &plan.cfg;
     if rng.chance(0.2) {
@@ -1314,6 +1317,41 @@ fn a_seed_replays_exactly() {
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert!(!a.trace.is_empty());
+    }
+}
+
+/// Issue 32 point 3: a fifth of the seeds run the Redis backend itself (its
+/// `RedisSession` and Lua scripts over the simulated wire), and a quiet cluster on it
+/// elects, commits and hands over as on the model's stores.
+#[test]
+fn a_fifth_of_the_seeds_run_the_redis_backend_itself() {
+    let redis: Vec<u64> = (0..200)
+        .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.redis)
+        .collect();
+    assert!(
+        (20..=60).contains(&redis.len()),
+        "{} of 200 seeds run the Redis backend",
+        redis.len()
+    );
+    let quiet: Vec<u64> = (0..100)
+        .filter(|&s| draw_seed(s, 3, 0).1.redis)
+        .take(3)
+        .collect();
+    assert!(!quiet.is_empty(), "no quiet seed runs the Redis backend");
+    for seed in quiet {
+        let (plan, store_cfg) = draw_seed(seed, 3, 0);
+        let out = run_plan(seed, plan, store_cfg, true);
+        assert!(
+            out.failure.is_none(),
+            "seed {seed}: {:?}\n{}",
+            out.failure,
+            out.trace.join("\n")
+        );
+        assert!(
+            out.trace.iter().any(|l| l.contains("COMMIT by")),
+            "seed {seed}: no promotion was committed through the scripts\n{}",
+            out.trace.join("\n")
+        );
     }
 }
 

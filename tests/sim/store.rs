@@ -24,6 +24,14 @@
 //! - a store without sessions: the lock and member records carry a lease on the store's own
 //!   clock, which runs fast or slow and may jump forward.
 //!
+//! And Redis itself (`StoreConfig::redis`, issue 32 point 3): no model of it at all, but
+//! the backend's own `RedisSession` (its Rust and its Lua scripts) over a simulated RESP
+//! wire (`redis_wire.rs`) to an in-memory keyspace with an embedded Lua 5.1
+//! (`keyspace.rs`, checked against a real redis-server by `tests/redis_lua.rs`). Its
+//! requests meet the same latency, loss and faults as the model's, its keys' TTLs run on
+//! the TTL store's clock, and a forgetting store restores the keyspace; its facts come
+//! from the keyspace's changes.
+//!
 //! Every call goes the way a request goes: it waits while its process is frozen (and never
 //! returns once the process is dead), travels a request latency, is applied atomically on
 //! arrival in the order its session sent it, and its answer travels a reply latency. No
