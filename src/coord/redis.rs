@@ -944,6 +944,66 @@ impl<W: Wire> Inner<W> {
             .collect())
     }
 
+    /// The member records listed in `members`, with their sessions, into `snap` (and a
+    /// garbage note for a member key of another type): what `snapshot` and `members`
+    /// read, one SMEMBERS and one HMGET per member.
+    async fn read_members(&self, snap: &mut ClusterSnapshot) -> Result<(), StoreError> {
+        let i = self;
+        let members_key = i.k.members();
+        // A members key of another type lists nobody (the next registration replaces it).
+        let listed: Vec<Vec<u8>> = i
+            .bounded_typed("listing members", |mut c| async move {
+                redis::cmd("SMEMBERS")
+                    .arg(&members_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?
+            .unwrap_or_default();
+        let mut ids: Vec<String> = listed
+            .iter()
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .collect();
+        ids.sort();
+        for id in ids {
+            if !snap.valid_member_id(&id) {
+                continue;
+            }
+            let key = i.k.member(&id);
+            let read: Option<Fields2> = i
+                .bounded_typed("reading a member", |mut c| async move {
+                    redis::cmd("HMGET")
+                        .arg(&key)
+                        .arg("session")
+                        .arg("record")
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            // Gone (expired), or a key of another type that no session holds: no longer
+            // a member (the node's next registration replaces it).
+            let Some((Some(session), data)) = read else {
+                if read.is_none() {
+                    snap.garbage.push(format!(
+                        "key {} is not the hash warden writes there: member {} counts as \
+                         gone until its next registration replaces it",
+                        crate::record::printable(&i.k.member(&id)),
+                        crate::record::printable(&id)
+                    ));
+                }
+                continue;
+            };
+            let session = SessionId(
+                std::str::from_utf8(&session)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_default(),
+            );
+            snap.add_member(id, session, &data.unwrap_or_default());
+        }
+        Ok(())
+    }
+
     /// Runs a script invocation; its integer answer.
     async fn call(&self, doing: &str, inv: redis::ScriptInvocation<'_>) -> Result<i64, StoreError> {
         self.bounded(doing, |mut c| async move { inv.invoke_async(&mut c).await })
@@ -1622,21 +1682,7 @@ impl<W: Wire> Session for RedisSession<W> {
             }
         }
         snap.add_items(breadcrumb, control);
-        let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
-        // A members key of another type lists nobody (the next registration replaces it).
-        let listed: Vec<Vec<u8>> = i
-            .bounded_typed("listing members", |mut c| async move {
-                redis::cmd("SMEMBERS")
-                    .arg(&members_key)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?
-            .unwrap_or_default();
-        let mut ids: Vec<String> = listed
-            .iter()
-            .map(|id| String::from_utf8_lossy(id).into_owned())
-            .collect();
+        let (epoch_key, init_key) = (i.k.epoch(), i.k.init());
         let init: bool = i
             .bounded("reading the init marker", |mut c| async move {
                 redis::cmd("EXISTS")
@@ -1668,43 +1714,7 @@ impl<W: Wire> Session for RedisSession<W> {
             }
             Err(e) => return Err(e),
         };
-        ids.sort();
-        for id in ids {
-            if !snap.valid_member_id(&id) {
-                continue;
-            }
-            let key = i.k.member(&id);
-            let read: Option<Fields2> = i
-                .bounded_typed("reading a member", |mut c| async move {
-                    redis::cmd("HMGET")
-                        .arg(&key)
-                        .arg("session")
-                        .arg("record")
-                        .query_async(&mut c)
-                        .await
-                })
-                .await?;
-            // Gone (expired), or a key of another type that no session holds: no longer
-            // a member (the node's next registration replaces it).
-            let Some((Some(session), data)) = read else {
-                if read.is_none() {
-                    snap.garbage.push(format!(
-                        "key {} is not the hash warden writes there: member {} counts as \
-                         gone until its next registration replaces it",
-                        crate::record::printable(&i.k.member(&id)),
-                        crate::record::printable(&id)
-                    ));
-                }
-                continue;
-            };
-            let session = SessionId(
-                std::str::from_utf8(&session)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_default(),
-            );
-            snap.add_member(id, session, &data.unwrap_or_default());
-        }
+        i.read_members(&mut snap).await?;
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
         let seen_key = i.k.seen();
@@ -1730,6 +1740,16 @@ impl<W: Wire> Session for RedisSession<W> {
         snap.marker_missing = !init || counter.is_none();
         snap.epoch_counter = counter;
         Ok(snap)
+    }
+
+    /// The member records alone (the daemon's priority rule reads them once a session
+    /// timeout): not the whole snapshot, which also reads history and every other key.
+    async fn members(
+        &self,
+    ) -> Result<Vec<(String, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let mut snap = ClusterSnapshot::default();
+        self.inner.read_members(&mut snap).await?;
+        Ok(snap.members)
     }
 
     fn name_of(&self, what: Item) -> String {

@@ -102,8 +102,10 @@ pub struct Keyspace {
     /// (as a restarted Redis does not: then EVALSHA answers NOSCRIPT and the client loads
     /// the script again, which this keyspace would answer the same way).
     scripts: BTreeMap<String, String>,
-    /// Grows by one with every command that wrote.
+    /// Grows by one with every command that wrote data (not with a TTL set anew).
     pub writes: u64,
+    /// No key expires before this (a lower bound; `None`: none has a TTL).
+    earliest: Option<Duration>,
 }
 
 fn int_of(b: &[u8]) -> Option<i64> {
@@ -136,6 +138,10 @@ impl Keyspace {
 
     /// Removes the keys whose time is up; their names.
     pub fn sweep(&mut self, clock: Duration) -> Vec<Vec<u8>> {
+        // Called at every access of the simulated store: most find nothing due.
+        if self.earliest.is_none_or(|t| clock < t) {
+            return Vec::new();
+        }
         let gone: Vec<Vec<u8>> = self
             .keys
             .iter()
@@ -145,6 +151,7 @@ impl Keyspace {
         for k in &gone {
             self.keys.remove(k);
         }
+        self.earliest = self.keys.values().filter_map(|e| e.expires).min();
         gone
     }
 
@@ -345,12 +352,17 @@ impl Keyspace {
                 let Some(e) = self.live_mut(&a[0], clock) else {
                     return Ok(Reply::Int(0));
                 };
+                // A new TTL is no write of data (`writes`: what a snapshot of the store
+                // counts; a keepalive's PEXPIRE every few hundred ms would push every
+                // write that matters out of the simulation's last snapshots).
                 if ms <= 0 {
                     self.keys.remove(&a[0]);
+                    self.wrote();
                 } else {
-                    e.expires = Some(clock + Duration::from_millis(ms as u64));
+                    let t = clock + Duration::from_millis(ms as u64);
+                    e.expires = Some(t);
+                    self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
                 }
-                self.wrote();
                 Ok(Reply::Int(1))
             }
             "pttl" => {

@@ -519,50 +519,86 @@ impl State {
     /// expiries that are due, the handshake of clients that just connected, and what
     /// clients learn by it.
     fn refresh(&mut self, now: Instant) {
-        let ping = self.cfg.granted / 3;
-        let sids: Vec<i64> = self.sessions.keys().copied().collect();
-        for &sid in &sids {
-            let s = self.sess(sid);
-            if s.server != Server::Alive || !s.connected || ping.is_zero() {
-                continue;
+        // Each loop reads the sessions in one pass and acts after it, in the same order as
+        // one lookup per session would (an action changes only its own session's contact,
+        // deadline and loss, which no later check reads): a `with` runs this twice, and a
+        // run opens a few hundred sessions, so the lookups were most of a seed's time.
+        // Redis: no sessions at the store (only connections), its keys' TTLs alone.
+        if self.cfg.redis {
+            if self.up {
+                self.redis_sweep(now);
             }
-            let pings = now.saturating_duration_since(s.contact).as_nanos() / ping.as_nanos();
-            if pings > 0 {
-                let last = s.contact + Duration::from_nanos((ping.as_nanos() * pings) as u64);
+            return;
+        }
+        let ping = self.cfg.granted / 3;
+        if !ping.is_zero() {
+            let pinged: Vec<(i64, Instant)> = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.server == Server::Alive && s.connected)
+                .filter_map(|(&sid, s)| {
+                    let pings =
+                        now.saturating_duration_since(s.contact).as_nanos() / ping.as_nanos();
+                    (pings > 0).then(|| {
+                        (
+                            sid,
+                            s.contact + Duration::from_nanos((ping.as_nanos() * pings) as u64),
+                        )
+                    })
+                })
+                .collect();
+            for (sid, last) in pinged {
                 self.touch(sid, last);
             }
         }
         // A store without quorum deletes nothing.
-        if self.up && self.cfg.redis {
-            self.redis_sweep(now);
-        }
         if self.up {
             let clock = self.expiry_clock(now);
-            for &sid in &sids {
-                let s = self.sess(sid);
-                if s.server == Server::Alive && s.deadline <= clock {
-                    self.end_session(sid, true, now);
-                }
+            let due: Vec<i64> = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.server == Server::Alive && s.deadline <= clock)
+                .map(|(&sid, _)| sid)
+                .collect();
+            for sid in due {
+                self.end_session(sid, true, now);
             }
         }
-        for &sid in &sids {
-            let connected = self.connected(sid);
-            let s = self.sess_mut(sid);
+        let up = self.up;
+        let (cut_off, dead, frozen) = (&self.cut_off, &self.dead, &self.frozen);
+        let mut contact = Vec::new();
+        let mut told = Vec::new();
+        for (&sid, s) in self.sessions.iter_mut() {
+            // A Redis connection has no session to keep alive or to lose.
+            if s.server == Server::Raw {
+                continue;
+            }
+            // `connected(sid)`, on the session at hand.
+            let connected = up
+                && s.open
+                && s.lost_at.is_none()
+                && !cut_off.contains(&s.owner.0)
+                && !dead.contains(&s.owner)
+                && !frozen.contains(&s.owner);
             let was = std::mem::replace(&mut s.connected, connected);
             if !connected {
                 continue;
             }
             match s.server {
                 // The client (re)connects: that is a contact.
-                Server::Alive if !was => self.touch(sid, now),
+                Server::Alive if !was => contact.push(sid),
                 // Connecting, it is told the session is gone.
-                Server::Ended if s.lost_at.is_none() => {
-                    let at = now + self.latency();
-                    self.sess_mut(sid).lost_at = Some(at);
-                    self.changed = true;
-                }
+                Server::Ended if s.lost_at.is_none() => told.push(sid),
                 _ => {}
             }
+        }
+        for sid in contact {
+            self.touch(sid, now);
+        }
+        for sid in told {
+            let at = now + self.latency();
+            self.sess_mut(sid).lost_at = Some(at);
+            self.changed = true;
         }
     }
 
