@@ -1311,7 +1311,8 @@ fn simulated_daemons_keep_every_invariant() {
 /// The same seed twice gives the same run, line for line.
 #[test]
 fn a_seed_replays_exactly() {
-    // Spawn mode, hooks mode without and with a follow hook (and priorities).
+    // Spawn mode, hooks mode without and with a follow hook (and priorities); seeds 1
+    // and 9 run the Redis backend itself (its Lua on the simulated keyspace).
     for seed in [1, 7, 4242, 9, 21] {
         let a = run_seed(seed, 3, DEFAULT_FAULTS, true);
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
