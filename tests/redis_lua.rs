@@ -454,3 +454,56 @@ fn keys_expire_on_the_keyspace_clock() {
     );
     assert_eq!(ks.exec(&[b("PTTL"), b("k")], t(30)), Reply::Int(-2));
 }
+
+/// `RedisSession::members` reads the member records alone (SMEMBERS, one HMGET each)
+/// instead of the whole snapshot: on a real server it answers what the snapshot's members
+/// say, garbage included (an id that is no node id, a listed node whose key is gone, a
+/// member key of another type).
+#[tokio::test(flavor = "current_thread")]
+async fn members_answers_what_the_snapshot_says() {
+    use warden::coord::redis::RedisConnector;
+    use warden::coord::{Connector, Session, StoreSettings};
+    use warden::record::{Health, MemberRecord, NodeRecord, Role};
+    check_redis_installed();
+    let server = RedisServer::start();
+    let settings = StoreSettings {
+        url: server.url(),
+        password: Some(server.password().to_string()),
+        session_timeout: Duration::from_secs(20),
+        poll_interval: Duration::from_millis(250),
+        connect_timeout: Duration::from_secs(5),
+        prefix: "warden".into(),
+        cluster: "c".into(),
+        replicas_ack: 0,
+    };
+    let connector = RedisConnector::new(settings).expect("a connector");
+    let member = |id: &str| MemberRecord {
+        node: NodeRecord {
+            node_id: id.into(),
+            host: format!("h-{id}"),
+            incarnation: format!("inc-{id}"),
+            ..Default::default()
+        },
+        role: Role::Standby,
+        health: Health::Healthy,
+        session_timeout: None,
+        containment: None,
+        follow: None,
+        priority: Some(3),
+    };
+    let a = connector.connect().await.expect("a session");
+    let b = connector.connect().await.expect("another session");
+    a.write_marker(None).await.expect("init");
+    a.create_member(&member("n2")).await.expect("n2 registers");
+    b.create_member(&member("n1")).await.expect("n1 registers");
+    for m in ["bad id!", "n9", "n7"] {
+        server.cli(&["SADD", "warden:{c}:members", m]);
+    }
+    server.cli(&["SET", "warden:{c}:member:n7", "junk"]);
+    let members = a.members().await.expect("members");
+    let snapshot = a.snapshot().await.expect("a snapshot");
+    assert_eq!(format!("{members:?}"), format!("{:?}", snapshot.members));
+    let ids: Vec<&str> = members.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["bad id!", "n1", "n2"], "{members:?}");
+    assert!(members[1].1.as_ref().is_ok_and(|m| m.priority == Some(3)));
+}
