@@ -5,7 +5,9 @@
 //! (`sim/host.rs`: processes, services, machines and fence methods of `sim/world.rs`) and a
 //! simulated store (`sim/store.rs`: ZooKeeper's sessions and watches, or a store without
 //! watches that is polled, or one without sessions whose leases run on its own drifting
-//! clock), under a seeded fault plan (`sim/plan.rs`).
+//! clock, or, in a fifth of the seeds, the Redis backend itself, its `RedisSession` and
+//! Lua scripts over a simulated wire: `sim/redis_wire.rs`, `sim/keyspace.rs`), under a
+//! seeded fault plan (`sim/plan.rs`).
 //!
 //! A third of the seeds run hooks mode (SPEC §6): each node has an always-running service
 //! (a database, started as a replica), which `promote` makes the primary and `demote` a
@@ -201,15 +203,21 @@ impl DataOutcome {
     }
 }
 
-/// The store of a seed: mostly ZooKeeper; a fifth MySQL/Redis-like (no watches, polled
-/// every `poll_interval`, leases on the store's drifting clock: SPEC §3a); the rest any mix.
+/// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
+/// polled every `poll_interval`, its keys' TTLs on the store's drifting clock: SPEC §3a);
+/// the rest any mix of the model's (a TTL store among them stands for MySQL).
 fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
     let c = &plan.cfg;
     if rng.chance(0.2) {
+        // Redis (issue 32 point 3): the backend's own sessions and scripts, over a
+        // simulated wire. Its keys live `session_timeout` (what it grants is what the
+        // config says), so the plan's granted timeout is that too (`draw_seed`).
+        let mut redis = c.clone();
+        redis.granted = c.session_timeout;
         return StoreConfig {
-            granted: c.granted,
+            granted: redis.granted,
             tick: c.tick,
-            op_timeout: c.op_timeout(),
+            op_timeout: redis.op_timeout(),
             latency: (ms(1), ms(rng.pick(&[5, 20, 60]))),
             loss: rng.pick(&[0.0, 0.002, 0.01]),
             watches: store::Watches::Polling {
@@ -217,9 +225,10 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
             },
             sessions: store::Sessions::Ttl {
                 max_drift: 0.05,
-                max_step: c.in_force() / 8,
+                max_step: redis.in_force() / 8,
             },
             settle: c.session_timeout,
+            redis: true,
         };
     }
     let watches = if rng.chance(0.25) {
@@ -246,6 +255,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
         watches,
         sessions,
         settle: c.session_timeout,
+        redis: false,
     }
 }
 
@@ -672,6 +682,9 @@ fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) 
     let mut sf = SimRng::new(seed ^ 0x5707_e0f0_1a17_0003);
     let mut plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
     let store_cfg = store_config(&plan, &mut aux);
+    if store_cfg.redis {
+        plan.cfg.granted = plan.cfg.session_timeout;
+    }
     let ttl = matches!(store_cfg.sessions, store::Sessions::Ttl { .. });
     plan::draw_store_faults(&mut plan, &mut sf, ttl, store_cfg.op_timeout);
     (plan, store_cfg)
@@ -1403,12 +1416,48 @@ fn simulated_daemons_keep_every_invariant() {
 /// The same seed twice gives the same run, line for line.
 #[test]
 fn a_seed_replays_exactly() {
-    // Spawn mode, hooks mode without and with a follow hook (and priorities).
+    // Spawn mode, hooks mode without and with a follow hook (and priorities); seeds 1
+    // and 9 run the Redis backend itself (its Lua on the simulated keyspace).
     for seed in [1, 7, 4242, 9, 21] {
         let a = run_seed(seed, 3, DEFAULT_FAULTS, true);
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert!(!a.trace.is_empty());
+    }
+}
+
+/// Issue 32 point 3: a fifth of the seeds run the Redis backend itself (its
+/// `RedisSession` and Lua scripts over the simulated wire), and a quiet cluster on it
+/// elects, commits and hands over as on the model's stores.
+#[test]
+fn a_fifth_of_the_seeds_run_the_redis_backend_itself() {
+    let redis: Vec<u64> = (0..200)
+        .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.redis)
+        .collect();
+    assert!(
+        (20..=60).contains(&redis.len()),
+        "{} of 200 seeds run the Redis backend",
+        redis.len()
+    );
+    let quiet: Vec<u64> = (0..100)
+        .filter(|&s| draw_seed(s, 3, 0).1.redis)
+        .take(3)
+        .collect();
+    assert!(!quiet.is_empty(), "no quiet seed runs the Redis backend");
+    for seed in quiet {
+        let (plan, store_cfg) = draw_seed(seed, 3, 0);
+        let out = run_plan(seed, plan, store_cfg, true);
+        assert!(
+            out.failure.is_none(),
+            "seed {seed}: {:?}\n{}",
+            out.failure,
+            out.trace.join("\n")
+        );
+        assert!(
+            out.trace.iter().any(|l| l.contains("COMMIT by")),
+            "seed {seed}: no promotion was committed through the scripts\n{}",
+            out.trace.join("\n")
+        );
     }
 }
 
@@ -1498,6 +1547,7 @@ fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() 
             watches: store::Watches::Yes,
             sessions: store::Sessions::Zk,
             settle: Duration::ZERO,
+            redis: false,
         };
         let store = SimStore::new(cfg, 1);
         store.keep_snapshots();

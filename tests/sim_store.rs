@@ -37,6 +37,7 @@ fn cfg() -> StoreConfig {
         sessions: Sessions::Zk,
         // The counter is made at the first join, as by a session that lived long enough.
         settle: Duration::ZERO,
+        redis: false,
     }
 }
 

@@ -174,9 +174,11 @@ end
 /// when it has no expiry it gets four times the joiner's session timeout, which covers a
 /// holder of up to eight times the joiner's (its lease is half its own timeout): the
 /// holder's own timeout went with its lock record.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r#"{SEEN_FN}
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "acquire",
+        &format!(
+            r#"{SEEN_FN}
 local cur = hget(KEYS[1], 'session')
 if cur and string.match(cur, '^%-?%d+$') then
   if cur == ARGV[1] then return {{'held', hget(KEYS[1], 'epoch')}} end
@@ -207,14 +209,17 @@ redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'epoch', n, '
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {{'held', n}}
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: member, lock. ARGV: session, ttl ms.
-static TOUCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static TOUCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "touch",
+        concat!(
+            guard_fns!(),
+            r#"
 if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if hget(KEYS[2], 'session') == ARGV[1] then
@@ -222,13 +227,16 @@ if hget(KEYS[2], 'session') == ARGV[1] then
 end
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: member, members, seen. ARGV: session, record, ttl ms, node id, epoch seen.
-static CREATE_MEMBER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r#"{SEEN_FN}
+static CREATE_MEMBER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "create_member",
+        &format!(
+            r#"{SEEN_FN}
 local cur = hget(KEYS[1], 'session')
 if cur and cur ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -239,16 +247,19 @@ redis.call('SADD', KEYS[2], ARGV[4])
 raise_seen(KEYS[3], ARGV[4], ARGV[5])
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: member, seen, lock (checked when ARGV[6] is '1'), members. ARGV: session, record,
 /// ttl ms, node id, epoch seen, renew. The node is listed in `members` again each time: a
 /// members key that was deleted or replaced by garbage lists every live node again within
 /// a renewal.
-static SET_MEMBER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r#"{SEEN_FN}
+static SET_MEMBER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "set_member",
+        &format!(
+            r#"{SEEN_FN}
 if ARGV[6] == '1' then
   if hget(KEYS[3], 'session') ~= ARGV[1] then return 0 end
 end
@@ -261,14 +272,17 @@ claim(KEYS[4], 'set')
 redis.call('SADD', KEYS[4], ARGV[4])
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: lock. ARGV: session, events channel.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "release",
+        concat!(
+            guard_fns!(),
+            r#"
 if hget(KEYS[1], 'session') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
@@ -276,15 +290,18 @@ if hget(KEYS[1], 'session') == ARGV[1] then
 end
 return 0
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: item, aside. ARGV: data, version ('' = create), set-aside name or '', channel to
 /// publish on or ''.
-static PUT_ITEM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static PUT_ITEM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "put_item",
+        concat!(
+            guard_fns!(),
+            r#"
 local v = version_of(KEYS[1])
 if ARGV[2] == '' then
   if v then return 0 end
@@ -301,15 +318,18 @@ end
 if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], 'control') end
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: lock, control, breadcrumb. ARGV: session, record, control version, breadcrumb
 /// version ('' = absent), ttl ms.
-static COMMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "commit",
+        concat!(
+            guard_fns!(),
+            r#"
 if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
 if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
 local b = version_of(KEYS[3])
@@ -325,15 +345,18 @@ if b == '-1' then redis.call('DEL', KEYS[3]) end
 redis.call('HSET', KEYS[3], 'data', ARGV[2], 'version', (tonumber(b) or -1) + 1)
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: lock, breadcrumb. ARGV: session, check lock ('1' or ''), version, data, 'set' or
 /// 'del'.
-static BREADCRUMB_AT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static BREADCRUMB_AT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "breadcrumb_at",
+        concat!(
+            guard_fns!(),
+            r#"
 if ARGV[2] == '1' and hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
 if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
 if ARGV[5] == 'del' then
@@ -344,14 +367,17 @@ else
 end
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: breadcrumb, control. ARGV: their versions ('' = leave it). All or none.
-static DELETE_TAKEOVER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static DELETE_TAKEOVER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "delete_takeover",
+        concat!(
+            guard_fns!(),
+            r#"
 for i = 1, 2 do
   if ARGV[i] ~= '' and version_of(KEYS[i]) ~= ARGV[i] then return 0 end
 end
@@ -360,14 +386,17 @@ for i = 1, 2 do
 end
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: history, copy, aside. ARGV: version, copy's name.
-static MOVE_ASIDE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        guard_fns!(),
-        r#"
+static MOVE_ASIDE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "move_aside",
+        concat!(
+            guard_fns!(),
+            r#"
 if version_of(KEYS[1]) ~= ARGV[1] then return 0 end
 local data = hget(KEYS[1], 'data')
 if not data and type_of(KEYS[1]) == 'string' then data = redis.call('GET', KEYS[1]) end
@@ -378,15 +407,18 @@ claim(KEYS[3], 'set')
 redis.call('SADD', KEYS[3], ARGV[2])
 return 1
 "#
-    ))
+        ),
+    )
 });
 
 /// KEYS: epoch, init. ARGV: floor or ''. Returns the counter.
 /// A counter that holds no epoch (garbage, a wrong type) is the operator's to replace:
 /// `init --force` sets it to the floor.
-static WRITE_MARKER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r#"{SEEN_FN}
+static WRITE_MARKER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "write_marker",
+        &format!(
+            r#"{SEEN_FN}
 local ok, cur = pcall(redis.call, 'GET', KEYS[1])
 if not ok then redis.call('DEL', KEYS[1]) cur = nil end
 if not epoch_of(cur) then
@@ -399,8 +431,129 @@ end
 redis.call('SET', KEYS[2], '1')
 return redis.call('GET', KEYS[1])
 "#
-    ))
+        ),
+    )
 });
+
+/// A Lua script of this backend: its name, its text and the `redis::Script` that sends it
+/// (EVALSHA, then SCRIPT LOAD once when the server does not know it).
+struct Lua {
+    name: &'static str,
+    code: String,
+    script: Script,
+}
+
+impl Lua {
+    fn new(name: &'static str, code: &str) -> Lua {
+        Lua {
+            name,
+            code: code.to_string(),
+            script: Script::new(code),
+        }
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// Every Lua script of this backend, as (name, text): the simulation runs the very same
+/// text on its embedded Lua 5.1 (issue 32 point 3), so that what the scripts decide (the
+/// lock, the epoch, the floor, the expiries) is tested there, not a copy of it.
+#[doc(hidden)]
+pub fn lua_scripts() -> Vec<(&'static str, &'static str)> {
+    [
+        &ACQUIRE,
+        &TOUCH,
+        &CREATE_MEMBER,
+        &SET_MEMBER,
+        &RELEASE,
+        &PUT_ITEM,
+        &COMMIT,
+        &BREADCRUMB_AT,
+        &DELETE_TAKEOVER,
+        &MOVE_ASIDE,
+        &WRITE_MARKER,
+    ]
+    .into_iter()
+    .map(|l: &'static LazyLock<Lua>| {
+        let l: &'static Lua = l;
+        (l.name, l.code.as_str())
+    })
+    .collect()
+}
+
+/// The RESP wire under a [`RedisSession`]: what the session needs of its connection to
+/// Redis, and nothing of the election (that is all in the scripts and the session's
+/// Rust). Commands and scripts go through `redis::aio::ConnectionLike` (the crate's own
+/// seam: `query_async` and `invoke_async` take any), plus the two things a shared
+/// connection cannot give: a connection of its own, and a subscription.
+///
+/// [`Resp`] is the real one (the `redis` crate's `ConnectionManager`: its timeouts,
+/// reconnects and TLS); the simulation has one that runs the scripts on an embedded Lua
+/// against an in-memory keyspace.
+pub trait Wire: redis::aio::ConnectionLike + Clone + Send + Sync + 'static {
+    /// A connection of its own: `WAIT` counts the replicas that have every write of its
+    /// connection, so a commit and its `WAIT` go out on one that nothing else uses.
+    type Own: redis::aio::ConnectionLike + Clone + Send;
+    /// Messages of a subscription; each item is one message.
+    type Messages: futures_util::Stream + Unpin + Send;
+
+    /// Opens a connection of its own (bounded by the caller).
+    fn own_connection(&self) -> impl Future<Output = Result<Self::Own, RedisError>> + Send;
+
+    /// Subscribes to `channel` (bounded by the caller); `Err` when it cannot.
+    fn subscribe(
+        &self,
+        channel: String,
+    ) -> impl Future<Output = Result<Self::Messages, RedisError>> + Send;
+}
+
+/// The real wire: the connector's shared `ConnectionManager`, and its client for a
+/// connection of its own and for subscriptions.
+#[derive(Clone)]
+pub struct Resp {
+    conn: ConnectionManager,
+    client: redis::Client,
+}
+
+impl redis::aio::ConnectionLike for Resp {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
+impl Wire for Resp {
+    type Own = redis::aio::MultiplexedConnection;
+    type Messages = redis::aio::PubSubStream;
+
+    async fn own_connection(&self) -> Result<Self::Own, RedisError> {
+        self.client.get_multiplexed_async_connection().await
+    }
+
+    async fn subscribe(&self, channel: String) -> Result<Self::Messages, RedisError> {
+        let mut p = self.client.get_async_pubsub().await?;
+        p.subscribe(channel).await?;
+        Ok(p.into_on_message())
+    }
+}
 
 /// Opens sessions on one cluster's keys; sessions share one multiplexed connection.
 #[derive(Clone)]
@@ -439,13 +592,7 @@ impl RedisConnector {
     }
 
     fn unreachable(&self, reason: String) -> StoreError {
-        StoreError::Unreachable {
-            store: "Redis",
-            key: "coordination.redis.url",
-            connect: self.s.url.clone(),
-            timeout: humantime::format_duration(self.s.connect_timeout).to_string(),
-            reason,
-        }
+        unreachable(&self.s, reason)
     }
 
     /// The server refused the database the URL names (`SELECT`: "DB index is out of
@@ -498,43 +645,28 @@ impl Connector for RedisConnector {
     type Session = RedisSession;
 
     async fn connect(&self) -> Result<RedisSession, StoreError> {
-        let conn = self.connection().await?;
-        let inner = Arc::new(Inner {
-            op_timeout: self.s.op_timeout(),
-            s: self.s.clone(),
+        let wire = Resp {
+            conn: self.connection().await?,
             client: self.client.clone(),
-            conn,
-            k: Keys::new(&self.s.prefix, &self.s.cluster),
-            core: polled::Core::new(
-                super::random_session_id(),
-                self.s.session_timeout,
-                self.s.poll_interval,
-            ),
-        });
-        // A probe within the connect timeout: the manager may have been made long ago.
-        let mut c = inner.conn.clone();
-        match tokio::time::timeout(
-            self.s.connect_timeout,
-            redis::cmd("PING").query_async::<Value>(&mut c),
+        };
+        RedisSession::open(
+            wire,
+            self.s.clone(),
+            super::random_session_id(),
+            &self.persistence_checked,
         )
         .await
-        {
-            Err(_) => return Err(self.unreachable("no answer to PING".into())),
-            Ok(Err(e)) => {
-                return Err(match classify(e, "connecting") {
-                    StoreError::Auth(why) => StoreError::Auth(why),
-                    other => self.unreachable(other.to_string()),
-                })
-            }
-            Ok(Ok(_)) => {}
-        }
-        if !self.persistence_checked.swap(true, Ordering::Relaxed) {
-            if let Some(warning) = inner.persistence_warning().await {
-                tracing::warn!("{warning}");
-            }
-        }
-        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
-        Ok(RedisSession { inner })
+    }
+}
+
+/// The store did not answer within the connect timeout, or refused the connection.
+fn unreachable(s: &StoreSettings, reason: String) -> StoreError {
+    StoreError::Unreachable {
+        store: "Redis",
+        key: "coordination.redis.url",
+        connect: s.url.clone(),
+        timeout: humantime::format_duration(s.connect_timeout).to_string(),
+        reason,
     }
 }
 
@@ -651,27 +783,72 @@ pub fn lock_of(fields: &HashMap<Vec<u8>, Vec<u8>>) -> Option<(i64, Vec<u8>, Epoc
 
 /// A session: clones share it; it ends when the last clone is dropped.
 #[derive(Clone)]
-pub struct RedisSession {
-    inner: Arc<Inner>,
+pub struct RedisSession<W: Wire = Resp> {
+    inner: Arc<Inner<W>>,
 }
 
-impl std::fmt::Debug for RedisSession {
+impl<W: Wire> RedisSession<W> {
+    /// A session over `wire` with the id `id`: probes the store within the connect
+    /// timeout, reads its persistence setting once per `persistence_checked`, and starts
+    /// the keepalive. The connector passes a random id; the simulation its own wire and a
+    /// deterministic id.
+    #[doc(hidden)]
+    pub async fn open(
+        wire: W,
+        s: Arc<StoreSettings>,
+        id: i64,
+        persistence_checked: &AtomicBool,
+    ) -> Result<RedisSession<W>, StoreError> {
+        let inner = Arc::new(Inner {
+            op_timeout: s.op_timeout(),
+            k: Keys::new(&s.prefix, &s.cluster),
+            core: polled::Core::new(id, s.session_timeout, s.poll_interval),
+            conn: wire,
+            s,
+        });
+        // A probe within the connect timeout: the manager may have been made long ago.
+        let mut c = inner.conn.clone();
+        match tokio::time::timeout(
+            inner.s.connect_timeout,
+            redis::cmd("PING").query_async::<Value>(&mut c),
+        )
+        .await
+        {
+            Err(_) => return Err(unreachable(&inner.s, "no answer to PING".into())),
+            Ok(Err(e)) => {
+                return Err(match classify(e, "connecting") {
+                    StoreError::Auth(why) => StoreError::Auth(why),
+                    other => unreachable(&inner.s, other.to_string()),
+                })
+            }
+            Ok(Ok(_)) => {}
+        }
+        if !persistence_checked.swap(true, Ordering::Relaxed) {
+            if let Some(warning) = inner.persistence_warning().await {
+                tracing::warn!("{warning}");
+            }
+        }
+        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
+        Ok(RedisSession { inner })
+    }
+}
+
+impl<W: Wire> std::fmt::Debug for RedisSession<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RedisSession({:#x})", self.inner.core.id)
     }
 }
 
-struct Inner {
+struct Inner<W: Wire> {
     s: Arc<StoreSettings>,
-    client: redis::Client,
-    conn: ConnectionManager,
+    conn: W,
     k: Keys,
     op_timeout: Duration,
     /// The session's id, member, joins and loss, shared with the polled loops.
     core: polled::Core,
 }
 
-impl Inner {
+impl<W: Wire> Inner<W> {
     fn ttl_ms(&self) -> u64 {
         self.s.session_timeout.as_millis().max(1) as u64
     }
@@ -679,7 +856,7 @@ impl Inner {
     /// Runs `f` on the shared connection within the operation timeout.
     async fn bounded<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(W) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         self.bounded_raw(doing, f)
@@ -692,7 +869,7 @@ impl Inner {
     /// the next write replaces, instead of an error that fails every reader for good.
     async fn bounded_typed<T, F, Fut>(&self, doing: &str, f: F) -> Result<Option<T>, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(W) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         match self.bounded_raw(doing, f).await? {
@@ -709,7 +886,7 @@ impl Inner {
         f: F,
     ) -> Result<Result<T, RedisError>, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(W) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
         tokio::time::timeout(self.op_timeout, f(self.conn.clone()))
@@ -765,6 +942,66 @@ impl Inner {
                 )
             })
             .collect())
+    }
+
+    /// The member records listed in `members`, with their sessions, into `snap` (and a
+    /// garbage note for a member key of another type): what `snapshot` and `members`
+    /// read, one SMEMBERS and one HMGET per member.
+    async fn read_members(&self, snap: &mut ClusterSnapshot) -> Result<(), StoreError> {
+        let i = self;
+        let members_key = i.k.members();
+        // A members key of another type lists nobody (the next registration replaces it).
+        let listed: Vec<Vec<u8>> = i
+            .bounded_typed("listing members", |mut c| async move {
+                redis::cmd("SMEMBERS")
+                    .arg(&members_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?
+            .unwrap_or_default();
+        let mut ids: Vec<String> = listed
+            .iter()
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .collect();
+        ids.sort();
+        for id in ids {
+            if !snap.valid_member_id(&id) {
+                continue;
+            }
+            let key = i.k.member(&id);
+            let read: Option<Fields2> = i
+                .bounded_typed("reading a member", |mut c| async move {
+                    redis::cmd("HMGET")
+                        .arg(&key)
+                        .arg("session")
+                        .arg("record")
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            // Gone (expired), or a key of another type that no session holds: no longer
+            // a member (the node's next registration replaces it).
+            let Some((Some(session), data)) = read else {
+                if read.is_none() {
+                    snap.garbage.push(format!(
+                        "key {} is not the hash warden writes there: member {} counts as \
+                         gone until its next registration replaces it",
+                        crate::record::printable(&i.k.member(&id)),
+                        crate::record::printable(&id)
+                    ));
+                }
+                continue;
+            };
+            let session = SessionId(
+                std::str::from_utf8(&session)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_default(),
+            );
+            snap.add_member(id, session, &data.unwrap_or_default());
+        }
+        Ok(())
     }
 
     /// Runs a script invocation; its integer answer.
@@ -926,7 +1163,7 @@ impl Inner {
     }
 }
 
-impl Polled for Inner {
+impl<W: Wire> Polled for Inner<W> {
     fn core(&self) -> &polled::Core {
         &self.core
     }
@@ -949,7 +1186,7 @@ impl Polled for Inner {
     }
 }
 
-impl Items for RedisSession {
+impl<W: Wire> Items for RedisSession<W> {
     async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         self.inner.get(name).await
     }
@@ -991,7 +1228,7 @@ impl Items for RedisSession {
     }
 }
 
-impl Session for RedisSession {
+impl<W: Wire> Session for RedisSession<W> {
     fn id(&self) -> SessionId {
         SessionId(self.inner.core.id)
     }
@@ -1004,7 +1241,7 @@ impl Session for RedisSession {
         // The events channel: a release or a control change wakes the loop at once;
         // polling every poll_interval covers a lost message or a lost subscription.
         let i = &*self.inner;
-        let messages = tokio::sync::Mutex::new(None::<redis::aio::PubSubStream>);
+        let messages = tokio::sync::Mutex::new(None::<W::Messages>);
         polled::events(i, events, || async {
             let mut m = messages.lock().await;
             if m.is_none() {
@@ -1270,8 +1507,7 @@ impl Session for RedisSession {
         let need = i.s.replicas_ack;
         let wait_ms = (i.s.session_timeout / 6).as_millis().max(1) as u64;
         let op = i.op_timeout;
-        let own = match tokio::time::timeout(op, i.client.get_multiplexed_async_connection()).await
-        {
+        let own = match tokio::time::timeout(op, i.conn.own_connection()).await {
             Ok(Ok(c)) => c,
             other => {
                 let why = match other {
@@ -1446,21 +1682,7 @@ impl Session for RedisSession {
             }
         }
         snap.add_items(breadcrumb, control);
-        let (members_key, epoch_key, init_key) = (i.k.members(), i.k.epoch(), i.k.init());
-        // A members key of another type lists nobody (the next registration replaces it).
-        let listed: Vec<Vec<u8>> = i
-            .bounded_typed("listing members", |mut c| async move {
-                redis::cmd("SMEMBERS")
-                    .arg(&members_key)
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?
-            .unwrap_or_default();
-        let mut ids: Vec<String> = listed
-            .iter()
-            .map(|id| String::from_utf8_lossy(id).into_owned())
-            .collect();
+        let (epoch_key, init_key) = (i.k.epoch(), i.k.init());
         let init: bool = i
             .bounded("reading the init marker", |mut c| async move {
                 redis::cmd("EXISTS")
@@ -1492,43 +1714,7 @@ impl Session for RedisSession {
             }
             Err(e) => return Err(e),
         };
-        ids.sort();
-        for id in ids {
-            if !snap.valid_member_id(&id) {
-                continue;
-            }
-            let key = i.k.member(&id);
-            let read: Option<Fields2> = i
-                .bounded_typed("reading a member", |mut c| async move {
-                    redis::cmd("HMGET")
-                        .arg(&key)
-                        .arg("session")
-                        .arg("record")
-                        .query_async(&mut c)
-                        .await
-                })
-                .await?;
-            // Gone (expired), or a key of another type that no session holds: no longer
-            // a member (the node's next registration replaces it).
-            let Some((Some(session), data)) = read else {
-                if read.is_none() {
-                    snap.garbage.push(format!(
-                        "key {} is not the hash warden writes there: member {} counts as \
-                         gone until its next registration replaces it",
-                        crate::record::printable(&i.k.member(&id)),
-                        crate::record::printable(&id)
-                    ));
-                }
-                continue;
-            };
-            let session = SessionId(
-                std::str::from_utf8(&session)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_default(),
-            );
-            snap.add_member(id, session, &data.unwrap_or_default());
-        }
+        i.read_members(&mut snap).await?;
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
         let seen_key = i.k.seen();
@@ -1554,6 +1740,16 @@ impl Session for RedisSession {
         snap.marker_missing = !init || counter.is_none();
         snap.epoch_counter = counter;
         Ok(snap)
+    }
+
+    /// The member records alone (the daemon's priority rule reads them once a session
+    /// timeout): not the whole snapshot, which also reads history and every other key.
+    async fn members(
+        &self,
+    ) -> Result<Vec<(String, Result<MemberRecord, record::RecordError>)>, StoreError> {
+        let mut snap = ClusterSnapshot::default();
+        self.inner.read_members(&mut snap).await?;
+        Ok(snap.members)
     }
 
     fn name_of(&self, what: Item) -> String {
@@ -1648,15 +1844,9 @@ impl Session for RedisSession {
 }
 
 /// A subscription to the cluster's events channel, or `None` (then polling alone).
-async fn subscribe(i: &Inner) -> Option<redis::aio::PubSubStream> {
-    let made = tokio::time::timeout(i.op_timeout, async {
-        let mut p = i.client.get_async_pubsub().await?;
-        p.subscribe(i.k.events()).await?;
-        Ok::<_, RedisError>(p)
-    })
-    .await;
-    match made {
-        Ok(Ok(p)) => Some(p.into_on_message()),
+async fn subscribe<W: Wire>(i: &Inner<W>) -> Option<W::Messages> {
+    match tokio::time::timeout(i.op_timeout, i.conn.subscribe(i.k.events())).await {
+        Ok(Ok(p)) => Some(p),
         _ => None,
     }
 }

@@ -24,6 +24,14 @@
 //! - a store without sessions: the lock and member records carry a lease on the store's own
 //!   clock, which runs fast or slow and may jump forward.
 //!
+//! And Redis itself (`StoreConfig::redis`, issue 32 point 3): no model of it at all, but
+//! the backend's own `RedisSession` (its Rust and its Lua scripts) over a simulated RESP
+//! wire (`redis_wire.rs`) to an in-memory keyspace with an embedded Lua 5.1
+//! (`keyspace.rs`, checked against a real redis-server by `tests/redis_lua.rs`). Its
+//! requests meet the same latency, loss and faults as the model's, its keys' TTLs run on
+//! the TTL store's clock, and a forgetting store restores the keyspace; its facts come
+//! from the keyspace's changes.
+//!
 //! Every call goes the way a request goes: it waits while its process is frozen (and never
 //! returns once the process is dead), travels a request latency, is applied atomically on
 //! arrival in the order its session sent it, and its answer travels a reply latency. No
@@ -43,6 +51,11 @@
 #![allow(dead_code)]
 
 use super::plan::{between, Forget, SimRng};
+#[path = "keyspace.rs"]
+mod keyspace;
+#[path = "redis_wire.rs"]
+mod redis_wire;
+pub use redis_wire::SimSession;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -99,6 +112,12 @@ pub struct StoreConfig {
     /// has lived this long makes the epoch counter when there is none (a new, wiped or
     /// restored ensemble; stop 33).
     pub settle: Duration,
+    /// Redis (issue 32 point 3): the sessions are the backend's own `RedisSession` over a
+    /// simulated RESP wire that runs its Lua scripts on an in-memory keyspace
+    /// (`redis_wire.rs`, `keyspace.rs`), instead of this model's copy of what they decide.
+    /// Only with `Sessions::Ttl` (the keys' TTLs run on the store's clock) and
+    /// `Watches::Polling` (its `poll_interval`).
+    pub redis: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -234,6 +253,8 @@ struct Snap {
     /// The sessions alive then: a restored ZooKeeper knows them (and gives each a full
     /// timeout), a restored Redis or MySQL keeps their keys and rows.
     sessions: BTreeSet<i64>,
+    /// Redis mode: the keyspace.
+    keyspace: keyspace::Keyspace,
 }
 
 /// Something the store sends a client without being asked: a fired watch.
@@ -283,6 +304,9 @@ enum Server {
     Alive,
     /// Expired or closed.
     Ended,
+    /// A connection to the simulated Redis: no session at the store (the keys' TTLs are
+    /// the backend's leases), only the connection's order of requests and replies.
+    Raw,
 }
 
 /// One session: its client's side and the store's.
@@ -426,6 +450,8 @@ struct State {
     /// thaw, reached the store in a random order and drew other latencies).
     changes: Arc<Notify>,
     changed: bool,
+    /// Redis mode: the keyspace and what the facts need to know of its clients.
+    redis: redis_wire::RedisSide,
 }
 
 impl State {
@@ -498,47 +524,86 @@ impl State {
     /// expiries that are due, the handshake of clients that just connected, and what
     /// clients learn by it.
     fn refresh(&mut self, now: Instant) {
-        let ping = self.cfg.granted / 3;
-        let sids: Vec<i64> = self.sessions.keys().copied().collect();
-        for &sid in &sids {
-            let s = self.sess(sid);
-            if s.server != Server::Alive || !s.connected || ping.is_zero() {
-                continue;
+        // Each loop reads the sessions in one pass and acts after it, in the same order as
+        // one lookup per session would (an action changes only its own session's contact,
+        // deadline and loss, which no later check reads): a `with` runs this twice, and a
+        // run opens a few hundred sessions, so the lookups were most of a seed's time.
+        // Redis: no sessions at the store (only connections), its keys' TTLs alone.
+        if self.cfg.redis {
+            if self.up {
+                self.redis_sweep(now);
             }
-            let pings = now.saturating_duration_since(s.contact).as_nanos() / ping.as_nanos();
-            if pings > 0 {
-                let last = s.contact + Duration::from_nanos((ping.as_nanos() * pings) as u64);
+            return;
+        }
+        let ping = self.cfg.granted / 3;
+        if !ping.is_zero() {
+            let pinged: Vec<(i64, Instant)> = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.server == Server::Alive && s.connected)
+                .filter_map(|(&sid, s)| {
+                    let pings =
+                        now.saturating_duration_since(s.contact).as_nanos() / ping.as_nanos();
+                    (pings > 0).then(|| {
+                        (
+                            sid,
+                            s.contact + Duration::from_nanos((ping.as_nanos() * pings) as u64),
+                        )
+                    })
+                })
+                .collect();
+            for (sid, last) in pinged {
                 self.touch(sid, last);
             }
         }
         // A store without quorum deletes nothing.
         if self.up {
             let clock = self.expiry_clock(now);
-            for &sid in &sids {
-                let s = self.sess(sid);
-                if s.server == Server::Alive && s.deadline <= clock {
-                    self.end_session(sid, true, now);
-                }
+            let due: Vec<i64> = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.server == Server::Alive && s.deadline <= clock)
+                .map(|(&sid, _)| sid)
+                .collect();
+            for sid in due {
+                self.end_session(sid, true, now);
             }
         }
-        for &sid in &sids {
-            let connected = self.connected(sid);
-            let s = self.sess_mut(sid);
+        let up = self.up;
+        let (cut_off, dead, frozen) = (&self.cut_off, &self.dead, &self.frozen);
+        let mut contact = Vec::new();
+        let mut told = Vec::new();
+        for (&sid, s) in self.sessions.iter_mut() {
+            // A Redis connection has no session to keep alive or to lose.
+            if s.server == Server::Raw {
+                continue;
+            }
+            // `connected(sid)`, on the session at hand.
+            let connected = up
+                && s.open
+                && s.lost_at.is_none()
+                && !cut_off.contains(&s.owner.0)
+                && !dead.contains(&s.owner)
+                && !frozen.contains(&s.owner);
             let was = std::mem::replace(&mut s.connected, connected);
             if !connected {
                 continue;
             }
             match s.server {
                 // The client (re)connects: that is a contact.
-                Server::Alive if !was => self.touch(sid, now),
+                Server::Alive if !was => contact.push(sid),
                 // Connecting, it is told the session is gone.
-                Server::Ended if s.lost_at.is_none() => {
-                    let at = now + self.latency();
-                    self.sess_mut(sid).lost_at = Some(at);
-                    self.changed = true;
-                }
+                Server::Ended if s.lost_at.is_none() => told.push(sid),
                 _ => {}
             }
+        }
+        for sid in contact {
+            self.touch(sid, now);
+        }
+        for sid in told {
+            let at = now + self.latency();
+            self.sess_mut(sid).lost_at = Some(at);
+            self.changed = true;
         }
     }
 
@@ -830,6 +895,7 @@ impl State {
                 .filter(|(_, s)| s.server == Server::Alive)
                 .map(|(sid, _)| *sid)
                 .collect(),
+            keyspace: self.redis.keyspace.clone(),
         }
     }
 
@@ -856,6 +922,10 @@ impl State {
     /// again, so it expires), the rest ended. Every watch fires, as a reconnecting client
     /// reads again.
     fn restore(&mut self, snap: Snap, keep_sessions: bool, now: Instant) {
+        if self.cfg.redis {
+            self.redis_restore(snap, now);
+            return;
+        }
         let before = self.lock.as_ref().map(|l| (l.owner, l.czxid));
         let after = snap.lock.as_ref().map(|l| (l.owner, l.czxid));
         if let Some((owner, _)) = before.filter(|b| Some(*b) != after) {
@@ -1306,10 +1376,16 @@ impl SimStore {
             observer: None,
             changes: Arc::new(Notify::new()),
             changed: false,
+            redis: redis_wire::RedisSide::default(),
         };
         let store = SimStore {
             state: Arc::new(Mutex::new(state)),
         };
+        store.quiet(|st, now| {
+            if st.cfg.redis {
+                st.redis_init(now);
+            }
+        });
         spawn_ticker(Arc::downgrade(&store.state), t0, tick);
         store
     }
@@ -1380,17 +1456,30 @@ impl SimStore {
 
     /// The breadcrumb as it is now.
     pub fn breadcrumb(&self) -> Option<NodeRecord> {
-        self.quiet(|st, _| st.breadcrumb.as_ref().map(|(r, _)| r.clone()))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
+            }
+            st.breadcrumb.as_ref().map(|(r, _)| r.clone())
+        })
     }
 
     /// The lock's holder (node, incarnation) and its epoch, as it is now.
     pub fn lock_holder(&self) -> Option<(usize, u32, Epoch)> {
-        self.quiet(|st, _| st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid)))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_lock_holder(now);
+            }
+            st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid))
+        })
     }
 
     /// The member records as they are now, by node id: what `status` shows.
     pub fn member_records(&self) -> BTreeMap<String, MemberRecord> {
-        self.quiet(|st, _| {
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_members(now);
+            }
             st.members
                 .iter()
                 .map(|(id, m)| (id.clone(), m.record.clone()))
@@ -1400,19 +1489,34 @@ impl SimStore {
 
     /// `control` as it is now (an absent one reads as the default, as the daemons read it).
     pub fn control(&self) -> Control {
-        self.quiet(|st, _| st.control_value())
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_control(now);
+            }
+            st.control_value()
+        })
     }
 
     /// The simulated operator replaces control (`warden pause`, `warden failover`): its
     /// version grows and its watches fire.
     pub fn set_control(&self, control: Control) {
-        self.with(|st, now| st.put_control(control, now));
+        self.with(|st, now| {
+            if st.cfg.redis {
+                st.redis_set_control(control, now);
+            } else {
+                st.put_control(control, now);
+            }
+        });
     }
 
     /// The simulated operator's `warden fence --confirm`: the breadcrumb goes, whatever it
     /// names.
     pub fn confirm_fenced(&self) {
         self.with(|st, now| {
+            if st.cfg.redis {
+                st.redis_confirm_fenced(now);
+                return;
+            }
             if let Some((record, _)) = st.breadcrumb.take() {
                 st.zxid += 1;
                 st.facts.push(Fact::BreadcrumbDeleted {
@@ -1468,6 +1572,11 @@ impl SimStore {
             if snap.zxid == st.zxid && keep {
                 return None;
             }
+            if st.cfg.redis {
+                let said = st.redis_forgotten(&snap, now);
+                st.restore(snap, keep, now);
+                return Some(said);
+            }
             let said = format!(
                 "zxid {} -> {}, counter {} -> {}, floor {:?} -> {:?}",
                 st.zxid,
@@ -1490,12 +1599,22 @@ impl SimStore {
 
     /// SPEC §3a: the floor's greatest entry as the store keeps it now.
     pub fn floor_max(&self) -> Option<Epoch> {
-        self.quiet(|st, _| st.floor_max().map(|(e, _)| e))
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_floor_max(now);
+            }
+            st.floor_max().map(|(e, _)| e)
+        })
     }
 
     /// SPEC §3a: the store says it lost data (what `status` reads), in words.
     pub fn lost_data(&self) -> Option<String> {
-        self.quiet(|st, _| st.snapshot().lost_data())
+        self.quiet(|st, now| {
+            if st.cfg.redis {
+                return st.redis_snapshot(now).lost_data();
+            }
+            st.snapshot().lost_data()
+        })
     }
 
     /// TTL mode: the store's clock steps back by `by` (leases last longer). No-op in
@@ -1677,6 +1796,9 @@ impl Connector for SimConnector {
         }
         let store = &self.store;
         let owner = self.owner;
+        if store.lock().cfg.redis {
+            return redis_wire::connect(store, owner).await;
+        }
         store.gate(owner).await;
         let sent = Instant::now();
         let (sid, job, reply, cfg) = store.with(|st, now| {
@@ -1712,7 +1834,7 @@ impl Connector for SimConnector {
             });
         }
         abandon.armed = false;
-        Ok(SimSession {
+        Ok(SimSession::Model(ModelSession {
             h: Arc::new(Handle {
                 store: store.clone(),
                 sid,
@@ -1723,7 +1845,7 @@ impl Connector for SimConnector {
                 read_at: Mutex::new(None),
                 established: Instant::now(),
             }),
-        })
+        }))
     }
 }
 
@@ -1746,7 +1868,7 @@ impl Drop for Abandon {
 
 /// A session; clones share it. When the last clone is dropped, the client closes it.
 #[derive(Clone)]
-pub struct SimSession {
+pub struct ModelSession {
     h: Arc<Handle>,
 }
 
@@ -1786,7 +1908,7 @@ impl Drop for Handle {
     }
 }
 
-impl SimSession {
+impl ModelSession {
     /// One request of this session, bounded by `op_timeout` (the backend's `bounded`):
     /// `op` runs at the store on arrival, if the session is alive there.
     async fn call<T: Send + 'static>(
@@ -2242,7 +2364,7 @@ impl SimSession {
     }
 }
 
-impl Session for SimSession {
+impl Session for ModelSession {
     fn id(&self) -> SessionId {
         SessionId(self.h.sid)
     }
