@@ -391,6 +391,16 @@ impl ZkSession {
         &self.paths
     }
 
+    /// `Ok` when the lock is this session's, at the version it holds; else what a write
+    /// under it comes to: `Conflict` (another's, or none), `Unknown` (no answer).
+    async fn lock_is_ours(&self) -> Result<(), WriteOutcome> {
+        match self.own_lock().await {
+            Ok(Some(stat)) if stat.version == self.held_lock_version() => Ok(()),
+            Ok(_) => Err(WriteOutcome::Conflict),
+            Err(_) => Err(WriteOutcome::Unknown),
+        }
+    }
+
     fn held_lock_version(&self) -> i32 {
         self.lock_version.load(Ordering::SeqCst)
     }
@@ -1392,6 +1402,16 @@ impl Session for ZkSession {
     }
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        // A version check alone cannot tell our lock from another's: a lock created anew
+        // starts at version 0 again. An ensemble restored to before our lock, whose
+        // snapshot kept our session, lets another node take a new lock at the version we
+        // hold; our renewal would then pass, and this node would serve again beside the
+        // new active (the simulation's seed 81344). So the lock must first be ours: owned
+        // by this session, at the version we hold. (Only a restore inside the next round
+        // trip, followed by another node's whole join, could still slip between the two.)
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
+        }
         let data = record::to_bytes(member);
         let me = self.paths.member(&member.node.node_id);
         write_outcome(
@@ -1410,6 +1430,10 @@ impl Session for ZkSession {
         match record::parse::<NodeRecord>(&data) {
             Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}
             _ => return WriteOutcome::Conflict,
+        }
+        // (The lock must be ours, not one at the same version: see `renew`.)
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
         }
         let new = record::to_bytes(record);
         let paths = [self.paths.lock.as_str(), &self.paths.breadcrumb];

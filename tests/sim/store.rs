@@ -89,6 +89,10 @@ const SNAPSHOTS: usize = 48;
 /// the counter moves, when the counter is below the floor. `false` is the code before
 /// that fix, for the seed-revert table (never committed so).
 const FLOOR_AT_JOIN: bool = true;
+/// Seed 81344: a renewal (and a rewrite of the breadcrumb) first reads the lock and
+/// checks that it is this session's, not another's new lock at the version held. `false`
+/// is the code before that fix, for the seed-revert table (never committed so).
+const OWN_LOCK: bool = true;
 
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -1970,6 +1974,29 @@ impl ModelSession {
         self.h.store.with(|st, _| st.sess_mut(sid).held = version);
     }
 
+    /// `ZkSession::lock_is_ours`: one read of the lock's stat; `Ok` when it is this
+    /// session's at the version held. `OWN_LOCK = false` is the code before seed 81344's
+    /// fix (a version check alone), for the seed-revert table.
+    async fn lock_is_ours(&self) -> Result<(), WriteOutcome> {
+        if !OWN_LOCK {
+            return Ok(());
+        }
+        let (sid, held) = (self.h.sid, self.held());
+        match self
+            .call("reading the lock", move |st, _| {
+                Ok(st
+                    .lock
+                    .as_ref()
+                    .is_some_and(|l| l.session == sid && Some(l.version) == held))
+            })
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(WriteOutcome::Conflict),
+            Err(_) => Err(WriteOutcome::Unknown),
+        }
+    }
+
     /// Returns once the client knows the session has ended (never, if it cannot learn it).
     async fn lost(&self) {
         let sid = self.h.sid;
@@ -2529,6 +2556,11 @@ impl Session for ModelSession {
     }
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
+        // `ZkSession::renew`: the lock must be this session's first (a version check
+        // alone passes on another's new lock at the same version).
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
+        }
         let sent = Instant::now();
         let held = self.held();
         let member = member.clone();
@@ -2546,6 +2578,9 @@ impl Session for ModelSession {
         };
         if !(cur.same_incarnation(record) && cur.epoch == record.epoch) {
             return WriteOutcome::Conflict;
+        }
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
         }
         let held = self.held();
         let record = record.clone();
