@@ -383,3 +383,83 @@ fn an_ensemble_wiped_under_a_cut_off_active_is_not_led_again_inside_its_lease() 
     );
     drop((w1, w2));
 }
+
+/// The simulation's seed 81344 on a real ZooKeeper: an ensemble restored to before n1's
+/// lock, from a copy that kept n1's session. n2 takes a new lock, at version 0 as n1's
+/// was; n1's renewal, a multi-op that checks the lock's version, passed under n2's lock,
+/// and n1 went back from neutral to serving beside n2. A renewal first checks that the
+/// lock is this session's.
+#[test]
+fn a_renewal_does_not_pass_under_another_sessions_lock_at_the_same_version() {
+    use warden::coord::zookeeper::{ZkConnector, ZkSession};
+    use warden::coord::Session;
+    use warden::record::{Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome};
+
+    let mut zk = ZkServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let connect = zk.connect_string();
+    let session = |timeout: &str| {
+        let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
+            "connect = \"{connect}\"\nsession_timeout = \"{timeout}\""
+        ))
+        .expect("a ZooKeeper config");
+        rt.block_on(async {
+            let s: ZkSession = ZkConnector::new(&cfg, "restored", None)
+                .connect()
+                .await
+                .expect("a session");
+            s.ensure_cluster().await.expect("the cluster's znodes");
+            s
+        })
+    };
+    let node = |id: &str| NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        incarnation: format!("inc-{id}"),
+        ..Default::default()
+    };
+    // The epoch counter exists before the copy (a first join made it), so that the
+    // joins below need not wait for it.
+    let first = session("4s");
+    match rt.block_on(first.join(&node("n0"), 1)) {
+        JoinOutcome::Held { .. } => rt.block_on(first.release()).expect("a release"),
+        other => panic!("n0 did not get the lock: {other:?}"),
+    }
+    drop(first);
+
+    // n1's session (long enough to outlive the server's restart) and member record are
+    // in the copy; its lock is not.
+    let n1 = session("20s");
+    let member = MemberRecord {
+        node: node("n1"),
+        role: Role::Active,
+        health: Health::Healthy,
+        session_timeout: None,
+        containment: None,
+        follow: None,
+        priority: None,
+    };
+    rt.block_on(n1.create_member(&member))
+        .expect("n1's member record");
+    let copy = zk.copy_data();
+    let JoinOutcome::Held { epoch: e1 } = rt.block_on(n1.join(&node("n1"), 1)) else {
+        panic!("n1 did not get the lock");
+    };
+    assert_eq!(rt.block_on(n1.renew(&member)), WriteOutcome::Done);
+    zk.restore_data(&copy);
+
+    let n2 = session("4s");
+    let JoinOutcome::Held { epoch: e2 } = rt.block_on(n2.join(&node("n2"), 1)) else {
+        panic!("n2 did not get the lock on the restored ensemble");
+    };
+    // n1's session lives on (the restored ensemble knows it): it answers.
+    wait_until(secs(15), "n1's session answers again", || {
+        rt.block_on(n1.snapshot()).is_ok()
+    });
+    let renewed = rt.block_on(n1.renew(&member));
+    assert_ne!(
+        renewed,
+        WriteOutcome::Done,
+        "n1's renewal of epoch {e1} passed under n2's lock of epoch {e2}"
+    );
+}
