@@ -1406,21 +1406,25 @@ impl Session for ZkSession {
         // starts at version 0 again. An ensemble restored to before our lock, whose
         // snapshot kept our session, lets another node take a new lock at the version we
         // hold; our renewal would then pass, and this node would serve again beside the
-        // new active (the simulation's seed 81344). So the lock must first be ours: owned
-        // by this session, at the version we hold. (Only a restore inside the next round
-        // trip, followed by another node's whole join, could still slip between the two.)
-        if let Err(outcome) = self.lock_is_ours().await {
-            return outcome;
-        }
+        // new active (the simulation's seed 81344). So the lock must also be ours: owned
+        // by this session, at the version we hold. The read goes out beside the multi-op
+        // (one round trip: the lease has room for no more); a renewal counts only when
+        // both say so.
         let data = record::to_bytes(member);
         let me = self.paths.member(&member.node.node_id);
-        write_outcome(
-            self.multi("renewing the lease", &[&self.paths.lock, &me], |w| {
+        let paths = [self.paths.lock.as_str(), &me];
+        let (ours, renewed) = tokio::join!(
+            self.lock_is_ours(),
+            self.multi("renewing the lease", &paths, |w| {
                 w.add_check_version(&self.paths.lock, self.held_lock_version())?;
                 w.add_set_data(&me, &data, None)
-            })
-            .await,
-        )
+            }),
+        );
+        match (ours, write_outcome(renewed)) {
+            (Ok(()), outcome) => outcome,
+            (Err(_), WriteOutcome::Unknown) => WriteOutcome::Unknown,
+            (Err(outcome), _) => outcome,
+        }
     }
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {

@@ -959,7 +959,27 @@ impl<R: Recipe> Campaign<R> {
                         ));
                     }
                 }
-                Some(false) => self.stats.called_off += 1,
+                // `failover` failed: called off (SPEC §6a.2: the old primary serves on and
+                // nothing it acknowledged is lost) or refused. A new active after all (the
+                // switchover ended past the command's timeout) is judged as a takeover.
+                Some(false) if new == active => {
+                    self.stats.called_off += 1;
+                    self.stats.lost_planned += missing.len();
+                    if !missing.is_empty() {
+                        self.fail(&format!(
+                            "a switchover from n{} that was called off lost {} acknowledged \
+                             writes: {:?}",
+                            active + 1,
+                            missing.len(),
+                            &missing[..missing.len().min(20)]
+                        ));
+                    }
+                }
+                Some(false) => {
+                    self.stats.called_off += 1;
+                    self.stats.takeovers += 1;
+                    self.stats.lost_unplanned += missing.len();
+                }
                 None => {
                     if new != active {
                         self.stats.takeovers += 1;

@@ -367,7 +367,15 @@ impl SimHooks {
         tokio::time::sleep(took.min(self.hook_timeout)).await;
         self.host.gate().await;
         let mut said = Ok(());
-        if !addressed {
+        // (Hung or gone: `CLIENT PAUSE` gets no answer, or PostgreSQL is not running with
+        // no clean shutdown to tell what the successor lacks: not handed over.)
+        let runs = {
+            let w = self.host.world.lock();
+            w.db_of(who).is_some_and(|id| w.db_running_now(id))
+        };
+        if !runs {
+            said = Err("sim: demote: the service does not answer: not handed over".to_string());
+        } else if !addressed {
             said = Err(format!(
                 "sim: demote: the successor {successor} has no host and port in its record"
             ));

@@ -2556,20 +2556,22 @@ impl Session for ModelSession {
     }
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
-        // `ZkSession::renew`: the lock must be this session's first (a version check
-        // alone passes on another's new lock at the same version).
-        if let Err(outcome) = self.lock_is_ours().await {
-            return outcome;
-        }
+        // `ZkSession::renew`: the lock must also be this session's (a version check alone
+        // passes on another's new lock at the same version), read beside the multi-op.
         let sent = Instant::now();
         let held = self.held();
         let member = member.clone();
-        write_outcome(
+        let (ours, renewed) = tokio::join!(
+            self.lock_is_ours(),
             self.call("renewing the lease", move |st, c| {
                 st.renew(c, member, held, sent)
-            })
-            .await,
-        )
+            }),
+        );
+        match (ours, write_outcome(renewed)) {
+            (Ok(()), outcome) => outcome,
+            (Err(_), WriteOutcome::Unknown) => WriteOutcome::Unknown,
+            (Err(outcome), _) => outcome,
+        }
     }
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {

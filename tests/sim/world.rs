@@ -803,6 +803,11 @@ impl W {
         self.log(|| format!("SERVICE {id} of {} demoted to a replica", name(who)));
     }
 
+    /// Whether service `id` runs and is not hung, now.
+    pub fn db_running_now(&self, id: u64) -> bool {
+        self.db_running(id, Instant::now())
+    }
+
     /// Whether service `id` runs and is not hung.
     fn db_running(&self, id: u64, now: Instant) -> bool {
         self.service(id)
