@@ -201,7 +201,7 @@ async fn a_commit_checks_control_the_breadcrumb_and_the_lock() {
 /// lock passes it again once a new lock reaches that same version; the daemon never gets
 /// there, because it drops the session right after a release.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn the_lock_check_is_the_backends_version_check() {
+async fn a_renewal_under_another_sessions_lock_at_the_same_version_is_refused() {
     let store = SimStore::new(cfg(), 3);
     let a = open(&store, 0).await;
     let b = open(&store, 1).await;
@@ -211,11 +211,12 @@ async fn the_lock_check_is_the_backends_version_check() {
         a.s.renew(&member(0, Role::Active)).await,
         WriteOutcome::Conflict
     );
-    // b's new lock is at version 0, the version a held.
+    // b's new lock is at version 0, the version a held: the version check alone passed
+    // (seed 81344); the lock must also be a's.
     held(b.s.join(&node(1), 1).await);
     assert_eq!(
         a.s.renew(&member(0, Role::Active)).await,
-        WriteOutcome::Done
+        WriteOutcome::Conflict
     );
 }
 

@@ -80,12 +80,8 @@ const RECONNECT_EVERY: Duration = Duration::from_millis(50);
 
 // SplitMix64, shared with the ensemble's fault rounds: a seed names the same plan on
 // every machine and every crate version.
-#[path = "../ensemble/rng.rs"]
-mod rng;
-pub use rng::Rng;
-#[path = "../ensemble/nft.rs"]
-mod nft;
-use nft::feed_nft;
+use super::nft::feed_nft;
+pub use super::rng::Rng;
 
 /// The seed (`WARDEN_CAMPAIGN_SEED`, decimal or `0x` hex, else drawn from the clock) and
 /// the rounds (`WARDEN_CAMPAIGN_ROUNDS`, else [`DEFAULT_ROUNDS`]).

@@ -19,11 +19,13 @@
 
 pub mod campaign;
 pub mod mariadb;
+pub mod nft;
 pub mod pg_pair;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;
 pub mod redis_setup;
+pub mod rng;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

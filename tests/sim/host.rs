@@ -462,6 +462,7 @@ impl HookControl for SimHooks {
                 .map(|(_, v)| v.clone())
         };
         let successor = var("WARDEN_SUCCESSOR_NODE");
+        let planned = successor.is_some();
         let data = self.host.world.lock().data.is_some();
         let result = match successor {
             Some(node) if data => {
@@ -477,6 +478,15 @@ impl HookControl for SimHooks {
                 .await
             }
         };
+        if planned && result.is_err() {
+            // A planned switchover this demote was for is called off (SPEC §6a.2).
+            if let Some(f) = self.host.world.store.control().failover {
+                let mut w = self.host.world.lock();
+                if f.from == format!("n{}", who.0 + 1) {
+                    w.withdrawn.insert(who.0, f);
+                }
+            }
+        }
         if failed || result.is_err() {
             // Still primary unless it got that far: its role is unknown to warden.
             self.host.world.lock().demote_db(who, false);

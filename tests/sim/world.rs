@@ -296,6 +296,9 @@ pub struct W {
     pub db_restart_at: Vec<Option<Instant>>,
     /// Hooks mode with a follow hook: the services' data (issue 32 point 2).
     pub data: Option<Data>,
+    /// The switchover request each node's failed planned demote called off (SPEC §6a.2:
+    /// withdrawn for that node).
+    pub withdrawn: BTreeMap<usize, FailoverRequest>,
 }
 
 /// The shared world; cheap to clone.
@@ -370,6 +373,7 @@ impl World {
                 forced_commits: 0,
                 db_restart_at: vec![None; nodes],
                 data,
+                withdrawn: BTreeMap::new(),
             })),
             store,
             thaw: Arc::new(Notify::new()),
@@ -1269,7 +1273,10 @@ impl W {
                     let me = format!("n{}", node + 1);
                     let pending = f.pending_at(self.wall());
                     let excluded = f.from == me || f.to.as_ref().is_some_and(|t| *t != me);
-                    if pending && excluded {
+                    // SPEC §6a.2: a request this node called off is withdrawn for it (its
+                    // warden clears it; if that write failed, it lingers for the others).
+                    let withdrawn = self.withdrawn.get(node) == Some(f);
+                    if pending && excluded && !withdrawn {
                         self.fail(format!(
                             "{} committed epoch {epoch} against a pending switchover request \
                              ({} -> {:?}, deadline {})",

@@ -1,5 +1,6 @@
-//! A seeded random source for fault rounds: SplitMix64, so a seed names the same fault
-//! plan on every machine and every version of every crate.
+//! A seeded random source for fault rounds (the ensemble's and the recipes' campaign):
+//! SplitMix64, so a seed names the same fault plan on every machine and every version of
+//! every crate.
 
 use std::time::Duration;
 
