@@ -878,6 +878,20 @@ impl<W: Wire> Inner<W> {
         }
     }
 
+    /// A member hash's `session` and `record` fields; `None` when the key holds another
+    /// type (garbage the next registration replaces).
+    async fn member_fields(&self, key: String) -> Result<Option<Fields2>, StoreError> {
+        self.bounded_typed("reading a member", |mut c| async move {
+            redis::cmd("HMGET")
+                .arg(&key)
+                .arg("session")
+                .arg("record")
+                .query_async(&mut c)
+                .await
+        })
+        .await
+    }
+
     /// `f` on the shared connection, its answer as the driver gave it, within the
     /// operation timeout (no answer by then is an unknown outcome).
     async fn bounded_raw<T, F, Fut>(
@@ -969,17 +983,7 @@ impl<W: Wire> Inner<W> {
             if !snap.valid_member_id(&id) {
                 continue;
             }
-            let key = i.k.member(&id);
-            let read: Option<Fields2> = i
-                .bounded_typed("reading a member", |mut c| async move {
-                    redis::cmd("HMGET")
-                        .arg(&key)
-                        .arg("session")
-                        .arg("record")
-                        .query_async(&mut c)
-                        .await
-                })
-                .await?;
+            let read = i.member_fields(i.k.member(&id)).await?;
             // Gone (expired), or a key of another type that no session holds: no longer
             // a member (the node's next registration replaces it).
             let Some((Some(session), data)) = read else {
@@ -1311,17 +1315,7 @@ impl<W: Wire> Session for RedisSession<W> {
         node_id: &str,
     ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
         let i = &self.inner;
-        let key = i.k.member(node_id);
-        let read: Option<Fields2> = i
-            .bounded_typed("reading a member", |mut c| async move {
-                redis::cmd("HMGET")
-                    .arg(&key)
-                    .arg("session")
-                    .arg("record")
-                    .query_async(&mut c)
-                    .await
-            })
-            .await?;
+        let read = i.member_fields(i.k.member(node_id)).await?;
         // A key of another type is no member: the next registration replaces it.
         let Some((Some(session), data)) = read else {
             return Ok(None);
