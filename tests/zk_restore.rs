@@ -32,6 +32,29 @@ fn dump_if_asked() {
     }
 }
 
+/// A session of cluster `restored` on the server at `connect`, through the store seam,
+/// with the cluster's znodes made.
+fn zk_session(
+    rt: &tokio::runtime::Runtime,
+    connect: &str,
+    timeout: &str,
+) -> warden::coord::zookeeper::ZkSession {
+    use warden::coord::zookeeper::ZkConnector;
+    use warden::coord::Session;
+    let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
+        "connect = \"{connect}\"\nsession_timeout = \"{timeout}\""
+    ))
+    .expect("a ZooKeeper config");
+    rt.block_on(async {
+        let s = ZkConnector::new(&cfg, "restored", None)
+            .connect()
+            .await
+            .expect("a session");
+        s.ensure_cluster().await.expect("the cluster's znodes");
+        s
+    })
+}
+
 /// Every epoch in the journals was handed to one run only (a re-promotion on the same
 /// node under the same lock keeps its epoch, and counts once).
 fn assert_no_epoch_twice(cluster: &Cluster) {
@@ -262,27 +285,14 @@ fn an_ensemble_restored_to_before_the_active_was_promoted_takes_it_down_until_in
 /// `init --force`'s raise of the counter lets the next join take the lock above e2.
 #[test]
 fn a_restored_zookeeper_refuses_every_join_below_the_floor_until_the_counter_is_raised() {
-    use warden::coord::zookeeper::{ZkConnector, ZkSession};
+    use warden::coord::zookeeper::ZkSession;
     use warden::coord::Session;
     use warden::record::{JoinOutcome, NodeRecord};
 
     let mut zk = ZkServer::start();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let connect = zk.connect_string();
-    let session = || {
-        let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
-            "connect = \"{connect}\"\nsession_timeout = \"4s\""
-        ))
-        .expect("a ZooKeeper config");
-        rt.block_on(async {
-            let s: ZkSession = ZkConnector::new(&cfg, "restored", None)
-                .connect()
-                .await
-                .expect("a session");
-            s.ensure_cluster().await.expect("the cluster's znodes");
-            s
-        })
-    };
+    let session = || zk_session(&rt, &connect, "4s");
     let node = |id: &str, seen: Option<u64>| NodeRecord {
         node_id: id.to_string(),
         host: "127.0.0.1".to_string(),
@@ -391,27 +401,13 @@ fn an_ensemble_wiped_under_a_cut_off_active_is_not_led_again_inside_its_lease() 
 /// lock is this session's.
 #[test]
 fn a_renewal_does_not_pass_under_another_sessions_lock_at_the_same_version() {
-    use warden::coord::zookeeper::{ZkConnector, ZkSession};
     use warden::coord::Session;
     use warden::record::{Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome};
 
     let mut zk = ZkServer::start();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let connect = zk.connect_string();
-    let session = |timeout: &str| {
-        let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
-            "connect = \"{connect}\"\nsession_timeout = \"{timeout}\""
-        ))
-        .expect("a ZooKeeper config");
-        rt.block_on(async {
-            let s: ZkSession = ZkConnector::new(&cfg, "restored", None)
-                .connect()
-                .await
-                .expect("a session");
-            s.ensure_cluster().await.expect("the cluster's znodes");
-            s
-        })
-    };
+    let session = |timeout: &str| zk_session(&rt, &connect, timeout);
     let node = |id: &str| NodeRecord {
         node_id: id.to_string(),
         host: "127.0.0.1".to_string(),
