@@ -127,10 +127,9 @@ impl Recipe for PgRecipe {
         self.killed[i] = false;
         self.down_since.borrow_mut()[i] = None;
         // The backends of a killed postmaster exit by themselves; the port must be free.
-        let deadline = Instant::now() + secs(30);
-        while self.pg[i].try_sql("SELECT 1").is_ok() && Instant::now() < deadline {
-            std::thread::sleep(ms(50));
-        }
+        poll_for(secs(30), ms(50), || {
+            self.pg[i].try_sql("SELECT 1").is_err().then_some(())
+        });
         if let Err(e) = self.pg[i].try_start_as_standby() {
             // A hook may have started it meanwhile: fine when it answers now.
             if !self.running(i) {
@@ -163,14 +162,9 @@ impl Recipe for PgRecipe {
         let port = self.port(i);
         Box::new(move || {
             let mut s = PsqlSession::connect(port)?;
-            let deadline = Instant::now() + secs(3);
-            loop {
-                match s.ready() {
-                    Some(true) => return Some(Box::new(PgConn(s)) as Box<dyn Conn>),
-                    Some(false) => return None,
-                    None if Instant::now() > deadline => return None,
-                    None => std::thread::sleep(ms(5)),
-                }
+            match poll_for(secs(3), ms(5), || s.ready()) {
+                Some(true) => Some(Box::new(PgConn(s)) as Box<dyn Conn>),
+                _ => None,
             }
         })
     }

@@ -1179,24 +1179,17 @@ impl<R: Recipe> Campaign<R> {
         let dir = self.recipe.cluster().dir().to_path_buf();
         let promotes_before = promote_epochs(&dir).len();
         self.recipe.zk().restore_data(&copy);
-        let restored = Instant::now();
         // warden says so within a few session timeouts (when the copy forgot a promotion);
         // meanwhile nobody is promoted.
-        let said = loop {
+        let said = poll_for(secs(30), ms(200), || {
             self.restart_what_is_down();
-            if let Ok(st) = try_status_json(self.config()) {
-                if st.get("lost_data").and_then(Value::as_bool) == Some(true) {
-                    break true;
-                }
-                if !ok && Self::one_active(&st).is_some() {
-                    break false;
-                }
+            let st = try_status_json(self.config()).ok()?;
+            if st.get("lost_data").and_then(Value::as_bool) == Some(true) {
+                return Some(true);
             }
-            if restored.elapsed() > secs(30) {
-                break false;
-            }
-            thread::sleep(ms(200));
-        };
+            (!ok && Self::one_active(&st).is_some()).then_some(false)
+        })
+        .unwrap_or(false);
         let promotes = promote_epochs(&dir);
         if promotes.len() > promotes_before {
             self.fail(&format!(

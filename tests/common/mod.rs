@@ -402,6 +402,25 @@ pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Polls `f` every `every` until it gives a value, for at most `timeout`; `None` after
+/// that, for the caller to say what it means (where [`wait_for`] would panic).
+pub fn poll_for<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() >= timeout {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// Like [`wait_until`], but `f` returns a value once the condition holds.
 pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let mut found = None;
