@@ -43,7 +43,7 @@ trait TestStore: Sized {
     /// Sets the cluster's epoch counter to `epoch` (the next promotion gets `epoch + 1`).
     fn set_counter(&self, cluster: &str, epoch: u64);
     /// Loses some of what the store keeps, as a careless DBA would: each of `what`
-    /// (`counter`, `lock`, `members`, `floor`; MySQL drops the table that holds it, for
+    /// (`counter`, `lock`, `members`, `floor`, `breadcrumb`; MySQL drops the table that holds it, for
     /// every cluster; Redis deletes the cluster's keys).
     fn forget(&self, cluster: &str, what: &[&str]);
 }
@@ -118,6 +118,10 @@ impl TestStore for MariaDb {
                 "floor" => self.sql(&format!(
                     "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name LIKE \
                      'seen/%'"
+                )),
+                "breadcrumb" => self.sql(&format!(
+                    "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name = \
+                     'breadcrumb'"
                 )),
                 other => panic!("nothing called {other} to forget"),
             };
@@ -195,6 +199,7 @@ impl TestStore for RedisServer {
                 "lock" => self.cli(&["DEL", &key("lock")]),
                 "members" => self.cli(&["DEL", &key("member:n1")]),
                 "floor" => self.cli(&["DEL", &key("seen")]),
+                "breadcrumb" => self.cli(&["DEL", &key("breadcrumb")]),
                 other => panic!("nothing called {other} to forget"),
             };
         }
@@ -219,6 +224,7 @@ on_every_store!(
     crash_and_sigterm_hand_over_without_fencing,
     operator_commands_work,
     a_frozen_store_takes_the_service_down_by_the_lease_end,
+    an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock,
     a_frozen_active_warden_is_fenced_before_the_standby_starts,
     every_fence_failing_means_no_promotion,
     a_store_restarted_with_its_data_elects_again,
@@ -404,6 +410,47 @@ fn a_frozen_store_takes_the_service_down_by_the_lease_end<S: TestStore>() {
     db.thaw();
     wait_for_status(&n1.config, secs(30), "n1 is active again", |s| {
         active_id(s).as_deref() == Some("n1")
+    });
+    cluster.assert_safe();
+}
+
+/// The simulation's seed 53770 (stop 35): the store forgot the active's breadcrumb (a
+/// Redis crash within `appendfsync everysec`, a MySQL failover to a lagging replica)
+/// and kept its lock. A lease in doubt took the service down; once renewals passed again,
+/// starting it again needs the breadcrumb rewritten first, and a missing breadcrumb read
+/// as "no answer": the node renewed its lock and retried the rewrite for ever, neutral,
+/// and nobody else could take the lock. A missing breadcrumb is not ours: the node leaves
+/// the lock, and a node is active again under a new epoch.
+fn an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let _wardens = start_active_then_standbys(&n1, &[&n2]);
+    let before = n1.last_run().unwrap();
+    let e = before.epoch.unwrap();
+    db.forget(&cluster.name, &["breadcrumb"]);
+    let freeze_ns = mono_now_ns();
+    db.freeze();
+    wait_until(
+        secs(10),
+        "n1's service stopped while the store is frozen",
+        || !process_alive(before.pid),
+    );
+    let hold = cluster.session_timeout.mul_f64(0.65);
+    let frozen_for = ns(mono_now_ns() - freeze_ns);
+    if frozen_for < hold {
+        std::thread::sleep(hold - frozen_for);
+    }
+    db.thaw();
+    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
+        active_epoch(s).is_some_and(|a| a > e)
+    });
+    let again = active_epoch(&status);
+    wait_until(secs(10), "the new active's service runs", || {
+        [&n1, &n2].iter().any(|n| {
+            n.last_run()
+                .is_some_and(|r| r.epoch == again && process_alive(r.pid))
+        })
     });
     cluster.assert_safe();
 }

@@ -371,8 +371,14 @@ pub async fn own_breadcrumb_version(
     items: &impl Items,
     record: &NodeRecord,
 ) -> Result<i64, WriteOutcome> {
-    let Ok(Some((data, v))) = items.get_item(BREADCRUMB).await else {
-        return Err(WriteOutcome::Unknown);
+    // A missing breadcrumb is not ours: the store forgot it (a Redis crash within
+    // `appendfsync everysec`, a failover to a lagging replica) or an operator deleted it.
+    // Read as "no answer", the holder retried for ever under a lock it kept renewing, and
+    // nobody else could take it (the simulation's seed 53770).
+    let (data, v) = match items.get_item(BREADCRUMB).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(WriteOutcome::Conflict),
+        Err(_) => return Err(WriteOutcome::Unknown),
     };
     match record::parse::<NodeRecord>(&data) {
         Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => Ok(v),

@@ -1428,8 +1428,11 @@ impl Session for ZkSession {
     }
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
-        let Ok(Some((data, stat))) = self.get_optional(&self.paths.breadcrumb).await else {
-            return WriteOutcome::Unknown;
+        // A missing breadcrumb is not ours (see `items::own_breadcrumb_version`).
+        let (data, stat) = match self.get_optional(&self.paths.breadcrumb).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return WriteOutcome::Conflict,
+            Err(_) => return WriteOutcome::Unknown,
         };
         match record::parse::<NodeRecord>(&data) {
             Ok(cur) if cur.same_incarnation(record) && cur.epoch == record.epoch => {}

@@ -2575,8 +2575,10 @@ impl Session for ModelSession {
     }
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
-        let Ok(Some((cur, version))) = self.read_breadcrumb().await else {
-            return WriteOutcome::Unknown;
+        let (cur, version) = match self.read_breadcrumb().await {
+            Ok(Some(found)) => found,
+            Ok(None) => return WriteOutcome::Conflict,
+            Err(_) => return WriteOutcome::Unknown,
         };
         if !(cur.same_incarnation(record) && cur.epoch == record.epoch) {
             return WriteOutcome::Conflict;
