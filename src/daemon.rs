@@ -260,6 +260,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 host: record::HostIdentity::of(&me),
                 follow: cfg.service.mode == ServiceMode::Hooks && !cfg.service.follow.is_empty(),
                 priority: cfg.election.priority,
+                settle: true,
             },
             eligible_now && !standby_checked,
         );

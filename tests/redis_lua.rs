@@ -117,20 +117,33 @@ fn the_steps() -> Vec<Step> {
         // The floor (n1 saw 6) is below the counter (7): n1 takes the lock, epoch 8.
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n1"],
             &["11", "rec-n1", ttl, "n1", "6"],
         ),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n1"],
             &["11", "rec-n1", ttl, "n1", "6"],
         ),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         cmd(&["HGETALL", "w:{c}:lock"]),
+        // A session whose member key the store forgot, or that names another session,
+        // takes nothing (stop 35): `gone`.
+        script(
+            "acquire",
+            &["lock", "epoch", "init", "seen", "member:n9"],
+            &["99", "rec-n9", ttl, "n9", ""],
+        ),
+        script(
+            "acquire",
+            &["lock", "epoch", "init", "seen", "member:n2"],
+            &["99", "rec-n2", ttl, "n2", ""],
+        ),
+        cmd(&["GET", "w:{c}:epoch"]),
         cmd(&["PTTL", "w:{c}:nothing"]),
         script("touch", &["member:n1", "lock"], &["11", ttl]),
         script("touch", &["member:n2", "lock"], &["11", ttl]),
@@ -227,14 +240,14 @@ fn the_steps() -> Vec<Step> {
         cmd(&["SET", "w:{c}:lock", "x"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         cmd(&["DEL", "w:{c}:lock"]),
         cmd(&["HSET", "w:{c}:lock", "session", "abc", "epoch", "3"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         cmd(&["DEL", "w:{c}:lock"]),
@@ -242,7 +255,7 @@ fn the_steps() -> Vec<Step> {
         cmd(&["HSET", "w:{c}:seen", "n3", "40"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         // A counter that holds no epoch, one of another type, no marker.
@@ -250,21 +263,21 @@ fn the_steps() -> Vec<Step> {
         cmd(&["SET", "w:{c}:epoch", "12x"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         cmd(&["DEL", "w:{c}:epoch"]),
         cmd(&["SADD", "w:{c}:epoch", "1"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", ""],
         ),
         script("write_marker", &["epoch", "init"], &["41"]),
         cmd(&["DEL", "w:{c}:init"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n2"],
             &["22", "rec-n2", ttl, "n2", "50"],
         ),
         cmd(&["HGETALL", "w:{c}:seen"]),
@@ -282,7 +295,7 @@ fn the_steps() -> Vec<Step> {
         cmd(&["HGETALL", "w:{c}:seen"]),
         script(
             "acquire",
-            &["lock", "epoch", "init", "seen"],
+            &["lock", "epoch", "init", "seen", "member:n3"],
             &["33", "rec-n3", ttl, "n3", "44"],
         ),
         cmd(&["HGET", "w:{c}:lock", "epoch"]),

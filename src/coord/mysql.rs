@@ -444,6 +444,8 @@ enum Taking {
     Other { holder: i64, epoch: Option<Epoch> },
     /// The store lost data: why.
     Lost(String),
+    /// The joiner's member row no longer names its session (the store forgot it).
+    Gone,
 }
 
 /// The name, in `<prefix>kv`, of the row that keeps `node`'s greatest `epoch_seen` for good
@@ -790,6 +792,19 @@ impl Inner {
         let stuck = &self.stuck;
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
+            // A session the store no longer knows takes nothing (see `Core::gone`).
+            let session: Option<i64> = first(
+                &mut tx,
+                format!(
+                    "SELECT session FROM {} WHERE cluster = ? AND node_id = ?",
+                    t.member
+                ),
+                (&cluster, &me_id),
+            )
+            .await?;
+            if session != Some(id) {
+                return Ok(Taking::Gone);
+            }
             // With the row: its version (bumped by every renewal), how far its expiry lies
             // ahead of the server's clock, and the holder's own session timeout (what it
             // adds to renewed_at to make expires_at), in microseconds.
@@ -1292,6 +1307,10 @@ impl Session for MysqlSession {
             Ok(Taking::Held(epoch)) => Some((JoinOutcome::Held { epoch }, i.core.id)),
             Ok(Taking::Other { holder, epoch }) => Some((JoinOutcome::Exists { epoch }, holder)),
             Ok(Taking::Lost(why)) => return JoinOutcome::LostData(why),
+            Ok(Taking::Gone) => {
+                i.core.gone();
+                return JoinOutcome::Unknown;
+            }
             Err(StoreError::NotInitialized(why)) => {
                 return JoinOutcome::LostData(format!("the store lost data: {why}"))
             }

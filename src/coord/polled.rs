@@ -36,6 +36,20 @@ impl Core {
         }
     }
 
+    /// A join found this session's member record gone or another session's (the store
+    /// forgot it: a restore, a wipe, a failover to a lagging replica): the session is lost,
+    /// as the keepalive would find at its next touch. A session the store no longer knows
+    /// never takes the lock: the wait of a new session (SPEC §3a) counts from one the store
+    /// knows.
+    pub fn gone(&self) {
+        tracing::warn!(
+            session = %super::SessionId(self.id),
+            "taking the lock found the member record of this session gone or taken: the \
+             session is lost"
+        );
+        self.lost.send_replace(true);
+    }
+
     /// Records that this session now holds `node`'s member record.
     pub fn registered(&self, node: &str) {
         *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node.to_string());

@@ -162,8 +162,9 @@ end
 "#
 );
 
-/// KEYS: lock, epoch, init, seen. ARGV: session, record, ttl ms, node id, the joiner's
-/// `epoch_seen` ('' = none). SPEC §3a: the joiner's entry of the floor is raised first, and
+/// KEYS: lock, epoch, init, seen, the joiner's member key. ARGV: session, record, ttl ms,
+/// node id, the joiner's `epoch_seen` ('' = none). A session whose member key the store
+/// no longer holds (it forgot it) takes nothing: `gone`. SPEC §3a: the joiner's entry of the floor is raised first, and
 /// a counter below the floor is refused before it moves, so a store that forgot exactly
 /// the last promotion never hands its epoch out again (the joiner remembers it).
 ///
@@ -179,6 +180,7 @@ static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
         "acquire",
         &format!(
             r#"{SEEN_FN}
+if hget(KEYS[5], 'session') ~= ARGV[1] then return {{'gone'}} end
 local cur = hget(KEYS[1], 'session')
 if cur and string.match(cur, '^%-?%d+$') then
   if cur == ARGV[1] then return {{'held', hget(KEYS[1], 'epoch')}} end
@@ -1382,6 +1384,7 @@ impl<W: Wire> Session for RedisSession<W> {
             .key(i.k.epoch())
             .key(i.k.init())
             .key(i.k.seen())
+            .key(i.k.member(&me.node_id))
             .arg(i.core.id)
             .arg(record::to_bytes(me))
             .arg(i.ttl_ms())
@@ -1403,6 +1406,10 @@ impl<W: Wire> Session for RedisSession<W> {
                     let holder = v.get(1).and_then(text).and_then(|s| s.parse().ok());
                     let epoch = v.get(2).map(bytes).and_then(|r| committed(&r));
                     holder.map(|h| (JoinOutcome::Exists { epoch }, h))
+                }
+                Some("gone") => {
+                    i.core.gone();
+                    return JoinOutcome::Unknown;
                 }
                 Some("lost") => {
                     let what = v.get(1).and_then(text).unwrap_or_default();

@@ -46,6 +46,17 @@ impl Elector {
         }
         self.control = self.bounded(control, now);
         self.phase = Phase::Idle;
+        self.session_since = Some(now);
+        if self.cfg.settle {
+            self.notice(
+                false,
+                format!(
+                    "a new session waits {} (the session timeout) before it tries the lock, so \
+                     that every warden that saw the last promotion has registered first",
+                    humantime::format_duration(self.session_timeout())
+                ),
+            );
+        }
         if self.stopping {
             self.exit_when_down();
             return;
@@ -147,6 +158,24 @@ impl Elector {
         }
     }
 
+    /// Until when a new session waits before its first join ([`ElectorConfig::settle`]).
+    ///
+    /// A store that forgot (a restore, a crash within `appendfsync everysec`, a failover to
+    /// a lagging replica) may have lost the last promotion, the active's lock and its
+    /// breadcrumb with it. A node that never saw that promotion and joined at once got its
+    /// epoch again while the warden that had seen it was still reconnecting, or while the
+    /// old active's lease still ran with nothing left to fence it by (the simulation's
+    /// seeds 25035, 42005, 63898, 96451, 118499). Every session of before the loss was last
+    /// heard of before this one began: one session timeout later each old lease has ended,
+    /// and every warden that can reach the store has raised the floor with what it saw.
+    pub(super) fn settling(&self, now: Instant) -> Option<Instant> {
+        if !self.cfg.settle {
+            return None;
+        }
+        let until = self.session_since? + self.session_timeout();
+        (now < until).then_some(until)
+    }
+
     /// Whether this node may enter the election now (§4.1, §4.8, §8).
     pub(super) fn may_join(&self, now: Instant) -> bool {
         ((self.eligible && self.follow_failed.is_none()) || self.forced_target(now))
@@ -167,6 +196,10 @@ impl Elector {
             return;
         }
         if self.retry_at.is_some() && !self.must_rejoin {
+            return;
+        }
+        if let Some(until) = self.settling(now).filter(|_| !self.must_rejoin) {
+            self.retry_at = Some(until);
             return;
         }
         // SPEC §6: `follow` repoints this node's service at the active; a promotion beside

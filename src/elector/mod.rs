@@ -86,6 +86,11 @@ pub struct ElectorConfig {
     pub follow: bool,
     /// `[election] priority` (SPEC §6): 0 never takes the lock by itself.
     pub priority: u16,
+    /// A new session waits one session timeout before its first join (SPEC §3a "A store
+    /// that forgot"): every warden whose memory the store lost, and that can reach it,
+    /// registers what it saw meanwhile, and every lease of before has ended. The daemon
+    /// sets it; unit tests of other rules leave it off.
+    pub settle: bool,
 }
 
 impl ElectorConfig {
@@ -456,6 +461,8 @@ pub struct Elector {
     called_off: Option<FailoverView>,
     /// The switchover request seen last (from, to, deadline) and when it was first seen:
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
+    /// When the current session started (for [`ElectorConfig::settle`]).
+    session_since: Option<Instant>,
     failover_seen: Option<(FailoverView, Instant)>,
     /// The session timeout the current session was granted, if it is below the configured
     /// one: every interval follows the smaller (SPEC §4 "The lease").
@@ -520,6 +527,7 @@ impl Elector {
             lapsed_failover: None,
             called_off: None,
             failover_seen: None,
+            session_since: None,
             granted: None,
             service_recorded: false,
             recording: None,

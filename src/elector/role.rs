@@ -11,8 +11,12 @@ impl Elector {
             // Priority 0: in the cluster, but never taking the lock by itself.
             // Or waiting for a standby of higher priority to try first.
             // Or waiting for its follow hook to end before it tries.
+            // Or a new session waiting one session timeout before its first try.
             Phase::Idle
-                if (self.cfg.priority == 0 || self.rival_waited || self.following.is_some())
+                if (self.cfg.priority == 0
+                    || self.rival_waited
+                    || self.following.is_some()
+                    || self.settling(now).is_some())
                     && self.svc == Svc::Down
                     && self.may_join(now) =>
             {

@@ -1728,9 +1728,11 @@ pub fn wait_for_active(config: &Path, timeout: Duration) -> (String, u64) {
 /// Starting one node first makes "who is active" deterministic.
 pub fn start_active_then_standbys(first: &Node, others: &[&Node]) -> Vec<Warden> {
     let mut wardens = vec![first.start()];
+    // A new session waits one session timeout before it joins (SPEC §3a; some tests run
+    // the first node with a long one).
     wait_for_status(
         &first.config,
-        secs(30),
+        secs(60),
         &format!("{} is active", first.id),
         |s| active_id(s).as_deref() == Some(first.id.as_str()),
     );

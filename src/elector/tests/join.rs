@@ -20,6 +20,48 @@ fn rule_4_1_joins_only_when_eligible() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
+/// SPEC §3a "A store that forgot" (stop 35): a new session is a standby for one session
+/// timeout before its first join, and again after a lost session; the held lock's own
+/// rejoin (learning whether a create went through) does not wait.
+#[test]
+fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
+    let mut h = H::new();
+    h.e = Elector::new(
+        ElectorConfig {
+            settle: true,
+            ..cfg()
+        },
+        true,
+    );
+    h.drain();
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Standby);
+    let a = h.advance(T - Duration::from_millis(1));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    // Lost and made again: the new session waits its own session timeout.
+    let j = H::ticket_of(&a);
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: Some(4) },
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.feed(Event::SessionLost), vec![Action::Connect]);
+    let a = h.feed(Event::SessionStarted {
+        granted: Some(T / 2),
+        control: ControlView::default(),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Standby);
+    let a = h.advance(T / 2);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
 #[test]
 fn rule_4_1_no_join_while_paused() {
     let mut h = H::new();

@@ -31,6 +31,7 @@ fn cfg() -> ElectorConfig {
         },
         follow: false,
         priority: 100,
+        settle: false,
     }
 }
 
