@@ -47,6 +47,7 @@ impl Elector {
         self.control = self.bounded(control, now);
         self.phase = Phase::Idle;
         self.session_since = Some(now);
+        self.settle_said = false;
         if self.cfg.settle {
             self.notice(
                 false,
@@ -201,6 +202,13 @@ impl Elector {
         if let Some(until) = self.settling(now).filter(|_| !self.must_rejoin) {
             self.retry_at = Some(until);
             return;
+        }
+        if self.cfg.settle && !self.settle_said {
+            self.settle_said = true;
+            self.notice(
+                false,
+                "the session has lived its session timeout: this node may take the lock".into(),
+            );
         }
         // SPEC §6: `follow` repoints this node's service at the active; a promotion beside
         // it would run `promote` on a service being turned into a replica. Join once it

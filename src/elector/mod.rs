@@ -463,6 +463,8 @@ pub struct Elector {
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     /// When the current session started (for [`ElectorConfig::settle`]).
     session_since: Option<Instant>,
+    /// The wait of the current session was said to be over.
+    settle_said: bool,
     failover_seen: Option<(FailoverView, Instant)>,
     /// The session timeout the current session was granted, if it is below the configured
     /// one: every interval follows the smaller (SPEC §4 "The lease").
@@ -528,6 +530,7 @@ impl Elector {
             called_off: None,
             failover_seen: None,
             session_since: None,
+            settle_said: false,
             granted: None,
             service_recorded: false,
             recording: None,

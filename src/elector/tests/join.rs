@@ -20,9 +20,9 @@ fn rule_4_1_joins_only_when_eligible() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
-/// SPEC §3a "A store that forgot" (stop 35): a new session is a standby for one session
-/// timeout before its first join, and again after a lost session; the held lock's own
-/// rejoin (learning whether a create went through) does not wait.
+/// SPEC §3a "A store that forgot" (stop 35): a new session is a standby that waits one
+/// session timeout before its first join, and again after a lost session; the held lock's
+/// own rejoin (learning whether a create went through) does not wait.
 #[test]
 fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
     let mut h = H::new();
