@@ -459,3 +459,58 @@ fn a_renewal_does_not_pass_under_another_sessions_lock_at_the_same_version() {
         "n1's renewal of epoch {e1} passed under n2's lock of epoch {e2}"
     );
 }
+
+/// Stop 35 (the simulation's seed 53770, on the Redis backend; the same read here): the
+/// store forgot the holder's breadcrumb and kept its lock. Starting its service again
+/// first rewrites the breadcrumb, and a missing one read as "no answer": the holder
+/// retried for ever under a lock it kept renewing, and nobody else could lead. A missing
+/// breadcrumb is not ours.
+#[test]
+fn a_holder_whose_breadcrumb_is_gone_is_told_it_is_not_ours() {
+    use warden::coord::Session;
+    use warden::record::{JoinOutcome, NodeRecord, WriteOutcome};
+
+    let zk = ZkServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let connect = zk.connect_string();
+    let n1 = zk_session(&rt, &connect, "4s");
+    let node = NodeRecord {
+        node_id: "n1".to_string(),
+        host: "127.0.0.1".to_string(),
+        incarnation: "inc-n1".to_string(),
+        ..Default::default()
+    };
+    // The first join makes the epoch counter once the session has lived its timeout.
+    let JoinOutcome::Held { epoch } = rt.block_on(n1.join(&node, 1)) else {
+        panic!("n1 did not get the lock");
+    };
+    let state = rt.block_on(n1.read_state()).expect("the cluster state");
+    let record = NodeRecord {
+        epoch: Some(epoch),
+        ..node.clone()
+    };
+    let committed = rt.block_on(n1.commit_promotion(
+        &record,
+        state.breadcrumb.version(),
+        state.control_version,
+    ));
+    assert_eq!(committed, WriteOutcome::Done);
+    assert_eq!(
+        rt.block_on(n1.rewrite_own_breadcrumb(&record)),
+        WriteOutcome::Done
+    );
+
+    // The store forgets the breadcrumb (here: another session deletes it).
+    let other = zk_session(&rt, &connect, "4s");
+    let (_, version) = rt
+        .block_on(other.breadcrumb_bytes())
+        .expect("a read")
+        .expect("the breadcrumb");
+    rt.block_on(other.delete_breadcrumb_at(version, false))
+        .expect("the delete");
+    assert_eq!(
+        rt.block_on(n1.rewrite_own_breadcrumb(&record)),
+        WriteOutcome::Conflict,
+        "a missing breadcrumb must read as not ours, not as no answer"
+    );
+}

@@ -1742,10 +1742,6 @@ pub fn start_active_then_standbys(first: &Node, others: &[&Node]) -> Vec<Warden>
         || first.last_run().is_some_and(|r| process_alive(r.pid)),
     );
     wardens.extend(others.iter().map(|n| n.start()));
-    // A standby takes over only once its session has lived a session timeout (SPEC §3a).
-    for w in &wardens[1..] {
-        w.wait_for_log("this node may take the lock", secs(60));
-    }
     wait_for_status(
         &first.config,
         secs(30),
@@ -1756,6 +1752,10 @@ pub fn start_active_then_standbys(first: &Node, others: &[&Node]) -> Vec<Warden>
                 .all(|n| member_role(s, &n.id).as_deref() == Some("standby"))
         },
     );
+    // A standby takes over only once its session has lived a session timeout (SPEC §3a).
+    for w in &wardens[1..] {
+        w.wait_for_log("this node may take the lock", secs(60));
+    }
     wardens
 }
 

@@ -281,6 +281,9 @@ pub struct W {
     /// The last promotion committed over a switchover request in `control`: that node
     /// clears the request once its service is up (SPEC 8).
     pub must_clear: Option<(Inc, FailoverRequest)>,
+    /// How many times the store had forgotten when `must_clear` was set: a store that
+    /// forgot since may have forgotten the clear (seed 3305 at stop 35).
+    pub must_clear_forgot: u32,
     /// Hooks mode: each incarnation's follow hooks as they ended, and whether they
     /// succeeded (SPEC §6).
     pub follows: BTreeMap<Inc, Vec<(Instant, bool)>>,
@@ -366,6 +369,7 @@ impl World {
                 switched: 0,
                 quiet_switches: 0,
                 must_clear: None,
+                must_clear_forgot: 0,
                 follows: BTreeMap::new(),
                 follows_failed: 0,
                 hooks_failed: 0,
@@ -1269,6 +1273,7 @@ impl W {
                     ));
                 }
                 self.must_clear = control.failover.clone().map(|f| (who, f));
+                self.must_clear_forgot = self.forgot;
                 if let Some(f) = &control.failover {
                     let me = format!("n{}", node + 1);
                     let pending = f.pending_at(self.wall());
