@@ -136,7 +136,12 @@ impl Elector {
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}
-            Svc::Down => self.delete_breadcrumb_then_release(epoch, why, !self.own_leftovers),
+            // A called-off switchover's failed demote may have left the service taking
+            // writes: not clean, the breadcrumb stays for whoever wins to fence it.
+            Svc::Down => {
+                let clean = !self.own_leftovers && !self.undemoted;
+                self.delete_breadcrumb_then_release(epoch, why, clean)
+            }
         }
     }
 
@@ -146,6 +151,7 @@ impl Elector {
     pub(super) fn delete_breadcrumb_then_release(&mut self, epoch: Epoch, why: Leave, clean: bool) {
         let ours = clean && self.breadcrumb_written && why != Leave::PromotionFailed;
         let breadcrumb = ours.then_some(epoch);
+        self.undemoted = false;
         let ticket = self.ticket();
         self.lease = Lease::default();
         self.breadcrumb_written = false;

@@ -484,6 +484,10 @@ pub struct Elector {
     /// SPEC §6a.2: the rewrite before the next start is [`Action::RepinService`]: a
     /// called-off switchover's service may have restarted under another pid in its demote.
     repin: bool,
+    /// SPEC §6a.2: the demote of a called-off switchover failed, and the promote hook has
+    /// not run since: the service may still take writes although the elector counts it
+    /// down. A step-down meanwhile keeps the breadcrumb (seed 45962).
+    undemoted: bool,
     /// The greatest epoch this node has seen committed: its own, the holder's, the
     /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
     /// a new lock's epoch must be above it.
@@ -545,6 +549,7 @@ impl Elector {
             higher_rival: false,
             rival_waited: false,
             forgetting: None,
+            undemoted: false,
             repin: false,
             stopping: false,
             reason: None,

@@ -37,6 +37,8 @@ impl Elector {
         }
         self.svc = Svc::Up;
         self.service_healthy = true;
+        // Promoted again: from here a step-down runs the demote hook as always.
+        self.undemoted = false;
         // A start that completes after the lease ended must not serve: stop it and kill
         // it at once (the kill ordered while it was still starting found nothing).
         if self.lease.end.is_some_and(|end| now >= end) {
@@ -379,6 +381,9 @@ impl Elector {
             ),
         );
         self.svc = Svc::Down;
+        // Counted down, so that the promote hook runs again; but the failed demote may
+        // have left it taking writes.
+        self.undemoted = true;
         self.forget_record();
         self.lease.killed = false;
         // Withdrawn as far as this node goes: it must not cede to it again (`bounded`

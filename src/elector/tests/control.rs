@@ -423,6 +423,36 @@ fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb
     assert_eq!(a, vec![]);
 }
 
+/// The simulation's seed 45962 (stop 35): a switchover whose demote failed was called off,
+/// and the node stepped down again before its service was promoted again (the store
+/// forgot the clear, so the request stood again; or a renewal failed). Its demote had
+/// failed, so its service may still take writes: the step-down must keep the breadcrumb
+/// for whoever wins to fence it. It deleted it as after a clean demote, and the target
+/// promoted beside a primary that still took writes.
+#[test]
+fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    let _ = repin_of(&a);
+    // Stopped before the rewrite and the promote hook ran: released, the breadcrumb kept.
+    let a = h.feed(Event::StopRequested);
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Release {
+                breadcrumb: None,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+}
+
 #[test]
 fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_called_off() {
     // Past the lease: the old way (breadcrumb kept, lock released).
