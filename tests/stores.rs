@@ -378,6 +378,29 @@ fn operator_commands_work<S: TestStore>() {
     cluster.assert_safe();
 }
 
+/// Freezes the store until `active`'s service is down by its lease end, holds it frozen
+/// for 0.65 x session in all (the active's rows or keys have not expired on the server's
+/// clock: 0.65 x session plus the time since its last renewal is less than the session),
+/// and thaws it. Returns when the freeze began.
+fn freeze_past_the_lease<S: TestStore>(db: &mut S, cluster: &Cluster, active: &Node) -> u64 {
+    let before = active.last_run().unwrap();
+    let freeze_ns = mono_now_ns();
+    db.freeze();
+    wait_until(
+        secs(10),
+        &format!("{}'s service stopped while the store is frozen", active.id),
+        || !process_alive(before.pid),
+    );
+    let hold = cluster.session_timeout.mul_f64(0.65);
+    let frozen_for = ns(mono_now_ns() - freeze_ns);
+    if frozen_for < hold {
+        // The freeze's length is the fault itself, not a wait for a condition.
+        std::thread::sleep(hold - frozen_for);
+    }
+    db.thaw();
+    freeze_ns
+}
+
 /// The store frozen (SIGSTOP of the server) for 0.65 x session: the active cannot renew,
 /// its service is down by the end of its lease, and once the store answers again the same
 /// node serves again: 0.65 x session plus the time since its last renewal is less than
@@ -388,13 +411,7 @@ fn a_frozen_store_takes_the_service_down_by_the_lease_end<S: TestStore>() {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let _wardens = start_active_then_standbys(&n1, &[&n2]);
     let before = n1.last_run().unwrap();
-    let freeze_ns = mono_now_ns();
-    db.freeze();
-    wait_until(
-        secs(10),
-        "n1's service stopped while the store is frozen",
-        || !process_alive(before.pid),
-    );
+    let freeze_ns = freeze_past_the_lease(&mut db, &cluster, &n1);
     let run = n1.runs().into_iter().find(|r| r.pid == before.pid).unwrap();
     let lease = cluster.session_timeout / 2;
     assert!(
@@ -402,12 +419,6 @@ fn a_frozen_store_takes_the_service_down_by_the_lease_end<S: TestStore>() {
         "n1's service ran {:?} into the freeze, past its {lease:?} lease",
         ns(run.last_ns.saturating_sub(freeze_ns))
     );
-    let hold = cluster.session_timeout.mul_f64(0.65);
-    let frozen_for = ns(mono_now_ns() - freeze_ns);
-    if frozen_for < hold {
-        std::thread::sleep(hold - frozen_for);
-    }
-    db.thaw();
     wait_for_status(&n1.config, secs(30), "n1 is active again", |s| {
         active_id(s).as_deref() == Some("n1")
     });
@@ -429,19 +440,7 @@ fn an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock<S: TestStore>() {
     let before = n1.last_run().unwrap();
     let e = before.epoch.unwrap();
     db.forget(&cluster.name, &["breadcrumb"]);
-    let freeze_ns = mono_now_ns();
-    db.freeze();
-    wait_until(
-        secs(10),
-        "n1's service stopped while the store is frozen",
-        || !process_alive(before.pid),
-    );
-    let hold = cluster.session_timeout.mul_f64(0.65);
-    let frozen_for = ns(mono_now_ns() - freeze_ns);
-    if frozen_for < hold {
-        std::thread::sleep(hold - frozen_for);
-    }
-    db.thaw();
+    freeze_past_the_lease(&mut db, &cluster, &n1);
     let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
         active_epoch(s).is_some_and(|a| a > e)
     });

@@ -401,16 +401,7 @@ fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb
         detail: "the demote hook failed".into(),
         said: None,
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::Release {
-                breadcrumb: None,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
+    assert_released_keeping_breadcrumb(&a);
     let a = h.feed(Event::Released {
         ticket: H::ticket_of(&a),
     });
@@ -441,16 +432,7 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     let _ = repin_of(&a);
     // Stopped before the rewrite and the promote hook ran: released, the breadcrumb kept.
     let a = h.feed(Event::StopRequested);
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::Release {
-                breadcrumb: None,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
+    assert_released_keeping_breadcrumb(&a);
 }
 
 #[test]
@@ -464,16 +446,7 @@ fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_c
         detail: "the demote hook failed".into(),
         said: Some("no".into()),
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::Release {
-                breadcrumb: None,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
+    assert_released_keeping_breadcrumb(&a);
     // Unhealthy: not a switchover.
     let mut h = H::new();
     h.active(3);
@@ -486,16 +459,7 @@ fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_c
         detail: "the demote hook failed".into(),
         said: Some("no".into()),
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::Release {
-                breadcrumb: None,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
+    assert_released_keeping_breadcrumb(&a);
 }
 
 /// SPEC §6a: a switchover request that lapses (or is withdrawn) while the old active's

@@ -111,16 +111,7 @@ fn rule_4_4_an_unclean_demotion_keeps_the_breadcrumb() {
         clean: false,
         detail: "pid 9 still runs".into(),
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::Release {
-                breadcrumb: None,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
+    assert_released_keeping_breadcrumb(&a);
 }
 
 #[test]

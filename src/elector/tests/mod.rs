@@ -204,6 +204,20 @@ fn strip(actions: Vec<Action>) -> Vec<Action> {
         .collect()
 }
 
+/// The actions are one release that keeps the breadcrumb (whoever wins fences this node).
+fn assert_released_keeping_breadcrumb(actions: &[Action]) {
+    assert!(
+        matches!(
+            actions,
+            [Action::Release {
+                breadcrumb: None,
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
+}
+
 fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
     actions.iter().any(f)
 }
