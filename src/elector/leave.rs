@@ -133,15 +133,16 @@ impl Elector {
             epoch,
             step: Step::Leaving { why },
         };
+        if self.undemoted && self.svc == Svc::Down {
+            // A called-off switchover's failed demote may have left the service taking
+            // writes: demote it again on the way out, as a running one (if that fails too,
+            // the breadcrumb stays for whoever wins to fence it).
+            self.svc = Svc::Up;
+        }
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}
-            // A called-off switchover's failed demote may have left the service taking
-            // writes: not clean, the breadcrumb stays for whoever wins to fence it.
-            Svc::Down => {
-                let clean = !self.own_leftovers && !self.undemoted;
-                self.delete_breadcrumb_then_release(epoch, why, clean)
-            }
+            Svc::Down => self.delete_breadcrumb_then_release(epoch, why, !self.own_leftovers),
         }
     }
 

@@ -117,6 +117,11 @@ impl Elector {
     fn rewrite_failed(&mut self, outcome: WriteOutcome, now: Instant) {
         if outcome == WriteOutcome::Conflict {
             self.reason = Some(Reason::BreadcrumbNotOurs);
+            // The lock may still be ours (the store forgot only the breadcrumb): join again
+            // whatever this node may do now, so that a held lock is released rather than
+            // kept, renewed by the keepalive, by a node that will not serve (priority 0,
+            // not eligible, paused: found in review at stop 35).
+            self.must_rejoin = true;
             self.lock_lost(now);
         } else {
             self.record_retry_at = Some(now + RETRY_DELAY);

@@ -88,10 +88,12 @@ impl Elector {
                 (self.lease.doubt && self.svc_running())
                     .then(|| end.checked_sub(self.cfg.demote_grace).unwrap_or(end))
             }
+            // A called-off switchover's service counts down until promoted again, but its
+            // failed demote may have left it taking writes: killed at the lease end too.
             Timer::Kill => self
                 .lease
                 .end
-                .filter(|_| self.svc != Svc::Down && !self.lease.killed),
+                .filter(|_| (self.svc != Svc::Down || self.undemoted) && !self.lease.killed),
         }
     }
 
@@ -177,6 +179,7 @@ impl Elector {
             }
             Timer::Kill => {
                 self.lease.killed = true;
+                self.undemoted = false;
                 self.notice(
                     true,
                     "the lease ended with the service still running; killing it".into(),

@@ -957,6 +957,13 @@ impl State {
             let alive = keep_sessions && snap.sessions.contains(&sid);
             let s = self.sess_mut(sid);
             if alive && s.server != Server::Opening {
+                // A client that never learned its session had ended still holds its
+                // standing watch on `control`, and sets it again on reconnecting (seed
+                // 86916 at stop 35: cleared with the ended session, it was never fired,
+                // and a node cut off through a `resume` stayed out for good).
+                if s.server == Server::Ended && s.lost_at.is_none() {
+                    s.control_watch = true;
+                }
                 s.server = Server::Alive;
                 s.connected = false;
                 self.touch(sid, now);

@@ -369,6 +369,10 @@ fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_pro
         "{a:?}"
     );
     assert_ne!(h.e.role(), Role::Active);
+    // The lock may still be ours (the store forgot only the breadcrumb): the node joins
+    // again whatever it may do now, to learn so and release it (review at stop 35: a
+    // priority-0 or ineligible node kept it, renewed by the keepalive, for good).
+    assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
 }
 
 #[test]
@@ -430,9 +434,31 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
         said: None,
     });
     let _ = repin_of(&a);
-    // Stopped before the rewrite and the promote hook ran: released, the breadcrumb kept.
+    // Stopped before the rewrite and the promote hook ran: demoted again on the way out,
+    // as a running service; that failing too, released with the breadcrumb kept.
     let a = h.feed(Event::StopRequested);
+    assert!(
+        matches!(a.as_slice(), [Action::StopService { .. }]),
+        "{a:?}"
+    );
+    let a = h.feed(Event::DemoteFailed {
+        ticket: H::ticket_of(&a),
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
     assert_released_keeping_breadcrumb(&a);
+
+    // Never stepped down, the lease ends (its renewals fail): the service that may still
+    // take writes is killed at the lease end, as a running one.
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    let _ = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    let a = h.advance(T);
+    assert!(a.contains(&Action::KillService), "{a:?}");
 }
 
 #[test]
