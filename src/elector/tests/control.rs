@@ -353,12 +353,7 @@ fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_pro
 
     // The rewrite conflicts: the breadcrumb is not ours, nothing is promoted.
     let mut h = H::new();
-    let s = ceding(&mut h);
-    let a = h.feed(Event::DemoteFailed {
-        ticket: s,
-        detail: "the demote hook failed".into(),
-        said: None,
-    });
+    let a = called_off(&mut h);
     let a = h.feed(Event::ServiceForgotten {
         ticket: repin_of(&a),
         outcome: WriteOutcome::Conflict,
@@ -375,15 +370,21 @@ fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_pro
     assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
 }
 
-#[test]
-fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb_is_kept() {
-    let mut h = H::new();
-    let s = ceding(&mut h);
-    let a = h.feed(Event::DemoteFailed {
+/// An active ceding to a switchover whose demote hook fails: the switchover is called
+/// off (SPEC §6a.2). Returns the actions of that failure.
+fn called_off(h: &mut H) -> Vec<Action> {
+    let s = ceding(h);
+    h.feed(Event::DemoteFailed {
         ticket: s,
         detail: "the demote hook failed".into(),
         said: None,
-    });
+    })
+}
+
+#[test]
+fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb_is_kept() {
+    let mut h = H::new();
+    let a = called_off(&mut h);
     let a = h.feed(Event::ServiceForgotten {
         ticket: repin_of(&a),
         outcome: WriteOutcome::Done,
@@ -427,12 +428,7 @@ fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb
 #[test]
 fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     let mut h = H::new();
-    let s = ceding(&mut h);
-    let a = h.feed(Event::DemoteFailed {
-        ticket: s,
-        detail: "the demote hook failed".into(),
-        said: None,
-    });
+    let a = called_off(&mut h);
     let _ = repin_of(&a);
     // Stopped before the rewrite and the promote hook ran: demoted again on the way out,
     // as a running service; that failing too, released with the breadcrumb kept.
@@ -451,12 +447,7 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     // Never stepped down, the lease ends (its renewals fail): the service that may still
     // take writes is killed at the lease end, as a running one.
     let mut h = H::new();
-    let s = ceding(&mut h);
-    let _ = h.feed(Event::DemoteFailed {
-        ticket: s,
-        detail: "the demote hook failed".into(),
-        said: None,
-    });
+    let _ = called_off(&mut h);
     let a = h.advance(T);
     assert!(a.contains(&Action::KillService), "{a:?}");
 }
