@@ -236,6 +236,30 @@ fn the_steps() -> Vec<Step> {
         script("release", &["lock"], &["22", "w:{c}:events"]),
         script("release", &["lock"], &["11", "w:{c}:events"]),
         cmd(&["EXISTS", "w:{c}:lock"]),
+        // A session begun on another run of the server (a restart or a failover since;
+        // a member key without `run`, from before stop 36) takes nothing: `restarted`,
+        // after raising its node's entry of the floor and before the counter moves.
+        cmd(&["HSET", "w:{c}:member:n2", "run", "0123abcd"]),
+        script(
+            "acquire",
+            &["lock", "epoch", "init", "seen", "member:n2"],
+            &["22", "rec-n2", ttl, "n2", "8"],
+        ),
+        cmd(&["GET", "w:{c}:epoch"]),
+        cmd(&["HGET", "w:{c}:seen", "n2"]),
+        cmd(&["HDEL", "w:{c}:member:n2", "run"]),
+        script(
+            "acquire",
+            &["lock", "epoch", "init", "seen", "member:n2"],
+            &["22", "rec-n2", ttl, "n2", "8"],
+        ),
+        cmd(&["EXISTS", "w:{c}:lock"]),
+        // Its next session registers on this run.
+        script(
+            "create_member",
+            &["member:n2", "members", "seen"],
+            &["22", "rec-n2", ttl, "n2", "8"],
+        ),
         // Garbage: a lock that is no warden lock is nobody's, and gets an expiry.
         cmd(&["SET", "w:{c}:lock", "x"]),
         script(

@@ -231,6 +231,7 @@ on_every_store!(
     a_wiped_store_blocks_every_promotion_until_init_force,
     an_epoch_counter_that_went_back_is_lost_data,
     a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
+    a_session_that_outlived_a_store_restart_takes_no_lock,
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
@@ -840,6 +841,66 @@ fn a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force<S: Te
         "epoch {e3} after the store forgot epoch {e2}: {status:#}"
     );
     assert_eq!(status["lost_data"], false, "{status:#}");
+    let runs = cluster.runs();
+    let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
+    epochs.sort();
+    epochs.dedup();
+    assert_eq!(
+        epochs.len(),
+        runs.iter().filter(|r| r.epoch.is_some()).count(),
+        "an epoch was handed out twice: {runs:?}"
+    );
+    cluster.assert_safe();
+}
+
+/// Stop 35's review, F2 (SPEC §3a "A store that forgot"): the store restarted and lost
+/// exactly the last promotion (Redis: its last second of `appendfsync everysec`; MySQL:
+/// a crash with `innodb_flush_log_at_trx_commit = 2`, or a failover to a replica that
+/// lagged), but kept the member records of the sessions older than it. A standby whose
+/// session outlived the restart, and which never saw the lost epoch (its warden was
+/// frozen through the handover), found the lock free and took it at once: it was handed
+/// the lost epoch again and promoted beside the node that held it, still inside its lease.
+/// A join now finds that the store restarted since its session began and takes nothing:
+/// its next session waits one session timeout, by when that lease has ended.
+fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    let wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
+    let e1 = n1.last_run().unwrap().epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "every node has seen epoch e1", |s| {
+        ["n1", "n2", "n3"]
+            .iter()
+            .all(|n| member(s, n).is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1)))
+    });
+    let backup = db.backup(&cluster.name);
+
+    // n3 sleeps through a handover to n2.
+    wardens[2].sigstop();
+    wardens[0].sigterm();
+    let status = wait_for_status(&n2.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let e2 = active_epoch(&status).unwrap();
+    assert!(e2 > e1, "{status:#}");
+    wait_until(secs(10), "n2's service runs", || {
+        n2.last_run()
+            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
+    });
+
+    // The store restarts and forgets n2's promotion; n3 wakes.
+    db.restart();
+    db.restore(&cluster.name, &backup);
+    wardens[2].sigcont();
+    wardens[2].wait_for_log("restarted or failed over since this session began", secs(30));
+    holds_for(
+        secs(3),
+        "n3 takes no lock in the session that outlived the restart",
+        || match n3.runs().first() {
+            Some(r) => Err(format!("n3 promoted: {r}")),
+            None => Ok(()),
+        },
+    );
     let runs = cluster.runs();
     let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
     epochs.sort();

@@ -187,6 +187,7 @@ impl Connector for MysqlConnector {
             pool: self.pool.clone(),
             t,
             stuck: std::sync::Mutex::new(None),
+            run: std::sync::Mutex::new(None),
             core: polled::Core::new(
                 super::random_session_id(),
                 self.s.session_timeout,
@@ -446,6 +447,52 @@ enum Taking {
     Lost(String),
     /// The joiner's member row no longer names its session (the store forgot it).
     Gone,
+    /// The server restarted, or is another one, since the session registered.
+    Restarted,
+}
+
+/// Which run of which server a transaction talks to (stop 36, review F2): the server's
+/// identity (`@@hostname:@@port:@@server_id`, what differs between a primary and the
+/// replica a failover promotes) and when it started (the server's clock less its
+/// `Uptime`, in seconds). A server that restarted (a crash with `innodb_flush_log_at_trx_
+/// commit` other than 1 loses its last second) or another server (a failover to a replica
+/// that lagged) may have forgotten exactly the last promotion while a session older than
+/// that kept its member row: such a session takes no lock (SPEC §3a, the wait of a new
+/// session). Written by hand: neither MySQL nor MariaDB names a run of the server in one
+/// value both have (`@@server_uuid` is MySQL's only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ServerRun {
+    id: String,
+    started: i64,
+}
+
+impl ServerRun {
+    /// Read within `tx`. A server that hides its `Uptime` reads as started at 0: its
+    /// restarts go unseen, its failovers not.
+    async fn read(tx: &mut mysql_async::Transaction<'_>) -> Result<ServerRun, mysql_async::Error> {
+        let (id, now): (String, i64) = tx
+            .query_first(
+                "SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()",
+            )
+            .await?
+            .unwrap_or_default();
+        let up: Option<(String, String)> = tx
+            .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
+            .await
+            .ok()
+            .flatten();
+        let started = up
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+            .map_or(0, |up| now - up);
+        Ok(ServerRun { id, started })
+    }
+
+    /// Another run than `self`: another server, or a start more than 2 s apart (both
+    /// readings round to the second; a clock stepped since counts as a restart, which
+    /// costs a standby one session timeout's wait).
+    fn other_than(&self, then: &ServerRun) -> bool {
+        self.id != then.id || (self.started - then.started).abs() > 2
+    }
 }
 
 /// The name, in `<prefix>kv`, of the row that keeps `node`'s greatest `epoch_seen` for good
@@ -556,6 +603,8 @@ struct Inner {
     /// A live-looking lock row whose expiry lies further ahead than its holder's session
     /// timeout, as first seen: see [`stuck_lock_stale`].
     stuck: std::sync::Mutex<Option<StuckLock>>,
+    /// The run of the server this session first registered on (see [`ServerRun`]).
+    run: std::sync::Mutex<Option<ServerRun>>,
     op_timeout: Duration,
     /// The session's id, member, joins and loss, shared with the polled loops.
     core: polled::Core,
@@ -789,7 +838,7 @@ impl Inner {
         );
         let data = record::to_bytes(me);
         let (me_id, me_seen) = (me.node_id.clone(), me.epoch_seen);
-        let stuck = &self.stuck;
+        let (stuck, run) = (&self.stuck, &self.run);
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
             // A session the store no longer knows takes nothing (see `Core::gone`).
@@ -870,6 +919,12 @@ impl Inner {
             // SPEC §3a: the joiner's entry of the floor first, then the floor against the
             // counter, before it moves; a refusal keeps the raised floor (committed).
             raise_seen(&mut tx, t, &cluster, &me_id, me_seen).await?;
+            let now = ServerRun::read(&mut tx).await?;
+            let then = run.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if then.is_none_or(|then| now.other_than(&then)) {
+                tx.commit().await?;
+                return Ok(Taking::Restarted);
+            }
             let floor = read_floor(&mut tx, t, &cluster).await?;
             if let Some(why) = super::lost_data(
                 marker.is_none() || counter.is_none(),
@@ -1211,9 +1266,17 @@ impl Session for MysqlSession {
         let data = record::to_bytes(m);
         let node2 = node.clone();
         let seen = m.node.epoch_seen;
+        let run = &i.run;
         let created = i
             .run("registering this node", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
+                // The session's server run is the one of its first attempt to register:
+                // one that restarts between a try and its retry costs a wait, never
+                // hides a restart.
+                let now = ServerRun::read(&mut tx).await?;
+                run.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(now);
                 let row: Option<(i64, bool, Vec<u8>)> = first(
                     &mut tx,
                     format!(
@@ -1309,6 +1372,10 @@ impl Session for MysqlSession {
             Ok(Taking::Lost(why)) => return JoinOutcome::LostData(why),
             Ok(Taking::Gone) => {
                 i.core.gone();
+                return JoinOutcome::Unknown;
+            }
+            Ok(Taking::Restarted) => {
+                i.core.restarted("the server's identity or start time");
                 return JoinOutcome::Unknown;
             }
             Err(StoreError::NotInitialized(why)) => {

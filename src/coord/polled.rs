@@ -50,6 +50,24 @@ impl Core {
         self.lost.send_replace(true);
     }
 
+    /// A join found the store restarted or failed over since this session began (`what`
+    /// changed: Redis's `run_id`, MySQL's server identity): the session is lost. Such a
+    /// store may have lost exactly its last writes, a promotion among them, while this
+    /// older session survived in it; its holder may still be inside its lease. The new
+    /// session waits one session timeout before it joins (SPEC §3a), as after any loss,
+    /// by when that lease has ended. Only a join asks: a holder whose lock survived the
+    /// restart keeps it.
+    pub fn restarted(&self, what: &str) {
+        tracing::warn!(
+            session = %super::SessionId(self.id),
+            "taking the lock found the store restarted or failed over since this session \
+             began ({what} changed): it may have forgotten its last writes, a promotion \
+             among them, so this session takes no lock; the next one waits one session \
+             timeout before it joins"
+        );
+        self.lost.send_replace(true);
+    }
+
     /// Records that this session now holds `node`'s member record.
     pub fn registered(&self, node: &str) {
         *self.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(node.to_string());

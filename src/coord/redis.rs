@@ -149,6 +149,11 @@ local function epoch_of(s)
   if n and n < 9007199254740992 then return n end
   return nil
 end
+local function run_id()
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  if not ok or type(info) ~= 'string' then return '' end
+  return string.match(info, 'run_id:(%x+)') or ''
+end
 local function raise_seen(key, node, e)
   local want = epoch_of(e)
   if want then
@@ -164,7 +169,13 @@ end
 
 /// KEYS: lock, epoch, init, seen, the joiner's member key. ARGV: session, record, ttl ms,
 /// node id, the joiner's `epoch_seen` ('' = none). A session whose member key the store
-/// no longer holds (it forgot it) takes nothing: `gone`. SPEC §3a: the joiner's entry of the floor is raised first, and
+/// no longer holds (it forgot it) takes nothing: `gone`. Nor does a session begun on
+/// another run of the server (the member key's `run` is not the `run_id` of `INFO`, a
+/// restart or a failover since): `restarted`. Such a server may have forgotten exactly
+/// the last promotion (its last second of `appendfsync everysec`, a replica that lagged)
+/// while the session, older, survived it; the new session the joiner then begins waits
+/// one session timeout (SPEC §3a), by when the lease of that forgotten promotion's holder
+/// has ended. `INFO` denied (an ACL) reads as run '' on both sides: no check. SPEC §3a: the joiner's entry of the floor is raised first, and
 /// a counter below the floor is refused before it moves, so a store that forgot exactly
 /// the last promotion never hands its epoch out again (the joiner remembers it).
 ///
@@ -193,6 +204,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {{'other', '0', ''}}
 end
 raise_seen(KEYS[4], ARGV[4], ARGV[5])
+if hget(KEYS[5], 'run') ~= run_id() then return {{'restarted'}} end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {{'lost', 'marker'}} end
 local got, e = pcall(redis.call, 'GET', KEYS[2])
 if not got or not e then return {{'lost', 'counter'}} end
@@ -233,7 +245,9 @@ return 1
     )
 });
 
-/// KEYS: member, members, seen. ARGV: session, record, ttl ms, node id, epoch seen.
+/// KEYS: member, members, seen. ARGV: session, record, ttl ms, node id, epoch seen. The
+/// member key keeps the `run_id` of the server the session first registered on (`run`,
+/// see [`ACQUIRE`]): a registration again by the same session keeps it.
 static CREATE_MEMBER: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         "create_member",
@@ -241,8 +255,9 @@ static CREATE_MEMBER: LazyLock<Lua> = LazyLock::new(|| {
             r#"{SEEN_FN}
 local cur = hget(KEYS[1], 'session')
 if cur and cur ~= ARGV[1] then return 0 end
+local run = cur and hget(KEYS[1], 'run') or run_id()
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2])
+redis.call('HSET', KEYS[1], 'session', ARGV[1], 'record', ARGV[2], 'run', run)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 claim(KEYS[2], 'set')
 redis.call('SADD', KEYS[2], ARGV[4])
@@ -826,7 +841,7 @@ impl<W: Wire> RedisSession<W> {
             Ok(Ok(_)) => {}
         }
         if !persistence_checked.swap(true, Ordering::Relaxed) {
-            if let Some(warning) = inner.persistence_warning().await {
+            for warning in inner.persistence_warnings().await {
                 tracing::warn!("{warning}");
             }
         }
@@ -1062,8 +1077,31 @@ impl<W: Wire> Inner<W> {
         format!("key {}", self.k.key(name))
     }
 
-    /// `appendonly` is not `yes`, or could not be read: what the operator should know.
-    async fn persistence_warning(&self) -> Option<String> {
+    /// `appendonly` is not `yes`, or could not be read; `INFO` gives no `run_id` (its
+    /// restarts go unseen, see [`ACQUIRE`]): what the operator should know.
+    async fn persistence_warnings(&self) -> Vec<String> {
+        let run: Result<String, StoreError> = self
+            .bounded("reading INFO server", |mut c| async move {
+                redis::cmd("INFO").arg("server").query_async(&mut c).await
+            })
+            .await;
+        let run = match run {
+            Ok(info) if info.lines().any(|l| l.starts_with("run_id:")) => None,
+            Ok(_) => Some("it has no run_id".to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        let run = run.map(|why| {
+            format!(
+                "could not read Redis's run_id at {} (INFO server: {why}); without it a standby \
+                 cannot tell that Redis restarted and may have forgotten its last second, the \
+                 last promotion among it: allow INFO (`+info`) to warden's user",
+                self.s.url
+            )
+        });
+        self.appendonly_warning().await.into_iter().chain(run).collect()
+    }
+
+    async fn appendonly_warning(&self) -> Option<String> {
         let got: Result<Vec<String>, StoreError> = self
             .bounded("reading appendonly", |mut c| async move {
                 redis::cmd("CONFIG")
@@ -1409,6 +1447,10 @@ impl<W: Wire> Session for RedisSession<W> {
                 }
                 Some("gone") => {
                     i.core.gone();
+                    return JoinOutcome::Unknown;
+                }
+                Some("restarted") => {
+                    i.core.restarted("Redis's run_id");
                     return JoinOutcome::Unknown;
                 }
                 Some("lost") => {
@@ -1771,7 +1813,7 @@ impl<W: Wire> Session for RedisSession<W> {
             "Redis at {} answers; cluster {} lives under the keys {}:*",
             i.s.url, i.s.cluster, i.k.base
         )];
-        if let Some(warning) = i.persistence_warning().await {
+        for warning in i.persistence_warnings().await {
             done.push(format!("warning: {warning}"));
         }
         Ok(done)

@@ -104,6 +104,8 @@ pub struct Keyspace {
     scripts: BTreeMap<String, String>,
     /// Grows by one with every command that wrote data (not with a TTL set anew).
     pub writes: u64,
+    /// Which run of the server this is (INFO's `run_id`); a restart sets a new one.
+    pub run: u64,
     /// No key expires before this (a lower bound; `None`: none has a TTL).
     earliest: Option<Duration>,
 }
@@ -295,6 +297,12 @@ impl Keyspace {
         };
         match name.as_str() {
             "ping" => Ok(Reply::Status("PONG".into())),
+            // The server section's run id (what warden's scripts read of INFO): new with
+            // each run of the server (a restore or a wipe is a restart).
+            "info" => Ok(Reply::bulk(format!(
+                "# Server\r\nredis_version:7.0.15\r\nrun_id:{:040x}\r\n",
+                self.run
+            ))),
             "time" => {
                 let micros = clock.as_micros();
                 Ok(Reply::Array(vec![

@@ -273,7 +273,10 @@ impl State {
             });
         }
         self.zxid = snap.zxid;
+        // A store that comes back from a snapshot restarted: a new run id.
+        let run = self.redis.keyspace.run.max(snap.keyspace.run) + 1;
         self.redis.keyspace = snap.keyspace;
+        self.redis.keyspace.run = run;
         if let Some(q) = &mut self.snapshots {
             while q.len() > 1 && q.back().is_some_and(|s| s.zxid > self.zxid) {
                 q.pop_back();
