@@ -892,7 +892,6 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
     db.restart();
     db.restore(&cluster.name, &backup);
     wardens[2].sigcont();
-    wardens[2].wait_for_log("restarted or failed over since this session began", secs(30));
     holds_for(
         secs(3),
         "n3 takes no lock in the session that outlived the restart",
@@ -901,6 +900,7 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
             None => Ok(()),
         },
     );
+    wardens[2].wait_for_log("restarted or failed over since this session began", secs(30));
     let runs = cluster.runs();
     let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
     epochs.sort();
