@@ -162,6 +162,8 @@ pub struct Outcome {
     pub forgot: u32,
     pub inits: u32,
     pub lost_data_seen: bool,
+    /// Joins refused because the store restarted since the joiner's session began.
+    pub refused_restarted: u32,
     /// An epoch went back after the store forgot one no live warden remembered (SPEC
     /// §3a's accepted limit), or a member record stayed stale after it forgot.
     pub accepted_limit: bool,
@@ -974,6 +976,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             forgot: w.forgot,
             inits: w.inits,
             lost_data_seen: w.lost_data_seen,
+            refused_restarted: w.refused_restarted,
             // A wiped store whose epochs climbed past the forgotten one again, with its
             // breadcrumb gone, where no live warden remembered: the same accepted limit.
             accepted_limit,
@@ -1139,6 +1142,7 @@ struct Sweep {
     forgot: u64,
     inits: u64,
     lost_data_seeds: u64,
+    refused_restarted: u64,
     beyond_bound_seeds: u64,
     accepted_limit: Vec<u64>,
     accepted_failures: Vec<(u64, String)>,
@@ -1183,6 +1187,7 @@ impl Sweep {
             self.recoveries.push(r);
         }
         self.forgot += u64::from(out.forgot);
+        self.refused_restarted += u64::from(out.refused_restarted);
         self.inits += u64::from(out.inits);
         self.lost_data_seeds += u64::from(out.lost_data_seen);
         self.beyond_bound_seeds += u64::from(out.beyond_bound);
@@ -1242,6 +1247,7 @@ impl Sweep {
         self.unreported += o.unreported;
         self.called_off += o.called_off;
         self.forgot += o.forgot;
+        self.refused_restarted += o.refused_restarted;
         self.inits += o.inits;
         self.lost_data_seeds += o.lost_data_seeds;
         self.beyond_bound_seeds += o.beyond_bound_seeds;
@@ -1415,12 +1421,14 @@ fn simulated_daemons_keep_every_invariant() {
     );
     println!(
         "store faults: the store forgot {} times; {} seeds saw it say it lost data, and the \
-         operator ran `init --force` {} times; {} seeds stepped a TTL store's clock forward \
+         operator ran `init --force` {} times; {} joins were refused because the store \
+         restarted since the joiner's session began; {} seeds stepped a TTL store's clock forward \
          beyond session_timeout / 2, and {} of them broke an invariant (the README's \
          boundary, not a failure){}",
         total.forgot,
         total.lost_data_seeds,
         total.inits,
+        total.refused_restarted,
         total.beyond_bound_seeds,
         total.beyond_bound_broken.len(),
         total

@@ -220,6 +220,16 @@ impl State {
                     at: now,
                 });
             }
+            Some("acquire")
+                if matches!(&reply, Reply::Array(a)
+                    if a.first() == Some(&Reply::Bulk(b"restarted".to_vec()))) =>
+            {
+                self.facts.push(Fact::RefusedRestarted {
+                    node: owner.0,
+                    inc: owner.1,
+                    at: now,
+                });
+            }
             Some("set_member") if done && argv(5) == b"1" => {
                 self.facts.push(Fact::Renewed {
                     node: owner.0,

@@ -199,6 +199,9 @@ pub enum Fact {
         epoch: Epoch,
         at: Instant,
     },
+    /// A join was refused because the store restarted since the joiner's session began
+    /// (Redis's ACQUIRE answered `restarted`: stop 36, review F2).
+    RefusedRestarted { node: usize, inc: u32, at: Instant },
     /// The lock went away: released by its holder (or its session closed), or its
     /// session or lease expired.
     LockGone {

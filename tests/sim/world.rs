@@ -240,6 +240,8 @@ pub struct W {
     pub forgot: u32,
     pub inits: u32,
     pub lost_data_seen: bool,
+    /// Joins refused because the store restarted since the joiner's session began.
+    pub refused_restarted: u32,
     /// `warden pause` commands not yet followed by their `resume`.
     pub pauses: u32,
     /// The store forgot epochs up to this one that no live warden remembered (SPEC §3a's
@@ -350,6 +352,7 @@ impl World {
                 forgot: 0,
                 inits: 0,
                 lost_data_seen: false,
+                refused_restarted: 0,
                 pauses: 0,
                 unremembered: None,
                 accepted_limit: 0,
@@ -1393,6 +1396,11 @@ impl W {
             } => {
                 let who = (*node, *inc);
                 self.log(|| format!("LOCK taken by {} epoch {epoch}", name(who)));
+            }
+            Fact::RefusedRestarted { node, inc, .. } => {
+                let who = (*node, *inc);
+                self.refused_restarted += 1;
+                self.log(|| format!("JOIN of {} refused: the store restarted", name(who)));
             }
             Fact::LockGone {
                 node, inc, expired, ..
