@@ -1191,7 +1191,9 @@ impl<R: Recipe> Campaign<R> {
         })
         .unwrap_or(false);
         let promotes = promote_epochs(&dir);
-        if promotes.len() > promotes_before {
+        // A refused switchover left the copy with nothing to forget but renewals: a node
+        // may take the lock again once the restart of the store ended its session.
+        if ok && promotes.len() > promotes_before {
             self.fail(&format!(
                 "after the store was restored (forgetting the switchover from n{} to n{}), a node was promoted before `init --force`: {:?}",
                 active + 1,
