@@ -980,19 +980,34 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        let result = zk
-                            .read_state()
-                            .await
-                            .map(|state| {
-                                Box::new(ClusterState {
-                                    breadcrumb: state.breadcrumb,
-                                    control: control_view(&state.control, &host),
-                                    control_version: state.control_version,
-                                    newest_history_epoch: state.newest_promotion,
-                                    members_epoch_seen: state.members_epoch_seen,
-                                })
-                            })
-                            .map_err(|e| e.to_string());
+                        let result = read_cluster_state(&zk, &host).await;
+                        Event::StateRead { ticket, result }
+                    },
+                );
+            }
+            Action::RestoreBreadcrumb {
+                ticket,
+                record,
+                version,
+            } => {
+                let host = self.host.clone();
+                self.in_session(
+                    Event::StateRead {
+                        ticket,
+                        result: Err("no session".into()),
+                    },
+                    move |zk| async move {
+                        let outcome = zk.restore_breadcrumb(&record, version).await;
+                        let result = if outcome == WriteOutcome::Done {
+                            read_cluster_state(&zk, &host).await
+                        } else {
+                            Err(format!(
+                                "writing back the breadcrumb of {} at epoch {}, whose commit \
+                                 the store forgot, got {outcome:?}",
+                                record.node_id,
+                                record.epoch.unwrap_or_default()
+                            ))
+                        };
                         Event::StateRead { ticket, result }
                     },
                 );
@@ -1876,6 +1891,25 @@ async fn fence_own_service<H: Host>(
             ),
         ),
     }
+}
+
+/// SPEC §4.3a's read, as the elector takes it.
+async fn read_cluster_state<S: Session>(
+    zk: &S,
+    host: &impl Host,
+) -> Result<Box<ClusterState>, String> {
+    zk.read_state()
+        .await
+        .map(|state| {
+            Box::new(ClusterState {
+                breadcrumb: state.breadcrumb,
+                control: control_view(&state.control, host),
+                control_version: state.control_version,
+                newest_history_epoch: state.newest_promotion,
+                members_epoch_seen: state.members_epoch_seen,
+            })
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// The task that appends a session's history entries, one after the other in the order

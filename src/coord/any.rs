@@ -163,6 +163,14 @@ impl Session for AnySession {
         each!(self, s => s.rewrite_own_breadcrumb(record).await)
     }
 
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        each!(self, s => s.restore_breadcrumb(record, version).await)
+    }
+
     async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
         each!(self, s => s.breadcrumb_bytes().await)
     }

@@ -144,6 +144,16 @@ pub trait Session: Clone + Send + Sync + 'static {
         record: &NodeRecord,
     ) -> impl Future<Output = WriteOutcome> + Send;
 
+    /// Writes `record`, another incarnation's, back as the breadcrumb (created when
+    /// `version` is `None`, else at that version), only while we hold the lock: the store
+    /// forgot the commit of an active this node saw (see `Elector::forgotten_active`), and
+    /// its breadcrumb is what fencing, `status` and `fence --confirm` go by.
+    fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> impl Future<Output = WriteOutcome> + Send;
+
     /// The breadcrumb as stored, with its version; `None` when there is none.
     fn breadcrumb_bytes(
         &self,

@@ -1553,6 +1553,42 @@ impl Session for MysqlSession {
         )
     }
 
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        let i = &self.inner;
+        let data = record::to_bytes(record);
+        let (sql, params) = match version {
+            Some(_) => (
+                format!(
+                    "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name = ?",
+                    i.t.kv
+                ),
+                (data, i.s.cluster.clone(), BREADCRUMB).into(),
+            ),
+            None => (
+                format!(
+                    "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
+                    i.t.kv
+                ),
+                (i.s.cluster.clone(), BREADCRUMB, data).into(),
+            ),
+        };
+        outcome(
+            self.with_lock_and_breadcrumb(
+                "restoring the breadcrumb",
+                true,
+                version.map(|v| v.get()),
+                sql,
+                params,
+                None,
+            )
+            .await,
+        )
+    }
+
     async fn delete_breadcrumb_at(
         &self,
         version: Version,

@@ -366,8 +366,8 @@ return 1
     )
 });
 
-/// KEYS: lock, breadcrumb. ARGV: session, check lock ('1' or ''), version, data, 'set' or
-/// 'del'.
+/// KEYS: lock, breadcrumb. ARGV: session, check lock ('1' or ''), version ('' = absent:
+/// a set creates it), data, 'set' or 'del'.
 static BREADCRUMB_AT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         "breadcrumb_at",
@@ -375,7 +375,14 @@ static BREADCRUMB_AT: LazyLock<Lua> = LazyLock::new(|| {
             guard_fns!(),
             r#"
 if ARGV[2] == '1' and hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
-if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
+local v = version_of(KEYS[2])
+if ARGV[3] == '' then
+  if v or ARGV[5] == 'del' then return 0 end
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'data', ARGV[4], 'version', 0)
+  return 1
+end
+if v ~= ARGV[3] then return 0 end
 if ARGV[5] == 'del' then
   redis.call('DEL', KEYS[2])
 else
@@ -1170,7 +1177,7 @@ impl<W: Wire> Inner<W> {
         &self,
         doing: &str,
         check_lock: bool,
-        version: i64,
+        version: Option<i64>,
         data: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
         let mut inv = BREADCRUMB_AT.prepare_invoke();
@@ -1178,7 +1185,7 @@ impl<W: Wire> Inner<W> {
             .key(self.k.key(BREADCRUMB))
             .arg(self.core.id)
             .arg(if check_lock { "1" } else { "" })
-            .arg(version)
+            .arg(version.map(|v| v.to_string()).unwrap_or_default())
             .arg(data.unwrap_or_default())
             .arg(if data.is_some() { "set" } else { "del" });
         Ok(self.call(doing, inv).await? == 1)
@@ -1609,7 +1616,7 @@ impl<W: Wire> Session for RedisSession<W> {
                 // node whose service never ran.
                 let written = breadcrumb_version.map_or(0, |v| v.get() + 1);
                 let undone = i
-                    .breadcrumb_at("taking the promotion back", true, written, None)
+                    .breadcrumb_at("taking the promotion back", true, Some(written), None)
                     .await;
                 tracing::warn!(
                     "the promotion is not on {need} replicas of Redis within {wait_ms} ms \
@@ -1646,10 +1653,27 @@ impl<W: Wire> Session for RedisSession<W> {
             i.breadcrumb_at(
                 "recording the service",
                 true,
-                v,
+                Some(v),
                 Some(&record::to_bytes(record)),
             )
             .await,
+        )
+    }
+
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        outcome(
+            self.inner
+                .breadcrumb_at(
+                    "restoring the breadcrumb",
+                    true,
+                    version.map(|v| v.get()),
+                    Some(&record::to_bytes(record)),
+                )
+                .await,
         )
     }
 
@@ -1659,7 +1683,7 @@ impl<W: Wire> Session for RedisSession<W> {
         check_lock: bool,
     ) -> Result<(), StoreError> {
         let i = &self.inner;
-        if i.breadcrumb_at("deleting the breadcrumb", check_lock, version.get(), None)
+        if i.breadcrumb_at("deleting the breadcrumb", check_lock, Some(version.get()), None)
             .await?
         {
             Ok(())

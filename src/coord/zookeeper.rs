@@ -1453,6 +1453,33 @@ impl Session for ZkSession {
         )
     }
 
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        let Ok(version) = version.map(|v| znode_version(v).ok_or(())).transpose() else {
+            return WriteOutcome::Conflict;
+        };
+        // (The lock must be ours, not one at the same version: see `renew`.)
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
+        }
+        let data = record::to_bytes(record);
+        let opts = self.persistent();
+        let paths = [self.paths.lock.as_str(), &self.paths.breadcrumb];
+        write_outcome(
+            self.multi("restoring the breadcrumb", &paths, |w| {
+                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
+                match version {
+                    Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
+                    None => w.add_create(&self.paths.breadcrumb, &data, &opts),
+                }
+            })
+            .await,
+        )
+    }
+
     async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
         Ok(self
             .get_optional(&self.paths.breadcrumb)

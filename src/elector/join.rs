@@ -19,6 +19,7 @@ impl Elector {
             return;
         }
         self.granted = granted;
+        self.sessions += 1;
         if let Some(g) = granted.filter(|g| *g < self.cfg.session_timeout) {
             self.notice(
                 true,

@@ -297,6 +297,15 @@ pub enum Action {
     ReadState { ticket: Ticket },
     /// Run the fence chain against an incarnation (§5); never promote on failure.
     Fence { ticket: Ticket, order: FenceOrder },
+    /// Write `record`, another node's active that the store forgot, back as the
+    /// breadcrumb (created when `version` is `None`, else at it) while the lock is ours,
+    /// then read the state again: reported as [`Event::StateRead`] (an error when the write
+    /// did not land). See `Elector::forgotten_active`.
+    RestoreBreadcrumb {
+        ticket: Ticket,
+        record: NodeRecord,
+        version: Option<Version>,
+    },
     /// One multi-op: check `lock`, check `control` at `control_version`, write the
     /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
     CommitPromotion {
@@ -459,12 +468,18 @@ pub struct Elector {
     /// cedes to it again, and cleared once the promotion is recorded (it lapses at its
     /// deadline if the clear never lands).
     called_off: Option<FailoverView>,
-    /// The switchover request seen last (from, to, deadline) and when it was first seen:
-    /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     /// When the current session started (for [`ElectorConfig::settle`]).
     session_since: Option<Instant>,
     /// The wait of the current session was said to be over.
     settle_said: bool,
+    /// How many sessions began so far: `active` was learned in session `active_session`.
+    sessions: u64,
+    active_session: u64,
+    /// The epoch of an `active` whose breadcrumb this node wrote back once (see
+    /// `Elector::forgotten_active`): never again, or a `fence --confirm` would be undone.
+    restored_active: Option<Epoch>,
+    /// The switchover request seen last (from, to, deadline) and when it was first seen:
+    /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     failover_seen: Option<(FailoverView, Instant)>,
     /// The session timeout the current session was granted, if it is below the configured
     /// one: every interval follows the smaller (SPEC §4 "The lease").
@@ -542,6 +557,9 @@ impl Elector {
             names_earlier_start: false,
             epoch_seen: None,
             active: None,
+            sessions: 0,
+            active_session: 0,
+            restored_active: None,
             followed: None,
             following: None,
             follow_failed: None,

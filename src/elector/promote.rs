@@ -5,7 +5,7 @@ use super::{
     lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOrder, Phase, Reason, Step,
     Ticket, RETRY_DELAY,
 };
-use crate::record::{BreadcrumbView, Epoch, Version, WriteOutcome};
+use crate::record::{BreadcrumbView, Epoch, NodeRecord, Version, WriteOutcome};
 use std::time::Instant;
 
 impl Elector {
@@ -68,6 +68,33 @@ impl Elector {
         }
         let control_version = state.control_version;
         let breadcrumb_version = state.breadcrumb.version();
+        let recorded = match &state.breadcrumb {
+            BreadcrumbView::Record { record, .. } => Some(record.epoch),
+            BreadcrumbView::Absent => Some(None),
+            // Fenced as unknown below: nothing readable to write over.
+            BreadcrumbView::Unreadable { .. } => None,
+        };
+        if let Some(recorded) = recorded {
+            if let Some(active) = self.forgotten_active(recorded, &state) {
+                if !self.epoch_is_new(epoch, recorded, &state) {
+                    return;
+                }
+                let ticket = self.ticket();
+                self.phase = Phase::Holding {
+                    epoch,
+                    step: Step::Reading {
+                        ticket,
+                        unknown_commit: None,
+                    },
+                };
+                self.actions.push_back(Action::RestoreBreadcrumb {
+                    ticket,
+                    record: active,
+                    version: breadcrumb_version,
+                });
+                return;
+            }
+        }
         match &state.breadcrumb {
             BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
                 let recorded = record.epoch.unwrap_or(0);
@@ -133,6 +160,58 @@ impl Elector {
             }
         }
         self.commit(epoch, breadcrumb_version, control_version, now);
+    }
+
+    /// The newest active this node saw commit, when the store keeps no trace of its epoch
+    /// (no breadcrumb of it or of a later one, `breadcrumb` being the epoch the breadcrumb
+    /// names; no history entry of it or of a later one) and this node saw it in an earlier
+    /// session than this one. The store forgot its commit (a restore, a crash within
+    /// `appendfsync everysec`, a failover to a lagging replica) and may have kept its lock,
+    /// which then expired: that active may still serve (a frozen warden in hooks mode
+    /// leaves its database taking writes), and only this node's memory names it (the
+    /// simulation's seed 33926: two copies took writes). Its record goes back into the
+    /// breadcrumb before anything else, so that it is fenced as any old active is, and a
+    /// fence that fails leaves what `status` and `fence --confirm` go by (seed 1875:
+    /// fencing it from memory alone left the operator nothing to confirm); once only, so
+    /// that a `fence --confirm` stays done.
+    ///
+    /// Why an earlier session: a store that forgets restarts or is restored, and ends
+    /// every session older than that (ZooKeeper refuses a client that saw a newer zxid;
+    /// Redis and MySQL end a session at the join that finds another run of the server).
+    /// Within one session a missing breadcrumb and history entry are the trace of a clean
+    /// step-down before the active's history entry was written (seed 9899: SIGTERM while
+    /// promoting); fencing it then failed, needlessly, and left the cluster to the
+    /// operator.
+    fn forgotten_active(
+        &mut self,
+        breadcrumb: Option<Epoch>,
+        state: &ClusterState,
+    ) -> Option<NodeRecord> {
+        let active = self.active.clone()?;
+        let e = active.epoch?;
+        if breadcrumb.is_some_and(|b| b >= e) {
+            // Kept, or written back: from now on its going is a fence --confirm's, or a
+            // later commit's.
+            self.restored_active = self.restored_active.max(Some(e));
+            return None;
+        }
+        if self.is_ours(&active)
+            || self.active_session >= self.sessions
+            || self.restored_active.is_some_and(|r| r >= e)
+            || state.newest_history_epoch.is_some_and(|h| h >= e)
+        {
+            return None;
+        }
+        self.notice(
+            true,
+            format!(
+                "the store keeps no breadcrumb and no history of epoch {e}, which this node saw \
+                 {} commit: the store forgot it; writing its breadcrumb back to fence it \
+                 before promoting",
+                active.node_id
+            ),
+        );
+        Some(active)
     }
 
     pub(super) fn on_fence_done(

@@ -668,6 +668,14 @@ impl Session for SimSession {
         each!(self, s => s.rewrite_own_breadcrumb(record).await)
     }
 
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        each!(self, s => s.restore_breadcrumb(record, version).await)
+    }
+
     async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
         each!(self, s => s.breadcrumb_bytes().await)
     }

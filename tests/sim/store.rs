@@ -1118,6 +1118,30 @@ impl State {
         Ok(())
     }
 
+    /// multi: check the lock at the version held; write `record` as the breadcrumb at
+    /// `version` (create it when `None`).
+    fn restore_breadcrumb(
+        &mut self,
+        record: NodeRecord,
+        version: Option<i64>,
+        held: Option<i64>,
+    ) -> Result<(), StoreError> {
+        if !self.lock_at(held) {
+            return Err(rejected("lock", "BadVersion"));
+        }
+        match (&mut self.breadcrumb, version) {
+            (Some((cur, v)), Some(want)) if *v == want => {
+                *cur = record;
+                *v += 1;
+            }
+            (None, None) => self.breadcrumb = Some((record, 0)),
+            (Some(_), None) => return Err(rejected("breadcrumb", "NodeExists")),
+            _ => return Err(rejected("breadcrumb", "BadVersion")),
+        }
+        self.zxid += 1;
+        Ok(())
+    }
+
     /// multi: with `lock_check` (the version held), check the lock at that version;
     /// delete the breadcrumb at `version`.
     fn delete_breadcrumb(
@@ -2601,6 +2625,27 @@ impl Session for ModelSession {
         write_outcome(
             self.call("recording the service", move |st, c| {
                 st.record_service(c, record, version, held)
+            })
+            .await,
+        )
+    }
+
+    async fn restore_breadcrumb(
+        &self,
+        record: &NodeRecord,
+        version: Option<Version>,
+    ) -> WriteOutcome {
+        let Ok(version) = version.map(|v| znode_version(v).ok_or(())).transpose() else {
+            return WriteOutcome::Conflict;
+        };
+        if let Err(outcome) = self.lock_is_ours().await {
+            return outcome;
+        }
+        let held = self.held();
+        let record = record.clone();
+        write_outcome(
+            self.call("restoring the breadcrumb", move |st, _| {
+                st.restore_breadcrumb(record, version, held)
             })
             .await,
         )

@@ -94,6 +94,7 @@ impl H {
             .find_map(|a| match a {
                 Action::Join { ticket }
                 | Action::ReadState { ticket }
+                | Action::RestoreBreadcrumb { ticket, .. }
                 | Action::Fence { ticket, .. }
                 | Action::CommitPromotion { ticket, .. }
                 | Action::StartService { ticket, .. }

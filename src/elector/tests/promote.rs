@@ -136,6 +136,118 @@ fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
     );
 }
 
+/// The simulation's seed 33926: the store forgot the commit of the active n3 (epoch 12)
+/// that this node saw, and kept an older breadcrumb (n2's, epoch 10) or none. n3 may
+/// still serve (a frozen warden in hooks mode), and only this node's memory names it: its
+/// record goes back into the breadcrumb at the version read, the state is read again, and
+/// n3 is fenced as any old active (seed 1875: a fence that fails must leave the operator
+/// a breadcrumb to `fence --confirm`).
+#[test]
+fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
+    let n3 = record("n3", "inc-3", Some(12));
+    // Seen in a session that the store's restart (or restore) ended.
+    let seen_then_lost = |h: &mut H| {
+        h.session();
+        h.feed(Event::ActiveChanged { record: n3.clone() });
+        assert_eq!(h.feed(Event::SessionLost), vec![Action::Connect]);
+        h.session()
+    };
+    for (found, version) in [
+        (
+            BreadcrumbView::Record {
+                record: record("n2", "inc-9", Some(10)),
+                version: Version::new(4),
+            },
+            Some(Version::new(4)),
+        ),
+        (BreadcrumbView::Absent, None),
+    ] {
+        let mut h = H::new();
+        let j = seen_then_lost(&mut h);
+        let r = h.held(j, 20);
+        let a = h.read(r, found);
+        let w = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::RestoreBreadcrumb {
+                ticket: w,
+                record: n3.clone(),
+                version,
+            }]
+        );
+        assert_eq!(h.e.role(), Role::Promoting);
+        // Written back: n3's breadcrumb is fenced before the commit.
+        let a = h.read(
+            w,
+            BreadcrumbView::Record {
+                record: n3.clone(),
+                version: Version::new(5),
+            },
+        );
+        let f = H::ticket_of(&a);
+        assert_eq!(
+            a,
+            vec![Action::Fence {
+                ticket: f,
+                order: FenceOrder::Node(n3.clone())
+            }]
+        );
+        // The fence failed; the operator's `fence --confirm` deleted the breadcrumb: it
+        // is not written back again.
+        let all = h.feed_all(Event::FenceDone {
+            ticket: f,
+            fenced: false,
+            summary: "script:x failed: exit 1".into(),
+        });
+        let rel = H::ticket_of(&strip(all));
+        assert_eq!(
+            h.feed(Event::Released { ticket: rel }),
+            vec![Action::Connect]
+        );
+        h.feed(Event::SessionStarted {
+            granted: None,
+            control: ControlView::default(),
+        });
+        let a = h.advance(Duration::from_secs(60));
+        let j = H::ticket_of(&a);
+        let r = h.held(j, 21);
+        let a = h.read(r, BreadcrumbView::Absent);
+        assert!(
+            matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+            "{a:?}"
+        );
+    }
+    // Seen in this very session: a clean step-down before its history entry was written
+    // (seed 9899), not a store that forgot; and a store that keeps a history entry of it
+    // is taken at its word.
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::ActiveChanged { record: n3.clone() });
+    let r = h.held(j, 20);
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+    let mut h = H::new();
+    let j = seen_then_lost(&mut h);
+    let r = h.held(j, 20);
+    let a = h.feed(Event::StateRead {
+        ticket: r,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: ControlView::default(),
+            control_version: Version::new(0),
+            newest_history_epoch: Some(12),
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
 #[test]
 fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
     let mut h = H::new();
