@@ -43,7 +43,7 @@ trait TestStore: Sized {
     /// Sets the cluster's epoch counter to `epoch` (the next promotion gets `epoch + 1`).
     fn set_counter(&self, cluster: &str, epoch: u64);
     /// Loses some of what the store keeps, as a careless DBA would: each of `what`
-    /// (`counter`, `lock`, `members`, `floor`, `breadcrumb`; MySQL drops the table that holds it, for
+    /// (`counter`, `lock`, `members`, `floor`, `breadcrumb`, `history`; MySQL drops the table that holds it, for
     /// every cluster; Redis deletes the cluster's keys).
     fn forget(&self, cluster: &str, what: &[&str]);
 }
@@ -119,9 +119,8 @@ impl TestStore for MariaDb {
                     "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name LIKE \
                      'seen/%'"
                 )),
-                "breadcrumb" => self.sql(&format!(
-                    "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name = \
-                     'breadcrumb'"
+                "breadcrumb" | "history" => self.sql(&format!(
+                    "DELETE FROM warden.warden_kv WHERE cluster = '{cluster}' AND name = '{w}'"
                 )),
                 other => panic!("nothing called {other} to forget"),
             };
@@ -200,6 +199,7 @@ impl TestStore for RedisServer {
                 "members" => self.cli(&["DEL", &key("member:n1")]),
                 "floor" => self.cli(&["DEL", &key("seen")]),
                 "breadcrumb" => self.cli(&["DEL", &key("breadcrumb")]),
+                "history" => self.cli(&["DEL", &key("history")]),
                 other => panic!("nothing called {other} to forget"),
             };
         }
@@ -232,6 +232,7 @@ on_every_store!(
     an_epoch_counter_that_went_back_is_lost_data,
     a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
     a_session_that_outlived_a_store_restart_takes_no_lock,
+    an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
@@ -911,6 +912,45 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
         "an epoch was handed out twice: {runs:?}"
     );
     cluster.assert_safe();
+}
+
+/// The simulation's seed 33926: the store restarted and forgot the active's commit (its
+/// breadcrumb and history entry) but kept its lock (a Redis crash between the lock's
+/// fsync and the commit's; a MySQL failover to a replica that had the one and not the
+/// other), while the active's warden was frozen with its service running. Its lock
+/// expired; nothing in the store named it any more, and the standby promoted without
+/// fencing it: two services up. The standby saw that commit in a session the restart
+/// ended: it writes the active's record back as the breadcrumb and fences it first.
+fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let old = n1.last_run().unwrap();
+    let e1 = old.epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "n2 has seen epoch e1", |s| {
+        member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1))
+    });
+    wardens[0].sigstop();
+    db.restart();
+    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    let status = wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let e2 = active_epoch(&status).unwrap();
+    assert!(e2 > e1, "{status:#}");
+    wait_until(secs(10), "n2's service runs", || {
+        n2.last_run()
+            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
+    });
+    assert!(
+        !process_alive(old.pid),
+        "n1's service (pid {}) still runs beside n2's",
+        old.pid
+    );
+    wardens[1].wait_for_log("writing its breadcrumb back", secs(1));
+    cluster.assert_safe();
+    wardens[0].sigcont();
 }
 
 /// Issue 30.2 (SPEC §3a): the floor counts every node ever seen, alive or not, and
