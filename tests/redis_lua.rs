@@ -207,6 +207,34 @@ fn the_steps() -> Vec<Step> {
             &["22", "", "2", "", "del"],
         ),
         cmd(&["EXISTS", "w:{c}:breadcrumb"]),
+        // Written back where there is none (version ''), by the holder only, once; a
+        // delete of an absent one is refused.
+        script(
+            "breadcrumb_at",
+            &["lock", "breadcrumb"],
+            &["22", "1", "", "crumb-5", "set"],
+        ),
+        script(
+            "breadcrumb_at",
+            &["lock", "breadcrumb"],
+            &["11", "1", "", "", "del"],
+        ),
+        script(
+            "breadcrumb_at",
+            &["lock", "breadcrumb"],
+            &["11", "1", "", "crumb-5", "set"],
+        ),
+        script(
+            "breadcrumb_at",
+            &["lock", "breadcrumb"],
+            &["11", "1", "", "crumb-6", "set"],
+        ),
+        cmd(&["HGETALL", "w:{c}:breadcrumb"]),
+        script(
+            "breadcrumb_at",
+            &["lock", "breadcrumb"],
+            &["11", "1", "0", "", "del"],
+        ),
         script(
             "delete_takeover",
             &["breadcrumb", "control"],

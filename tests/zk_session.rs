@@ -129,3 +129,59 @@ async fn clean_release(zk: &ZkServer) {
         "e's lock stays"
     );
 }
+
+/// `restore_breadcrumb` (the simulation's seed 33926): the holder writes another node's
+/// record back as the breadcrumb, created when absent or at the version read, and never
+/// while the lock is not its own, nor over a breadcrumb that changed since it was read.
+#[test]
+fn a_breadcrumb_is_written_back_only_by_the_holder_at_the_version_read() {
+    let zk = ZkServer::start();
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(write_back(&zk));
+}
+
+async fn write_back(zk: &ZkServer) {
+    use warden::record::{Version, WriteOutcome};
+    let (a, b) = (session(zk).await, session(zk).await);
+    let forgotten = NodeRecord {
+        epoch: Some(7),
+        ..node("n3")
+    };
+    let JoinOutcome::Held { .. } = a.join(&node("n1"), 1).await else {
+        panic!("a did not get the lock");
+    };
+    assert!(matches!(b.join(&node("n2"), 1).await, JoinOutcome::Exists { .. }));
+    // Not the holder: refused.
+    assert_eq!(
+        b.restore_breadcrumb(&forgotten, None).await,
+        WriteOutcome::Conflict
+    );
+    assert_eq!(breadcrumb(&a).await, None);
+    // The holder: created where there is none; a second create is refused.
+    assert_eq!(
+        a.restore_breadcrumb(&forgotten, None).await,
+        WriteOutcome::Done
+    );
+    assert_eq!(breadcrumb(&b).await, Some(forgotten.clone()));
+    assert_eq!(
+        a.restore_breadcrumb(&forgotten, None).await,
+        WriteOutcome::Conflict
+    );
+    // At the version read, and not at another.
+    let (_, v) = a.breadcrumb_bytes().await.expect("a read").expect("one");
+    let later = NodeRecord {
+        epoch: Some(8),
+        ..forgotten.clone()
+    };
+    assert_eq!(
+        a.restore_breadcrumb(&later, Some(Version::new(v.get() + 1)))
+            .await,
+        WriteOutcome::Conflict
+    );
+    assert_eq!(
+        a.restore_breadcrumb(&later, Some(v)).await,
+        WriteOutcome::Done
+    );
+    assert_eq!(breadcrumb(&b).await, Some(later));
+}
