@@ -514,3 +514,42 @@ fn a_holder_whose_breadcrumb_is_gone_is_told_it_is_not_ours() {
         "a missing breadcrumb must read as not ours, not as no answer"
     );
 }
+
+/// The simulation's seed 11741: the active's member znode vanished while its session
+/// lived (an ensemble restored from a copy that kept the session, a wipe of the cluster's
+/// tree, a `delete` by hand). Its renewal (a multi-op that sets the member record) then
+/// failed with NoNode for ever: the node lost its lock, won it again and lost it again.
+/// A member znode gone under a live session ends the session: the node registers again in
+/// a new one, and the cluster settles on one active.
+#[test]
+fn a_member_znode_gone_under_a_live_session_ends_the_session() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let first = n1.last_run().unwrap().epoch;
+    let client = ZkClient::connect(&zk.connect_string());
+    client.delete(&cluster.znode("members/n1"));
+    // n1's session is over: its lock goes with it, and n2 fences n1 (its breadcrumb,
+    // left by a session lost while active, names n1's warden too) and serves.
+    let status = wait_for_status(&n2.config, secs(60), "a new active", |s| {
+        active_epoch(s) > first
+    });
+    let epoch = active_epoch(&status);
+    holds_for(secs(3), "the active stays", || {
+        let s = status_json(&n2.config);
+        if active_epoch(&s) == epoch {
+            Ok(())
+        } else {
+            Err(format!("{s:#}"))
+        }
+    });
+    assert_eq!(
+        n1.runs().len(),
+        1,
+        "n1 won the lock again after its member znode was gone: {:?}",
+        n1.runs()
+    );
+    wardens[0].wait_for_log("the member znode of n1 is gone", secs(1));
+    cluster.assert_safe();
+}

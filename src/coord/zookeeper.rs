@@ -147,6 +147,7 @@ impl ZkConnector {
             granted,
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
             joined: Arc::new(watch::Sender::new(None)),
+            member_gone: Arc::new(watch::Sender::new(false)),
             floor_raised: Arc::new(AtomicU64::new(0)),
             established: tokio::time::Instant::now(),
             // The configured timeout: no node's lease is longer than its own in force,
@@ -371,6 +372,9 @@ pub struct ZkSession {
     lock_version: Arc<AtomicI32>,
     /// The number of the latest join: the events watch the lock for it.
     joined: Arc<watch::Sender<Option<u64>>>,
+    /// Set when our member znode was found gone while the session lives (see
+    /// [`ZkSession::member_gone`]): the session ends.
+    member_gone: Arc<watch::Sender<bool>>,
     /// The greatest `epoch_seen` this session has raised our entry of the floor to, so
     /// that a member record rewritten with the same one costs no second write.
     floor_raised: Arc<AtomicU64>,
@@ -935,6 +939,30 @@ impl ZkSession {
     /// failed), logging connection changes on the way. The client's state watcher blocks
     /// forever after a terminal state, so this stops at the first one.
     async fn session_ended(&self) {
+        let mut gone = self.member_gone.subscribe();
+        tokio::select! {
+            _ = gone.wait_for(|g| *g) => {}
+            _ = self.client_session_ended() => {}
+        }
+    }
+
+    /// A write to our member znode found it gone (NoNode) while the session lives: the
+    /// ensemble lost it (restored from a copy that kept the session but not the znode, a
+    /// wipe of the cluster's tree, a delete by hand). Everything this session registered
+    /// is in doubt; it ends, and the next session registers again and waits its session
+    /// timeout (SPEC §3a). Without it the holder's renewals failed for ever and it won and
+    /// lost the same lock in a loop (the simulation's seed 11741).
+    fn member_gone(&self, node_id: &str) {
+        if !self.member_gone.send_replace(true) {
+            tracing::warn!(
+                session = %SessionId(self.id),
+                "the member znode of {node_id} is gone while this session lives: the \
+                 ensemble lost it; the session is over"
+            );
+        }
+    }
+
+    async fn client_session_ended(&self) {
         let mut states = self.client.state_watcher();
         let mut state = states.peek_state();
         loop {
@@ -1273,13 +1301,21 @@ impl Session for ZkSession {
     async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let path = self.paths.member(&m.node.node_id);
         self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
-        self.bounded(
-            "publishing the member record",
-            &path,
-            self.client.set_data(&path, &record::to_bytes(m), None),
-        )
-        .await
-        .map(|_| ())
+        match self
+            .bounded(
+                "publishing the member record",
+                &path,
+                self.client.set_data(&path, &record::to_bytes(m), None),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(StoreError::Rejected(why)) => {
+                self.member_gone(&m.node.node_id);
+                Err(StoreError::SessionLost(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn join(&self, me: &NodeRecord, join: u64) -> JoinOutcome {
@@ -1415,11 +1451,22 @@ impl Session for ZkSession {
         let paths = [self.paths.lock.as_str(), &me];
         let (ours, renewed) = tokio::join!(
             self.lock_is_ours(),
-            self.multi("renewing the lease", &paths, |w| {
+            self.multi_results("renewing the lease", &paths, |w| {
                 w.add_check_version(&self.paths.lock, self.held_lock_version())?;
                 w.add_set_data(&me, &data, None)
             }),
         );
+        let renewed = match renewed {
+            Ok(_) => Ok(()),
+            Err(MultiFailed::Op {
+                index: 1,
+                error: StoreError::Rejected(why),
+            }) => {
+                self.member_gone(&member.node.node_id);
+                Err(StoreError::SessionLost(why))
+            }
+            Err(MultiFailed::Op { error, .. } | MultiFailed::Other(error)) => Err(error),
+        };
         match (ours, write_outcome(renewed)) {
             (Ok(()), outcome) => outcome,
             (Err(_), WriteOutcome::Unknown) => WriteOutcome::Unknown,

@@ -850,6 +850,16 @@ impl ZkClient {
         })
     }
 
+    /// Deletes `path` (any version), as an operator's `zkCli delete` would.
+    pub fn delete(&self, path: &str) {
+        self.rt.block_on(async {
+            self.client
+                .delete(path, None)
+                .await
+                .unwrap_or_else(|e| panic!("delete {path}: {e}"))
+        })
+    }
+
     pub fn exists(&self, path: &str) -> bool {
         self.rt.block_on(async {
             self.client

@@ -1189,7 +1189,11 @@ impl State {
     fn set_member(&mut self, m: MemberRecord) -> Result<(), StoreError> {
         self.raise_floor(&m.node.node_id, m.node.epoch_seen);
         let Some(member) = self.members.get_mut(&m.node.node_id) else {
-            return Err(rejected("member", "NoNode"));
+            // `ZkSession::member_gone`: the client ends the session (as the polled
+            // backends' keepalive does).
+            return Err(StoreError::SessionLost(format!(
+                "NoNode at {BASE}/member: the member znode is gone"
+            )));
         };
         member.record = m;
         member.version += 1;
