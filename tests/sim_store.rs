@@ -718,6 +718,7 @@ async fn the_writes_that_matter_are_facts_in_order() {
             Fact::Recorded { .. } => "recorded",
             Fact::BreadcrumbDeleted { .. } => "deleted",
             Fact::LockGone { .. } => "gone",
+            Fact::RefusedRestarted { .. } => "refused",
         })
         .collect();
     assert_eq!(
@@ -866,6 +867,7 @@ async fn scenario(seed: u64) -> Vec<String> {
                 format!("renewed {node} {:?} {:?}", at(&sent), at(&t))
             }
             Fact::Recorded { node, .. } => format!("recorded {node}"),
+            Fact::RefusedRestarted { node, .. } => format!("refused {node}"),
             Fact::BreadcrumbDeleted { by, .. } => format!("deleted by {by:?}"),
             Fact::LockTaken {
                 node, epoch, at: t, ..

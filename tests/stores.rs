@@ -901,7 +901,10 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
             None => Ok(()),
         },
     );
-    wardens[2].wait_for_log("restarted or failed over since this session began", secs(30));
+    wardens[2].wait_for_log(
+        "restarted or failed over since this session began",
+        secs(30),
+    );
     let runs = cluster.runs();
     let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
     epochs.sort();

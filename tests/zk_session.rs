@@ -151,7 +151,10 @@ async fn write_back(zk: &ZkServer) {
     let JoinOutcome::Held { .. } = a.join(&node("n1"), 1).await else {
         panic!("a did not get the lock");
     };
-    assert!(matches!(b.join(&node("n2"), 1).await, JoinOutcome::Exists { .. }));
+    assert!(matches!(
+        b.join(&node("n2"), 1).await,
+        JoinOutcome::Exists { .. }
+    ));
     // Not the holder: refused.
     assert_eq!(
         b.restore_breadcrumb(&forgotten, None).await,

@@ -1105,7 +1105,11 @@ impl<W: Wire> Inner<W> {
                 self.s.url
             )
         });
-        self.appendonly_warning().await.into_iter().chain(run).collect()
+        self.appendonly_warning()
+            .await
+            .into_iter()
+            .chain(run)
+            .collect()
     }
 
     async fn appendonly_warning(&self) -> Option<String> {
@@ -1683,8 +1687,13 @@ impl<W: Wire> Session for RedisSession<W> {
         check_lock: bool,
     ) -> Result<(), StoreError> {
         let i = &self.inner;
-        if i.breadcrumb_at("deleting the breadcrumb", check_lock, Some(version.get()), None)
-            .await?
+        if i.breadcrumb_at(
+            "deleting the breadcrumb",
+            check_lock,
+            Some(version.get()),
+            None,
+        )
+        .await?
         {
             Ok(())
         } else {
