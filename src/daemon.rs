@@ -997,6 +997,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
+                        if remembered_alive(&zk, &record).await {
+                            let result = read_cluster_state(&zk, &host).await.map(|mut s| {
+                                s.remembered_alive = true;
+                                s
+                            });
+                            return Event::StateRead { ticket, result };
+                        }
                         let outcome = zk.restore_breadcrumb(&record, version).await;
                         let result = if outcome == WriteOutcome::Done {
                             read_cluster_state(&zk, &host).await
@@ -1893,6 +1900,24 @@ async fn fence_own_service<H: Host>(
     }
 }
 
+/// Whether the warden of `active` (that incarnation) still lives and has stepped down or
+/// is stepping down: its member record is live and says so. Then its lease, not a fence,
+/// took its service down, and its breadcrumb is not written back (a clean step-down whose
+/// history entries are gone, trimmed or never appended, is no forgotten commit). A frozen
+/// warden's record says `active` (or expired with its session): written back and fenced.
+async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord) -> bool {
+    match zk.member(&active.node_id).await {
+        Ok(Some((_, Ok(m)))) => {
+            m.node.same_incarnation(active)
+                && matches!(
+                    m.role,
+                    Role::Standby | Role::Ineligible | Role::Demoting | Role::Neutral
+                )
+        }
+        _ => false,
+    }
+}
+
 /// SPEC §4.3a's read, as the elector takes it.
 async fn read_cluster_state<S: Session>(
     zk: &S,
@@ -1906,6 +1931,8 @@ async fn read_cluster_state<S: Session>(
                 control: control_view(&state.control, host),
                 control_version: state.control_version,
                 newest_history_epoch: state.newest_promotion,
+                history_by_node: state.history_by_node,
+                remembered_alive: false,
                 members_epoch_seen: state.members_epoch_seen,
             })
         })

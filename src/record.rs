@@ -95,6 +95,9 @@ pub struct TakeoverState {
     pub control_version: Version,
     /// The greatest epoch of a completed promotion in `history`, if any.
     pub newest_promotion: Option<Epoch>,
+    /// The greatest epoch each node's `history` entries name (its promotion, its
+    /// step-down, a `fence --confirm` of it).
+    pub history_by_node: std::collections::BTreeMap<String, Epoch>,
     /// The greatest `epoch_seen` in the member records (SPEC §3a), if any.
     pub members_epoch_seen: Option<Epoch>,
 }

@@ -233,6 +233,7 @@ on_every_store!(
     a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
     a_session_that_outlived_a_store_restart_takes_no_lock,
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
+    a_switchover_after_a_store_restart_fences_nobody,
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
     garbage_in_the_store_blocks_promotion_until_confirmed,
@@ -954,6 +955,37 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
     wardens[1].wait_for_log("writing its breadcrumb back", secs(1));
     cluster.assert_safe();
     wardens[0].sigcont();
+}
+
+/// Stop 36's review: the old active steps down cleanly in a planned switchover, after a
+/// store restart that ended the successor's session, and with no history entry of the
+/// old active's epoch left (trimmed to the newest 100, or an append that failed). The
+/// successor saw that active commit in an earlier session, and finds no breadcrumb and no
+/// history of it, as after a store that forgot: but the old active's warden lives and its
+/// member record says it stepped down. Nobody is fenced (SPEC §4.5: a switchover takes
+/// over without fencing); fencing it killed a healthy warden.
+fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let mut wardens = start_active_then_standbys(&n1, &[&n2]);
+    let e1 = n1.last_run().unwrap().epoch.unwrap();
+    wait_for_status(&n1.config, secs(10), "n2 has seen epoch e1", |s| {
+        member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1))
+    });
+    db.restart();
+    wait_for_status(&n1.config, secs(60), "n1 is active after the restart", |s| {
+        active_id(s).as_deref() == Some("n1")
+    });
+    db.forget(&cluster.name, &["history"]);
+    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "30s"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    wait_for_status(&n1.config, secs(30), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert!(wardens[0].is_running(), "n1's warden was killed");
+    assert_eq!(cluster.fence_calls(), Vec::<String>::new(), "somebody was fenced");
+    cluster.assert_safe();
 }
 
 /// Issue 30.2 (SPEC §3a): the floor counts every node ever seen, alive or not, and

@@ -134,6 +134,18 @@ pub fn newest_promotion(history: &History) -> Option<record::Epoch> {
         .max()
 }
 
+/// The greatest epoch each node's entries of `history` name.
+pub fn history_by_node(history: &History) -> std::collections::BTreeMap<String, record::Epoch> {
+    let mut by = std::collections::BTreeMap::new();
+    for h in &history.entries {
+        if let Some(e) = h.epoch {
+            let cur: &mut record::Epoch = by.entry(h.node_id.clone()).or_default();
+            *cur = (*cur).max(e);
+        }
+    }
+    by
+}
+
 /// `history.<kind>-<UTC time>`, the time without colons so that the name is easy to type.
 pub fn set_aside_name(kind: &str) -> String {
     let stamp = record::rfc3339(std::time::SystemTime::now()).replace(':', "");

@@ -136,6 +136,12 @@ pub struct ClusterState {
     pub control_version: Version,
     /// The epoch of the newest `history` entry, if any.
     pub newest_history_epoch: Option<Epoch>,
+    /// The greatest epoch each node's history entries name.
+    pub history_by_node: std::collections::BTreeMap<String, Epoch>,
+    /// Set only by [`Action::RestoreBreadcrumb`]: the remembered active's warden is alive
+    /// and stepping or stepped down (see `Elector::forgotten_active`), so nothing was
+    /// written back.
+    pub remembered_alive: bool,
     /// The greatest `epoch_seen` in the members' records (SPEC §3a).
     pub members_epoch_seen: Option<Epoch>,
 }
@@ -475,9 +481,6 @@ pub struct Elector {
     /// How many sessions began so far: `active` was learned in session `active_session`.
     sessions: u64,
     active_session: u64,
-    /// The epoch of an `active` whose breadcrumb this node wrote back once (see
-    /// `Elector::forgotten_active`): never again, or a `fence --confirm` would be undone.
-    restored_active: Option<Epoch>,
     /// The switchover request seen last (from, to, deadline) and when it was first seen:
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     failover_seen: Option<(FailoverView, Instant)>,
@@ -559,7 +562,6 @@ impl Elector {
             active: None,
             sessions: 0,
             active_session: 0,
-            restored_active: None,
             followed: None,
             following: None,
             follow_failed: None,

@@ -172,8 +172,12 @@ impl Elector {
     /// simulation's seed 33926: two copies took writes). Its record goes back into the
     /// breadcrumb before anything else, so that it is fenced as any old active is, and a
     /// fence that fails leaves what `status` and `fence --confirm` go by (seed 1875:
-    /// fencing it from memory alone left the operator nothing to confirm); once only, so
-    /// that a `fence --confirm` stays done.
+    /// fencing it from memory alone left the operator nothing to confirm). Not when any
+    /// history entry of that node names that epoch or a later one (its promotion, its
+    /// step-down, the operator's `fence --confirm` of it: a confirm stays done), nor when
+    /// its warden lives and its member record says it stepped down or is stepping down
+    /// (the driver reads it before writing: `remembered_alive`; stop 36's review found a
+    /// planned switchover fencing a healthy old active whose history entries were trimmed).
     ///
     /// Why an earlier session: a store that forgets restarts or is restored, and ends
     /// every session older than that (ZooKeeper refuses a client that saw a newer zxid;
@@ -189,17 +193,26 @@ impl Elector {
     ) -> Option<NodeRecord> {
         let active = self.active.clone()?;
         let e = active.epoch?;
-        if breadcrumb.is_some_and(|b| b >= e) {
-            // Kept, or written back: from now on its going is a fence --confirm's, or a
-            // later commit's.
-            self.restored_active = self.restored_active.max(Some(e));
-            return None;
-        }
         if self.is_ours(&active)
             || self.active_session >= self.sessions
-            || self.restored_active.is_some_and(|r| r >= e)
+            || breadcrumb.is_some_and(|b| b >= e)
             || state.newest_history_epoch.is_some_and(|h| h >= e)
+            || state
+                .history_by_node
+                .get(&active.node_id)
+                .is_some_and(|&h| h >= e)
         {
+            return None;
+        }
+        if state.remembered_alive {
+            self.notice(
+                false,
+                format!(
+                    "the store keeps no breadcrumb of epoch {e}, which this node saw {} \
+                     commit, but its warden lives and has stepped down: not fenced",
+                    active.node_id
+                ),
+            );
             return None;
         }
         self.notice(

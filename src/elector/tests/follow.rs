@@ -266,6 +266,8 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             control: request,
             control_version: Version::new(1),
             newest_history_epoch: None,
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: None,
         })),
     });
@@ -295,6 +297,8 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             control: request,
             control_version: Version::new(1),
             newest_history_epoch: None,
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: None,
         })),
     });

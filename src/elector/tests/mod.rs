@@ -133,6 +133,8 @@ impl H {
                 control: ControlView::default(),
                 control_version: Version::new(0),
                 newest_history_epoch: None,
+                history_by_node: Default::default(),
+                remembered_alive: false,
                 members_epoch_seen: None,
             })),
         })

@@ -91,6 +91,8 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
             },
             control_version: Version::new(3),
             newest_history_epoch: None,
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: None,
         })),
     });
@@ -141,7 +143,7 @@ fn rule_4_3b_another_nodes_breadcrumb_is_fenced_before_commit() {
 /// still serve (a frozen warden in hooks mode), and only this node's memory names it: its
 /// record goes back into the breadcrumb at the version read, the state is read again, and
 /// n3 is fenced as any old active (seed 1875: a fence that fails must leave the operator
-/// a breadcrumb to `fence --confirm`).
+/// a breadcrumb to `fence --confirm`, whose history entry then stands for it).
 #[test]
 fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
     let n3 = record("n3", "inc-3", Some(12));
@@ -211,12 +213,50 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         let a = h.advance(Duration::from_secs(60));
         let j = H::ticket_of(&a);
         let r = h.held(j, 21);
-        let a = h.read(r, BreadcrumbView::Absent);
+        let a = h.feed(Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(ClusterState {
+                breadcrumb: BreadcrumbView::Absent,
+                control: ControlView::default(),
+                control_version: Version::new(0),
+                newest_history_epoch: None,
+                history_by_node: [("n3".to_string(), 12)].into(),
+                remembered_alive: false,
+                members_epoch_seen: None,
+            })),
+        });
         assert!(
             matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
             "{a:?}"
         );
     }
+    // Its warden lives and stepped down (its member record says so, read before the
+    // write-back): its lease took its service down; nothing is written back.
+    let mut h = H::new();
+    let j = seen_then_lost(&mut h);
+    let r = h.held(j, 20);
+    let a = h.read(r, BreadcrumbView::Absent);
+    let w = H::ticket_of(&a);
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { .. }]),
+        "{a:?}"
+    );
+    let a = h.feed(Event::StateRead {
+        ticket: w,
+        result: Ok(Box::new(ClusterState {
+            breadcrumb: BreadcrumbView::Absent,
+            control: ControlView::default(),
+            control_version: Version::new(0),
+            newest_history_epoch: None,
+            history_by_node: Default::default(),
+            remembered_alive: true,
+            members_epoch_seen: None,
+        })),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
     // Seen in this very session: a clean step-down before its history entry was written
     // (seed 9899), not a store that forgot; and a store that keeps a history entry of it
     // is taken at its word.
@@ -239,6 +279,8 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
             control: ControlView::default(),
             control_version: Version::new(0),
             newest_history_epoch: Some(12),
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: None,
         })),
     });
@@ -540,6 +582,8 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
             control: ControlView::default(),
             control_version: Version::new(0),
             newest_history_epoch: Some(9),
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: None,
         })),
     });
@@ -564,6 +608,8 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
             control: ControlView::default(),
             control_version: Version::new(0),
             newest_history_epoch: None,
+            history_by_node: Default::default(),
+            remembered_alive: false,
             members_epoch_seen: Some(5),
         })),
     });
