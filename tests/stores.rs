@@ -961,9 +961,10 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
 /// store restart that ended the successor's session, and with no history entry of the
 /// old active's epoch left (trimmed to the newest 100, or an append that failed). The
 /// successor saw that active commit in an earlier session, and finds no breadcrumb and no
-/// history of it, as after a store that forgot: but the old active's warden lives and its
-/// member record says it stepped down. Nobody is fenced (SPEC §4.5: a switchover takes
-/// over without fencing); fencing it killed a healthy warden.
+/// promotion entry, as after a store that forgot: but its step-down wrote a history entry
+/// of that epoch (and, were that append lost, its warden lives and its member record says
+/// it stepped down). Nobody is fenced (SPEC §4.5: a switchover takes over without
+/// fencing); the review's sequence fenced it, killing a healthy warden.
 fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
     let mut db = S::start();
     let cluster = cluster_on(&db);
@@ -978,8 +979,13 @@ fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
         active_id(s).as_deref() == Some("n1")
     });
     db.forget(&cluster.name, &["history"]);
-    let out = cli(&n1.config, &["failover", "--to", "n2", "--timeout", "30s"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    // (n1 may be starting its service again after a lease in doubt over the restart:
+    // the command refuses until it serves.)
+    wait_until(secs(30), "failover --to n2 is done", || {
+        cli(&n1.config, &["failover", "--to", "n2", "--timeout", "30s"])
+            .status
+            .success()
+    });
     wait_for_status(&n1.config, secs(30), "n2 is active", |s| {
         active_id(s).as_deref() == Some("n2")
     });

@@ -488,8 +488,8 @@ impl ServerRun {
     }
 
     /// Another run than `self`: another server, or a start more than 2 s apart (both
-    /// readings round to the second; a clock stepped since counts as a restart, which
-    /// costs a standby one session timeout's wait).
+    /// readings round to the second; `Uptime` follows the server's clock, so a step of it
+    /// moves neither reading far).
     fn other_than(&self, then: &ServerRun) -> bool {
         self.id != then.id || (self.started - then.started).abs() > 2
     }
