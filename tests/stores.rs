@@ -843,15 +843,7 @@ fn a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force<S: Te
         "epoch {e3} after the store forgot epoch {e2}: {status:#}"
     );
     assert_eq!(status["lost_data"], false, "{status:#}");
-    let runs = cluster.runs();
-    let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
-    epochs.sort();
-    epochs.dedup();
-    assert_eq!(
-        epochs.len(),
-        runs.iter().filter(|r| r.epoch.is_some()).count(),
-        "an epoch was handed out twice: {runs:?}"
-    );
+    cluster.assert_no_epoch_twice();
     cluster.assert_safe();
 }
 
@@ -906,15 +898,7 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
         "restarted or failed over since this session began",
         secs(30),
     );
-    let runs = cluster.runs();
-    let mut epochs: Vec<u64> = runs.iter().filter_map(|r| r.epoch).collect();
-    epochs.sort();
-    epochs.dedup();
-    assert_eq!(
-        epochs.len(),
-        runs.iter().filter(|r| r.epoch.is_some()).count(),
-        "an epoch was handed out twice: {runs:?}"
-    );
+    cluster.assert_no_epoch_twice();
     cluster.assert_safe();
 }
 
@@ -975,9 +959,12 @@ fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
         member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1))
     });
     db.restart();
-    wait_for_status(&n1.config, secs(60), "n1 is active after the restart", |s| {
-        active_id(s).as_deref() == Some("n1")
-    });
+    wait_for_status(
+        &n1.config,
+        secs(60),
+        "n1 is active after the restart",
+        |s| active_id(s).as_deref() == Some("n1"),
+    );
     db.forget(&cluster.name, &["history"]);
     // (n1 may be starting its service again after a lease in doubt over the restart:
     // the command refuses until it serves.)
@@ -990,7 +977,11 @@ fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
         active_id(s).as_deref() == Some("n2")
     });
     assert!(wardens[0].is_running(), "n1's warden was killed");
-    assert_eq!(cluster.fence_calls(), Vec::<String>::new(), "somebody was fenced");
+    assert_eq!(
+        cluster.fence_calls(),
+        Vec::<String>::new(),
+        "somebody was fenced"
+    );
     cluster.assert_safe();
 }
 

@@ -55,25 +55,6 @@ fn zk_session(
     })
 }
 
-/// Every epoch in the journals was handed to one run only (a re-promotion on the same
-/// node under the same lock keeps its epoch, and counts once).
-fn assert_no_epoch_twice(cluster: &Cluster) {
-    let runs = cluster.runs();
-    let mut by_epoch: Vec<(u64, String)> = runs
-        .iter()
-        .filter_map(|r| Some((r.epoch?, r.node.clone())))
-        .collect();
-    by_epoch.sort();
-    by_epoch.dedup();
-    let mut epochs: Vec<u64> = by_epoch.iter().map(|(e, _)| *e).collect();
-    epochs.dedup();
-    assert_eq!(
-        epochs.len(),
-        by_epoch.len(),
-        "an epoch was handed to two nodes: {runs:#?}"
-    );
-}
-
 /// The bug of stop 32: ZooKeeper restored from a copy taken while n1 was active at epoch
 /// e, after a switchover to n2 (epoch e2) whose warden is now frozen with its service
 /// running. n2's lock and breadcrumb are forgotten; the restored breadcrumb names n1. n3
@@ -174,7 +155,7 @@ fn an_ensemble_restored_one_promotion_old_promotes_nobody_until_init_force() {
         "epoch {e3} after the store forgot epoch {e2}: {status:#}"
     );
     assert_eq!(status["lost_data"], false, "{status:#}");
-    assert_no_epoch_twice(&cluster);
+    cluster.assert_no_epoch_twice();
     cluster.assert_safe();
     dump_if_asked();
 }
@@ -223,7 +204,7 @@ fn an_ensemble_restored_under_a_live_active_hands_over_safely() {
         epoch > e || (epoch == e && active_id(&status).as_deref() == Some("n1")),
         "epoch {epoch} after {e}: {status:#}"
     );
-    assert_no_epoch_twice(&cluster);
+    cluster.assert_no_epoch_twice();
     cluster.assert_safe();
     dump_if_asked();
 }
@@ -272,7 +253,7 @@ fn an_ensemble_restored_to_before_the_active_was_promoted_takes_it_down_until_in
     });
     assert!(active_epoch(&status) > Some(e), "{status:#}");
     assert_eq!(status["lost_data"], false, "{status:#}");
-    assert_no_epoch_twice(&cluster);
+    cluster.assert_no_epoch_twice();
     cluster.assert_safe();
     drop(wardens);
     dump_if_asked();

@@ -1517,7 +1517,10 @@ impl<W: Wire> Session for RedisSession<W> {
             breadcrumb,
             control,
             control_version: Version::new(control_version),
-            history_by_node: history.as_ref().map(items::history_by_node).unwrap_or_default(),
+            history_by_node: history
+                .as_ref()
+                .map(items::history_by_node)
+                .unwrap_or_default(),
             newest_promotion: newest_promotion(&history?),
             members_epoch_seen: seen?
                 .unwrap_or_default()

@@ -1191,6 +1191,25 @@ impl Cluster {
 
     /// The safety proof from the services' own records: no two ran at once, and every
     /// promotion saw a greater epoch.
+    /// Every epoch in the journals was handed to one node only (a re-promotion on the same
+    /// node under the same lock keeps its epoch, and counts once).
+    pub fn assert_no_epoch_twice(&self) {
+        let runs = self.runs();
+        let mut by_epoch: Vec<(u64, String)> = runs
+            .iter()
+            .filter_map(|r| Some((r.epoch?, r.node.clone())))
+            .collect();
+        by_epoch.sort();
+        by_epoch.dedup();
+        let mut epochs: Vec<u64> = by_epoch.iter().map(|(e, _)| *e).collect();
+        epochs.dedup();
+        assert_eq!(
+            epochs.len(),
+            by_epoch.len(),
+            "an epoch was handed to two nodes: {runs:#?}"
+        );
+    }
+
     pub fn assert_safe(&self) {
         let runs = self.runs();
         assert_no_overlap(&runs);

@@ -2550,7 +2550,10 @@ impl Session for ModelSession {
             breadcrumb,
             control,
             control_version: Version::new(control_version),
-            history_by_node: history.as_ref().map(warden::coord::items::history_by_node).unwrap_or_default(),
+            history_by_node: history
+                .as_ref()
+                .map(warden::coord::items::history_by_node)
+                .unwrap_or_default(),
             newest_promotion: newest_promotion(&history?),
             members_epoch_seen: seen?,
         })

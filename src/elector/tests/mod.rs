@@ -126,17 +126,14 @@ impl H {
     }
 
     fn read(&mut self, ticket: Ticket, breadcrumb: BreadcrumbView) -> Vec<Action> {
+        self.read_all(ticket, state(breadcrumb))
+    }
+
+    /// Answers the state read `ticket` with `state`.
+    fn read_all(&mut self, ticket: Ticket, state: ClusterState) -> Vec<Action> {
         self.feed(Event::StateRead {
             ticket,
-            result: Ok(Box::new(ClusterState {
-                breadcrumb,
-                control: ControlView::default(),
-                control_version: Version::new(0),
-                newest_history_epoch: None,
-                history_by_node: Default::default(),
-                remembered_alive: false,
-                members_epoch_seen: None,
-            })),
+            result: Ok(Box::new(state)),
         })
     }
 
@@ -197,6 +194,19 @@ impl H {
             ticket: H::ticket_of_record(actions),
             outcome: WriteOutcome::Done,
         })
+    }
+}
+
+/// A state read with `breadcrumb` and nothing else of note.
+fn state(breadcrumb: BreadcrumbView) -> ClusterState {
+    ClusterState {
+        breadcrumb,
+        control: ControlView::default(),
+        control_version: Version::new(0),
+        newest_history_epoch: None,
+        history_by_node: Default::default(),
+        remembered_alive: false,
+        members_epoch_seen: None,
     }
 }
 

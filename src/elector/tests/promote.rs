@@ -213,18 +213,13 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         let a = h.advance(Duration::from_secs(60));
         let j = H::ticket_of(&a);
         let r = h.held(j, 21);
-        let a = h.feed(Event::StateRead {
-            ticket: r,
-            result: Ok(Box::new(ClusterState {
-                breadcrumb: BreadcrumbView::Absent,
-                control: ControlView::default(),
-                control_version: Version::new(0),
-                newest_history_epoch: None,
+        let a = h.read_all(
+            r,
+            ClusterState {
                 history_by_node: [("n3".to_string(), 12)].into(),
-                remembered_alive: false,
-                members_epoch_seen: None,
-            })),
-        });
+                ..state(BreadcrumbView::Absent)
+            },
+        );
         assert!(
             matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
             "{a:?}"
@@ -241,18 +236,13 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         matches!(a.as_slice(), [Action::RestoreBreadcrumb { .. }]),
         "{a:?}"
     );
-    let a = h.feed(Event::StateRead {
-        ticket: w,
-        result: Ok(Box::new(ClusterState {
-            breadcrumb: BreadcrumbView::Absent,
-            control: ControlView::default(),
-            control_version: Version::new(0),
-            newest_history_epoch: None,
-            history_by_node: Default::default(),
+    let a = h.read_all(
+        w,
+        ClusterState {
             remembered_alive: true,
-            members_epoch_seen: None,
-        })),
-    });
+            ..state(BreadcrumbView::Absent)
+        },
+    );
     assert!(
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
@@ -272,18 +262,13 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
     let mut h = H::new();
     let j = seen_then_lost(&mut h);
     let r = h.held(j, 20);
-    let a = h.feed(Event::StateRead {
-        ticket: r,
-        result: Ok(Box::new(ClusterState {
-            breadcrumb: BreadcrumbView::Absent,
-            control: ControlView::default(),
-            control_version: Version::new(0),
+    let a = h.read_all(
+        r,
+        ClusterState {
             newest_history_epoch: Some(12),
-            history_by_node: Default::default(),
-            remembered_alive: false,
-            members_epoch_seen: None,
-        })),
-    });
+            ..state(BreadcrumbView::Absent)
+        },
+    );
     assert!(
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
