@@ -781,7 +781,15 @@ async fn the_writes_that_matter_are_facts_in_order() {
     assert_eq!(a.s.append_history(&entry).await.unwrap(), None);
     let state = a.s.read_state().await.unwrap();
     assert_eq!(state.newest_promotion, Some(epoch));
-    assert_eq!(a.s.read_history().await.unwrap().entries, [entry]);
+    assert_eq!(state.history_by_node.get("n1"), Some(&epoch));
+    // The confirm is recorded as `warden fence --confirm` records it, newest first.
+    let entries = a.s.read_history().await.unwrap().entries;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0], entry);
+    assert_eq!(
+        (entries[1].to.as_str(), entries[1].epoch),
+        ("confirmed down", Some(epoch))
+    );
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -352,6 +352,30 @@ impl State {
             self.zxid += 1;
             self.changed = true;
             if let Some(record) = crumb.and_then(|(d, _)| record::parse::<NodeRecord>(&d).ok()) {
+                // As `warden fence --confirm` records it (src/ops/fence.rs).
+                let h = key("history");
+                let mut values = self
+                    .redis
+                    .keyspace
+                    .hget(&h, b"data", clock)
+                    .and_then(|d| record::parse_history_values(&d).ok())
+                    .unwrap_or_default();
+                let entry = super::confirmed_entry(&record);
+                values.insert(0, serde_json::to_value(&entry).expect("an entry"));
+                let version = self
+                    .redis
+                    .keyspace
+                    .hget(&h, b"version", clock)
+                    .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<i64>().ok())
+                    .map_or(0, |v| v + 1);
+                self.redis.keyspace.hset(
+                    &h,
+                    &[
+                        (b"data", record::history_bytes(&values)),
+                        (b"version", version.to_string().into_bytes()),
+                    ],
+                    clock,
+                );
                 self.facts.push(Fact::BreadcrumbDeleted {
                     by: None,
                     record,

@@ -1327,6 +1327,18 @@ impl State {
     }
 }
 
+/// The history entry of the operator's `fence --confirm` of `record`.
+pub(super) fn confirmed_entry(record: &NodeRecord) -> HistoryEntry {
+    HistoryEntry {
+        at: "2026-01-01T00:00:00Z".into(),
+        node_id: record.node_id.clone(),
+        from: "breadcrumb".into(),
+        to: "confirmed down".into(),
+        epoch: record.epoch,
+        reason: "confirmed down by the simulation's operator".into(),
+    }
+}
+
 fn rejected(what: &str, why: &str) -> StoreError {
     StoreError::Rejected(format!("{why} at {BASE}/{what}"))
 }
@@ -1561,6 +1573,15 @@ impl SimStore {
             }
             if let Some((record, _)) = st.breadcrumb.take() {
                 st.zxid += 1;
+                // As `warden fence --confirm` records it (src/ops/fence.rs).
+                let entry = confirmed_entry(&record);
+                match &mut st.history {
+                    Some((entries, version)) => {
+                        entries.insert(0, entry);
+                        *version += 1;
+                    }
+                    None => st.history = Some((vec![entry], 0)),
+                }
                 st.facts.push(Fact::BreadcrumbDeleted {
                     by: None,
                     record,
