@@ -847,6 +847,21 @@ fn a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force<S: Te
     cluster.assert_safe();
 }
 
+/// Waits until `status` (asked of `node`) shows each of `nodes` with `epoch_seen` =
+/// `epoch`.
+fn wait_seen(node: &Node, nodes: &[&str], epoch: u64) {
+    wait_for_status(
+        &node.config,
+        secs(10),
+        &format!("{nodes:?} have seen epoch {epoch}"),
+        |s| {
+            nodes
+                .iter()
+                .all(|n| member(s, n).is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(epoch)))
+        },
+    );
+}
+
 /// Stop 35's review, F2 (SPEC §3a "A store that forgot"): the store restarted and lost
 /// exactly the last promotion (Redis: its last second of `appendfsync everysec`; MySQL:
 /// a crash with `innodb_flush_log_at_trx_commit = 2`, or a failover to a replica that
@@ -862,11 +877,7 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
     let wardens = start_active_then_standbys(&n1, &[&n2, &n3]);
     let e1 = n1.last_run().unwrap().epoch.unwrap();
-    wait_for_status(&n1.config, secs(10), "every node has seen epoch e1", |s| {
-        ["n1", "n2", "n3"]
-            .iter()
-            .all(|n| member(s, n).is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1)))
-    });
+    wait_seen(&n1, &["n1", "n2", "n3"], e1);
     let backup = db.backup(&cluster.name);
 
     // n3 sleeps through a handover to n2.
@@ -916,9 +927,7 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
     let wardens = start_active_then_standbys(&n1, &[&n2]);
     let old = n1.last_run().unwrap();
     let e1 = old.epoch.unwrap();
-    wait_for_status(&n1.config, secs(10), "n2 has seen epoch e1", |s| {
-        member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1))
-    });
+    wait_seen(&n1, &["n2"], e1);
     wardens[0].sigstop();
     db.restart();
     db.forget(&cluster.name, &["breadcrumb", "history"]);
@@ -955,9 +964,7 @@ fn a_switchover_after_a_store_restart_fences_nobody<S: TestStore>() {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let mut wardens = start_active_then_standbys(&n1, &[&n2]);
     let e1 = n1.last_run().unwrap().epoch.unwrap();
-    wait_for_status(&n1.config, secs(10), "n2 has seen epoch e1", |s| {
-        member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(e1))
-    });
+    wait_seen(&n1, &["n2"], e1);
     db.restart();
     wait_for_status(
         &n1.config,
