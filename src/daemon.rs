@@ -458,7 +458,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         self.metrics.set_connected(false);
                         self.session = None;
                     }
+                    let reconnected = ev == Event::Reconnected;
                     self.feed(ev);
+                    if reconnected {
+                        // The store may have restarted and forgotten our record, and with
+                        // it our entry of the floor (SPEC §3a): written again.
+                        self.publish_member();
+                    }
                 }
             }
             Input::LockDeleted(gen, ticket) => {
@@ -491,6 +497,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::Active(record) => {
                                 Input::Session(gen, Event::ActiveChanged { record })
                             }
+                            StoreEvent::Reconnected => Input::Session(gen, Event::Reconnected),
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
                         };
                         if tx.send(input).is_err() {
@@ -1743,16 +1750,20 @@ async fn open<C: Connector>(
     let mut tasks = JoinSet::new();
     let s = session.clone();
     tasks.spawn(async move { s.events(etx).await });
-    match events.recv().await {
-        Some(StoreEvent::Control(control)) => Ok(Opened {
-            session,
-            control,
-            tasks,
-            events,
-        }),
-        _ => Err(RegisterError::Store(StoreError::SessionLost(
-            "while reading control".into(),
-        ))),
+    loop {
+        return match events.recv().await {
+            Some(StoreEvent::Control(control)) => Ok(Opened {
+                session,
+                control,
+                tasks,
+                events,
+            }),
+            // Before anything was learned in this session: nothing to doubt.
+            Some(StoreEvent::Reconnected) => continue,
+            _ => Err(RegisterError::Store(StoreError::SessionLost(
+                "while reading control".into(),
+            ))),
+        };
     }
 }
 

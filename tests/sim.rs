@@ -609,6 +609,7 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
                         .map(|(_, i)| *i)
                         .collect();
                     w.rejoin_by = Some(Instant::now() + st);
+                    w.forgot_at = Some(Instant::now());
                 }
             }
             world.store.set_up(true);

@@ -534,3 +534,42 @@ fn a_member_znode_gone_under_a_live_session_ends_the_session() {
     wardens[0].wait_for_log("the member znode of n1 is gone", secs(1));
     cluster.assert_safe();
 }
+
+/// The simulation's seed 300191 (stop 37), through the store seam on a real ZooKeeper: a
+/// restart (here with its data; a restore breaks the connection the same way) leaves a
+/// client whose session lived on back in that session with nothing but a reconnection to
+/// show. The session tells it as `StoreEvent::Reconnected` and lives on: the elector counts
+/// what it saw before as from an earlier link (a commit the store may have forgotten is
+/// written back and fenced) and waits a session timeout before its next join.
+#[test]
+fn a_client_back_in_its_session_after_a_restart_is_told_it_reconnected() {
+    use warden::coord::{Session, StoreEvent};
+
+    let mut zk = ZkServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let s = zk_session(&rt, &zk.connect_string(), "20s");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let events = s.clone();
+    rt.spawn(async move { events.events(tx).await });
+    let first = rt.block_on(async { tokio::time::timeout(secs(10), rx.recv()).await });
+    assert!(
+        matches!(first, Ok(Some(StoreEvent::Control(_)))),
+        "the first event must be control: {first:?}"
+    );
+    zk.restart();
+    let got = rt.block_on(async {
+        loop {
+            match tokio::time::timeout(secs(30), rx.recv()).await {
+                Ok(Some(StoreEvent::Control(_))) => continue,
+                other => return other,
+            }
+        }
+    });
+    assert!(
+        matches!(got, Ok(Some(StoreEvent::Reconnected))),
+        "after the restart: {got:?}"
+    );
+    // Still the same session: the store kept it.
+    rt.block_on(s.read_state())
+        .expect("the session lives on after the reconnection");
+}

@@ -52,6 +52,13 @@ pub enum StoreEvent {
     /// The lock's holder committed its promotion: its record, naming the epoch (SPEC §6
     /// `follow`). Sent once per epoch while the holder is watched after a join.
     Active(NodeRecord),
+    /// The connection to the store was lost and made again within the session (ZooKeeper:
+    /// the client is back in its session). The store may have restarted meanwhile, and
+    /// one restored from a copy, or that lost its last writes, may have forgotten what
+    /// this node saw before (a commit): what the node remembers from before is from an
+    /// earlier link (`Elector::forgotten_active`). Stores whose restart ends the session
+    /// (Redis and MySQL check the server's run) never send it.
+    Reconnected,
     /// The session ended for good; the last event.
     SessionLost,
 }

@@ -938,11 +938,11 @@ impl ZkSession {
     /// Returns when the session has ended for good (expired, closed, authentication
     /// failed), logging connection changes on the way. The client's state watcher blocks
     /// forever after a terminal state, so this stops at the first one.
-    async fn session_ended(&self) {
+    async fn session_ended(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
         let mut gone = self.member_gone.subscribe();
         tokio::select! {
             _ = gone.wait_for(|g| *g) => {}
-            _ = self.client_session_ended() => {}
+            _ = self.client_session_ended(events) => {}
         }
     }
 
@@ -962,9 +962,15 @@ impl ZkSession {
         }
     }
 
-    async fn client_session_ended(&self) {
+    /// Waits for the client's session to end; meanwhile sends [`StoreEvent::Reconnected`]
+    /// each time the client is connected again after a change of state. The state watcher
+    /// keeps only the newest state, so a disconnection and a reconnection between two
+    /// looks show as one change to `SyncConnected`: every change that ends connected is a
+    /// reconnection (the first look is not a change).
+    async fn client_session_ended(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
         let mut states = self.client.state_watcher();
         let mut state = states.peek_state();
+        let mut first = true;
         loop {
             match state {
                 zk::SessionState::Expired
@@ -973,11 +979,13 @@ impl ZkSession {
                 zk::SessionState::Disconnected => {
                     tracing::warn!("disconnected from ZooKeeper; the client is reconnecting")
                 }
-                zk::SessionState::SyncConnected => {
-                    tracing::info!("ZooKeeper connection (re)established")
+                zk::SessionState::SyncConnected if !first => {
+                    tracing::info!("ZooKeeper connection re-established within the session");
+                    let _ = events.send(StoreEvent::Reconnected);
                 }
                 _ => {}
             }
+            first = false;
             state = states.changed().await;
         }
     }
@@ -1167,7 +1175,7 @@ impl ZkSession {
     /// watcher, `control` from a data watch re-armed after each change, and the lock's
     /// deletion from an exists-watch armed for the latest join.
     async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
-        let ended = self.session_ended();
+        let ended = self.session_ended(&events);
         // The first event must be `control` (the daemon's open waits for it): the lock is
         // watched only once it was sent.
         let (control_sent, control_seen) = tokio::sync::watch::channel(false);

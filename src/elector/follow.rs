@@ -67,7 +67,7 @@ impl Elector {
         }
         // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
-        self.active_session = self.sessions;
+        self.active_link = self.links;
         if self.cfg.follow {
             self.follow_now();
         }

@@ -19,7 +19,7 @@ impl Elector {
             return;
         }
         self.granted = granted;
-        self.sessions += 1;
+        self.links += 1;
         if let Some(g) = granted.filter(|g| *g < self.cfg.session_timeout) {
             self.notice(
                 true,
@@ -64,6 +64,33 @@ impl Elector {
             return;
         }
         self.try_join(now);
+    }
+
+    /// The link with the store broke and was made again within the session
+    /// ([`Event::Reconnected`]). The store may have restarted meanwhile and forgotten its
+    /// last writes, the active's lock among them, with no trace of when: what this node saw
+    /// before is from an earlier link (`forgotten_active`), and its next join waits one
+    /// session timeout again, as a new session's does ([`Elector::settling`]), so that
+    /// every lease of before has ended and every warden has written again what it saw (the
+    /// driver rewrites the member record, which raises the floor). The simulation's seed
+    /// 168438: a lock the store forgot vanished at once, not by its session's expiry, and
+    /// a standby took it while the old active's lease still ran, with its breadcrumb
+    /// forgotten too. Stores whose restart ends the session never send it.
+    pub(super) fn on_reconnected(&mut self, now: Instant) {
+        self.links += 1;
+        if matches!(self.phase, Phase::Connecting | Phase::Exited) {
+            return;
+        }
+        self.session_since = Some(now);
+        if self.cfg.settle && std::mem::take(&mut self.settle_said) {
+            self.notice(
+                false,
+                format!(
+                    "the link with the store was made again within the session; the store may                      have restarted, so this node waits {} (the session timeout) before it                      tries the lock again",
+                    humantime::format_duration(self.session_timeout())
+                ),
+            );
+        }
     }
 
     pub(super) fn on_session_lost(&mut self, now: Instant) {

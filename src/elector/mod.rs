@@ -174,6 +174,10 @@ pub enum Event {
     },
     /// The current session expired or closed; everything of it is void.
     SessionLost,
+    /// The connection to the store was made again within the current session
+    /// ([`StoreEvent::Reconnected`](crate::coord::StoreEvent::Reconnected)): the store may
+    /// have restarted, and forgotten what this node saw before.
+    Reconnected,
     Joined {
         ticket: Ticket,
         outcome: JoinOutcome,
@@ -478,9 +482,10 @@ pub struct Elector {
     session_since: Option<Instant>,
     /// The wait of the current session was said to be over.
     settle_said: bool,
-    /// How many sessions began so far: `active` was learned in session `active_session`.
-    sessions: u64,
-    active_session: u64,
+    /// How many links with the store began so far (each session, and each reconnection
+    /// within one: [`Event::Reconnected`]): `active` was learned in link `active_link`.
+    links: u64,
+    active_link: u64,
     /// The switchover request seen last (from, to, deadline) and when it was first seen:
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     failover_seen: Option<(FailoverView, Instant)>,
@@ -560,8 +565,8 @@ impl Elector {
             names_earlier_start: false,
             epoch_seen: None,
             active: None,
-            sessions: 0,
-            active_session: 0,
+            links: 0,
+            active_link: 0,
             followed: None,
             following: None,
             follow_failed: None,
@@ -682,6 +687,7 @@ impl Elector {
                 self.on_session_started(control, granted, now)
             }
             Event::SessionLost => self.on_session_lost(now),
+            Event::Reconnected => self.on_reconnected(now),
             Event::Joined { ticket, outcome } => self.on_joined(ticket, outcome, now),
             Event::LockDeleted => self.on_lock_deleted(now),
             Event::StateRead { ticket, result } => self.on_state_read(ticket, result, now),

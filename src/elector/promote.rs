@@ -179,13 +179,16 @@ impl Elector {
     /// (the driver reads it before writing: `remembered_alive`; stop 36's review found a
     /// planned switchover fencing a healthy old active whose history entries were trimmed).
     ///
-    /// Why an earlier session: a store that forgets restarts or is restored, and ends
-    /// every session older than that (ZooKeeper refuses a client that saw a newer zxid;
-    /// Redis and MySQL end a session at the join that finds another run of the server).
-    /// Within one session a missing breadcrumb and history entry are the trace of a clean
-    /// step-down before the active's history entry was written (seed 9899: SIGTERM while
-    /// promoting); fencing it then failed, needlessly, and left the cluster to the
-    /// operator.
+    /// Why an earlier link (a session, or a reconnection within one): a store that forgets
+    /// restarts or is restored, which breaks every connection to it. Redis and MySQL end a
+    /// session at the join that finds another run of the server. ZooKeeper refuses a
+    /// client that saw a newer zxid, but only until other clients' writes bring the
+    /// ensemble's zxid past it: then the client is back in its old session (the
+    /// simulation's seed 300191, where the sessions outlived the restore), so a
+    /// reconnection counts as a new link too. Within one unbroken link a missing
+    /// breadcrumb and history entry are the trace of a clean step-down before the
+    /// active's history entry was written (seed 9899: SIGTERM while promoting); fencing
+    /// it then failed, needlessly, and left the cluster to the operator.
     fn forgotten_active(
         &mut self,
         breadcrumb: Option<Epoch>,
@@ -194,7 +197,7 @@ impl Elector {
         let active = self.active.clone()?;
         let e = active.epoch?;
         if self.is_ours(&active)
-            || self.active_session >= self.sessions
+            || self.active_link >= self.links
             || breadcrumb.is_some_and(|b| b >= e)
             || state.newest_history_epoch.is_some_and(|h| h >= e)
             || state

@@ -342,6 +342,10 @@ struct Sess {
     control_watch: bool,
     /// The watch on the lock, if armed.
     lock_watch: Option<LockWatch>,
+    /// The client was connected once; since then it connected again `reconnects` times
+    /// (each a `StoreEvent::Reconnected`, as `ZkSession::client_session_ended` sends).
+    ever_connected: bool,
+    reconnects: u64,
     /// Fired watches on their way to the client, with when they get there.
     outbox: VecDeque<(Instant, Note)>,
 }
@@ -361,6 +365,8 @@ impl Sess {
             deadline: Duration::ZERO,
             control_watch: false,
             lock_watch: None,
+            ever_connected: false,
+            reconnects: 0,
             outbox: VecDeque::new(),
         }
     }
@@ -596,9 +602,16 @@ impl State {
             if !connected {
                 continue;
             }
+            // Connected while opening: the client's first connection.
+            let reconnect = std::mem::replace(&mut s.ever_connected, true);
             match s.server {
                 // The client (re)connects: that is a contact.
-                Server::Alive if !was => contact.push(sid),
+                Server::Alive if !was => {
+                    if reconnect {
+                        s.reconnects += 1;
+                    }
+                    contact.push(sid)
+                }
                 // Connecting, it is told the session is gone.
                 Server::Ended if s.lost_at.is_none() => told.push(sid),
                 _ => {}
@@ -2289,11 +2302,30 @@ impl ModelSession {
         }
     }
 
+    /// `ZkSession::client_session_ended`'s reconnections: a `Reconnected` each time the
+    /// client is back in its session. Never returns.
+    async fn reconnections(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
+        let (sid, mut seen) = (self.h.sid, 0);
+        loop {
+            seen = self
+                .h
+                .store
+                .until(|st, _| match st.sess(sid).reconnects {
+                    n if n > seen => Wait::Ready(n),
+                    _ => Wait::Until(None),
+                })
+                .await;
+            self.h.store.gate(self.h.owner).await;
+            let _ = events.send(StoreEvent::Reconnected);
+        }
+    }
+
     /// `ZkSession::run_events`, step for step.
     async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
         let ended = self.lost();
         let control = self.follow_control(|c| events.send(StoreEvent::Control(c.clone())).is_ok());
-        tokio::pin!(ended, control);
+        let reconnected = self.reconnections(&events);
+        tokio::pin!(ended, control, reconnected);
         let mut joined = self.h.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut following = true;
@@ -2322,6 +2354,7 @@ impl ModelSession {
                 biased;
                 _ = &mut ended => break,
                 _ = &mut control, if following => following = false,
+                _ = &mut reconnected => {}
                 gone = holder => {
                     if let Some(join) = gone {
                         let _ = events.send(StoreEvent::HolderGone { join });

@@ -184,7 +184,8 @@ pub struct Warden {
     pub start_time: u64,
     pub alive: bool,
     pub frozen: bool,
-    /// When it was last thawed.
+    /// When it was last frozen, and last thawed.
+    pub frozen_at: Option<Instant>,
     pub thawed: Option<Instant>,
     /// When it ended.
     pub gone_at: Option<Instant>,
@@ -259,6 +260,8 @@ pub struct W {
     /// that ended before then took its memory with it (the accepted limit too).
     pub rememberers: Vec<Inc>,
     pub rejoin_by: Option<Instant>,
+    /// When the store came back having forgotten.
+    pub forgot_at: Option<Instant>,
     pub floor_race: u32,
     /// Member records the store forgot under a session that lived on, still stale once
     /// quiet (`status` shows an old role until the node's next change).
@@ -360,6 +363,7 @@ impl World {
                 floor_at_commit: None,
                 rememberers: Vec::new(),
                 rejoin_by: None,
+                forgot_at: None,
                 floor_race: 0,
                 stale_after_forget: 0,
                 confirms: 0,
@@ -421,6 +425,9 @@ impl World {
         if let Some(w) = self.lock().wardens.get_mut(&who) {
             if w.frozen && !frozen {
                 w.thawed = Some(Instant::now());
+            }
+            if !w.frozen && frozen {
+                w.frozen_at = Some(Instant::now());
             }
             w.frozen = frozen && w.alive;
         }
@@ -573,6 +580,7 @@ impl W {
                 start_time,
                 alive: true,
                 frozen: false,
+                frozen_at: None,
                 thawed: None,
                 gone_at: None,
                 role: Role::Ineligible,
@@ -596,6 +604,25 @@ impl W {
         }
     }
 
+    /// Every live warden that remembered the forgotten epoch when the store came back
+    /// could not tell it in time: it ended before it could rejoin the restored store, or
+    /// was frozen from before the store came back until it should have rejoined (and a
+    /// warden frozen then is no memory: SPEC §3a's accepted limit, README "a ZooKeeper
+    /// ensemble wiped ... while its active is frozen").
+    fn rememberers_could_not(&self) -> bool {
+        let (Some(by), Some(back)) = (self.rejoin_by, self.forgot_at) else {
+            return false;
+        };
+        !self.rememberers.is_empty()
+            && self.rememberers.iter().all(|r| {
+                self.wardens.get(r).is_some_and(|x| {
+                    x.gone_at.is_some_and(|gone| gone <= by)
+                        || (x.frozen_at.is_some_and(|f| f <= back)
+                            && (x.frozen || x.thawed.is_some_and(|t| t >= by)))
+                })
+            })
+    }
+
     /// A run as primary begins: `owner` starts or promotes a service (`id`, whose own
     /// earlier run does not count) with `epoch`. Invariants 1 and 4 are checked here.
     fn primary_begins(&mut self, owner: Inc, epoch: Epoch, id: Option<u64>) {
@@ -607,6 +634,12 @@ impl W {
             .iter()
             .find(|s| s.primary && Some(s.id) != id && s.alive(Reach::Cgroup))
         {
+            // The old service's epoch was forgotten, and no warden that could act
+            // remembered it: nothing was left to fence it by (the accepted limit, counted
+            // at the end of the run).
+            if self.forgotten.is_some_and(|f| other.epoch <= f) && self.rememberers_could_not() {
+                self.unremembered = self.unremembered.max(Some(other.epoch));
+            }
             let why = format!(
                 "two services up: {} starts with epoch {epoch} while the service of {} \
                  (epoch {}, up since {:.3}s) still runs as primary: {}",
@@ -1301,17 +1334,8 @@ impl W {
                         && self.floor_at_commit.is_none_or(|f| f < e)
                 };
                 if let Some((prev, e)) = went.filter(|&(_, e)| unheard(e)) {
-                    // Every warden that remembered it ended before it could rejoin the
-                    // restored store: nothing alive remembered it either.
-                    let all_ended_early = !self.rememberers.is_empty()
-                        && self.rememberers.iter().all(|r| {
-                            self.wardens.get(r).is_some_and(|x| {
-                                x.gone_at
-                                    .zip(self.rejoin_by)
-                                    .is_some_and(|(gone, by)| gone <= by)
-                            })
-                        });
-                    let accepted = self.unremembered.is_some_and(|u| e <= u) || all_ended_early;
+                    let accepted =
+                        self.unremembered.is_some_and(|u| e <= u) || self.rememberers_could_not();
                     if accepted {
                         self.accepted_limit += 1;
                     } else {

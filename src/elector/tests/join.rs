@@ -62,6 +62,44 @@ fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
+/// SPEC §3a "A store that forgot", stop 37 (the simulation's seed 168438): a reconnection
+/// within the session may be a store that restarted and forgot the active's lock, which
+/// vanished at once with its lease still running. The next join waits one session timeout
+/// from the reconnection, as a new session's first join does.
+#[test]
+fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
+    let mut h = H::new();
+    h.e = Elector::new(
+        ElectorConfig {
+            settle: true,
+            ..cfg()
+        },
+        true,
+    );
+    h.drain();
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T);
+    let j = H::ticket_of(&a);
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: Some(4) },
+    });
+    assert_eq!(a, vec![]);
+    let a = h.advance(T / 2);
+    assert_eq!(a, vec![]);
+    assert_eq!(h.feed(Event::Reconnected), vec![]);
+    // The lock is gone at once: no join until a session timeout after the reconnection.
+    assert_eq!(h.feed(Event::LockDeleted), vec![]);
+    assert_eq!(h.e.role(), Role::Standby);
+    let a = h.advance(T - Duration::from_millis(1));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+}
+
 #[test]
 fn rule_4_1_no_join_while_paused() {
     let mut h = H::new();

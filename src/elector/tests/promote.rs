@@ -247,6 +247,19 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
     );
+    // Seen before a reconnection within this session (ZooKeeper's client back in its
+    // session after a restore: the simulation's seed 300191): an earlier link, written
+    // back.
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::ActiveChanged { record: n3.clone() });
+    assert_eq!(h.feed(Event::Reconnected), vec![]);
+    let r = h.held(j, 20);
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n3),
+        "{a:?}"
+    );
     // Seen in this very session: a clean step-down before its history entry was written
     // (seed 9899), not a store that forgot; and a store that keeps a history entry of it
     // is taken at its word.
