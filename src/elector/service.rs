@@ -182,8 +182,15 @@ impl Elector {
         self.reason = Some(Reason::PromotionFailed(reason));
         if self.in_serving_step() {
             if self.lease_left(now).is_none() {
-                // The lease ran out before the start: wait for a renewal, as in §4.4.
+                // The lease ran out before the start failed. The attempt may have done half
+                // its work (a promote hook that promoted the database, then hung past its
+                // timeout while this warden was frozen: the simulation's seed 376839), so
+                // whatever it left is demoted and killed at once, as a start that completes
+                // after the lease end is; then wait for a renewal, as in §4.4.
+                self.svc = Svc::Up;
                 self.lease.doubt = true;
+                self.lease.killed = false;
+                self.lease_timers(now);
                 return;
             }
             // §4.3e: demote (a promote hook may have done half its work), keep the

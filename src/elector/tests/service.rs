@@ -305,6 +305,34 @@ fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
 }
 
 #[test]
+fn a_start_that_fails_after_the_lease_end_is_demoted_and_killed() {
+    // Simulation seed 376839: a promote hook promoted the database, then hung while its
+    // warden was frozen past the lease end; its timeout reported a failed start on waking.
+    // The database may take writes: it is demoted and killed at once, never left as is.
+    let mut h = H::new();
+    let s = h.starting(7);
+    let end = h.e.lease.end.unwrap();
+    h.now = end + Duration::from_millis(10);
+    h.e.handle_timeout(h.now);
+    h.drain();
+    let a = h.feed(Event::StartFailed {
+        ticket: s,
+        reason: "the promote hook did not finish within 1.6s; killed".into(),
+    });
+    assert!(
+        has(&a, |a| matches!(
+            a,
+            Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }
+        )) && has(&a, |a| matches!(a, Action::KillService)),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
+#[test]
 fn an_unkillable_service_is_never_joined_by_a_second_copy() {
     // Simulation seed 7674: a renewal started a second copy beside a stuck one.
     let mut h = H::new();
