@@ -1343,3 +1343,54 @@ fn a_called_off_switchover_whose_service_restarted_under_another_pid_is_still_ca
         !process_alive(new_pid)
     });
 }
+
+/// The simulation's seed 339357 (stop 37): `failover --cancel` once the old active's demote
+/// has begun is refused, naming why and what to wait for. Withdrawn then, the request no
+/// longer kept the other standbys out, and one without the writes the demote handed over
+/// took the lock the old active released: acknowledged writes lost in a planned
+/// switchover. The switchover ends on its target.
+#[test]
+fn failover_cancel_during_the_old_actives_demote_is_refused_and_the_target_takes_over() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    // The handover takes a while: the operator's cancel lands while it runs.
+    let demote = hook(&cluster, "demote.sh", &record, "demote", "sleep 3");
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    for n in [&n1, &n2, &n3] {
+        hooks_mode(n, &promote, &demote, "10s");
+    }
+    let (_w1, _w2) = start_n1_active_then_n2(&n1, &n2);
+    let _w3 = n3.start();
+    wait_for_status(&n1.config, secs(30), "n3 is a standby", |s| {
+        member_role(s, "n3").as_deref() == Some("standby")
+    });
+    let config = n1.config.clone();
+    let failover =
+        std::thread::spawn(move || cli(&config, &["failover", "--to", "n2", "--timeout", "30s"]));
+    wait_until(secs(20), "n1's demote hook runs", || {
+        calls(&record)
+            .iter()
+            .any(|c| c.what == "demote" && c.node == "n1")
+    });
+    let cancel = cli(&n3.config, &["failover", "--cancel"]);
+    assert!(!cancel.status.success(), "{}", describe(&cancel));
+    let said = describe(&cancel);
+    assert!(
+        said.contains("too late to cancel: n1 is stepping down for n2")
+            && said.contains("warden status"),
+        "{said}"
+    );
+    let out = failover.join().expect("the failover thread");
+    assert!(out.status.success(), "{}", describe(&out));
+    let s = status_json(&n1.config);
+    assert_eq!(active_id(&s).as_deref(), Some("n2"), "{s:#}");
+    assert!(
+        !calls(&record)
+            .iter()
+            .any(|c| c.what == "promote" && c.node == "n3"),
+        "n3 promoted: {:?}",
+        calls(&record)
+    );
+}

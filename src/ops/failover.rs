@@ -154,12 +154,28 @@ pub fn not_clean(s: &Switched, how: &str) -> String {
     )
 }
 
-/// `failover --cancel`: removes whatever request `control` holds, version-checked, and
-/// returns it. The operator's way out of a request that would otherwise hold standbys out
-/// until its deadline (a target that is gone, a deadline from a skewed clock).
+/// `failover --cancel`: removes the request `control` holds, version-checked, and returns
+/// it. The operator's way out of a request that would otherwise hold standbys out until
+/// its deadline (a target that is gone, a deadline from a skewed clock). Refused once the
+/// old active is stepping down for a target that lives ([`too_late_to_cancel`]); a request
+/// that changed between the look and the write is left for the operator to look again.
 pub async fn cancel<S: Session>(zk: &S) -> Result<Option<FailoverRequest>, OpError> {
+    let snap = zk
+        .snapshot()
+        .await
+        .map_err(OpError::store("read the cluster"))?;
+    let judged = snap.control.failover.clone();
+    if let Some(why) = judged.as_ref().and_then(|r| too_late_to_cancel(&snap, r)) {
+        return Err(OpError::Refused(why));
+    }
     let mut withdrawn = None;
-    zk.update_control(|c| {
+    zk.update_control_from((snap.control.clone(), snap.control_version), |c| {
+        if c.failover != judged {
+            return Err(
+                "the switchover request changed while this command looked at the cluster; run                  `warden status`, then `warden failover --cancel` again if it is still wanted"
+                    .to_string(),
+            );
+        }
         withdrawn = c.failover.take();
         Ok(withdrawn.is_some())
     })
@@ -167,6 +183,44 @@ pub async fn cancel<S: Session>(zk: &S) -> Result<Option<FailoverRequest>, OpErr
     .map_err(OpError::store("withdraw the switchover request"))?
     .map_err(OpError::Refused)?;
     Ok(withdrawn)
+}
+
+/// Why `request` can no longer be withdrawn, if so: its old active has begun to step down
+/// for its target (its member record says `demoting`), or the target holds the lock, and
+/// both wardens live. The old active's demote has paused
+/// its writes and waited for the target to have every one; withdrawn now, the request no
+/// longer keeps the other standbys out, and one without those writes could take the lock
+/// the old active is releasing (the simulation's seed 339357 lost acknowledged writes so).
+/// The old active calls the switchover off by itself when its demote fails, and the request
+/// lapses by its deadline in any case. Not refused when either warden is gone (the way out
+/// of a request whose target died) or nobody is named.
+fn too_late_to_cancel(snap: &ClusterSnapshot, request: &FailoverRequest) -> Option<String> {
+    let to = request.to.as_deref()?;
+    let member = |id: &str| {
+        snap.members
+            .iter()
+            .find_map(|(m, r)| (m == id).then_some(r.as_ref().ok()).flatten())
+    };
+    let (from, target) = (member(&request.from)?, member(to)?);
+    if target.role == Role::Ineligible && !request.force {
+        return None;
+    }
+    // Demoting: its demote runs, or it is releasing the lock after it. The target holds
+    // the lock: it is taking over. (Once the release is done and before the target's join
+    // lands, a few milliseconds, a withdrawal still gets through.)
+    let stepping_down = from.role == Role::Demoting || snap.lock_holder_id() == Some(to);
+    stepping_down.then(|| {
+        format!(
+            "too late to cancel: {from} is stepping down for {to} (its demote has paused its \
+             writes and handed over, or is doing so), and withdrawing the request now would \
+             let a standby without those writes take over. Wait for {to} to become active \
+             (`warden status`); if {from}'s demote fails it calls the switchover off by \
+             itself, and the request lapses at {deadline} in any case",
+            from = record::printable(&request.from),
+            to = record::printable(to),
+            deadline = record::printable(&request.deadline),
+        )
+    })
 }
 
 /// Checks the refusals of SPEC §8 and writes the request into `control`. Paused and
