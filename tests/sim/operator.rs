@@ -247,8 +247,12 @@ pub fn quiet(faults: &[Fault], me: usize, st: Duration, needs: Duration) -> bool
 pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration) {
     let _busy = Busy::new(&world);
     let connector = world.store.connector(OPERATOR, 10_000 + seq);
-    let until = Instant::now() + st * 8;
-    while Instant::now() < until {
+    // Looks for a while; once `status` said the store lost data, keeps at it until its
+    // `init --force` lands, as an operator would (seed 294474: a lost reply, then
+    // snapshots that timed out on a lossy link, and the cluster stayed down for good).
+    let start = Instant::now();
+    let mut seen_loss = false;
+    while Instant::now() < start + st * 8 || (seen_loss && Instant::now() < start + st * 60) {
         tokio::time::sleep(st / 2).await;
         let Ok(zk) = connector.connect().await else {
             continue;
@@ -267,6 +271,7 @@ pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration
         let Some(why) = before.lost_data() else {
             continue;
         };
+        seen_loss = true;
         let (active, machines) = {
             let mut w = world.lock();
             w.lost_data_seen = true;
@@ -330,11 +335,42 @@ pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration
         .max();
         let floor = newest.map_or(1, |e| e + 1);
         let done = zk.write_marker(Some(floor)).await;
-        let mut w = world.lock();
-        w.log(|| format!("OPERATOR init --force: counter raised above {floor}: {done:?}"));
+        {
+            let mut w = world.lock();
+            w.log(|| format!("OPERATOR init --force: counter raised above {floor}: {done:?}"));
+            if done.is_ok() {
+                w.inits += 1;
+            }
+        }
         if done.is_ok() {
-            w.inits += 1;
+            resume_if_forgotten(&world, &connector, st).await;
             return;
         }
+    }
+}
+
+/// A store that forgot may have forgotten a `resume`: `status` says paused while no
+/// maintenance runs, and the operator resumes again until it lands (seed 289325: the
+/// first try got no answer, the `init --force` after it ended the operator's look, and the
+/// cluster stayed paused for good).
+async fn resume_if_forgotten(world: &World, connector: &impl Connector, st: Duration) {
+    let until = Instant::now() + st * 20;
+    while Instant::now() < until {
+        if let Ok(zk) = connector.connect().await {
+            if let Ok(now) = zk.snapshot().await {
+                if !now.control.paused || world.lock().pauses > 0 {
+                    return;
+                }
+                let done = pause::clear_paused(&zk).await.map_err(|e| describe(&e));
+                let ok = done.is_ok();
+                world
+                    .lock()
+                    .log(|| format!("OPERATOR resume again (the store forgot it): {done:?}"));
+                if ok {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(st / 2).await;
     }
 }
