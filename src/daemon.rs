@@ -1382,14 +1382,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             // waited for those answers too.
                             let own =
                                 breadcrumb.map(|epoch| (node_id.as_str(), inc.as_str(), epoch));
-                            let done = zk.release_deleting(own).await;
+                            let done = coord::release_deleting_retried(&zk, own).await;
                             match (done.breadcrumb, breadcrumb) {
                                 (Some(Ok(true)), Some(epoch)) => {
                                     info!(epoch, "deleted our breadcrumb: nobody needs to fence us")
                                 }
-                                (Some(Ok(false)), _) => {
-                                    warn!("our breadcrumb was not ours to delete any more")
-                                }
+                                (Some(Ok(false)), _) => warn!(
+                                    "our breadcrumb was not ours to delete any more (or a try \
+                                     whose answer was lost deleted it with the lock)"
+                                ),
                                 (Some(Err(e)), _) => warn!(
                                     "could not delete our breadcrumb ({e}); the next active will \
                                      fence this node"

@@ -376,15 +376,55 @@ pub(crate) async fn release_in_two_steps<S: Session>(
     own: Option<(&str, &str, Epoch)>,
 ) -> Released {
     let breadcrumb = match own {
-        Some((node_id, incarnation, epoch)) => Some(
-            s.compare_and_delete_breadcrumb(node_id, Some(incarnation), Some(epoch), true)
-                .await,
-        ),
+        Some((node_id, incarnation, epoch)) => {
+            // Tried again while the lock is still ours: see [`RELEASE_TRIES`].
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let done = s
+                    .compare_and_delete_breadcrumb(node_id, Some(incarnation), Some(epoch), true)
+                    .await;
+                if tries >= RELEASE_TRIES || !matches!(done, Err(StoreError::Unknown(_))) {
+                    break Some(done);
+                }
+            }
+        }
         None => None,
     };
     Released {
         breadcrumb,
         lock: s.release().await,
+    }
+}
+
+/// How many times a clean step-down sends the delete of its breadcrumb (with the lock's,
+/// where one write does both) when no answer came back. A breadcrumb left behind makes
+/// the successor fence a node that stopped cleanly, and a fence that cannot reach it
+/// (signal only, another machine) holds the switchover until the operator's
+/// `fence --confirm` (the simulation's seed 309456: one lost reply on a lossy link).
+pub const RELEASE_TRIES: u32 = 3;
+
+/// [`Session::release_deleting`], sent again (up to [`RELEASE_TRIES`] in all) while
+/// neither the breadcrumb's nor the lock's fate is known: the lock is then still ours or
+/// gone with the breadcrumb, and a second look tells which.
+pub async fn release_deleting_retried<S: Session>(
+    s: &S,
+    own: Option<(&str, &str, Epoch)>,
+) -> Released {
+    let mut tries = 1;
+    loop {
+        let done = s.release_deleting(own).await;
+        let unknown = matches!(
+            (&done.breadcrumb, &done.lock),
+            (
+                Some(Err(StoreError::Unknown(_))),
+                Err(StoreError::Unknown(_))
+            )
+        );
+        if !unknown || tries >= RELEASE_TRIES {
+            return done;
+        }
+        tries += 1;
     }
 }
 
