@@ -144,6 +144,30 @@ impl Elector {
                 } else if let Some(why) = self.takeover_refusal(now) {
                     self.reason = Some(why);
                     self.leave(Leave::StandAside);
+                } else if let Some(until) = self.settling(now) {
+                    // Won by a join that did not wait for the settle: the one that learns
+                    // whether an earlier create went through, or one already out when the
+                    // link broke (the simulation's seed 77861: a store that came back
+                    // having forgotten the active's lock). The lock is kept, so that
+                    // nobody else takes it; nothing is read or promoted before the settle
+                    // ends ([`Elector::settling`]).
+                    self.reason = Some(Reason::WonTheLock);
+                    self.phase = Phase::Holding {
+                        epoch,
+                        step: Step::Reading {
+                            ticket: self.ticket(),
+                            unknown_commit: None,
+                        },
+                    };
+                    self.retry_at = Some(until);
+                    self.notice(
+                        false,
+                        format!(
+                            "won the lock at epoch {epoch} within the session timeout of a new \
+                             or re-made link with the store: holding it {} before promoting",
+                            humantime::format_duration(until - now)
+                        ),
+                    );
                 } else {
                     self.reason = Some(Reason::WonTheLock);
                     self.read_state(epoch, None);
