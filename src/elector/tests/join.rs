@@ -100,6 +100,49 @@ fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
+/// Stop 37 (the simulation's seed 77861): the join that learns whether an unknown create
+/// went through does not wait for the settle, and may take a free lock. Won within the
+/// settle, the lock is held and nothing is read or promoted until the settle ends.
+#[test]
+fn rule_3a_a_lock_won_within_the_settle_is_held_until_it_ends() {
+    let mut h = H::new();
+    h.e = Elector::new(
+        ElectorConfig {
+            settle: true,
+            ..cfg()
+        },
+        true,
+    );
+    h.drain();
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T);
+    let j = H::ticket_of(&a);
+    assert_eq!(
+        h.feed(Event::Joined {
+            ticket: j,
+            outcome: JoinOutcome::Unknown,
+        }),
+        vec![]
+    );
+    assert_eq!(h.feed(Event::Reconnected), vec![]);
+    // The rejoin goes out at once, settle or not: it must learn whether the lock is ours.
+    let a = h.advance(RETRY_DELAY);
+    let j = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Held { epoch: 9 },
+    });
+    assert_eq!(a, vec![], "nothing is read within the settle");
+    let a = h.advance(T - RETRY_DELAY - Duration::from_millis(1));
+    assert_eq!(a, vec![]);
+    let a = h.advance(Duration::from_millis(1));
+    assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+}
+
 #[test]
 fn rule_4_1_no_join_while_paused() {
     let mut h = H::new();
