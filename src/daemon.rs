@@ -64,8 +64,9 @@ enum Input<S, R> {
     /// A new session is open and registered: the session, `control` as it was first
     /// read, the task that runs its events and the channel they arrive on.
     Connected(Box<Opened<S>>),
-    /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`.
-    Started(Ticket, Result<Option<R>, String>),
+    /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`;
+    /// or it failed: why, and whether the start or hook ran at all.
+    Started(Ticket, Result<Option<R>, (String, bool)>),
     /// The service with this identity exited by itself.
     Exited(ServiceIdentity, String),
     /// Hooks mode: the service process pinned at promotion is gone.
@@ -565,7 +566,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     self.start_service_check();
                     self.feed(Event::ServiceStarted { ticket });
                 }
-                Err(reason) => self.feed(Event::StartFailed { ticket, reason }),
+                Err((reason, ran)) => self.feed(Event::StartFailed {
+                    ticket,
+                    reason,
+                    ran,
+                }),
             },
             Input::Exited(id, how) => {
                 if self.service.as_ref() == Some(&id) {
@@ -1104,13 +1109,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     // SPEC §4.3d: the lease is checked right before the start or hook.
                     if host.now() >= lease_valid_until {
                         let why = "the lease ran out before the service could be promoted";
-                        let _ = tx.send(Input::Started(ticket, Err(why.to_string())));
+                        let _ = tx.send(Input::Started(ticket, Err((why.to_string(), false))));
                         return;
                     }
                     match control {
                         ServiceControl::Spawn(spawner) => {
                             let result = spawner.start(start).await.map(Some);
-                            let _ = tx.send(Input::Started(ticket, result));
+                            let _ = tx.send(Input::Started(ticket, result.map_err(|e| (e, true))));
                         }
                         ServiceControl::Hooks(hooks) => {
                             // Only the process pinned at the commit is named by the
@@ -1127,12 +1132,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                                      gone; the next promotion pins the one running now",
                                     pinned.pid
                                 );
-                                let _ = tx.send(Input::Started(ticket, Err(why)));
+                                let _ = tx.send(Input::Started(ticket, Err((why, false))));
                                 return;
                             }
                             let result = hooks.promote(epoch).await.map(|_| None);
                             let result =
-                                result.map_err(|e| format!("the promote hook failed: {e}"));
+                                result.map_err(|e| (format!("the promote hook failed: {e}"), true));
                             let _ = tx.send(Input::Started(ticket, result));
                         }
                     }

@@ -86,7 +86,9 @@ impl Elector {
             self.notice(
                 false,
                 format!(
-                    "the link with the store was made again within the session; the store may                      have restarted, so this node waits {} (the session timeout) before it                      tries the lock again",
+                    "the link with the store was made again within the session; the store may \
+                     have restarted, so this node waits {} (the session timeout) before it \
+                     tries the lock again",
                     humantime::format_duration(self.session_timeout())
                 ),
             );

@@ -225,6 +225,10 @@ pub enum Event {
     StartFailed {
         ticket: Ticket,
         reason: String,
+        /// The start or the promote hook ran (it may have done part of its work); false
+        /// when it was refused before anything ran (the lease checked right before it, a
+        /// pinned process gone).
+        ran: bool,
     },
     /// The service (or its promoted role) ended by itself.
     ServiceExited {
@@ -706,7 +710,11 @@ impl Elector {
             Event::ServiceRecorded { ticket, outcome } => {
                 self.on_service_recorded(ticket, outcome, now)
             }
-            Event::StartFailed { ticket, reason } => self.on_start_failed(ticket, reason, now),
+            Event::StartFailed {
+                ticket,
+                reason,
+                ran,
+            } => self.on_start_failed(ticket, reason, ran, now),
             Event::ServiceExited { reason } => self.on_service_exited(reason),
             Event::ServiceStopped {
                 ticket,

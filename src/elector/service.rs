@@ -165,7 +165,13 @@ impl Elector {
         }
     }
 
-    pub(super) fn on_start_failed(&mut self, ticket: Ticket, reason: String, now: Instant) {
+    pub(super) fn on_start_failed(
+        &mut self,
+        ticket: Ticket,
+        reason: String,
+        ran: bool,
+        now: Instant,
+    ) {
         let Svc::Starting(t, pending) = self.svc else {
             return;
         };
@@ -182,15 +188,19 @@ impl Elector {
         self.reason = Some(Reason::PromotionFailed(reason));
         if self.in_serving_step() {
             if self.lease_left(now).is_none() {
-                // The lease ran out before the start failed. The attempt may have done half
-                // its work (a promote hook that promoted the database, then hung past its
-                // timeout while this warden was frozen: the simulation's seed 376839), so
-                // whatever it left is demoted and killed at once, as a start that completes
-                // after the lease end is; then wait for a renewal, as in §4.4.
-                self.svc = Svc::Up;
+                // The lease ran out before the start failed. An attempt that ran may have
+                // done half its work (a promote hook that promoted the database, then hung
+                // past its timeout while this warden was frozen: the simulation's seed
+                // 376839), so whatever it left is demoted and killed at once, as a start
+                // that completes after the lease end is. One refused before anything ran
+                // left the service as it was (a working replica, never to be killed: stop
+                // 37's review). Then wait for a renewal, as in §4.4.
                 self.lease.doubt = true;
-                self.lease.killed = false;
-                self.lease_timers(now);
+                if ran {
+                    self.svc = Svc::Up;
+                    self.lease.killed = false;
+                    self.lease_timers(now);
+                }
                 return;
             }
             // §4.3e: demote (a promote hook may have done half its work), keep the

@@ -172,7 +172,8 @@ pub async fn cancel<S: Session>(zk: &S) -> Result<Option<FailoverRequest>, OpErr
     zk.update_control_from((snap.control.clone(), snap.control_version), |c| {
         if c.failover != judged {
             return Err(
-                "the switchover request changed while this command looked at the cluster; run                  `warden status`, then `warden failover --cancel` again if it is still wanted"
+                "the switchover request changed while this command looked at the cluster; run \
+                 `warden status`, then `warden failover --cancel` again if it is still wanted"
                     .to_string(),
             );
         }
@@ -186,7 +187,7 @@ pub async fn cancel<S: Session>(zk: &S) -> Result<Option<FailoverRequest>, OpErr
 }
 
 /// Why `request` can no longer be withdrawn, if so: its old active has begun to step down
-/// for its target (its member record says `demoting`), or the target holds the lock, and
+/// for its target (its member record says `demoting`), or no longer holds the lock, and
 /// both wardens live. The old active's demote has paused
 /// its writes and waited for the target to have every one; withdrawn now, the request no
 /// longer keeps the other standbys out, and one without those writes could take the lock
@@ -205,17 +206,20 @@ fn too_late_to_cancel(snap: &ClusterSnapshot, request: &FailoverRequest) -> Opti
     if target.role == Role::Ineligible && !request.force {
         return None;
     }
-    // Demoting: its demote runs, or it is releasing the lock after it. The target holds
-    // the lock: it is taking over. (Once the release is done and before the target's join
-    // lands, a few milliseconds, a withdrawal still gets through.)
-    let stepping_down = from.role == Role::Demoting || snap.lock_holder_id() == Some(to);
+    // Demoting: its demote runs, or it is releasing the lock after it. Not the holder any
+    // more while its warden lives: it has ceded, and the target is taking over, or waits
+    // out the session timeout of a link it made again before it may (stop 37's review: a
+    // withdrawal then let another standby take the lock first).
+    let stepping_down =
+        from.role == Role::Demoting || snap.lock_holder_id() != Some(request.from.as_str());
     stepping_down.then(|| {
         format!(
-            "too late to cancel: {from} is stepping down for {to} (its demote has paused its \
-             writes and handed over, or is doing so), and withdrawing the request now would \
-             let a standby without those writes take over. Wait for {to} to become active \
-             (`warden status`); if {from}'s demote fails it calls the switchover off by \
-             itself, and the request lapses at {deadline} in any case",
+            "too late to cancel: {from} is stepping down for {to} or has stepped down (its \
+             demote has paused its writes and handed over, or is doing so), and withdrawing \
+             the request now would let a standby without those writes take over. Wait for \
+             {to} to become active (`warden status`): if {from}'s demote fails it calls the \
+             switchover off by itself, and the request lapses at {deadline} in any case. If \
+             {to} cannot take over, stop its warden first; then the request can be withdrawn",
             from = record::printable(&request.from),
             to = record::printable(to),
             deadline = record::printable(&request.deadline),

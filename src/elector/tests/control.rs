@@ -393,6 +393,7 @@ fn rule_6a_2_when_the_promote_after_a_called_off_switchover_fails_the_breadcrumb
     let a = h.feed(Event::StartFailed {
         ticket: t,
         reason: "the promote hook failed".into(),
+        ran: true,
     });
     // Demote whatever the promote did, then release keeping the breadcrumb: the target
     // fences this node.

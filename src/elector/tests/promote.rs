@@ -654,6 +654,7 @@ fn rule_4_3e_failed_promotion_keeps_the_breadcrumb_and_backs_off() {
     let a = h.feed(Event::StartFailed {
         ticket: s,
         reason: "exec failed".into(),
+        ran: true,
     });
     // Demote whatever the failed promotion left, then release without deleting the
     // breadcrumb: the next active fences us.

@@ -318,6 +318,7 @@ fn a_start_that_fails_after_the_lease_end_is_demoted_and_killed() {
     let a = h.feed(Event::StartFailed {
         ticket: s,
         reason: "the promote hook did not finish within 1.6s; killed".into(),
+        ran: true,
     });
     assert!(
         has(&a, |a| matches!(
@@ -327,6 +328,27 @@ fn a_start_that_fails_after_the_lease_end_is_demoted_and_killed() {
                 ..
             }
         )) && has(&a, |a| matches!(a, Action::KillService)),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+    // Refused before anything ran (the lease checked right before the hook): the service
+    // is as it was, a replica, and nothing stops or kills it (stop 37's review).
+    let mut h = H::new();
+    let s = h.starting(7);
+    let end = h.e.lease.end.unwrap();
+    h.now = end + Duration::from_millis(10);
+    h.e.handle_timeout(h.now);
+    h.drain();
+    let a = h.feed(Event::StartFailed {
+        ticket: s,
+        reason: "the lease ran out before the service could be promoted".into(),
+        ran: false,
+    });
+    assert!(
+        !has(&a, |a| matches!(
+            a,
+            Action::StopService { .. } | Action::KillService
+        )),
         "{a:?}"
     );
     assert_ne!(h.e.role(), Role::Active);
