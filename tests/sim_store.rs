@@ -440,6 +440,11 @@ async fn a_watch_armed_before_a_partition_fires_when_it_heals() {
     // Shorter than the session timeout: b's session lives on.
     assert_eq!(next(&mut b.events, GRANTED / 2).await, None);
     store.set_reachable(1, true);
+    // The client is back in its session: it says so first (stop 37), then the watch fires.
+    assert_eq!(
+        next(&mut b.events, MAX_LATENCY).await,
+        Some(StoreEvent::Reconnected)
+    );
     assert_eq!(
         next(&mut b.events, MAX_LATENCY).await,
         Some(StoreEvent::HolderGone { join: 1 })

@@ -20,11 +20,8 @@ fn rule_4_1_joins_only_when_eligible() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
-/// SPEC §3a "A store that forgot" (stop 35): a new session is a standby that waits one
-/// session timeout before its first join, and again after a lost session; the held lock's
-/// own rejoin (learning whether a create went through) does not wait.
-#[test]
-fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
+/// An elector whose sessions wait the settle (as the daemon's do), before its session.
+fn settling() -> H {
     let mut h = H::new();
     h.e = Elector::new(
         ElectorConfig {
@@ -34,6 +31,15 @@ fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
         true,
     );
     h.drain();
+    h
+}
+
+/// SPEC §3a "A store that forgot" (stop 35): a new session is a standby that waits one
+/// session timeout before its first join, and again after a lost session; the held lock's
+/// own rejoin (learning whether a create went through) does not wait.
+#[test]
+fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
+    let mut h = settling();
     let a = h.feed(Event::SessionStarted {
         granted: None,
         control: ControlView::default(),
@@ -68,15 +74,7 @@ fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
 /// from the reconnection, as a new session's first join does.
 #[test]
 fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
-    let mut h = H::new();
-    h.e = Elector::new(
-        ElectorConfig {
-            settle: true,
-            ..cfg()
-        },
-        true,
-    );
-    h.drain();
+    let mut h = settling();
     h.feed(Event::SessionStarted {
         granted: None,
         control: ControlView::default(),
@@ -105,15 +103,7 @@ fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
 /// settle, the lock is held and nothing is read or promoted until the settle ends.
 #[test]
 fn rule_3a_a_lock_won_within_the_settle_is_held_until_it_ends() {
-    let mut h = H::new();
-    h.e = Elector::new(
-        ElectorConfig {
-            settle: true,
-            ..cfg()
-        },
-        true,
-    );
-    h.drain();
+    let mut h = settling();
     h.feed(Event::SessionStarted {
         granted: None,
         control: ControlView::default(),

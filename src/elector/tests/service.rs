@@ -281,26 +281,36 @@ fn a_stop_during_a_start_waits_for_it_and_stops_what_it_started() {
     );
 }
 
-#[test]
-fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
-    // Simulation seed 8994: frozen between the lease check and the spawn.
+/// A start in flight (ticket returned) whose lease has just ended, the lease timers run.
+fn starting_past_the_lease_end() -> (H, Ticket) {
     let mut h = H::new();
     let s = h.starting(7);
     let end = h.e.lease.end.unwrap();
     h.now = end + Duration::from_millis(10);
     h.e.handle_timeout(h.now);
     h.drain();
-    let a = h.feed(Event::ServiceStarted { ticket: s });
-    assert!(
-        has(&a, |a| matches!(
+    (h, s)
+}
+
+/// Whether `a` demotes by force and kills the service.
+fn demotes_and_kills(a: &[Action]) -> bool {
+    has(a, |a| {
+        matches!(
             a,
             Action::StopService {
                 cause: StopCause::Forced,
                 ..
             }
-        )) && has(&a, |a| matches!(a, Action::KillService)),
-        "{a:?}"
-    );
+        )
+    }) && has(a, |a| matches!(a, Action::KillService))
+}
+
+#[test]
+fn a_start_that_completes_after_the_lease_end_is_stopped_and_killed() {
+    // Simulation seed 8994: frozen between the lease check and the spawn.
+    let (mut h, s) = starting_past_the_lease_end();
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    assert!(demotes_and_kills(&a), "{a:?}");
     assert_ne!(h.e.role(), Role::Active);
 }
 
@@ -309,36 +319,17 @@ fn a_start_that_fails_after_the_lease_end_is_demoted_and_killed() {
     // Simulation seed 376839: a promote hook promoted the database, then hung while its
     // warden was frozen past the lease end; its timeout reported a failed start on waking.
     // The database may take writes: it is demoted and killed at once, never left as is.
-    let mut h = H::new();
-    let s = h.starting(7);
-    let end = h.e.lease.end.unwrap();
-    h.now = end + Duration::from_millis(10);
-    h.e.handle_timeout(h.now);
-    h.drain();
+    let (mut h, s) = starting_past_the_lease_end();
     let a = h.feed(Event::StartFailed {
         ticket: s,
         reason: "the promote hook did not finish within 1.6s; killed".into(),
         ran: true,
     });
-    assert!(
-        has(&a, |a| matches!(
-            a,
-            Action::StopService {
-                cause: StopCause::Forced,
-                ..
-            }
-        )) && has(&a, |a| matches!(a, Action::KillService)),
-        "{a:?}"
-    );
+    assert!(demotes_and_kills(&a), "{a:?}");
     assert_ne!(h.e.role(), Role::Active);
     // Refused before anything ran (the lease checked right before the hook): the service
     // is as it was, a replica, and nothing stops or kills it (stop 37's review).
-    let mut h = H::new();
-    let s = h.starting(7);
-    let end = h.e.lease.end.unwrap();
-    h.now = end + Duration::from_millis(10);
-    h.e.handle_timeout(h.now);
-    h.drain();
+    let (mut h, s) = starting_past_the_lease_end();
     let a = h.feed(Event::StartFailed {
         ticket: s,
         reason: "the lease ran out before the service could be promoted".into(),
