@@ -34,6 +34,19 @@ fn settling() -> H {
     h
 }
 
+/// [`settling`], with a session that has waited its settle out: the first join's ticket.
+fn settled_session() -> (H, Ticket) {
+    let mut h = settling();
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    let j = H::ticket_of(&a);
+    (h, j)
+}
+
 /// SPEC §3a "A store that forgot" (stop 35): a new session is a standby that waits one
 /// session timeout before its first join, and again after a lost session; the held lock's
 /// own rejoin (learning whether a create went through) does not wait.
@@ -74,13 +87,7 @@ fn rule_3a_a_new_session_waits_a_session_timeout_before_it_joins() {
 /// from the reconnection, as a new session's first join does.
 #[test]
 fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
-    let mut h = settling();
-    h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    let a = h.advance(T);
-    let j = H::ticket_of(&a);
+    let (mut h, j) = settled_session();
     let a = h.feed(Event::Joined {
         ticket: j,
         outcome: JoinOutcome::Exists { epoch: Some(4) },
@@ -103,13 +110,7 @@ fn rule_3a_a_reconnection_within_the_session_waits_a_session_timeout_again() {
 /// settle, the lock is held and nothing is read or promoted until the settle ends.
 #[test]
 fn rule_3a_a_lock_won_within_the_settle_is_held_until_it_ends() {
-    let mut h = settling();
-    h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    let a = h.advance(T);
-    let j = H::ticket_of(&a);
+    let (mut h, j) = settled_session();
     assert_eq!(
         h.feed(Event::Joined {
             ticket: j,
