@@ -376,19 +376,14 @@ pub(crate) async fn release_in_two_steps<S: Session>(
     own: Option<(&str, &str, Epoch)>,
 ) -> Released {
     let breadcrumb = match own {
-        Some((node_id, incarnation, epoch)) => {
-            // Tried again while the lock is still ours: see [`RELEASE_TRIES`].
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                let done = s
-                    .compare_and_delete_breadcrumb(node_id, Some(incarnation), Some(epoch), true)
-                    .await;
-                if tries >= RELEASE_TRIES || !matches!(done, Err(StoreError::Unknown(_))) {
-                    break Some(done);
-                }
-            }
-        }
+        // Tried again while the lock is still ours: see [`RELEASE_TRIES`].
+        Some((node_id, incarnation, epoch)) => Some(
+            sent_until_known(
+                || s.compare_and_delete_breadcrumb(node_id, Some(incarnation), Some(epoch), true),
+                |done| matches!(done, Err(StoreError::Unknown(_))),
+            )
+            .await,
+        ),
         None => None,
     };
     Released {
@@ -411,17 +406,31 @@ pub async fn release_deleting_retried<S: Session>(
     s: &S,
     own: Option<(&str, &str, Epoch)>,
 ) -> Released {
+    sent_until_known(
+        || s.release_deleting(own),
+        |done| {
+            matches!(
+                (&done.breadcrumb, &done.lock),
+                (
+                    Some(Err(StoreError::Unknown(_))),
+                    Err(StoreError::Unknown(_))
+                )
+            )
+        },
+    )
+    .await
+}
+
+/// Sends `send` until `unknown` says its answer is known, [`RELEASE_TRIES`] times at most;
+/// the last answer.
+async fn sent_until_known<T, F: Future<Output = T>>(
+    mut send: impl FnMut() -> F,
+    unknown: impl Fn(&T) -> bool,
+) -> T {
     let mut tries = 1;
     loop {
-        let done = s.release_deleting(own).await;
-        let unknown = matches!(
-            (&done.breadcrumb, &done.lock),
-            (
-                Some(Err(StoreError::Unknown(_))),
-                Err(StoreError::Unknown(_))
-            )
-        );
-        if !unknown || tries >= RELEASE_TRIES {
+        let done = send().await;
+        if tries >= RELEASE_TRIES || !unknown(&done) {
             return done;
         }
         tries += 1;
