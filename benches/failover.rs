@@ -45,7 +45,7 @@ fn main() {
         match store.as_str() {
             "mysql" => "MariaDB (poll_interval 100ms)",
             "redis" => "Redis (poll_interval 100ms, appendonly yes)",
-            _ => "ZooKeeper tickTime 100ms",
+            _ => "ZooKeeper tickTime 100ms, forceSync=no",
         },
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );

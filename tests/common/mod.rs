@@ -57,7 +57,8 @@ const STATUS_POLL: Duration = Duration::from_millis(100);
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(15);
 /// A JVM on a loaded 2-core CI machine can take several seconds to serve.
 const ZK_START_TIMEOUT: Duration = Duration::from_secs(40);
-/// How many lines of each log a failure prints (the end is what matters).
+/// How many lines of each log a failure prints (the end is what matters), after runs of
+/// repeated lines are cut ([`collapse_repeats`]).
 const DUMP_TAIL_LINES: usize = 300;
 
 pub fn ms(n: u64) -> Duration {
@@ -341,12 +342,17 @@ pub fn dump_logs() {
         let Ok(text) = fs::read_to_string(&path) else {
             continue;
         };
-        let lines: Vec<&str> = text.lines().collect();
+        let all = text.lines().count();
+        let lines = collapse_repeats(text.lines());
         let skip = lines.len().saturating_sub(DUMP_TAIL_LINES);
         eprintln!(
-            "\n======== {label}: {} ({} lines{}) ========",
+            "\n======== {label}: {} ({all} lines{}{}) ========",
             path.display(),
-            lines.len(),
+            if lines.len() < all {
+                ", repeats cut"
+            } else {
+                ""
+            },
             if skip > 0 {
                 format!(", last {DUMP_TAIL_LINES}")
             } else {
@@ -367,6 +373,39 @@ pub fn dump_logs() {
         }
     }
     eprintln!("\n======== now: mono {} ns ========", mono_now_ns());
+}
+
+/// The lines of a log with each run of repeats cut to its first line and a count: a line
+/// repeats when, digits aside, it reads as one of the last few kept (a hook that fails
+/// every 300 ms, a PostgreSQL that refuses each write with two lines). Without this the
+/// last lines of a failing test's logs were all repeats, and what led to them was cut
+/// (CI, stop 37: 300 lines of one refused standby-check).
+pub fn collapse_repeats<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<String> {
+    const WINDOW: usize = 4;
+    let shape = |l: &str| -> String { l.chars().filter(|c| !c.is_ascii_digit()).collect() };
+    let mut out = Vec::new();
+    let mut recent: std::collections::VecDeque<String> = Default::default();
+    let mut cut = 0usize;
+    for line in lines {
+        let s = shape(line);
+        if recent.contains(&s) {
+            cut += 1;
+            continue;
+        }
+        if cut > 0 {
+            out.push(format!("    [... {cut} lines like the ones above ...]"));
+            cut = 0;
+        }
+        out.push(line.to_string());
+        recent.push_back(s);
+        if recent.len() > WINDOW {
+            recent.pop_front();
+        }
+    }
+    if cut > 0 {
+        out.push(format!("    [... {cut} lines like the ones above ...]"));
+    }
+    out
 }
 
 /// Called from the `Drop` of every handle: a panicking test prints everything once.
@@ -661,9 +700,16 @@ impl ZkServer {
         let data = self.dir.path().join("data");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
         // tickTime 100ms: sessions are checked every tick, so expiry is timely; the
-        // session bounds let each test choose a short session_timeout.
+        // session bounds let each test choose a short session_timeout. forceSync=no, as
+        // the test PostgreSQL runs with fsync = off: the tests kill processes, never the
+        // machine, so nothing written is lost without the fsync, and with it a burst of
+        // another server's disk writes stalled this ZooKeeper's every write (CI, stop 37:
+        // "fsync-ing the write ahead log took 2817ms" while a pg_rewind synced its data
+        // dir), past the 1 s lease of a 2 s session: the active demoted as it must, and
+        // the test, which has no systemd to start its killed server again, had no way on.
         let cfg = format!(
             "tickTime=100\n\
+             forceSync=no\n\
              minSessionTimeout=200\n\
              maxSessionTimeout=60000\n\
              dataDir={}\n\

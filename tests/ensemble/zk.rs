@@ -99,8 +99,11 @@ impl Peer {
         let data = self.dir.join("data");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
         fs::write(data.join("myid"), format!("{}\n", self.id)).expect("write myid");
+        // forceSync=no: see tests/common's ZooKeeper (a neighbour's disk writes stalled
+        // every write past a 1 s lease).
         let mut cfg = format!(
             "tickTime={TICK_MS}\n\
+             forceSync=no\n\
              initLimit={INIT_LIMIT}\n\
              syncLimit={SYNC_LIMIT}\n\
              minSessionTimeout=200\n\
