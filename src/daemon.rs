@@ -138,6 +138,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// and that cgroup, where a restart within the same epoch runs again.
     prepared: Option<<H::Spawner as SpawnControl>::Prepared>,
     committed_cgroup: Option<String>,
+    /// The last breadcrumb rewrite within an epoch (§4.3d): the epoch and its number
+    /// ([`NodeRecord::rewrite`]).
+    rewrites: Option<(Epoch, u64)>,
     /// The writes of the transition to `promoting` (our member record, its history
     /// entry), held back until the promotion's commit is answered or the next transition:
     /// ZooKeeper answers a session's reads after its earlier writes, and the takeover's
@@ -300,6 +303,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             service: None,
             prepared: None,
             committed_cgroup: None,
+            rewrites: None,
             held_back: None,
             stopping: None,
             epoch: None,
@@ -497,6 +501,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::HolderGone { join } => Input::LockDeleted(gen, join),
                             StoreEvent::Active(record) => {
                                 Input::Session(gen, Event::ActiveChanged { record })
+                            }
+                            StoreEvent::Rewritten(record) => {
+                                Input::Session(gen, Event::ActiveRewritten { record })
                             }
                             StoreEvent::Reconnected => Input::Session(gen, Event::Reconnected),
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
@@ -851,6 +858,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         r
     }
 
+    /// The number of the next breadcrumb rewrite within `epoch`: 1 for the first. Each
+    /// send counts (a retry too), so a later write always carries a greater number.
+    fn next_rewrite(&mut self, epoch: Epoch) -> u64 {
+        let n = match self.rewrites {
+            Some((e, n)) if e == epoch => n + 1,
+            _ => 1,
+        };
+        self.rewrites = Some((epoch, n));
+        n
+    }
+
     fn member(&self) -> MemberRecord {
         let mut node = self.record(self.elector.epoch());
         node.epoch_seen = self.elector.epoch_seen();
@@ -1144,7 +1162,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 });
             }
             Action::RecordService { ticket, epoch } => {
-                let rec = self.record(Some(epoch));
+                let mut rec = self.record(Some(epoch));
+                rec.rewrite = Some(self.next_rewrite(epoch));
                 self.in_session(
                     Event::ServiceRecorded {
                         ticket,
@@ -1180,6 +1199,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 }
                 // A start again reuses the cgroup the commit named: it still finds it.
                 rec.service_cgroup = self.committed_cgroup.clone();
+                rec.rewrite = Some(self.next_rewrite(epoch));
                 self.in_session(
                     Event::ServiceForgotten {
                         ticket,

@@ -177,6 +177,13 @@ pub struct NodeRecord {
     pub incarnation: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<Epoch>,
+    /// A breadcrumb rewritten within its epoch (SPEC §4.3d: the service's identity, a
+    /// start again, a stop): which rewrite, counting from 1 in this incarnation and
+    /// epoch. A store that forgets can keep an older rewrite naming a process that is
+    /// gone while a later start runs; a standby that saw the later one writes it back
+    /// before fencing (`Elector::forgotten_active`; the simulation's seed 392502).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<u64>,
     /// RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,

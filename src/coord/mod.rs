@@ -52,6 +52,10 @@ pub enum StoreEvent {
     /// The lock's holder committed its promotion: its record, naming the epoch (SPEC §6
     /// `follow`). Sent once per epoch while the holder is watched after a join.
     Active(NodeRecord),
+    /// The breadcrumb as the active rewrote it within its epoch (SPEC §4.3d), when it is
+    /// the record of the active last sent (same incarnation and epoch) with a later
+    /// `rewrite`: what fencing that active must name, should the store forget it.
+    Rewritten(NodeRecord),
     /// The connection to the store was lost and made again within the session (ZooKeeper:
     /// the client is back in its session). The store may have restarted meanwhile, and
     /// one restored from a copy, or that lost its last writes, may have forgotten what
@@ -774,6 +778,48 @@ impl StoreError {
 pub const MAX_KEPT_EPOCH: Epoch = 1 << 53;
 
 /// A lock's record, when it names a committed promotion (an epoch).
+/// Which active a session's events last named: `Active` once per epoch of the lock's
+/// committed record, `Rewritten` for each later rewrite of that record's breadcrumb
+/// (§4.3d). The lock and the breadcrumb are read apart (two ZooKeeper watches, two reads
+/// of a polled store), so either may be seen first: a rewrite seen before its epoch's
+/// lock data is sent right after that `Active`.
+#[derive(Debug, Default)]
+pub struct ActiveTracker {
+    sent: Option<NodeRecord>,
+    breadcrumb: Option<NodeRecord>,
+}
+
+impl ActiveTracker {
+    /// The lock's committed record as read now.
+    pub fn lock(&mut self, record: &NodeRecord) -> Vec<StoreEvent> {
+        let mut out = Vec::new();
+        if record.epoch.is_some() && record.epoch != self.sent.as_ref().and_then(|s| s.epoch) {
+            self.sent = Some(record.clone());
+            out.push(StoreEvent::Active(record.clone()));
+            out.extend(self.rewritten());
+        }
+        out
+    }
+
+    /// The breadcrumb as read now (`None`: there is none, or it is unreadable).
+    pub fn breadcrumb(&mut self, record: Option<NodeRecord>) -> Vec<StoreEvent> {
+        self.breadcrumb = record;
+        self.rewritten().into_iter().collect()
+    }
+
+    fn rewritten(&mut self) -> Option<StoreEvent> {
+        let (sent, b) = (self.sent.as_ref()?, self.breadcrumb.as_ref()?);
+        if !sent.same_incarnation(b)
+            || sent.epoch != b.epoch
+            || b.rewrite.unwrap_or(0) <= sent.rewrite.unwrap_or(0)
+        {
+            return None;
+        }
+        self.sent = Some(b.clone());
+        Some(StoreEvent::Rewritten(b.clone()))
+    }
+}
+
 pub(crate) fn committed(data: &[u8]) -> Option<NodeRecord> {
     record::parse::<NodeRecord>(data)
         .ok()
@@ -966,5 +1012,53 @@ impl ClusterSnapshot {
             _ if self.lock_owner.is_some() => Some((&member.node, member)),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(inc: &str, epoch: Epoch, rewrite: Option<u64>) -> NodeRecord {
+        NodeRecord {
+            node_id: "n1".into(),
+            incarnation: inc.into(),
+            epoch: Some(epoch),
+            rewrite,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_tracker_sends_each_active_once_and_each_later_rewrite_of_it() {
+        let mut t = ActiveTracker::default();
+        let commit = rec("a", 5, None);
+        assert_eq!(t.lock(&commit), vec![StoreEvent::Active(commit.clone())]);
+        assert_eq!(t.lock(&commit), vec![]);
+        // The breadcrumb as committed, then rewritten; an older rewrite read late is not
+        // sent, nor one of another incarnation or epoch.
+        assert_eq!(t.breadcrumb(Some(commit.clone())), vec![]);
+        let r2 = rec("a", 5, Some(2));
+        assert_eq!(
+            t.breadcrumb(Some(r2.clone())),
+            vec![StoreEvent::Rewritten(r2.clone())]
+        );
+        assert_eq!(t.breadcrumb(Some(rec("a", 5, Some(1)))), vec![]);
+        assert_eq!(t.breadcrumb(Some(rec("b", 5, Some(9)))), vec![]);
+        assert_eq!(t.breadcrumb(Some(rec("a", 4, Some(9)))), vec![]);
+        assert_eq!(t.breadcrumb(None), vec![]);
+        // The lock's data again (a re-armed watch) sends nothing more.
+        assert_eq!(t.lock(&commit), vec![]);
+        // A rewrite read before its epoch's lock data follows that Active.
+        let r1 = rec("c", 6, Some(1));
+        assert_eq!(t.breadcrumb(Some(r1.clone())), vec![]);
+        let commit6 = rec("c", 6, None);
+        assert_eq!(
+            t.lock(&commit6),
+            vec![
+                StoreEvent::Active(commit6.clone()),
+                StoreEvent::Rewritten(r1.clone())
+            ]
+        );
     }
 }

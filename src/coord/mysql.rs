@@ -1001,6 +1001,10 @@ impl Polled for Inner {
         self.get(CONTROL).await
     }
 
+    async fn read_breadcrumb(&self) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.get(super::items::BREADCRUMB).await
+    }
+
     async fn read_holder(&self) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
         Ok(self
             .read_lock()

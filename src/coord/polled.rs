@@ -4,7 +4,7 @@
 //! (sooner when the backend has a way to be woken).
 
 use super::{StoreError, StoreEvent};
-use crate::record::{self, Epoch};
+use crate::record::{self, NodeRecord};
 use std::future::Future;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
@@ -88,6 +88,10 @@ pub trait Polled: Send + Sync + 'static {
     fn read_holder(
         &self,
     ) -> impl Future<Output = Result<Option<(i64, Vec<u8>)>, StoreError>> + Send;
+    /// The breadcrumb's data and version, if it exists.
+    fn read_breadcrumb(
+        &self,
+    ) -> impl Future<Output = Result<Option<(Vec<u8>, i64)>, StoreError>> + Send;
 }
 
 /// The keepalive task: marks the session lost when its member record is gone or taken, or
@@ -150,7 +154,7 @@ where
     let mut joined = c.joined.subscribe();
     let mut armed = *joined.borrow_and_update();
     let mut control_seen: Option<Option<i64>> = None;
-    let mut active_sent: Option<Epoch> = None;
+    let mut tracker = super::ActiveTracker::default();
     let mut first = true;
     loop {
         if *lost.borrow() {
@@ -184,9 +188,16 @@ where
         // follow it (SPEC §6). Its going matters only to a joined node.
         if let Ok(holder) = p.read_holder().await {
             if let Some(r) = holder.as_ref().and_then(|(_, r)| super::committed(r)) {
-                if r.epoch != active_sent {
-                    active_sent = r.epoch;
-                    let _ = events.send(StoreEvent::Active(r));
+                for ev in tracker.lock(&r) {
+                    let _ = events.send(ev);
+                }
+                // And the breadcrumb, for the active's rewrites within its epoch (§4.3d):
+                // what a fence of it must name should the store forget them.
+                if let Ok(found) = p.read_breadcrumb().await {
+                    let record = found.and_then(|(d, _)| record::parse::<NodeRecord>(&d).ok());
+                    for ev in tracker.breadcrumb(record) {
+                        let _ = events.send(ev);
+                    }
                 }
             }
             if let Some((join, seen)) = armed {

@@ -1236,6 +1236,10 @@ impl<W: Wire> Polled for Inner<W> {
         self.get(CONTROL).await
     }
 
+    async fn read_breadcrumb(&self) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        self.get(super::items::BREADCRUMB).await
+    }
+
     async fn read_holder(&self) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
         Ok(self.read_lock().await?.map(|(s, r, _)| (s, r)))
     }

@@ -898,21 +898,25 @@ impl ZkSession {
         }
     }
 
-    /// Hands each version of the lock's data to `on_record`, across deletions and
-    /// creations, until the session ends (for a node that has not joined).
-    async fn watch_active(&self, on_record: &mut impl FnMut(&[u8])) {
+    /// Hands each version of `path`'s data to `on_data` (`None` while it does not exist),
+    /// across deletions and creations, until the session ends: the lock for a node that
+    /// has not joined, the breadcrumb for every node.
+    async fn watch_data(&self, path: &str, on_data: &mut impl FnMut(Option<&[u8]>)) {
         loop {
-            let watcher = match self.client.get_and_watch_data(&self.paths.lock).await {
+            let watcher = match self.client.get_and_watch_data(path).await {
                 Ok((data, _, watcher)) => {
-                    on_record(&data);
+                    on_data(Some(&data));
                     watcher
                 }
                 Err(zk::Error::NoNode) => {
-                    match self.client.check_and_watch_stat(&self.paths.lock).await {
+                    match self.client.check_and_watch_stat(path).await {
                         // Created in between: read it.
                         Ok((Some(_), _)) => continue,
-                        Ok((None, watcher)) => watcher,
-                        Err(e) => match classify(e, &self.paths.lock) {
+                        Ok((None, watcher)) => {
+                            on_data(None);
+                            watcher
+                        }
+                        Err(e) => match classify(e, path) {
                             StoreError::SessionLost(_) | StoreError::Auth(_) => return,
                             _ => {
                                 tokio::time::sleep(crate::elector::RETRY_DELAY).await;
@@ -921,7 +925,7 @@ impl ZkSession {
                         },
                     }
                 }
-                Err(e) => match classify(e, &self.paths.lock) {
+                Err(e) => match classify(e, path) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return,
                     _ => {
                         tokio::time::sleep(crate::elector::RETRY_DELAY).await;
@@ -1187,7 +1191,25 @@ impl ZkSession {
         let mut joined = self.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut following = true;
-        let mut active_sent: Option<Epoch> = None;
+        let tracker = std::sync::Mutex::new(super::ActiveTracker::default());
+        let send_all = |evs: Vec<StoreEvent>| {
+            for ev in evs {
+                let _ = events.send(ev);
+            }
+        };
+        // The breadcrumb, for the active's rewrites within its epoch (§4.3d): what a
+        // fence of it must name should the store forget them (`StoreEvent::Rewritten`).
+        let mut bc_control_seen = control_seen.clone();
+        let breadcrumbs = async {
+            let _ = bc_control_seen.wait_for(|sent| *sent).await;
+            self.watch_data(&self.paths.breadcrumb, &mut |data| {
+                let record = data.and_then(|d| record::parse::<NodeRecord>(d).ok());
+                send_all(lock_tracker(&tracker).breadcrumb(record));
+            })
+            .await;
+            std::future::pending::<()>().await
+        };
+        tokio::pin!(breadcrumbs);
         loop {
             // The lock is watched whether or not this node joined: a standby that never
             // joins (priority 0, a failed follow, paused) must still learn each new active
@@ -1195,24 +1217,27 @@ impl ZkSession {
             let mut control_seen = control_seen.clone();
             let holder = async {
                 let _ = control_seen.wait_for(|sent| *sent).await;
-                let mut on_record = |data: &[u8]| {
+                let on_record = |data: &[u8]| {
                     if let Some(r) = super::committed(data) {
-                        if r.epoch != active_sent {
-                            active_sent = r.epoch;
-                            let _ = events.send(StoreEvent::Active(r));
-                        }
+                        send_all(lock_tracker(&tracker).lock(&r));
                     }
                 };
                 match armed {
                     Some(join) => self.watch_lock(on_record).await.then_some(join),
                     None => {
-                        self.watch_active(&mut on_record).await;
+                        self.watch_data(&self.paths.lock, &mut |d| {
+                            if let Some(d) = d {
+                                on_record(d)
+                            }
+                        })
+                        .await;
                         std::future::pending().await
                     }
                 }
             };
             tokio::select! {
                 _ = &mut ended => break,
+                _ = &mut breadcrumbs => {}
                 _ = &mut control, if following => following = false,
                 gone = holder => {
                     if let Some(join) = gone {
@@ -1230,6 +1255,13 @@ impl ZkSession {
         }
         let _ = events.send(StoreEvent::SessionLost);
     }
+}
+
+/// The tracker, whatever a panicking holder left in it.
+fn lock_tracker(
+    t: &std::sync::Mutex<super::ActiveTracker>,
+) -> std::sync::MutexGuard<'_, super::ActiveTracker> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ZkSession {

@@ -73,6 +73,24 @@ impl Elector {
         }
     }
 
+    /// The active's breadcrumb rewritten within its epoch (§4.3d): kept when it is the
+    /// active this node knows (same incarnation and epoch) at a later rewrite, so that
+    /// the identity a start again gave it is what `forgotten_active` can write back
+    /// (the simulation's seed 392502). Never a new active: nothing is followed.
+    pub(super) fn on_active_rewritten(&mut self, record: NodeRecord) {
+        let Some(active) = &self.active else {
+            return;
+        };
+        if !active.same_incarnation(&record)
+            || active.epoch != record.epoch
+            || record.rewrite.unwrap_or(0) <= active.rewrite.unwrap_or(0)
+        {
+            return;
+        }
+        self.active = Some(record);
+        self.active_link = self.links;
+    }
+
     /// Runs `follow` for the newest active, unless one runs, this node holds the lock, it
     /// follows that epoch already, or that active is this node in an earlier incarnation
     /// (restarted after it was the active: its service would be told to follow itself;

@@ -262,6 +262,11 @@ pub enum Event {
     ActiveChanged {
         record: NodeRecord,
     },
+    /// The active rewrote its breadcrumb within its epoch (SPEC §4.3d): its record as
+    /// now written, with a later `rewrite`.
+    ActiveRewritten {
+        record: NodeRecord,
+    },
     /// The member records as last read (SPEC §6 `priority`: who else could take a free
     /// lock).
     Members {
@@ -731,6 +736,7 @@ impl Elector {
                 self.on_breadcrumb_peeked(ticket, version, now)
             }
             Event::ActiveChanged { record } => self.on_active_changed(record),
+            Event::ActiveRewritten { record } => self.on_active_rewritten(record),
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members),
             Event::EligibilityChanged { eligible, detail } => {

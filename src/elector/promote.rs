@@ -69,14 +69,14 @@ impl Elector {
         let control_version = state.control_version;
         let breadcrumb_version = state.breadcrumb.version();
         let recorded = match &state.breadcrumb {
-            BreadcrumbView::Record { record, .. } => Some(record.epoch),
+            BreadcrumbView::Record { record, .. } => Some(Some(record)),
             BreadcrumbView::Absent => Some(None),
             // Fenced as unknown below: nothing readable to write over.
             BreadcrumbView::Unreadable { .. } => None,
         };
         if let Some(recorded) = recorded {
             if let Some(active) = self.forgotten_active(recorded, &state) {
-                if !self.epoch_is_new(epoch, recorded, &state) {
+                if !self.epoch_is_new(epoch, recorded.and_then(|r| r.epoch), &state) {
                     return;
                 }
                 let ticket = self.ticket();
@@ -189,16 +189,41 @@ impl Elector {
     /// breadcrumb and history entry are the trace of a clean step-down before the
     /// active's history entry was written (seed 9899: SIGTERM while promoting); fencing
     /// it then failed, needlessly, and left the cluster to the operator.
+    ///
+    /// Also when the breadcrumb is of that very active and epoch but an older rewrite of
+    /// it (§4.3d), one that names another service than the later rewrite this node saw:
+    /// the store forgot a start again under the same lock. Fencing by the older record
+    /// finds its process gone and calls it fenced while the later one serves on (the
+    /// simulation's seed 392502: a warden whose lease came back restarted its service,
+    /// froze, and the store forgot the rewrite naming the new one). The history names
+    /// epochs, not rewrites: only an entry of a later epoch says this one is over.
     fn forgotten_active(
         &mut self,
-        breadcrumb: Option<Epoch>,
+        breadcrumb: Option<&NodeRecord>,
         state: &ClusterState,
     ) -> Option<NodeRecord> {
         let active = self.active.clone()?;
         let e = active.epoch?;
-        if self.is_ours(&active)
-            || self.active_link >= self.links
-            || breadcrumb.is_some_and(|b| b >= e)
+        if self.is_ours(&active) || self.active_link >= self.links {
+            return None;
+        }
+        let older_rewrite = breadcrumb.is_some_and(|b| {
+            b.same_incarnation(&active)
+                && b.epoch == Some(e)
+                && b.rewrite.unwrap_or(0) < active.rewrite.unwrap_or(0)
+                && names_a_service(&active)
+                && !same_service(b, &active)
+        });
+        if older_rewrite {
+            if state.newest_history_epoch.is_some_and(|h| h > e)
+                || state
+                    .history_by_node
+                    .get(&active.node_id)
+                    .is_some_and(|&h| h > e)
+            {
+                return None;
+            }
+        } else if breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
             || state.newest_history_epoch.is_some_and(|h| h >= e)
             || state
                 .history_by_node
@@ -218,15 +243,27 @@ impl Elector {
             );
             return None;
         }
-        self.notice(
-            true,
+        let what = if older_rewrite {
             format!(
-                "the store keeps no breadcrumb and no history of epoch {e}, which this node saw \
-                 {} commit: the store forgot it; writing its breadcrumb back to fence it \
+                "the store keeps an older breadcrumb of epoch {e} than the one this node saw \
+                 {} write (rewrite {} naming service pid {}): the store forgot a start again; \
+                 writing the later one back to fence that service before promoting",
+                active.node_id,
+                active.rewrite.unwrap_or(0),
+                active
+                    .service_pgid
+                    .or(active.service_pid)
+                    .map_or_else(|| "?".to_string(), |p| p.to_string())
+            )
+        } else {
+            format!(
+                "the store keeps no breadcrumb and no history of epoch {e}, which this node \
+                 saw {} commit: the store forgot it; writing its breadcrumb back to fence it \
                  before promoting",
                 active.node_id
-            ),
-        );
+            )
+        };
+        self.notice(true, what);
         Some(active)
     }
 
@@ -445,4 +482,24 @@ impl Elector {
         }
         self.start_if_due(now);
     }
+}
+
+/// Whether `r` names a service process or cgroup a fence can act on.
+fn names_a_service(r: &NodeRecord) -> bool {
+    r.service_pid.is_some() || r.service_pgid.is_some() || r.service_cgroup.is_some()
+}
+
+/// Whether `a` and `b` name the same service (process, group, start time and cgroup).
+fn same_service(a: &NodeRecord, b: &NodeRecord) -> bool {
+    (
+        a.service_pid,
+        a.service_pgid,
+        a.service_start_time,
+        &a.service_cgroup,
+    ) == (
+        b.service_pid,
+        b.service_pgid,
+        b.service_start_time,
+        &b.service_cgroup,
+    )
 }

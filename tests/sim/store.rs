@@ -61,7 +61,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
-use warden::coord::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
+use warden::coord::{
+    ActiveTracker, ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent,
+};
 use warden::elector::RETRY_DELAY;
 use warden::record::{
     BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord,
@@ -268,6 +270,8 @@ struct Snap {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Note {
     ControlChanged,
+    /// The breadcrumb's data or exists watch fired (`ZkSession::watch_data`).
+    BreadcrumbChanged,
     /// The watch on the lock fired: its data changed, it was deleted, or (armed while
     /// it was absent) created. `join`: the join it was armed for (`None`: a node that
     /// has not joined, watching for new actives).
@@ -340,6 +344,8 @@ struct Sess {
     contact: Instant,
     deadline: Duration,
     control_watch: bool,
+    /// The watch on the breadcrumb (data while it exists, exists while it does not).
+    breadcrumb_watch: bool,
     /// The watch on the lock, if armed.
     lock_watch: Option<LockWatch>,
     /// The client was connected once; since then it connected again `reconnects` times
@@ -364,6 +370,7 @@ impl Sess {
             contact: now,
             deadline: Duration::ZERO,
             control_watch: false,
+            breadcrumb_watch: false,
             lock_watch: None,
             ever_connected: false,
             reconnects: 0,
@@ -637,6 +644,7 @@ impl State {
         // Whatever was on its way is not delivered: an expired session hears only that.
         s.outbox.clear();
         s.control_watch = false;
+        s.breadcrumb_watch = false;
         s.lock_watch = None;
         self.zxid += 1;
         if self.lock.as_ref().is_some_and(|l| l.session == sid) {
@@ -690,6 +698,21 @@ impl State {
             .collect();
         for sid in fired {
             self.push_note(sid, Note::ControlChanged, now);
+        }
+    }
+
+    fn fire_breadcrumb_watches(&mut self, now: Instant) {
+        let fired: Vec<i64> = self
+            .sessions
+            .iter_mut()
+            .filter(|(_, s)| s.server == Server::Alive && s.breadcrumb_watch)
+            .map(|(sid, s)| {
+                s.breadcrumb_watch = false;
+                *sid
+            })
+            .collect();
+        for sid in fired {
+            self.push_note(sid, Note::BreadcrumbChanged, now);
         }
     }
 
@@ -979,6 +1002,7 @@ impl State {
                 // and a node cut off through a `resume` stayed out for good).
                 if s.server == Server::Ended && s.lost_at.is_none() {
                     s.control_watch = true;
+                    s.breadcrumb_watch = true;
                 }
                 s.server = Server::Alive;
                 s.connected = false;
@@ -987,6 +1011,7 @@ impl State {
                 s.server = Server::Ended;
                 s.outbox.clear();
                 s.control_watch = false;
+                s.breadcrumb_watch = false;
                 s.lock_watch = None;
             }
         }
@@ -1008,6 +1033,7 @@ impl State {
         // server fires those whose node changed since: all of them, here (a spurious
         // event only makes the client read again).
         self.fire_control_watches(now);
+        self.fire_breadcrumb_watches(now);
         let deleted = self.lock.is_none();
         self.fire_lock_watches(true, deleted, now);
         if !deleted {
@@ -1062,6 +1088,7 @@ impl State {
         let replaced = self.breadcrumb.take();
         let version = replaced.as_ref().map_or(0, |(_, v)| v + 1);
         self.breadcrumb = Some((record.clone(), version));
+        self.fire_breadcrumb_watches(c.now);
         self.facts.push(Fact::Commit {
             node: c.owner.0,
             inc: c.owner.1,
@@ -1122,6 +1149,7 @@ impl State {
             _ => return Err(rejected("breadcrumb", "BadVersion")),
         }
         self.zxid += 1;
+        self.fire_breadcrumb_watches(c.now);
         self.facts.push(Fact::Recorded {
             node: c.owner.0,
             inc: c.owner.1,
@@ -1135,6 +1163,7 @@ impl State {
     /// `version` (create it when `None`).
     fn restore_breadcrumb(
         &mut self,
+        now: Instant,
         record: NodeRecord,
         version: Option<i64>,
         held: Option<i64>,
@@ -1152,6 +1181,7 @@ impl State {
             _ => return Err(rejected("breadcrumb", "BadVersion")),
         }
         self.zxid += 1;
+        self.fire_breadcrumb_watches(now);
         Ok(())
     }
 
@@ -1172,6 +1202,7 @@ impl State {
         }
         self.zxid += 1;
         let (record, _) = self.breadcrumb.take().expect("checked");
+        self.fire_breadcrumb_watches(c.now);
         self.facts.push(Fact::BreadcrumbDeleted {
             by: Some(c.owner),
             record,
@@ -1277,6 +1308,7 @@ impl State {
         self.zxid += 1;
         if breadcrumb.is_some() {
             let (record, _) = self.breadcrumb.take().expect("checked");
+            self.fire_breadcrumb_watches(c.now);
             self.facts.push(Fact::BreadcrumbDeleted {
                 by: Some(c.owner),
                 record,
@@ -1586,6 +1618,7 @@ impl SimStore {
             }
             if let Some((record, _)) = st.breadcrumb.take() {
                 st.zxid += 1;
+                st.fire_breadcrumb_watches(now);
                 // As `warden fence --confirm` records it (src/ops/fence.rs).
                 let entry = confirmed_entry(&record);
                 match &mut st.history {
@@ -2119,7 +2152,7 @@ impl ModelSession {
     async fn lock_note(&self, join: Option<u64>) -> Option<Note> {
         self.note(move |n| match n {
             Note::Lock { join: j, .. } => Some(*j == join),
-            Note::ControlChanged => None,
+            Note::ControlChanged | Note::BreadcrumbChanged => None,
         })
         .await
     }
@@ -2302,6 +2335,45 @@ impl ModelSession {
         }
     }
 
+    /// `ZkSession::watch_data` on the breadcrumb: hands it to `each` now and after every
+    /// change (polling: every change a look finds), until the session ends.
+    async fn follow_breadcrumb(&self, mut each: impl FnMut(Option<NodeRecord>)) {
+        let read = |watch: bool| {
+            self.call("watching the breadcrumb", move |st, c| {
+                if watch {
+                    st.sess_mut(c.sid).breadcrumb_watch = true;
+                }
+                Ok(st.breadcrumb.as_ref().map(|(r, _)| r.clone()))
+            })
+        };
+        match self.h.cfg.watches {
+            Watches::Yes => loop {
+                match read(true).await {
+                    Ok(found) => {
+                        each(found);
+                        if self
+                            .note(|n| (*n == Note::BreadcrumbChanged).then_some(true))
+                            .await
+                            .is_none()
+                        {
+                            return;
+                        }
+                    }
+                    Err(StoreError::SessionLost(_)) => return,
+                    Err(_) => tokio::time::sleep(RETRY_DELAY).await,
+                }
+            },
+            Watches::Polling { every } => loop {
+                match read(false).await {
+                    Ok(found) => each(found),
+                    Err(StoreError::SessionLost(_)) => return,
+                    Err(_) => {}
+                }
+                tokio::time::sleep(every).await;
+            },
+        }
+    }
+
     /// `ZkSession::client_session_ended`'s reconnections: a `Reconnected` each time the
     /// client is back in its session. Never returns.
     async fn reconnections(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
@@ -2329,7 +2401,20 @@ impl ModelSession {
         let mut joined = self.h.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
         let mut following = true;
-        let mut active_sent: Option<Epoch> = None;
+        let tracker = std::sync::Mutex::new(ActiveTracker::default());
+        let send_all = |evs: Vec<StoreEvent>| {
+            for ev in evs {
+                let _ = events.send(ev);
+            }
+        };
+        let breadcrumbs = async {
+            self.follow_breadcrumb(|found| {
+                send_all(tracker.lock().unwrap().breadcrumb(found));
+            })
+            .await;
+            std::future::pending::<()>().await
+        };
+        tokio::pin!(breadcrumbs);
         loop {
             // The lock is watched whether or not this node joined: a standby that never
             // joins (priority 0, a failed follow, paused) must still learn each new active
@@ -2337,10 +2422,7 @@ impl ModelSession {
             let holder = async {
                 let mut on_record = |r: &NodeRecord| {
                     // Only a committed promotion names an active (`coord::committed`).
-                    if r.epoch.is_some() && r.epoch != active_sent {
-                        active_sent = r.epoch;
-                        let _ = events.send(StoreEvent::Active(r.clone()));
-                    }
+                    send_all(tracker.lock().unwrap().lock(r));
                 };
                 match armed {
                     Some(join) => self.watch_lock(join, &mut on_record).await.then_some(join),
@@ -2355,6 +2437,7 @@ impl ModelSession {
                 _ = &mut ended => break,
                 _ = &mut control, if following => following = false,
                 _ = &mut reconnected => {}
+                _ = &mut breadcrumbs => {}
                 gone = holder => {
                     if let Some(join) = gone {
                         let _ = events.send(StoreEvent::HolderGone { join });
@@ -2706,8 +2789,8 @@ impl Session for ModelSession {
         let held = self.held();
         let record = record.clone();
         write_outcome(
-            self.call("restoring the breadcrumb", move |st, _| {
-                st.restore_breadcrumb(record, version, held)
+            self.call("restoring the breadcrumb", move |st, c| {
+                st.restore_breadcrumb(c.now, record, version, held)
             })
             .await,
         )

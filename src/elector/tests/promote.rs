@@ -288,6 +288,117 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
     );
 }
 
+/// The simulation's seed 392502: the active's lease came back and it started its service
+/// again under the same lock (its breadcrumb rewritten to name the new one, §4.3d), then
+/// froze; the store forgot that rewrite and kept the older one, naming a process that is
+/// gone. A standby that saw the later rewrite writes it back before fencing.
+#[test]
+fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fenced() {
+    let with_service = |rewrite: u64, pgid: u32| NodeRecord {
+        rewrite: Some(rewrite),
+        service_pid: Some(pgid),
+        service_pgid: Some(pgid),
+        service_start_time: Some(u64::from(pgid) * 10),
+        ..record("n3", "inc-3", Some(12))
+    };
+    let (first, again) = (with_service(1, 55), with_service(3, 77));
+    // Saw the commit and each rewrite, in a link the store's restart broke.
+    let saw = |h: &mut H, rewrites: &[NodeRecord]| {
+        let j = h.session();
+        h.feed(Event::ActiveChanged {
+            record: record("n3", "inc-3", Some(12)),
+        });
+        for r in rewrites {
+            h.feed(Event::ActiveRewritten { record: r.clone() });
+        }
+        assert_eq!(h.feed(Event::Reconnected), vec![]);
+        h.held(j, 20)
+    };
+    let stored = |r: &NodeRecord| BreadcrumbView::Record {
+        record: r.clone(),
+        version: Version::new(7),
+    };
+    let mut h = H::new();
+    let r = saw(&mut h, &[first.clone(), again.clone()]);
+    let a = h.read(r, stored(&first));
+    let w = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::RestoreBreadcrumb {
+            ticket: w,
+            record: again.clone(),
+            version: Some(Version::new(7)),
+        }]
+    );
+    // Written back, the later one is fenced (and the history entry of epoch 12, the
+    // promotion's, does not say the start again is over).
+    let a = h.read_all(
+        w,
+        ClusterState {
+            history_by_node: [("n3".to_string(), 12)].into(),
+            newest_history_epoch: Some(12),
+            ..state(stored(&again))
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(t), .. }] if *t == again),
+        "{a:?}"
+    );
+
+    // Not written back, the stored record fenced as it is: the store kept the later
+    // rewrite; the later one names no service (a stop: the older one's process is what a
+    // fence can still find); it names the same service; it was seen in this very link;
+    // it is of another incarnation (never taken); a history entry of a later epoch.
+    let no_service = NodeRecord {
+        rewrite: Some(4),
+        ..record("n3", "inc-3", Some(12))
+    };
+    let other_inc = NodeRecord {
+        incarnation: "inc-4".into(),
+        ..again.clone()
+    };
+    let same = NodeRecord {
+        rewrite: Some(2),
+        ..first.clone()
+    };
+    for (seen, kept, history) in [
+        (vec![first.clone(), again.clone()], again.clone(), None),
+        (vec![first.clone(), no_service], first.clone(), None),
+        (vec![same], first.clone(), None),
+        (vec![other_inc], first.clone(), None),
+        (vec![first.clone(), again.clone()], first.clone(), Some(13)),
+    ] {
+        let mut h = H::new();
+        let r = saw(&mut h, &seen);
+        let a = h.read_all(
+            r,
+            ClusterState {
+                newest_history_epoch: history,
+                ..state(stored(&kept))
+            },
+        );
+        assert!(
+            matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(t), .. }] if *t == kept),
+            "{seen:?} {kept:?}: {a:?}"
+        );
+    }
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::ActiveChanged {
+        record: record("n3", "inc-3", Some(12)),
+    });
+    assert_eq!(h.feed(Event::Reconnected), vec![]);
+    h.feed(Event::ActiveRewritten {
+        record: again.clone(),
+    });
+    let r = h.held(j, 20);
+    let a = h.read_all(r, state(stored(&first)));
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(t), .. }] if *t == first),
+        "seen in this link: {a:?}"
+    );
+}
+
 #[test]
 fn rule_4_3b_failed_fencing_never_promotes_and_backs_off() {
     let mut h = H::new();

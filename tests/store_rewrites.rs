@@ -1,0 +1,185 @@
+//! SPEC §4.3d on every backend, against real servers: a standby's session hears each
+//! rewrite of the active's breadcrumb within its epoch (`StoreEvent::Rewritten`), after
+//! that epoch's `Active`. A standby keeps the latest rewrite in memory, so that a store
+//! that forgets it (keeping an older rewrite naming a process that is gone) has it
+//! written back before the fence (`Elector::forgotten_active`; the simulation's seed
+//! 392502).
+
+mod common;
+
+use common::mariadb::MariaDb;
+use common::redis::RedisServer;
+use common::ZkServer;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use warden::coord::{Connector, Session, StoreEvent, StoreSettings};
+use warden::record::{
+    BreadcrumbView, Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome,
+};
+
+fn node(id: &str) -> NodeRecord {
+    NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        incarnation: format!("inc-{id}"),
+        ..Default::default()
+    }
+}
+
+/// The next event that is not `control`, within 15 s.
+async fn next_event(rx: &mut mpsc::UnboundedReceiver<StoreEvent>) -> Option<StoreEvent> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(StoreEvent::Control(_))) => continue,
+            Ok(got) => return got,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// `a` takes the lock and commits; then rewrites its breadcrumb twice (the service
+/// recorded, then started again under another pid). `b`, a standby, hears the commit and
+/// then each rewrite, in order; a rewrite of the same record is not sent again.
+async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let events = b.clone();
+    tokio::spawn(async move { events.events(tx).await });
+    let me = node("n1");
+    let member = |node: NodeRecord| MemberRecord {
+        node,
+        role: Role::Standby,
+        health: Health::Healthy,
+        session_timeout: None,
+        containment: None,
+        follow: None,
+        priority: None,
+    };
+    a.create_member(&member(me.clone()))
+        .await
+        .expect("n1 registers");
+    b.create_member(&member(node("n2")))
+        .await
+        .expect("n2 registers");
+    let epoch = {
+        let mut tries = 0;
+        loop {
+            match a.join(&me, tries).await {
+                JoinOutcome::Held { epoch } => break epoch,
+                other => {
+                    tries += 1;
+                    assert!(tries < 100, "n1 never got the lock: {other:?}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    };
+    let state = a.read_state().await.expect("the takeover state");
+    let version = match state.breadcrumb {
+        BreadcrumbView::Record { version, .. } => Some(version),
+        _ => None,
+    };
+    let commit = NodeRecord {
+        epoch: Some(epoch),
+        ..me.clone()
+    };
+    assert_eq!(
+        a.commit_promotion(&commit, version, state.control_version)
+            .await,
+        WriteOutcome::Done
+    );
+    assert_eq!(
+        next_event(&mut rx).await,
+        Some(StoreEvent::Active(commit.clone()))
+    );
+    for (rewrite, pid) in [(1, 4242), (2, 4343)] {
+        let rec = NodeRecord {
+            rewrite: Some(rewrite),
+            service_pid: Some(pid),
+            service_pgid: Some(pid),
+            service_start_time: Some(u64::from(pid)),
+            ..commit.clone()
+        };
+        assert_eq!(a.rewrite_own_breadcrumb(&rec).await, WriteOutcome::Done);
+        assert_eq!(
+            next_event(&mut rx).await,
+            Some(StoreEvent::Rewritten(rec.clone())),
+            "rewrite {rewrite}"
+        );
+    }
+    // Nothing more: the same record read again is not news.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            match rx.recv().await {
+                Some(StoreEvent::Control(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    assert!(quiet.is_err(), "an event after the last rewrite: {quiet:?}");
+}
+
+fn settings(url: String, password: &str) -> StoreSettings {
+    StoreSettings {
+        url,
+        password: Some(password.to_string()),
+        session_timeout: Duration::from_secs(20),
+        poll_interval: Duration::from_millis(100),
+        connect_timeout: Duration::from_secs(5),
+        prefix: "warden".into(),
+        cluster: "rewrites".into(),
+        replicas_ack: 0,
+    }
+}
+
+#[test]
+fn zookeeper_tells_a_standby_each_rewrite_of_the_active() {
+    use warden::coord::zookeeper::ZkConnector;
+    let zk = ZkServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let cfg: warden::config::ZooKeeperConfig = toml::from_str(&format!(
+            "connect = \"{}\"\nsession_timeout = \"4s\"",
+            zk.connect_string()
+        ))
+        .expect("a ZooKeeper config");
+        let connector = ZkConnector::new(&cfg, "rewrites", None);
+        let a = connector.connect().await.expect("a session");
+        a.ensure_cluster().await.expect("the cluster's znodes");
+        let b = connector.connect().await.expect("another session");
+        a_standby_hears_each_rewrite_of_the_active(a, b).await;
+    });
+}
+
+#[test]
+fn mariadb_tells_a_standby_each_rewrite_of_the_active() {
+    use warden::coord::mysql::MysqlConnector;
+    let db = MariaDb::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let connector =
+            MysqlConnector::new(settings(db.url(), db.password())).expect("a connector");
+        let a = connector.connect().await.expect("a session");
+        a.ensure_cluster().await.expect("the cluster's tables");
+        a.write_marker(None).await.expect("init");
+        let b = connector.connect().await.expect("another session");
+        a_standby_hears_each_rewrite_of_the_active(a, b).await;
+    });
+}
+
+#[test]
+fn redis_tells_a_standby_each_rewrite_of_the_active() {
+    use warden::coord::redis::RedisConnector;
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let connector =
+            RedisConnector::new(settings(server.url(), server.password())).expect("a connector");
+        let a = connector.connect().await.expect("a session");
+        a.ensure_cluster().await.expect("the cluster's keys");
+        a.write_marker(None).await.expect("init");
+        let b = connector.connect().await.expect("another session");
+        a_standby_hears_each_rewrite_of_the_active(a, b).await;
+    });
+}
