@@ -1049,6 +1049,39 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     },
                 );
             }
+            Action::RestoreOwnBreadcrumb { ticket, epoch } => {
+                let mut rec = self.record(Some(epoch));
+                // The service that outlived its stop, as the commit named it.
+                if let Some(id) = self.stopping.as_ref().or(self.service.as_ref()) {
+                    rec.service_pid = Some(id.pid);
+                    rec.service_pgid = Some(id.pgid);
+                    rec.service_start_time = Some(id.start_time);
+                    rec.service_cgroup = id.cgroup.clone();
+                }
+                if rec.service_cgroup.is_none() {
+                    rec.service_cgroup = self.committed_cgroup.clone();
+                }
+                rec.rewrite = Some(self.next_rewrite(epoch));
+                let host = self.host.clone();
+                self.in_session(
+                    Event::StateRead {
+                        ticket,
+                        result: Err("no session".into()),
+                    },
+                    move |zk| async move {
+                        let outcome = zk.restore_breadcrumb(&rec, None).await;
+                        let result = if outcome == WriteOutcome::Done {
+                            read_cluster_state(&zk, &host).await
+                        } else {
+                            Err(format!(
+                                "writing back this node's own breadcrumb at epoch {epoch}, \
+                                 naming its service that outlived its stop, got {outcome:?}"
+                            ))
+                        };
+                        Event::StateRead { ticket, result }
+                    },
+                );
+            }
             Action::Fence { ticket, order } => self.fence(ticket, order),
             Action::CommitPromotion {
                 ticket,

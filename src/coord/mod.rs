@@ -777,7 +777,6 @@ impl StoreError {
 /// every promotion for good.
 pub const MAX_KEPT_EPOCH: Epoch = 1 << 53;
 
-/// A lock's record, when it names a committed promotion (an epoch).
 /// Which active a session's events last named: `Active` once per epoch of the lock's
 /// committed record, `Rewritten` for each later rewrite of that record's breadcrumb
 /// (§4.3d). The lock and the breadcrumb are read apart (two ZooKeeper watches, two reads
@@ -820,6 +819,7 @@ impl ActiveTracker {
     }
 }
 
+/// A lock's record, when it names a committed promotion (an epoch).
 pub(crate) fn committed(data: &[u8]) -> Option<NodeRecord> {
     record::parse::<NodeRecord>(data)
         .ok()

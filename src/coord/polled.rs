@@ -155,6 +155,7 @@ where
     let mut armed = *joined.borrow_and_update();
     let mut control_seen: Option<Option<i64>> = None;
     let mut tracker = super::ActiveTracker::default();
+    let mut breadcrumb_seen: Option<Option<i64>> = None;
     let mut first = true;
     loop {
         if *lost.borrow() {
@@ -192,11 +193,20 @@ where
                     let _ = events.send(ev);
                 }
                 // And the breadcrumb, for the active's rewrites within its epoch (§4.3d):
-                // what a fence of it must name should the store forget them.
-                if let Ok(found) = p.read_breadcrumb().await {
-                    let record = found.and_then(|(d, _)| record::parse::<NodeRecord>(&d).ok());
-                    for ev in tracker.breadcrumb(record) {
-                        let _ = events.send(ev);
+                // what a fence of it must name should the store forget them. Not by the
+                // holder (its elector knows its own), and parsed only when it changed.
+                let ours = holder.as_ref().is_some_and(|(s, _)| *s == c.id);
+                if !ours {
+                    if let Ok(found) = p.read_breadcrumb().await {
+                        let version = found.as_ref().map(|(_, v)| *v);
+                        if breadcrumb_seen != Some(version) {
+                            breadcrumb_seen = Some(version);
+                            let record =
+                                found.and_then(|(d, _)| record::parse::<NodeRecord>(&d).ok());
+                            for ev in tracker.breadcrumb(record) {
+                                let _ = events.send(ev);
+                            }
+                        }
                     }
                 }
             }

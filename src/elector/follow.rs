@@ -67,28 +67,32 @@ impl Elector {
         }
         // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
+        self.active_rewrite = None;
         self.active_link = self.links;
         if self.cfg.follow {
             self.follow_now();
         }
     }
 
-    /// The active's breadcrumb rewritten within its epoch (§4.3d): kept when it is the
-    /// active this node knows (same incarnation and epoch) at a later rewrite, so that
-    /// the identity a start again gave it is what `forgotten_active` can write back
-    /// (the simulation's seed 392502). Never a new active: nothing is followed.
+    /// The active's breadcrumb rewritten within its epoch (§4.3d): kept beside the active
+    /// (same incarnation and epoch) when it is a later rewrite than the last kept, so
+    /// that a store which keeps an older rewrite has the later one written back
+    /// (`forgotten_active`; the simulation's seed 392502). Never a new active: nothing is
+    /// followed, and `active` stays the commit's record, which is what a forgotten commit
+    /// writes back (stop 38's review: a rewrite seen before a later start again names a
+    /// process that may be gone, which a fence would take as fenced).
     pub(super) fn on_active_rewritten(&mut self, record: NodeRecord) {
         let Some(active) = &self.active else {
             return;
         };
+        let newest = self.active_rewrite.as_ref().unwrap_or(active);
         if !active.same_incarnation(&record)
             || active.epoch != record.epoch
-            || record.rewrite.unwrap_or(0) <= active.rewrite.unwrap_or(0)
+            || record.rewrite.unwrap_or(0) <= newest.rewrite.unwrap_or(0)
         {
             return;
         }
-        self.active = Some(record);
-        self.active_link = self.links;
+        self.active_rewrite = Some(record);
     }
 
     /// Runs `follow` for the newest active, unless one runs, this node holds the lock, it

@@ -325,6 +325,11 @@ pub enum Action {
         record: NodeRecord,
         version: Option<Version>,
     },
+    /// Create the breadcrumb with our own record at `epoch`, naming the service that
+    /// outlived its stop (the one the driver is still stopping), while the lock is ours,
+    /// then read the state again: reported as [`Event::StateRead`]. The store forgot the
+    /// commit that named it, and whoever promotes next must fence it.
+    RestoreOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
     /// One multi-op: check `lock`, check `control` at `control_version`, write the
     /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
     CommitPromotion {
@@ -477,6 +482,9 @@ pub struct Elector {
     /// Our own service could not be verified stopped: treat our breadcrumb as needing the
     /// local fence before we promote again.
     own_leftovers: bool,
+    /// The lock epoch under which our own breadcrumb was last written back for our
+    /// leftovers ([`Action::RestoreOwnBreadcrumb`]): once per lock.
+    own_written_back: Option<Epoch>,
     /// The breadcrumb holds our record for the epoch we hold.
     breadcrumb_written: bool,
     /// `control` still holds a switchover request that lapsed: the next active clears it
@@ -527,6 +535,9 @@ pub struct Elector {
     /// SPEC §6 `follow`: the newest active of another node, the epoch followed last, the
     /// follow in flight, why the last one failed and when to try again.
     active: Option<NodeRecord>,
+    /// The latest rewrite of `active`'s breadcrumb within its epoch (§4.3d) this node was
+    /// told of ([`Event::ActiveRewritten`]); `None` until one, and again for a new active.
+    active_rewrite: Option<NodeRecord>,
     followed: Option<Epoch>,
     following: Option<Ticket>,
     follow_failed: Option<String>,
@@ -561,6 +572,7 @@ impl Elector {
             retry_at: None,
             must_rejoin: false,
             own_leftovers: false,
+            own_written_back: None,
             breadcrumb_written: false,
             lapsed_failover: None,
             called_off: None,
@@ -574,6 +586,7 @@ impl Elector {
             names_earlier_start: false,
             epoch_seen: None,
             active: None,
+            active_rewrite: None,
             links: 0,
             active_link: 0,
             followed: None,

@@ -95,6 +95,36 @@ impl Elector {
                 return;
             }
         }
+        if self.own_leftovers
+            && matches!(state.breadcrumb, BreadcrumbView::Absent)
+            && self.own_written_back != Some(epoch)
+        {
+            // Our own service outlived its stop, and the store keeps no breadcrumb naming
+            // it: it forgot our commit (the simulation's seed 25694, stop 38: our lease
+            // ended while the store was down, the kill left a process in D state, and the
+            // store came back without our commit). Released as it is, the next winner
+            // would find nothing to fence and start beside it. Written back first, it is
+            // fenced as any leftover of ours is, and by whoever wins after us.
+            self.own_written_back = Some(epoch);
+            let ticket = self.ticket();
+            self.phase = Phase::Holding {
+                epoch,
+                step: Step::Reading {
+                    ticket,
+                    unknown_commit: None,
+                },
+            };
+            self.notice(
+                true,
+                "this node's own service outlived its stop and the store keeps no breadcrumb \
+                 naming it (it forgot the commit): writing it back, so that it is fenced \
+                 before anyone promotes"
+                    .into(),
+            );
+            self.actions
+                .push_back(Action::RestoreOwnBreadcrumb { ticket, epoch });
+            return;
+        }
         match &state.breadcrumb {
             BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
                 let recorded = record.epoch.unwrap_or(0);
@@ -190,12 +220,17 @@ impl Elector {
     /// active's history entry was written (seed 9899: SIGTERM while promoting); fencing
     /// it then failed, needlessly, and left the cluster to the operator.
     ///
-    /// Also when the breadcrumb is of that very active and epoch but an older rewrite of
-    /// it (§4.3d), one that names another service than the later rewrite this node saw:
-    /// the store forgot a start again under the same lock. Fencing by the older record
-    /// finds its process gone and calls it fenced while the later one serves on (the
-    /// simulation's seed 392502: a warden whose lease came back restarted its service,
-    /// froze, and the store forgot the rewrite naming the new one). The history names
+    /// Also when the breadcrumb is that very active's at its epoch but an older rewrite
+    /// of it (§4.3d) than the latest this node was told of, naming another service: the
+    /// store forgot a start again under the same lock. Fencing by the older record finds
+    /// its process gone and calls it fenced while the later one serves on (the
+    /// simulation's seed 392502: a warden whose lease came back started its service
+    /// again, froze, and the store forgot the rewrite naming the new one). The later
+    /// rewrite is written back, in whatever link it was seen (a stored rewrite older than
+    /// one seen is never the trace of a clean step-down), and whether or not that warden
+    /// lives (it is fenced either way: only the record differs). A rewrite naming no
+    /// service (written just before a start again) is written back too: a fence that
+    /// cannot verify a named process gone does not call it fenced. The history names
     /// epochs, not rewrites: only an entry of a later epoch says this one is over.
     fn forgotten_active(
         &mut self,
@@ -204,26 +239,48 @@ impl Elector {
     ) -> Option<NodeRecord> {
         let active = self.active.clone()?;
         let e = active.epoch?;
-        if self.is_ours(&active) || self.active_link >= self.links {
+        if self.is_ours(&active) {
             return None;
         }
-        let older_rewrite = breadcrumb.is_some_and(|b| {
-            b.same_incarnation(&active)
+        if let (Some(b), Some(later)) = (breadcrumb, self.active_rewrite.clone()) {
+            if b.same_incarnation(&later)
                 && b.epoch == Some(e)
-                && b.rewrite.unwrap_or(0) < active.rewrite.unwrap_or(0)
-                && names_a_service(&active)
-                && !same_service(b, &active)
-        });
-        if older_rewrite {
-            if state.newest_history_epoch.is_some_and(|h| h > e)
-                || state
-                    .history_by_node
-                    .get(&active.node_id)
-                    .is_some_and(|&h| h > e)
+                && b.rewrite.unwrap_or(0) < later.rewrite.unwrap_or(0)
+                && !same_service(b, &later)
             {
-                return None;
+                if state.newest_history_epoch.is_some_and(|h| h > e)
+                    || state
+                        .history_by_node
+                        .get(&active.node_id)
+                        .is_some_and(|&h| h > e)
+                {
+                    return None;
+                }
+                self.notice(
+                    true,
+                    format!(
+                        "the store keeps an older breadcrumb of {} at epoch {e} (rewrite {}) \
+                         than the one this node saw written (rewrite {}, naming {}): the \
+                         store forgot a start again; writing the later one back to fence \
+                         that service before promoting",
+                        later.node_id,
+                        b.rewrite.unwrap_or(0),
+                        later.rewrite.unwrap_or(0),
+                        match (
+                            later.service_pgid.or(later.service_pid),
+                            &later.service_cgroup
+                        ) {
+                            (Some(p), _) => format!("process group {p}"),
+                            (None, Some(c)) => format!("cgroup {c}"),
+                            (None, None) => "no service".to_string(),
+                        }
+                    ),
+                );
+                return Some(later);
             }
-        } else if breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
+        }
+        if self.active_link >= self.links
+            || breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
             || state.newest_history_epoch.is_some_and(|h| h >= e)
             || state
                 .history_by_node
@@ -243,27 +300,15 @@ impl Elector {
             );
             return None;
         }
-        let what = if older_rewrite {
+        self.notice(
+            true,
             format!(
-                "the store keeps an older breadcrumb of epoch {e} than the one this node saw \
-                 {} write (rewrite {} naming service pid {}): the store forgot a start again; \
-                 writing the later one back to fence that service before promoting",
-                active.node_id,
-                active.rewrite.unwrap_or(0),
-                active
-                    .service_pgid
-                    .or(active.service_pid)
-                    .map_or_else(|| "?".to_string(), |p| p.to_string())
-            )
-        } else {
-            format!(
-                "the store keeps no breadcrumb and no history of epoch {e}, which this node \
-                 saw {} commit: the store forgot it; writing its breadcrumb back to fence it \
+                "the store keeps no breadcrumb and no history of epoch {e}, which this node saw \
+                 {} commit: the store forgot it; writing its breadcrumb back to fence it \
                  before promoting",
                 active.node_id
-            )
-        };
-        self.notice(true, what);
+            ),
+        );
         Some(active)
     }
 
@@ -482,11 +527,6 @@ impl Elector {
         }
         self.start_if_due(now);
     }
-}
-
-/// Whether `r` names a service process or cgroup a fence can act on.
-fn names_a_service(r: &NodeRecord) -> bool {
-    r.service_pid.is_some() || r.service_pgid.is_some() || r.service_cgroup.is_some()
 }
 
 /// Whether `a` and `b` name the same service (process, group, start time and cgroup).

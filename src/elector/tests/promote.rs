@@ -345,14 +345,47 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
         "{a:?}"
     );
 
-    // Not written back, the stored record fenced as it is: the store kept the later
-    // rewrite; the later one names no service (a stop: the older one's process is what a
-    // fence can still find); it names the same service; it was seen in this very link;
-    // it is of another incarnation (never taken); a history entry of a later epoch.
+    // Written back as well: a later rewrite naming no service (the one written just
+    // before a start again: a fence that cannot verify a named process gone does not
+    // call it fenced); one seen in this very link (a stored rewrite older than one seen
+    // is no trace of a clean step-down); one whose warden lives and stepped down (it is
+    // fenced either way, only the record differs).
     let no_service = NodeRecord {
-        rewrite: Some(4),
+        rewrite: Some(2),
         ..record("n3", "inc-3", Some(12))
     };
+    let mut h = H::new();
+    let r = saw(&mut h, &[first.clone(), no_service.clone()]);
+    let a = h.read(r, stored(&first));
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == no_service),
+        "{a:?}"
+    );
+    let mut h = H::new();
+    let j = h.session();
+    h.feed(Event::ActiveChanged {
+        record: record("n3", "inc-3", Some(12)),
+    });
+    assert_eq!(h.feed(Event::Reconnected), vec![]);
+    h.feed(Event::ActiveRewritten {
+        record: again.clone(),
+    });
+    let r = h.held(j, 20);
+    let a = h.read_all(
+        r,
+        ClusterState {
+            remembered_alive: true,
+            ..state(stored(&first))
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == again),
+        "seen in this link, its warden alive: {a:?}"
+    );
+
+    // Not written back, the stored record fenced as it is: the store kept the later
+    // rewrite; the later one names the same service; it is of another incarnation (never
+    // taken); a history entry of a later epoch.
     let other_inc = NodeRecord {
         incarnation: "inc-4".into(),
         ..again.clone()
@@ -363,7 +396,6 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
     };
     for (seen, kept, history) in [
         (vec![first.clone(), again.clone()], again.clone(), None),
-        (vec![first.clone(), no_service], first.clone(), None),
         (vec![same], first.clone(), None),
         (vec![other_inc], first.clone(), None),
         (vec![first.clone(), again.clone()], first.clone(), Some(13)),
@@ -382,20 +414,17 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
             "{seen:?} {kept:?}: {a:?}"
         );
     }
+
+    // The store forgot the whole epoch (no breadcrumb): what is written back is the
+    // commit's record, as before rewrites were told, not a rewrite that names a process
+    // a later start again may have replaced (stop 38's review).
     let mut h = H::new();
-    let j = h.session();
-    h.feed(Event::ActiveChanged {
-        record: record("n3", "inc-3", Some(12)),
-    });
-    assert_eq!(h.feed(Event::Reconnected), vec![]);
-    h.feed(Event::ActiveRewritten {
-        record: again.clone(),
-    });
-    let r = h.held(j, 20);
-    let a = h.read_all(r, state(stored(&first)));
+    let r = saw(&mut h, &[first.clone()]);
+    let a = h.read(r, BreadcrumbView::Absent);
     assert!(
-        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(t), .. }] if *t == first),
-        "seen in this link: {a:?}"
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record: r, .. }]
+            if *r == record("n3", "inc-3", Some(12))),
+        "{a:?}"
     );
 }
 
@@ -619,6 +648,77 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
     );
     assert!(
         matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnService(r), .. }] if *r == mine),
+        "{a:?}"
+    );
+}
+
+/// The simulation's seed 25694 (stop 38): our own service outlived its stop, and the
+/// store forgot the commit that named it (no breadcrumb). Before anything else the lock
+/// holder writes its own breadcrumb back, naming it, so that it is fenced (by us, then by
+/// whoever wins after us) instead of left running beside the next active; once per lock.
+#[test]
+fn rule_5_our_own_leftover_whose_commit_the_store_forgot_is_written_back() {
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "x".into(),
+    });
+    let a = h.feed(Event::ServiceStopped {
+        ticket: H::ticket_of(&a),
+        clean: false,
+        detail: "pid 9 still runs".into(),
+    });
+    let rel = H::ticket_of(&a);
+    h.feed(Event::Released { ticket: rel });
+    h.advance(Duration::from_secs(31));
+    let r = h.won(9);
+    let a = h.read(r, BreadcrumbView::Absent);
+    let w = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::RestoreOwnBreadcrumb {
+            ticket: w,
+            epoch: 9
+        }]
+    );
+    // Written back: our own leftover is fenced, never this process.
+    let mine = record("n1", "inc-1", Some(9));
+    let a = h.read(
+        w,
+        BreadcrumbView::Record {
+            record: mine.clone(),
+            version: Version::new(0),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnService(r), .. }] if *r == mine),
+        "{a:?}"
+    );
+    // A write-back that did not land is not tried again under this lock: the state read
+    // after it fails, and the node leaves (its lock's end is what the next winner sees).
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "x".into(),
+    });
+    let a = h.feed(Event::ServiceStopped {
+        ticket: H::ticket_of(&a),
+        clean: false,
+        detail: "pid 9 still runs".into(),
+    });
+    h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    h.advance(Duration::from_secs(31));
+    let r = h.won(9);
+    let a = h.read(r, BreadcrumbView::Absent);
+    let w = H::ticket_of(&a);
+    let a = h.read(w, BreadcrumbView::Absent);
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::RestoreOwnBreadcrumb { .. })),
         "{a:?}"
     );
 }
