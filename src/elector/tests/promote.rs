@@ -419,7 +419,7 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
     // commit's record, as before rewrites were told, not a rewrite that names a process
     // a later start again may have replaced (stop 38's review).
     let mut h = H::new();
-    let r = saw(&mut h, &[first.clone()]);
+    let r = saw(&mut h, std::slice::from_ref(&first));
     let a = h.read(r, BreadcrumbView::Absent);
     assert!(
         matches!(a.as_slice(), [Action::RestoreBreadcrumb { record: r, .. }]
