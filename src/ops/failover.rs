@@ -409,7 +409,9 @@ pub async fn await_switch<C: Connector>(
             Ok(Err(e)) => {
                 if matches!(e, StoreError::SessionLost(_)) {
                     // The session of this command expired (a long ZooKeeper outage): open
-                    // another one, within what is left of the wait.
+                    // another one, within what is left of the wait now (the failed read
+                    // took some of it: the simulation's seed 32848 returned 65 ms late).
+                    let left = req.lapses_at.saturating_duration_since(Instant::now());
                     if let Ok(Ok(fresh)) = tokio::time::timeout(left, connector.connect()).await {
                         zk = fresh;
                     }
