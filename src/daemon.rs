@@ -1034,17 +1034,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             });
                             return Event::StateRead { ticket, result };
                         }
-                        let outcome = zk.restore_breadcrumb(&record, version).await;
-                        let result = if outcome == WriteOutcome::Done {
-                            read_cluster_state(&zk, &host).await
-                        } else {
-                            Err(format!(
-                                "writing back the breadcrumb of {} at epoch {}, whose commit \
-                                 the store forgot, got {outcome:?}",
-                                record.node_id,
-                                record.epoch.unwrap_or_default()
-                            ))
-                        };
+                        let what = format!(
+                            "writing back the breadcrumb of {} at epoch {}, whose commit the \
+                             store forgot",
+                            record.node_id,
+                            record.epoch.unwrap_or_default()
+                        );
+                        let result = write_back(&zk, &host, &record, version, what).await;
                         Event::StateRead { ticket, result }
                     },
                 );
@@ -1069,15 +1065,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        let outcome = zk.restore_breadcrumb(&rec, None).await;
-                        let result = if outcome == WriteOutcome::Done {
-                            read_cluster_state(&zk, &host).await
-                        } else {
-                            Err(format!(
-                                "writing back this node's own breadcrumb at epoch {epoch}, \
-                                 naming its service that outlived its stop, got {outcome:?}"
-                            ))
-                        };
+                        let what = format!(
+                            "writing back this node's own breadcrumb at epoch {epoch}, naming \
+                             its service that outlived its stop"
+                        );
+                        let result = write_back(&zk, &host, &rec, None, what).await;
                         Event::StateRead { ticket, result }
                     },
                 );
@@ -1985,6 +1977,21 @@ async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord) -> bool {
                 )
         }
         _ => false,
+    }
+}
+
+/// Writes `record` back as the breadcrumb (created when `version` is `None`), then reads
+/// the state again; `what` says, in an error, what the write was.
+async fn write_back<S: Session>(
+    zk: &S,
+    host: &impl Host,
+    record: &NodeRecord,
+    version: Option<record::Version>,
+    what: String,
+) -> Result<Box<ClusterState>, String> {
+    match zk.restore_breadcrumb(record, version).await {
+        WriteOutcome::Done => read_cluster_state(zk, host).await,
+        outcome => Err(format!("{what}, got {outcome:?}")),
     }
 }
 

@@ -79,14 +79,7 @@ impl Elector {
                 if !self.epoch_is_new(epoch, recorded.and_then(|r| r.epoch), &state) {
                     return;
                 }
-                let ticket = self.ticket();
-                self.phase = Phase::Holding {
-                    epoch,
-                    step: Step::Reading {
-                        ticket,
-                        unknown_commit: None,
-                    },
-                };
+                let ticket = self.reading_after_a_write(epoch);
                 self.actions.push_back(Action::RestoreBreadcrumb {
                     ticket,
                     record: active,
@@ -106,14 +99,7 @@ impl Elector {
             // would find nothing to fence and start beside it. Written back first, it is
             // fenced as any leftover of ours is, and by whoever wins after us.
             self.own_written_back = Some(epoch);
-            let ticket = self.ticket();
-            self.phase = Phase::Holding {
-                epoch,
-                step: Step::Reading {
-                    ticket,
-                    unknown_commit: None,
-                },
-            };
+            let ticket = self.reading_after_a_write(epoch);
             self.notice(
                 true,
                 "this node's own service outlived its stop and the store keeps no breadcrumb \
@@ -190,6 +176,20 @@ impl Elector {
             }
         }
         self.commit(epoch, breadcrumb_version, control_version, now);
+    }
+
+    /// Holding at `epoch`, the state read again after a write-back: its ticket (the
+    /// driver answers the write with [`Event::StateRead`]).
+    fn reading_after_a_write(&mut self, epoch: Epoch) -> Ticket {
+        let ticket = self.ticket();
+        self.phase = Phase::Holding {
+            epoch,
+            step: Step::Reading {
+                ticket,
+                unknown_commit: None,
+            },
+        };
+        ticket
     }
 
     /// The newest active this node saw commit, when the store keeps no trace of its epoch

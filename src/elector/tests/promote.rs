@@ -621,8 +621,9 @@ fn rule_5_our_node_id_from_another_machine_or_boot_is_fenced_by_the_whole_chain(
     ));
 }
 
-#[test]
-fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselves() {
+/// Active at epoch 3, its service unhealthy and its stop not verified (pid 9 still
+/// runs); released, then the lock won again at `epoch`: the state read's ticket.
+fn left_running_then_won(epoch: Epoch) -> (H, Ticket) {
     let mut h = H::new();
     h.active(3);
     let a = h.feed(Event::ServiceHealthChanged {
@@ -634,10 +635,17 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
         clean: false,
         detail: "pid 9 still runs".into(),
     });
-    let rel = H::ticket_of(&a);
-    h.feed(Event::Released { ticket: rel });
+    h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
     h.advance(Duration::from_secs(31));
-    let r = h.won(9);
+    let r = h.won(epoch);
+    (h, r)
+}
+
+#[test]
+fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselves() {
+    let (mut h, r) = left_running_then_won(9);
     let mine = record("n1", "inc-1", Some(3));
     let a = h.read(
         r,
@@ -658,21 +666,7 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
 /// whoever wins after us) instead of left running beside the next active; once per lock.
 #[test]
 fn rule_5_our_own_leftover_whose_commit_the_store_forgot_is_written_back() {
-    let mut h = H::new();
-    h.active(3);
-    let a = h.feed(Event::ServiceHealthChanged {
-        healthy: false,
-        detail: "x".into(),
-    });
-    let a = h.feed(Event::ServiceStopped {
-        ticket: H::ticket_of(&a),
-        clean: false,
-        detail: "pid 9 still runs".into(),
-    });
-    let rel = H::ticket_of(&a);
-    h.feed(Event::Released { ticket: rel });
-    h.advance(Duration::from_secs(31));
-    let r = h.won(9);
+    let (mut h, r) = left_running_then_won(9);
     let a = h.read(r, BreadcrumbView::Absent);
     let w = H::ticket_of(&a);
     assert_eq!(
@@ -697,22 +691,7 @@ fn rule_5_our_own_leftover_whose_commit_the_store_forgot_is_written_back() {
     );
     // A write-back that did not land is not tried again under this lock: the state read
     // after it fails, and the node leaves (its lock's end is what the next winner sees).
-    let mut h = H::new();
-    h.active(3);
-    let a = h.feed(Event::ServiceHealthChanged {
-        healthy: false,
-        detail: "x".into(),
-    });
-    let a = h.feed(Event::ServiceStopped {
-        ticket: H::ticket_of(&a),
-        clean: false,
-        detail: "pid 9 still runs".into(),
-    });
-    h.feed(Event::Released {
-        ticket: H::ticket_of(&a),
-    });
-    h.advance(Duration::from_secs(31));
-    let r = h.won(9);
+    let (mut h, r) = left_running_then_won(9);
     let a = h.read(r, BreadcrumbView::Absent);
     let w = H::ticket_of(&a);
     let a = h.read(w, BreadcrumbView::Absent);
