@@ -1019,6 +1019,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 ticket,
                 record,
                 version,
+                check_alive,
             } => {
                 let host = self.host.clone();
                 self.in_session(
@@ -1027,7 +1028,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        if remembered_alive(&zk, &record).await {
+                        if check_alive && remembered_alive(&zk, &record).await {
                             let result = read_cluster_state(&zk, &host).await.map(|mut s| {
                                 s.remembered_alive = true;
                                 s
@@ -1041,35 +1042,6 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             record.epoch.unwrap_or_default()
                         );
                         let result = write_back(&zk, &host, &record, version, what).await;
-                        Event::StateRead { ticket, result }
-                    },
-                );
-            }
-            Action::RestoreOwnBreadcrumb { ticket, epoch } => {
-                let mut rec = self.record(Some(epoch));
-                // The service that outlived its stop, as the commit named it.
-                if let Some(id) = self.stopping.as_ref().or(self.service.as_ref()) {
-                    rec.service_pid = Some(id.pid);
-                    rec.service_pgid = Some(id.pgid);
-                    rec.service_start_time = Some(id.start_time);
-                    rec.service_cgroup = id.cgroup.clone();
-                }
-                if rec.service_cgroup.is_none() {
-                    rec.service_cgroup = self.committed_cgroup.clone();
-                }
-                rec.rewrite = Some(self.next_rewrite(epoch));
-                let host = self.host.clone();
-                self.in_session(
-                    Event::StateRead {
-                        ticket,
-                        result: Err("no session".into()),
-                    },
-                    move |zk| async move {
-                        let what = format!(
-                            "writing back this node's own breadcrumb at epoch {epoch}, naming \
-                             its service that outlived its stop"
-                        );
-                        let result = write_back(&zk, &host, &rec, None, what).await;
                         Event::StateRead { ticket, result }
                     },
                 );

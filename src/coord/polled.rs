@@ -4,7 +4,7 @@
 //! (sooner when the backend has a way to be woken).
 
 use super::{StoreError, StoreEvent};
-use crate::record::{self, NodeRecord};
+use crate::record::{self, Epoch, NodeRecord};
 use std::future::Future;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
@@ -155,7 +155,7 @@ where
     let mut armed = *joined.borrow_and_update();
     let mut control_seen: Option<Option<i64>> = None;
     let mut tracker = super::ActiveTracker::default();
-    let mut breadcrumb_seen: Option<Option<i64>> = None;
+    let mut breadcrumb_seen: Option<(Option<i64>, Option<Epoch>, Option<i64>)> = None;
     let mut first = true;
     loop {
         if *lost.borrow() {
@@ -195,12 +195,19 @@ where
                 // And the breadcrumb, for the active's rewrites within its epoch (§4.3d):
                 // what a fence of it must name should the store forget them. Not by the
                 // holder (its elector knows its own), and parsed only when it changed.
+                // (Keyed by the holder's session and epoch too: a breadcrumb deleted and
+                // made again starts its versions again, so one term's version 1 is no
+                // proof of the next term's: stop 38's review.)
                 let ours = holder.as_ref().is_some_and(|(s, _)| *s == c.id);
                 if !ours {
                     if let Ok(found) = p.read_breadcrumb().await {
-                        let version = found.as_ref().map(|(_, v)| *v);
-                        if breadcrumb_seen != Some(version) {
-                            breadcrumb_seen = Some(version);
+                        let key = (
+                            holder.as_ref().map(|(s, _)| *s),
+                            r.epoch,
+                            found.as_ref().map(|(_, v)| *v),
+                        );
+                        if breadcrumb_seen != Some(key) {
+                            breadcrumb_seen = Some(key);
                             let record =
                                 found.and_then(|(d, _)| record::parse::<NodeRecord>(&d).ok());
                             for ev in tracker.breadcrumb(record) {

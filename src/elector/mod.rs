@@ -324,12 +324,12 @@ pub enum Action {
         ticket: Ticket,
         record: NodeRecord,
         version: Option<Version>,
+        /// First look whether that warden lives and stepped down, and write nothing then
+        /// (reported as [`ClusterState::remembered_alive`]): a forgotten commit. Not for
+        /// a later rewrite of a breadcrumb the store keeps, which is fenced either way
+        /// (the re-read would ask for the same write again, for ever: stop 38's review).
+        check_alive: bool,
     },
-    /// Create the breadcrumb with our own record at `epoch`, naming the service that
-    /// outlived its stop (the one the driver is still stopping), while the lock is ours,
-    /// then read the state again: reported as [`Event::StateRead`]. The store forgot the
-    /// commit that named it, and whoever promotes next must fence it.
-    RestoreOwnBreadcrumb { ticket: Ticket, epoch: Epoch },
     /// One multi-op: check `lock`, check `control` at `control_version`, write the
     /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
     CommitPromotion {
@@ -482,9 +482,6 @@ pub struct Elector {
     /// Our own service could not be verified stopped: treat our breadcrumb as needing the
     /// local fence before we promote again.
     own_leftovers: bool,
-    /// The lock epoch under which our own breadcrumb was last written back for our
-    /// leftovers ([`Action::RestoreOwnBreadcrumb`]): once per lock.
-    own_written_back: Option<Epoch>,
     /// The breadcrumb holds our record for the epoch we hold.
     breadcrumb_written: bool,
     /// `control` still holds a switchover request that lapsed: the next active clears it
@@ -572,7 +569,6 @@ impl Elector {
             retry_at: None,
             must_rejoin: false,
             own_leftovers: false,
-            own_written_back: None,
             breadcrumb_written: false,
             lapsed_failover: None,
             called_off: None,

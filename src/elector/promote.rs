@@ -75,7 +75,7 @@ impl Elector {
             BreadcrumbView::Unreadable { .. } => None,
         };
         if let Some(recorded) = recorded {
-            if let Some(active) = self.forgotten_active(recorded, &state) {
+            if let Some((active, check_alive)) = self.forgotten_active(recorded, &state) {
                 if !self.epoch_is_new(epoch, recorded.and_then(|r| r.epoch), &state) {
                     return;
                 }
@@ -84,32 +84,10 @@ impl Elector {
                     ticket,
                     record: active,
                     version: breadcrumb_version,
+                    check_alive,
                 });
                 return;
             }
-        }
-        if self.own_leftovers
-            && matches!(state.breadcrumb, BreadcrumbView::Absent)
-            && self.own_written_back != Some(epoch)
-        {
-            // Our own service outlived its stop, and the store keeps no breadcrumb naming
-            // it: it forgot our commit (the simulation's seed 25694, stop 38: our lease
-            // ended while the store was down, the kill left a process in D state, and the
-            // store came back without our commit). Released as it is, the next winner
-            // would find nothing to fence and start beside it. Written back first, it is
-            // fenced as any leftover of ours is, and by whoever wins after us.
-            self.own_written_back = Some(epoch);
-            let ticket = self.reading_after_a_write(epoch);
-            self.notice(
-                true,
-                "this node's own service outlived its stop and the store keeps no breadcrumb \
-                 naming it (it forgot the commit): writing it back, so that it is fenced \
-                 before anyone promotes"
-                    .into(),
-            );
-            self.actions
-                .push_back(Action::RestoreOwnBreadcrumb { ticket, epoch });
-            return;
         }
         match &state.breadcrumb {
             BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
@@ -236,7 +214,7 @@ impl Elector {
         &mut self,
         breadcrumb: Option<&NodeRecord>,
         state: &ClusterState,
-    ) -> Option<NodeRecord> {
+    ) -> Option<(NodeRecord, bool)> {
         let active = self.active.clone()?;
         let e = active.epoch?;
         if self.is_ours(&active) {
@@ -276,7 +254,7 @@ impl Elector {
                         }
                     ),
                 );
-                return Some(later);
+                return Some((later, false));
             }
         }
         if self.active_link >= self.links
@@ -309,7 +287,7 @@ impl Elector {
                 active.node_id
             ),
         );
-        Some(active)
+        Some((active, true))
     }
 
     pub(super) fn on_fence_done(

@@ -95,7 +95,6 @@ impl H {
                 Action::Join { ticket }
                 | Action::ReadState { ticket }
                 | Action::RestoreBreadcrumb { ticket, .. }
-                | Action::RestoreOwnBreadcrumb { ticket, .. }
                 | Action::Fence { ticket, .. }
                 | Action::CommitPromotion { ticket, .. }
                 | Action::StartService { ticket, .. }
