@@ -1035,13 +1035,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             });
                             return Event::StateRead { ticket, result };
                         }
-                        let what = format!(
-                            "writing back the breadcrumb of {} at epoch {}, whose commit the \
-                             store forgot",
-                            record.node_id,
-                            record.epoch.unwrap_or_default()
-                        );
-                        let result = write_back(&zk, &host, &record, version, what).await;
+                        let result = match zk.restore_breadcrumb(&record, version).await {
+                            WriteOutcome::Done => read_cluster_state(&zk, &host).await,
+                            outcome => Err(format!(
+                                "writing back the breadcrumb of {} at epoch {} (a commit or a \
+                                 later rewrite of it that the store forgot) got {outcome:?}",
+                                record.node_id,
+                                record.epoch.unwrap_or_default()
+                            )),
+                        };
                         Event::StateRead { ticket, result }
                     },
                 );
@@ -1949,21 +1951,6 @@ async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord) -> bool {
                 )
         }
         _ => false,
-    }
-}
-
-/// Writes `record` back as the breadcrumb (created when `version` is `None`), then reads
-/// the state again; `what` says, in an error, what the write was.
-async fn write_back<S: Session>(
-    zk: &S,
-    host: &impl Host,
-    record: &NodeRecord,
-    version: Option<record::Version>,
-    what: String,
-) -> Result<Box<ClusterState>, String> {
-    match zk.restore_breadcrumb(record, version).await {
-        WriteOutcome::Done => read_cluster_state(zk, host).await,
-        outcome => Err(format!("{what}, got {outcome:?}")),
     }
 }
 
