@@ -61,16 +61,20 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
     b.create_member(&member(node("n2")))
         .await
         .expect("n2 registers");
-    let epoch = {
-        let mut tries = 0;
-        loop {
-            match a.join(&me, tries).await {
-                JoinOutcome::Held { epoch } => break epoch,
-                other => {
-                    tries += 1;
-                    assert!(tries < 100, "n1 never got the lock: {other:?}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+    // A polled store may answer the first joins as unknown while the member record is
+    // new: join again until the lock is held, for up to 20 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut join = 0;
+    let epoch = loop {
+        match a.join(&me, join).await {
+            JoinOutcome::Held { epoch } => break epoch,
+            other => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "n1 never got the lock: {other:?}"
+                );
+                join += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };

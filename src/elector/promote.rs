@@ -79,7 +79,14 @@ impl Elector {
                 if !self.epoch_is_new(epoch, recorded.and_then(|r| r.epoch), &state) {
                     return;
                 }
-                let ticket = self.reading_after_a_write(epoch);
+                let ticket = self.ticket();
+                self.phase = Phase::Holding {
+                    epoch,
+                    step: Step::Reading {
+                        ticket,
+                        unknown_commit: None,
+                    },
+                };
                 self.actions.push_back(Action::RestoreBreadcrumb {
                     ticket,
                     record: active,
@@ -154,20 +161,6 @@ impl Elector {
             }
         }
         self.commit(epoch, breadcrumb_version, control_version, now);
-    }
-
-    /// Holding at `epoch`, the state read again after a write-back: its ticket (the
-    /// driver answers the write with [`Event::StateRead`]).
-    fn reading_after_a_write(&mut self, epoch: Epoch) -> Ticket {
-        let ticket = self.ticket();
-        self.phase = Phase::Holding {
-            epoch,
-            step: Step::Reading {
-                ticket,
-                unknown_commit: None,
-            },
-        };
-        ticket
     }
 
     /// The newest active this node saw commit, when the store keeps no trace of its epoch
