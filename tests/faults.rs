@@ -408,3 +408,119 @@ fn garbage_breadcrumb_blocks_promotion_until_cleared() {
     wait_until(secs(5), "n1's service runs", || n1.last_run().is_some());
     cluster.assert_safe();
 }
+
+/// Issue 32, the simulation's seed 25694, on a real ZooKeeper and a real hung mount:
+/// n1's service crashes and leaves a child stuck in the kernel that no SIGKILL ends. The
+/// store then loses n1's breadcrumb (deleted here, as a restore from before the promotion
+/// would). n1 wins its lock again: it writes its breadcrumb back naming the stuck
+/// service and never starts a second copy beside it; n2 fences from that breadcrumb, and
+/// nobody promotes until the stuck process is gone.
+#[test]
+fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it() {
+    let zk = ZkServer::start();
+    let mut cluster = Cluster::new(&zk);
+    // Time to take the breadcrumb away between n1's release and its next try.
+    cluster.rejoin_delay = secs(3);
+    let mut hung = hung_mount::HungMount::new(cluster.dir());
+    let n1 = cluster.node_with(
+        "n1",
+        NodeOptions {
+            service_args: vec![
+                "--exit-after".into(),
+                "2s".into(),
+                "--hang-on".into(),
+                hung.file().display().to_string(),
+            ],
+            ..Default::default()
+        },
+    );
+    let n2 = cluster.node("n2");
+    let w1 = n1.start();
+    let (_, epoch) = wait_for_active(&n1.config, secs(30));
+    let stuck = wait_for(
+        secs(10),
+        "the service's child reading the hung mount",
+        || {
+            processes_with(&hung.file().display().to_string())
+                .into_iter()
+                .find(|(_, cmdline)| cmdline.starts_with("stat"))
+                .map(|(pid, _)| pid)
+        },
+    );
+
+    // The crash: the stop cannot end the child, so n1 leaves keeping its breadcrumb.
+    let zkc = ZkClient::connect(&zk.connect_string());
+    let (breadcrumb, lock) = (cluster.znode("breadcrumb"), cluster.znode("lock"));
+    wait_until(
+        secs(30),
+        "n1 released its lock, keeping its breadcrumb",
+        || !zkc.exists(&lock) && zkc.exists(&breadcrumb),
+    );
+    assert!(
+        process_alive(stuck),
+        "the stuck child died: the test lost its premise"
+    );
+    zkc.delete(&breadcrumb);
+
+    // n1 wins again and writes its breadcrumb back: epoch, process group and all.
+    let read = |zkc: &ZkClient| -> Option<serde_json::Value> {
+        serde_json::from_slice(&zkc.get(&breadcrumb)?).ok()
+    };
+    let back = wait_for(secs(60), "n1 wrote its breadcrumb back", || {
+        read(&zkc).filter(|b| b["node_id"] == "n1")
+    });
+    let first = n1.runs()[0].clone();
+    assert_eq!(json_u64(&back["epoch"]), Some(epoch), "{back:#}");
+    assert_eq!(
+        json_u64(&back["service_pgid"]),
+        Some(first.pid as u64),
+        "{back:#}"
+    );
+    assert!(back["rewrite"].as_u64().is_some(), "{back:#}");
+    wait_until(
+        secs(30),
+        "n1 gave up promoting beside its stuck service",
+        || w1.log().contains("processes stuck in the kernel"),
+    );
+    assert_eq!(
+        n1.runs().len(),
+        1,
+        "n1 started a second copy: {:?}",
+        n1.runs()
+    );
+
+    // n2 fences from that breadcrumb and fails: the child is still there.
+    let w2 = n2.start();
+    wait_until(secs(60), "n2 tried to fence n1", || {
+        cluster.fence_calls().iter().any(|c| c == "n2 n1")
+    });
+    wait_until(secs(30), "n2 gave up on the fence", || {
+        w2.log().contains("fence --confirm")
+    });
+    assert!(
+        process_alive(stuck),
+        "the stuck child died: the test lost its premise"
+    );
+    assert!(n2.runs().is_empty(), "n2 promoted: {:?}", n2.runs());
+    assert_eq!(
+        n1.runs().len(),
+        1,
+        "n1 started a second copy: {:?}",
+        n1.runs()
+    );
+
+    // The mount answers at last (the NFS server is back): the child ends, and one node
+    // takes over.
+    let released = mono_now_ns();
+    hung.release();
+    wait_until(secs(10), "the stuck child ended", || !process_alive(stuck));
+    let (_, new_epoch) = wait_for_active(&n2.config, secs(60));
+    assert!(new_epoch > epoch);
+    for run in cluster.runs().iter().filter(|r| r.pid != first.pid) {
+        assert!(
+            run.start_ns > released,
+            "{run} started while the stuck service lived"
+        );
+    }
+    cluster.assert_safe();
+}

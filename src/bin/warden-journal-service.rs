@@ -49,6 +49,11 @@ struct Args {
     /// The exit code of `--exit-after`.
     #[arg(long, default_value_t = 1, requires = "exit_after")]
     exit_code: u8,
+    /// Start a child in the service's process group that reads PATH (on a mount that
+    /// never answers: the tests' hung FUSE mount) and so waits in the kernel: once a
+    /// signal kills it, it cannot end until the mount answers, as on a hung NFS mount.
+    #[arg(long, value_name = "PATH")]
+    hang_on: Option<PathBuf>,
 }
 
 /// Set by the SIGTERM handler; the main loop writes `stop` and exits when it sees it.
@@ -99,6 +104,20 @@ fn serve(args: &Args) -> Result<ExitCode, String> {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe { sigaction(Signal::SIGTERM, &action) }
         .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+
+    if let Some(path) = &args.hang_on {
+        // Never waited for: it outlives this process when it hangs, as it should.
+        let child = std::process::Command::new("stat")
+            .arg(path)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start `stat {}`: {e}", path.display()))?;
+        eprintln!(
+            "warden-journal-service: pid {} reads {} (a hung mount)",
+            child.id(),
+            path.display()
+        );
+    }
 
     if let Some(addr) = &args.listen {
         let listener =

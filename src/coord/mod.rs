@@ -155,10 +155,11 @@ pub trait Session: Clone + Send + Sync + 'static {
         record: &NodeRecord,
     ) -> impl Future<Output = WriteOutcome> + Send;
 
-    /// Writes `record`, another incarnation's, back as the breadcrumb (created when
-    /// `version` is `None`, else at that version), only while we hold the lock: the store
-    /// forgot the commit of an active this node saw (see `Elector::forgotten_active`), and
-    /// its breadcrumb is what fencing, `status` and `fence --confirm` go by.
+    /// Writes `record` back as the breadcrumb (created when `version` is `None`, else at
+    /// that version), only while we hold the lock: the store forgot the commit of an
+    /// active this node saw (see `Elector::forgotten_active`), or this node's own whose
+    /// service outlived its stop (`Elector::own_leftovers_forgotten`), and the breadcrumb
+    /// is what fencing, `status` and `fence --confirm` go by.
     fn restore_breadcrumb(
         &self,
         record: &NodeRecord,

@@ -142,7 +142,9 @@ impl Elector {
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}
-            Svc::Down => self.delete_breadcrumb_then_release(epoch, why, !self.own_leftovers),
+            Svc::Down => {
+                self.delete_breadcrumb_then_release(epoch, why, self.own_leftovers.is_none())
+            }
         }
     }
 

@@ -142,6 +142,10 @@ pub struct ClusterState {
     /// and stepping or stepped down (see `Elector::forgotten_active`), so nothing was
     /// written back.
     pub remembered_alive: bool,
+    /// Set only by [`Action::RestoreOwnBreadcrumb`]: this node's own service, which
+    /// outlived its stop, is gone now (killed and verified, or demoted by the hook), so
+    /// nothing was written back.
+    pub own_service_gone: bool,
     /// The greatest `epoch_seen` in the members' records (SPEC §3a).
     pub members_epoch_seen: Option<Epoch>,
 }
@@ -330,6 +334,19 @@ pub enum Action {
         /// (the re-read would ask for the same write again, for ever: stop 38's review).
         check_alive: bool,
     },
+    /// First fence our own service that outlived its stop, as [`FenceOrder::OwnService`]
+    /// does: when it is gone, write nothing (reported as
+    /// [`ClusterState::own_service_gone`]). Else write our own breadcrumb of `epoch` back,
+    /// naming that service (as a rewrite later than any sent in that epoch), while the
+    /// lock is ours (created when `version` is `None`, else at it). Then read the state
+    /// again: reported as [`Event::StateRead`] (an error when the write did not land). The
+    /// store forgot that breadcrumb, and whoever wins next must fence that service. See
+    /// `Elector::own_leftovers_forgotten`.
+    RestoreOwnBreadcrumb {
+        ticket: Ticket,
+        epoch: Epoch,
+        version: Option<Version>,
+    },
     /// One multi-op: check `lock`, check `control` at `control_version`, write the
     /// breadcrumb with `epoch` (set at `breadcrumb_version`, or create when `None`) (§4.3c).
     CommitPromotion {
@@ -414,6 +431,8 @@ enum Step {
     Fencing {
         ticket: Ticket,
         target: Option<String>,
+        /// The fence is of this node's own service ([`FenceOrder::OwnService`]).
+        own_service: bool,
         breadcrumb_version: Option<Version>,
         control_version: Version,
     },
@@ -479,9 +498,13 @@ pub struct Elector {
     /// A join's outcome was unknown: the lock may be ours, so we must find out even if we
     /// no longer want it.
     must_rejoin: bool,
-    /// Our own service could not be verified stopped: treat our breadcrumb as needing the
-    /// local fence before we promote again.
-    own_leftovers: bool,
+    /// Our own service could not be verified stopped: the epoch of the commit it ran under.
+    /// It is fenced locally ([`FenceOrder::OwnService`]) before this node commits again,
+    /// and its breadcrumb is written back when the store forgot it
+    /// ([`Action::RestoreOwnBreadcrumb`]).
+    own_leftovers: Option<Epoch>,
+    /// The epoch the service was last started under.
+    svc_epoch: Option<Epoch>,
     /// The breadcrumb holds our record for the epoch we hold.
     breadcrumb_written: bool,
     /// `control` still holds a switchover request that lapsed: the next active clears it
@@ -568,7 +591,8 @@ impl Elector {
             stable_since: None,
             retry_at: None,
             must_rejoin: false,
-            own_leftovers: false,
+            own_leftovers: None,
+            svc_epoch: None,
             breadcrumb_written: false,
             lapsed_failover: None,
             called_off: None,

@@ -40,6 +40,28 @@ impl Elector {
                 return;
             }
         };
+        if state.own_service_gone && self.own_leftovers.take().is_some() {
+            self.notice(
+                false,
+                "this node's own service, which outlived its stop, is gone now".into(),
+            );
+        }
+        if let Some(own) = self.own_leftovers_forgotten(&state) {
+            let ticket = self.ticket();
+            self.phase = Phase::Holding {
+                epoch,
+                step: Step::Reading {
+                    ticket,
+                    unknown_commit,
+                },
+            };
+            self.actions.push_back(Action::RestoreOwnBreadcrumb {
+                ticket,
+                epoch: own,
+                version: state.breadcrumb.version(),
+            });
+            return;
+        }
         if self.stopping {
             // Only here to learn whether an unknown commit went through (see
             // `on_stop_requested`): if it did, delete our breadcrumb on the way out.
@@ -98,24 +120,19 @@ impl Elector {
         }
         match &state.breadcrumb {
             BreadcrumbView::Record { record, .. } if self.is_ours(record) => {
-                let recorded = record.epoch.unwrap_or(0);
-                if recorded == epoch {
+                // A commit's record, at this lock's epoch: ours of this hold, unless our
+                // own service outlived a stop. Then it is the breadcrumb of that service,
+                // whose forgotten commit let the store give its epoch out again.
+                let this_hold = record.epoch == Some(epoch)
+                    && record.rewrite.is_none()
+                    && self.own_leftovers.is_none();
+                if this_hold {
                     if let Some(sent) = unknown_commit {
                         // Our unknown commit went through: the lease runs from its send time.
                         self.committed(epoch, sent, now);
                         return;
                     }
                 } else if !self.epoch_is_new(epoch, record.epoch, &state) {
-                    return;
-                }
-                if self.own_leftovers {
-                    // Our own service outlived a stop: fence it, never this process.
-                    self.start_fence(
-                        epoch,
-                        FenceOrder::OwnService(record.clone()),
-                        breadcrumb_version,
-                        control_version,
-                    );
                     return;
                 }
             }
@@ -160,7 +177,78 @@ impl Elector {
                 }
             }
         }
-        self.commit(epoch, breadcrumb_version, control_version, now);
+        self.fence_own_or_commit(epoch, breadcrumb_version, control_version, now);
+    }
+
+    /// The last step before the commit: while our own service outlived a stop, fence it
+    /// (never this process) first, whatever else was fenced; the simulation's seed 25694
+    /// found a node promoting beside it once the store forgot its breadcrumb.
+    fn fence_own_or_commit(
+        &mut self,
+        epoch: Epoch,
+        breadcrumb_version: Option<Version>,
+        control_version: Version,
+        now: Instant,
+    ) {
+        match self.own_leftovers {
+            Some(own) => {
+                let mut record = NodeRecord {
+                    node_id: self.cfg.node_id.clone(),
+                    incarnation: self.cfg.incarnation.clone(),
+                    ..NodeRecord::default()
+                };
+                record.epoch = Some(own);
+                self.start_fence(
+                    epoch,
+                    FenceOrder::OwnService(record),
+                    breadcrumb_version,
+                    control_version,
+                );
+            }
+            None => self.commit(epoch, breadcrumb_version, control_version, now),
+        }
+    }
+
+    /// The epoch of our own service's breadcrumb when the store forgot it: that service
+    /// outlived its stop (a process stuck in the kernel), the store has no breadcrumb of
+    /// that epoch or a later one, and this node saw no other node commit since (which
+    /// fenced it). Leaving the lock now would leave nothing for the next winner to fence
+    /// (the simulation's seed 25694: the store forgot the commit the moment after it,
+    /// this node won its lock again, refused the epoch it had seen, and the next node
+    /// promoted beside the stuck service). The driver first tries to fence the service
+    /// and writes nothing when it is gone; else the record goes back as a later rewrite
+    /// of that epoch naming the service: never as one of this lock's epoch, which a
+    /// standby could pair with this node's next commit.
+    ///
+    /// History does not count: this node's entry into `promoting` is written before the
+    /// commit, and `fence --confirm` refuses while this warden lives. Not over an
+    /// unreadable breadcrumb, which is fenced as an unknown active anyway.
+    fn own_leftovers_forgotten(&mut self, state: &ClusterState) -> Option<Epoch> {
+        let own = self.own_leftovers?;
+        let kept = match &state.breadcrumb {
+            BreadcrumbView::Absent => false,
+            BreadcrumbView::Record { record, .. } => record.epoch.is_some_and(|e| e >= own),
+            BreadcrumbView::Unreadable { .. } => true,
+        };
+        if kept
+            || self
+                .active
+                .as_ref()
+                .and_then(|a| a.epoch)
+                .is_some_and(|e| e > own)
+        {
+            return None;
+        }
+        self.notice(
+            true,
+            format!(
+                "the store keeps no breadcrumb of epoch {own}, under which this node's own \
+                 service ran and could not be verified stopped: fencing it, else writing \
+                 that breadcrumb back, naming the service, so that it is fenced before \
+                 anyone promotes"
+            ),
+        );
+        Some(own)
     }
 
     /// The newest active this node saw commit, when the store keeps no trace of its epoch
@@ -296,6 +384,7 @@ impl Elector {
                 Step::Fencing {
                     ticket: t,
                     ref target,
+                    own_service,
                     breadcrumb_version,
                     control_version,
                 },
@@ -307,9 +396,11 @@ impl Elector {
             return;
         }
         if fenced {
-            self.own_leftovers = false;
+            if own_service {
+                self.own_leftovers = None;
+            }
             self.reason = Some(Reason::Fenced(summary));
-            self.commit(epoch, breadcrumb_version, control_version, now);
+            self.fence_own_or_commit(epoch, breadcrumb_version, control_version, now);
         } else {
             self.reason = Some(Reason::FenceFailed {
                 summary,
@@ -413,6 +504,7 @@ impl Elector {
             step: Step::Fencing {
                 ticket,
                 target,
+                own_service: matches!(order, FenceOrder::OwnService(_)),
                 breadcrumb_version,
                 control_version,
             },

@@ -293,7 +293,9 @@ impl Elector {
         self.forget_record();
         self.lease.killed = false;
         if !clean {
-            self.own_leftovers = true;
+            // The breadcrumb of the epoch it ran under names it (or its cgroup). Only a
+            // started service stops, so that epoch is known.
+            self.own_leftovers = Some(self.svc_epoch.unwrap_or_default());
             self.notice(
                 true,
                 format!("the service could not be verified stopped: {detail}"),
@@ -489,6 +491,7 @@ impl Elector {
         }
         let ticket = self.ticket();
         self.svc = Svc::Starting(ticket, None);
+        self.svc_epoch = Some(epoch);
         self.actions.push_back(Action::StartService {
             ticket,
             epoch,

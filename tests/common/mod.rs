@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod campaign;
+pub mod hung_mount;
 pub mod mariadb;
 pub mod nft;
 pub mod pg_pair;

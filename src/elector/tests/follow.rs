@@ -268,6 +268,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             newest_history_epoch: None,
             history_by_node: Default::default(),
             remembered_alive: false,
+            own_service_gone: false,
             members_epoch_seen: None,
         })),
     });
@@ -299,6 +300,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             newest_history_epoch: None,
             history_by_node: Default::default(),
             remembered_alive: false,
+            own_service_gone: false,
             members_epoch_seen: None,
         })),
     });

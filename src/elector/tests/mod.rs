@@ -95,6 +95,7 @@ impl H {
                 Action::Join { ticket }
                 | Action::ReadState { ticket }
                 | Action::RestoreBreadcrumb { ticket, .. }
+                | Action::RestoreOwnBreadcrumb { ticket, .. }
                 | Action::Fence { ticket, .. }
                 | Action::CommitPromotion { ticket, .. }
                 | Action::StartService { ticket, .. }
@@ -206,6 +207,7 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
         newest_history_epoch: None,
         history_by_node: Default::default(),
         remembered_alive: false,
+        own_service_gone: false,
         members_epoch_seen: None,
     }
 }

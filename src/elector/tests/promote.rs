@@ -93,6 +93,7 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
             newest_history_epoch: None,
             history_by_node: Default::default(),
             remembered_alive: false,
+            own_service_gone: false,
             members_epoch_seen: None,
         })),
     });
@@ -241,6 +242,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         w,
         ClusterState {
             remembered_alive: true,
+            own_service_gone: false,
             ..state(BreadcrumbView::Absent)
         },
     );
@@ -377,6 +379,7 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
         r,
         ClusterState {
             remembered_alive: true,
+            own_service_gone: false,
             ..state(stored(&first))
         },
     );
@@ -663,6 +666,164 @@ fn rule_5_our_own_service_left_by_a_stuck_stop_is_fenced_without_fencing_ourselv
     );
 }
 
+/// Our own breadcrumb of epoch 3 as written back: a later rewrite naming the service.
+fn own_written_back() -> BreadcrumbView {
+    let mut mine = record("n1", "inc-1", Some(3));
+    mine.rewrite = Some(2);
+    mine.service_pid = Some(9);
+    BreadcrumbView::Record {
+        record: mine,
+        version: Version::new(0),
+    }
+}
+
+#[test]
+fn rule_5_own_leftovers_whose_commit_the_store_forgot_are_written_back_before_the_epoch_is_refused()
+{
+    // Seed 25694: the store forgot the commit of epoch 3 and gave the lock out at 3 again.
+    // Refusing the epoch and leaving would leave nothing for the next winner to fence.
+    let (mut h, r) = left_running_then_won(3);
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert_eq!(
+        a,
+        vec![Action::RestoreOwnBreadcrumb {
+            ticket: H::ticket_of(&a),
+            epoch: 3,
+            version: None,
+        }]
+    );
+    // Written back: our record at the lock's epoch is no commit of this hold. The epoch
+    // is refused and the breadcrumb stays for whoever wins to fence the service.
+    let a = h.read(H::ticket_of(&a), own_written_back());
+    assert_released_keeping_breadcrumb(&a);
+}
+
+#[test]
+fn rule_5_own_leftovers_are_written_back_then_fenced_before_a_new_epoch_commits() {
+    let (mut h, r) = left_running_then_won(9);
+    // An older breadcrumb of another node (a restore from before our commit): ours goes
+    // back over it, as our commit had written it.
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "inc-0", Some(2)),
+            version: Version::new(7),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreOwnBreadcrumb { epoch: 3, version: Some(v), .. }]
+            if *v == Version::new(7)),
+        "{a:?}"
+    );
+    let a = h.read(H::ticket_of(&a), own_written_back());
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Fence {
+                order: FenceOrder::OwnService(_),
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    // Still stuck: never a commit; the breadcrumb stays.
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: false,
+        summary: "still runs after SIGKILL".into(),
+    });
+    assert_released_keeping_breadcrumb(&a);
+}
+
+#[test]
+fn rule_5_own_leftovers_are_fenced_after_any_other_fence_and_only_their_fence_clears_them() {
+    let (mut h, r) = left_running_then_won(9);
+    // A later breadcrumb of another node: not written over; fenced, then our own service.
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: record("n2", "inc-0", Some(5)),
+            version: Version::new(7),
+        },
+    );
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Fence {
+                order: FenceOrder::Node(_),
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "n2 is down".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::OwnService(r), .. }]
+            if r.epoch == Some(3)),
+        "{a:?}"
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "this node's own service is gone".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { epoch: 9, .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_5_own_leftovers_found_gone_on_the_way_to_the_write_back_are_cleared() {
+    // The driver fences the service before it writes back: when it is gone, nothing is
+    // written and nothing is left to fence.
+    let (mut h, r) = left_running_then_won(9);
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::RestoreOwnBreadcrumb { epoch: 3, .. }]
+        ),
+        "{a:?}"
+    );
+    let mut st = state(BreadcrumbView::Absent);
+    st.own_service_gone = true;
+    let a = h.read_all(H::ticket_of(&a), st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { epoch: 9, .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_4_3c_a_rewrite_of_ours_at_the_lock_epoch_is_not_taken_for_the_unknown_commit() {
+    // Only the commit's own record (no rewrite number) answers an unknown commit.
+    let mut h = H::new();
+    let c = h.committing(30);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Unknown,
+    });
+    let mut rewrite = record("n1", "inc-1", Some(30));
+    rewrite.rewrite = Some(4);
+    let a = h.read(
+        H::ticket_of(&a),
+        BreadcrumbView::Record {
+            record: rewrite,
+            version: Version::new(3),
+        },
+    );
+    assert!(
+        !has(&a, |a| matches!(a, Action::StartService { .. })),
+        "{a:?}"
+    );
+    assert_released_keeping_breadcrumb(&a);
+}
+
 #[test]
 fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
     let mut h = H::new();
@@ -733,6 +894,7 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
             newest_history_epoch: Some(9),
             history_by_node: Default::default(),
             remembered_alive: false,
+            own_service_gone: false,
             members_epoch_seen: None,
         })),
     });
@@ -759,6 +921,7 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
             newest_history_epoch: None,
             history_by_node: Default::default(),
             remembered_alive: false,
+            own_service_gone: false,
             members_epoch_seen: Some(5),
         })),
     });
