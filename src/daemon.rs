@@ -277,6 +277,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 containment: None,
                 follow: None,
                 priority: Some(cfg.election.priority),
+                leftover: None,
             },
             false,
         ));
@@ -860,7 +861,24 @@ impl<C: Connector, H: Host> Daemon<C, H> {
 
     /// Our breadcrumb of `epoch`, naming the service that outlived its stop, as a rewrite
     /// later than any sent in that epoch ([`Action::RestoreOwnBreadcrumb`]).
-    fn leftover_record(&mut self, epoch: Epoch) -> NodeRecord {
+    fn leftover_breadcrumb(&mut self, epoch: Epoch) -> NodeRecord {
+        let mut r = self.leftover(epoch);
+        r.rewrite = Some(self.next_rewrite(epoch));
+        r
+    }
+
+    /// The member record's [`MemberRecord::leftover`]: the service that outlived its stop
+    /// while the elector counts it as running, with no warden process to fence.
+    fn advertised_leftover(&self) -> Option<NodeRecord> {
+        let mut r = self.leftover(self.elector.own_leftovers()?);
+        r.pid = 0;
+        r.start_time = 0;
+        r.epoch_seen = None;
+        Some(r)
+    }
+
+    /// Our record of `epoch` naming the service that outlived its stop.
+    fn leftover(&self, epoch: Epoch) -> NodeRecord {
         let mut r = self.record(Some(epoch));
         if matches!(self.control_svc, ServiceControl::Spawn(_)) {
             if let Some(s) = &self.stopping {
@@ -873,7 +891,6 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 r.service_cgroup = self.committed_cgroup.clone();
             }
         }
-        r.rewrite = Some(self.next_rewrite(epoch));
         r
     }
 
@@ -904,6 +921,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             containment: self.containment(),
             follow: self.elector.follow_state(),
             priority: Some(self.cfg.election.priority),
+            leftover: self.advertised_leftover(),
         }
     }
 
@@ -1072,7 +1090,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 epoch,
                 version,
             } => {
-                let record = self.leftover_record(epoch);
+                let record = self.leftover_breadcrumb(epoch);
                 let host = self.host.clone();
                 let control = self.control_svc.clone();
                 let own_service = self.stopping.clone();
@@ -1450,10 +1468,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Action::Release { ticket, breadcrumb } => {
                 let tx = self.tx.clone();
                 let (node_id, inc) = (self.me.node_id.clone(), self.me.incarnation.clone());
+                let leftover = self
+                    .elector
+                    .own_leftovers()
+                    .map(|epoch| self.leftover_breadcrumb(epoch));
                 match self.session.take() {
                     Some(ctx) => {
                         let zk = ctx.zk.clone();
                         tokio::spawn(async move {
+                            if let Some(record) = leftover {
+                                keep_leftover_named(&zk, &record).await;
+                            }
                             // The lock goes first, the session's tasks after (their
                             // events are ignored from now on: the session is taken).
                             // Aborted first, they remove their watches, and ZooKeeper
@@ -1743,6 +1768,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             containment: self.containment(),
             follow: None,
             priority: Some(self.cfg.election.priority),
+            leftover: self.advertised_leftover(),
         }
     }
 
@@ -1779,15 +1805,16 @@ fn active_env(active: &NodeRecord) -> Vec<(String, String)> {
 }
 
 /// `WARDEN_SUCCESSOR_NODE/HOST/PORT` for a demote hook handing over to `node`, from its
-/// member record; the host and port are left out when the record cannot be read in two
-/// tries of `bound` each (the hook then knows the node, and that it should look it up
-/// itself). A read that got no answer is tried once more: one lost answer would call
-/// the switchover off (the simulation's seed 85589, a store that drops 1% of answers).
+/// member record; the host and port are left out when the record cannot be read within
+/// `bound` (the hook then knows the node, and that it should look it up itself). The
+/// read has two tries of half of it: one lost answer would call the switchover off (the
+/// simulation's seed 85589, a store that drops 1% of answers), and two whole tries could
+/// outlast the lease (the review of that fix).
 async fn successor_env<S: Session>(zk: &S, node: &str, bound: Duration) -> Vec<(String, String)> {
     let mut env = vec![("WARDEN_SUCCESSOR_NODE".to_string(), node.to_string())];
-    let mut read = tokio::time::timeout(bound, zk.member(node)).await;
+    let mut read = tokio::time::timeout(bound / 2, zk.member(node)).await;
     if matches!(read, Err(_) | Ok(Err(_))) {
-        read = tokio::time::timeout(bound, zk.member(node)).await;
+        read = tokio::time::timeout(bound / 2, zk.member(node)).await;
     }
     match read {
         Ok(Ok(Some((_, Ok(m))))) => {
@@ -2020,21 +2047,64 @@ async fn read_cluster_state<S: Session>(
     zk: &S,
     host: &impl Host,
 ) -> Result<Box<ClusterState>, String> {
-    zk.read_state()
-        .await
-        .map(|state| {
-            Box::new(ClusterState {
-                breadcrumb: state.breadcrumb,
-                control: control_view(&state.control, host),
-                control_version: state.control_version,
-                newest_history_epoch: state.newest_promotion,
-                history_by_node: state.history_by_node,
-                remembered_alive: false,
-                own_service_gone: false,
-                members_epoch_seen: state.members_epoch_seen,
-            })
-        })
-        .map_err(|e| e.to_string())
+    // The members alongside, not after: the takeover path waits for the slower of two
+    // reads, not for both.
+    let (state, members) = tokio::join!(zk.read_state(), zk.members());
+    let state = state.map_err(|e| e.to_string())?;
+    let members = members.map_err(|e| e.to_string())?;
+    Ok(Box::new(ClusterState {
+        breadcrumb: state.breadcrumb,
+        control: control_view(&state.control, host),
+        control_version: state.control_version,
+        newest_history_epoch: state.newest_promotion,
+        history_by_node: state.history_by_node,
+        remembered_alive: false,
+        own_service_gone: false,
+        members_epoch_seen: state.members_epoch_seen,
+        member_leftovers: members
+            .into_iter()
+            .filter_map(|(_, m)| m.ok()?.leftover)
+            .collect(),
+    }))
+}
+
+/// On the way out of the lock while our service outlived its stop: when the breadcrumb
+/// no longer names the epoch it ran under (the store forgot it), writes `record` back
+/// while the lock is still ours, so that whoever wins next fences that service (the
+/// release drops the session, and with it the member record that also names it, until
+/// the next session registers). Bounded by the store's own timeouts; a failure is
+/// logged, and the member record of the next session still names the service.
+async fn keep_leftover_named<S: Session>(zk: &S, record: &NodeRecord) {
+    let found = match zk.breadcrumb_bytes().await {
+        Ok(found) => found,
+        Err(e) => {
+            warn!("could not read the breadcrumb before leaving the lock ({e})");
+            return;
+        }
+    };
+    let version = match &found {
+        None => None,
+        Some((data, version)) => {
+            let kept = record::parse::<NodeRecord>(data)
+                .map_or(true, |b| b.epoch.is_some_and(|e| Some(e) >= record.epoch));
+            if kept {
+                return;
+            }
+            Some(*version)
+        }
+    };
+    match zk.restore_breadcrumb(record, version).await {
+        WriteOutcome::Done => warn!(
+            epoch = record.epoch,
+            "the store had forgotten the breadcrumb naming this node's service, which \
+             outlived its stop: written back before leaving the lock"
+        ),
+        outcome => warn!(
+            ?outcome,
+            "could not write back the breadcrumb naming this node's service, which outlived \
+             its stop; its member record names it once this node registers again"
+        ),
+    }
 }
 
 /// The task that appends a session's history entries, one after the other in the order

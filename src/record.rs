@@ -398,6 +398,14 @@ pub struct MemberRecord {
     /// `[election] priority` (SPEC §6); absent in records of older wardens (= 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u16>,
+    /// A service of this node that outlived its stop (processes left after SIGKILL, stuck
+    /// in the kernel), named as a breadcrumb names a service, with the epoch it ran
+    /// under and no warden process (`pid` 0: its warden lives and must go on saying so).
+    /// Whoever wins the lock fences it before promoting, whatever the breadcrumb says: a
+    /// store that forgot that breadcrumb leaves this record the only trace of it
+    /// (`Elector::member_leftovers`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leftover: Option<NodeRecord>,
 }
 
 /// `control`: maintenance and planned switchover (SPEC §8).
@@ -508,6 +516,7 @@ impl MemberRecord {
             containment: None,
             follow: None,
             priority: None,
+            leftover: None,
         }
     }
 }

@@ -331,6 +331,7 @@ fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
         containment: None,
         follow: None,
         priority: None,
+        leftover: None,
     }
 }
 

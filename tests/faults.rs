@@ -412,9 +412,9 @@ fn garbage_breadcrumb_blocks_promotion_until_cleared() {
 /// Issue 32, the simulation's seed 25694, on a real ZooKeeper and a real hung mount:
 /// n1's service crashes and leaves a child stuck in the kernel that no SIGKILL ends. The
 /// store then loses n1's breadcrumb (deleted here, as a restore from before the promotion
-/// would). n1 wins its lock again: it writes its breadcrumb back naming the stuck
-/// service and never starts a second copy beside it; n2 fences from that breadcrumb, and
-/// nobody promotes until the stuck process is gone.
+/// would). n2 wins first and fences the service n1's member record names; n1 wins next,
+/// writes its breadcrumb back naming the stuck service and never starts a second copy
+/// beside it; nobody promotes until the stuck process is gone.
 #[test]
 fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it() {
     let zk = ZkServer::start();
@@ -422,31 +422,11 @@ fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it(
     // Time to take the breadcrumb away between n1's release and its next try.
     cluster.rejoin_delay = secs(3);
     let mut hung = hung_mount::HungMount::new(cluster.dir());
-    let n1 = cluster.node_with(
-        "n1",
-        NodeOptions {
-            service_args: vec![
-                "--exit-after".into(),
-                "2s".into(),
-                "--hang-on".into(),
-                hung.file().display().to_string(),
-            ],
-            ..Default::default()
-        },
-    );
+    let n1 = stuck_service_node(&cluster, &hung);
     let n2 = cluster.node("n2");
     let w1 = n1.start();
     let (_, epoch) = wait_for_active(&n1.config, secs(30));
-    let stuck = wait_for(
-        secs(10),
-        "the service's child reading the hung mount",
-        || {
-            processes_with(&hung.file().display().to_string())
-                .into_iter()
-                .find(|(_, cmdline)| cmdline.starts_with("stat"))
-                .map(|(pid, _)| pid)
-        },
-    );
+    let stuck = stuck_child(&hung);
 
     // The crash: the stop cannot end the child, so n1 leaves keeping its breadcrumb.
     let zkc = ZkClient::connect(&zk.connect_string());
@@ -461,6 +441,19 @@ fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it(
         "the stuck child died: the test lost its premise"
     );
     zkc.delete(&breadcrumb);
+
+    // n2 (its session settled before n1's back-off ends) wins first, finds no
+    // breadcrumb, and fences the service n1's member record names: in vain.
+    let w2 = n2.start();
+    wait_until(secs(60), "n2 tried to fence n1's stuck service", || {
+        w2.log().contains("The service of n1 outlived its stop")
+    });
+    assert!(
+        cluster.fence_calls().iter().any(|c| c == "n2 n1"),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    assert!(n2.runs().is_empty(), "n2 promoted: {:?}", n2.runs());
 
     // n1 wins again and writes its breadcrumb back: epoch, process group and all.
     let read = |zkc: &ZkClient| -> Option<serde_json::Value> {
@@ -480,23 +473,11 @@ fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it(
     wait_until(
         secs(30),
         "n1 gave up promoting beside its stuck service",
-        || w1.log().contains("processes stuck in the kernel"),
+        || {
+            w1.log()
+                .contains("The service of this node outlived its stop")
+        },
     );
-    assert_eq!(
-        n1.runs().len(),
-        1,
-        "n1 started a second copy: {:?}",
-        n1.runs()
-    );
-
-    // n2 fences from that breadcrumb and fails: the child is still there.
-    let w2 = n2.start();
-    wait_until(secs(60), "n2 tried to fence n1", || {
-        cluster.fence_calls().iter().any(|c| c == "n2 n1")
-    });
-    wait_until(secs(30), "n2 gave up on the fence", || {
-        w2.log().contains("fence --confirm")
-    });
     assert!(
         process_alive(stuck),
         "the stuck child died: the test lost its premise"
@@ -523,4 +504,100 @@ fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it(
         );
     }
     cluster.assert_safe();
+}
+
+/// The same store fault while n1 still holds its lock, its stop under way: n1 writes the
+/// breadcrumb back before it lets the lock go (its member record goes with its session),
+/// so the standby that wins at once fences the stuck service and does not promote.
+#[test]
+fn a_stuck_service_whose_breadcrumb_the_store_forgot_is_named_again_before_the_lock_goes() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let mut hung = hung_mount::HungMount::new(cluster.dir());
+    let n1 = stuck_service_node(&cluster, &hung);
+    let n2 = cluster.node("n2");
+    let mut wardens = start_active_then_standbys(&n1, &[&n2]);
+    let stuck = stuck_child(&hung);
+    let first = n1.runs()[0].clone();
+    let epoch = first.epoch.expect("n1's service saw its epoch");
+
+    // The crash; SIGKILL is sent and its effect awaited with the lock still held.
+    wait_until(secs(30), "n1 sent SIGKILL to its service", || {
+        wardens[0]
+            .log()
+            .contains("sending SIGKILL to every process of it")
+    });
+    let zkc = ZkClient::connect(&zk.connect_string());
+    assert!(
+        zkc.exists(&cluster.znode("lock")),
+        "n1 let the lock go already"
+    );
+    zkc.delete(&cluster.znode("breadcrumb"));
+    wait_until(
+        secs(30),
+        "n1 wrote its breadcrumb back on the way out",
+        || {
+            wardens[0]
+                .log()
+                .contains("written back before leaving the lock")
+        },
+    );
+    wait_until(secs(30), "n2 tried to fence n1 and gave up", || {
+        wardens[1].log().contains("fence --confirm")
+    });
+    assert!(
+        cluster.fence_calls().iter().any(|c| c == "n2 n1"),
+        "{:?}",
+        cluster.fence_calls()
+    );
+    assert!(
+        process_alive(stuck),
+        "the stuck child died: the test lost its premise"
+    );
+    assert!(n2.runs().is_empty(), "n2 promoted: {:?}", n2.runs());
+    assert_eq!(n1.runs().len(), 1, "{:?}", n1.runs());
+
+    let released = mono_now_ns();
+    hung.release();
+    let (_, new_epoch) = wait_for_active(&n2.config, secs(60));
+    assert!(new_epoch > epoch);
+    for run in cluster.runs().iter().filter(|r| r.pid != first.pid) {
+        assert!(
+            run.start_ns > released,
+            "{run} started while the stuck service lived"
+        );
+    }
+    cluster.assert_safe();
+    wardens.clear();
+}
+
+/// Node n1 of `cluster`, its service crashing after 2s and leaving a child that reads
+/// `hung` (stuck in the kernel once killed).
+fn stuck_service_node(cluster: &Cluster, hung: &hung_mount::HungMount) -> Node {
+    cluster.node_with(
+        "n1",
+        NodeOptions {
+            service_args: vec![
+                "--exit-after".into(),
+                "2s".into(),
+                "--hang-on".into(),
+                hung.file().display().to_string(),
+            ],
+            ..Default::default()
+        },
+    )
+}
+
+/// The pid of the service's child that reads the hung mount.
+fn stuck_child(hung: &hung_mount::HungMount) -> u32 {
+    wait_for(
+        secs(10),
+        "the service's child reading the hung mount",
+        || {
+            processes_with(&hung.file().display().to_string())
+                .into_iter()
+                .find(|(_, cmdline)| cmdline.starts_with("stat"))
+                .map(|(pid, _)| pid)
+        },
+    )
 }

@@ -59,6 +59,7 @@ fn member(i: usize, role: Role) -> MemberRecord {
         containment: None,
         follow: None,
         priority: None,
+        leftover: None,
     }
 }
 

@@ -54,6 +54,7 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
         containment: None,
         follow: None,
         priority: None,
+        leftover: None,
     };
     a.create_member(&member(me.clone()))
         .await

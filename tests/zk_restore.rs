@@ -415,6 +415,7 @@ fn a_renewal_does_not_pass_under_another_sessions_lock_at_the_same_version() {
         containment: None,
         follow: None,
         priority: None,
+        leftover: None,
     };
     rt.block_on(n1.create_member(&member))
         .expect("n1's member record");

@@ -98,6 +98,14 @@ impl Elector {
                 // learn its outcome first, so that a clean stop deletes it and nobody
                 // needs to fence this node (simulation seed 1744).
             }
+            Phase::Holding {
+                step: Step::Reading { .. },
+                ..
+            } if self.own_leftovers.is_some() => {
+                // Our service outlived its stop and the store may have forgotten the
+                // breadcrumb naming it: the read (or the write-back under way) finishes
+                // first, so that the lock is not released before it lands.
+            }
             Phase::Holding { .. } => self.leave(Leave::Stop),
             Phase::Joining { .. } => {
                 // The lock may be ours in a moment; dropping the session removes it.

@@ -148,6 +148,9 @@ pub struct ClusterState {
     pub own_service_gone: bool,
     /// The greatest `epoch_seen` in the members' records (SPEC §3a).
     pub members_epoch_seen: Option<Epoch>,
+    /// The services that outlived their stop, as live members' records name them
+    /// ([`crate::record::MemberRecord::leftover`]): each is fenced before a commit.
+    pub member_leftovers: Vec<NodeRecord>,
 }
 
 /// What the fence chain should act on.
@@ -308,6 +311,18 @@ pub enum StopCause {
     Forced,
 }
 
+/// What a fence in [`Step::Fencing`] is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FenceOf {
+    /// The old active the breadcrumb names (or an unknown one, or an earlier warden
+    /// process of this node).
+    Breadcrumb,
+    /// This process's own service, which outlived its stop.
+    OwnService,
+    /// A live member's service that outlived its stop ([`ClusterState::member_leftovers`]).
+    Leftover,
+}
+
 /// An order to the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -431,8 +446,8 @@ enum Step {
     Fencing {
         ticket: Ticket,
         target: Option<String>,
-        /// The fence is of this node's own service ([`FenceOrder::OwnService`]).
-        own_service: bool,
+        /// What is fenced: the breadcrumb's active, or a service that outlived its stop.
+        of: FenceOf,
         breadcrumb_version: Option<Version>,
         control_version: Version,
     },
@@ -505,6 +520,9 @@ pub struct Elector {
     own_leftovers: Option<Epoch>,
     /// The epoch the service was last started under.
     svc_epoch: Option<Epoch>,
+    /// Live members' services that outlived their stop, still to fence before this
+    /// hold's commit (from the last state read).
+    leftovers_to_fence: Vec<NodeRecord>,
     /// The breadcrumb holds our record for the epoch we hold.
     breadcrumb_written: bool,
     /// `control` still holds a switchover request that lapsed: the next active clears it
@@ -593,6 +611,7 @@ impl Elector {
             must_rejoin: false,
             own_leftovers: None,
             svc_epoch: None,
+            leftovers_to_fence: Vec::new(),
             breadcrumb_written: false,
             lapsed_failover: None,
             called_off: None,
@@ -693,6 +712,12 @@ impl Elector {
     /// The greatest epoch this node has seen committed (SPEC §3a `epoch_seen`).
     pub fn epoch_seen(&self) -> Option<Epoch> {
         self.epoch_seen
+    }
+
+    /// The epoch our own service ran under when it outlived its stop, while it is not
+    /// known to be gone (published in the member record: [`crate::record::MemberRecord::leftover`]).
+    pub fn own_leftovers(&self) -> Option<Epoch> {
+        self.own_leftovers
     }
 
     /// The epoch of the lock we hold, if any.

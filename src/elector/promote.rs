@@ -2,8 +2,8 @@
 //! epoch that is not new (§3, §3a), fence the old active (§5), commit the breadcrumb.
 
 use super::{
-    lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOrder, Phase, Reason, Step,
-    Ticket, RETRY_DELAY,
+    lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOf, FenceOrder, Phase, Reason,
+    Step, Ticket, RETRY_DELAY,
 };
 use crate::record::{BreadcrumbView, Epoch, NodeRecord, Version, WriteOutcome};
 use std::time::Instant;
@@ -63,8 +63,9 @@ impl Elector {
             return;
         }
         if self.stopping {
-            // Only here to learn whether an unknown commit went through (see
-            // `on_stop_requested`): if it did, delete our breadcrumb on the way out.
+            // Only here to learn whether an unknown commit went through, or to write our
+            // own leftovers' breadcrumb back (see `on_stop_requested`): if it did, delete
+            // our breadcrumb on the way out.
             let ours = matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
                 if self.is_ours(record) && record.epoch == Some(epoch));
             match unknown_commit {
@@ -90,6 +91,18 @@ impl Elector {
         }
         let control_version = state.control_version;
         let breadcrumb_version = state.breadcrumb.version();
+        // Live members' services that outlived their stop, but for one the breadcrumb
+        // names (fenced as the old active) and our own (`own_leftovers`).
+        self.leftovers_to_fence = state
+            .member_leftovers
+            .iter()
+            .filter(|l| {
+                !self.is_ours(l)
+                    && !matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
+                        if record.same_incarnation(l) && record.epoch == l.epoch)
+            })
+            .cloned()
+            .collect();
         let recorded = match &state.breadcrumb {
             BreadcrumbView::Record { record, .. } => Some(Some(record)),
             BreadcrumbView::Absent => Some(None),
@@ -180,9 +193,11 @@ impl Elector {
         self.fence_own_or_commit(epoch, breadcrumb_version, control_version, now);
     }
 
-    /// The last step before the commit: while our own service outlived a stop, fence it
-    /// (never this process) first, whatever else was fenced; the simulation's seed 25694
-    /// found a node promoting beside it once the store forgot its breadcrumb.
+    /// The last steps before the commit, whatever else was fenced: while our own service
+    /// outlived a stop, fence it (never this process); then each live member's service
+    /// that outlived its stop. The simulation's seed 25694 found a node promoting beside
+    /// one once the store forgot the breadcrumb naming it; the review of its fix, that
+    /// the node whose service it is need not be the one that wins next.
     fn fence_own_or_commit(
         &mut self,
         epoch: Epoch,
@@ -190,22 +205,33 @@ impl Elector {
         control_version: Version,
         now: Instant,
     ) {
-        match self.own_leftovers {
-            Some(own) => {
-                let mut record = NodeRecord {
-                    node_id: self.cfg.node_id.clone(),
-                    incarnation: self.cfg.incarnation.clone(),
-                    ..NodeRecord::default()
-                };
-                record.epoch = Some(own);
-                self.start_fence(
-                    epoch,
-                    FenceOrder::OwnService(record),
-                    breadcrumb_version,
-                    control_version,
-                );
+        if let Some(own) = self.own_leftovers {
+            let mut record = NodeRecord {
+                node_id: self.cfg.node_id.clone(),
+                incarnation: self.cfg.incarnation.clone(),
+                ..NodeRecord::default()
+            };
+            record.epoch = Some(own);
+            let order = FenceOrder::OwnService(record);
+            self.start_fence(epoch, order, breadcrumb_version, control_version);
+        } else if let Some(leftover) = self.leftovers_to_fence.pop() {
+            let node = leftover.node_id.clone();
+            self.start_fence(
+                epoch,
+                FenceOrder::Node(leftover),
+                breadcrumb_version,
+                control_version,
+            );
+            self.reason = Some(Reason::FencingStuckService(node));
+            if let Phase::Holding {
+                step: Step::Fencing { of, .. },
+                ..
+            } = &mut self.phase
+            {
+                *of = FenceOf::Leftover;
             }
-            None => self.commit(epoch, breadcrumb_version, control_version, now),
+        } else {
+            self.commit(epoch, breadcrumb_version, control_version, now);
         }
     }
 
@@ -384,7 +410,7 @@ impl Elector {
                 Step::Fencing {
                     ticket: t,
                     ref target,
-                    own_service,
+                    of,
                     breadcrumb_version,
                     control_version,
                 },
@@ -396,15 +422,26 @@ impl Elector {
             return;
         }
         if fenced {
-            if own_service {
+            if of == FenceOf::OwnService {
                 self.own_leftovers = None;
             }
             self.reason = Some(Reason::Fenced(summary));
             self.fence_own_or_commit(epoch, breadcrumb_version, control_version, now);
         } else {
-            self.reason = Some(Reason::FenceFailed {
-                summary,
-                target: target.clone(),
+            self.leftovers_to_fence.clear();
+            self.reason = Some(match of {
+                FenceOf::Breadcrumb => Reason::FenceFailed {
+                    summary,
+                    target: target.clone(),
+                },
+                FenceOf::OwnService => Reason::StuckServiceNotFenced {
+                    summary,
+                    node: None,
+                },
+                FenceOf::Leftover => Reason::StuckServiceNotFenced {
+                    summary,
+                    node: target.clone(),
+                },
             });
             self.fence_watch = Some(super::leave::FenceWatch {
                 version: breadcrumb_version,
@@ -504,7 +541,10 @@ impl Elector {
             step: Step::Fencing {
                 ticket,
                 target,
-                own_service: matches!(order, FenceOrder::OwnService(_)),
+                of: match order {
+                    FenceOrder::OwnService(_) => FenceOf::OwnService,
+                    _ => FenceOf::Breadcrumb,
+                },
                 breadcrumb_version,
                 control_version,
             },

@@ -67,8 +67,17 @@ pub enum Reason {
     FencingOwnLeftovers,
     /// Fencing this process's own service, which an earlier stop left running.
     FencingOwnService,
+    /// Fencing the service of a live member that outlived its stop (its member record's
+    /// `leftover`).
+    FencingStuckService(String),
     /// The fence chain succeeded: its summary.
     Fenced(String),
+    /// A service that outlived its stop could not be fenced: this node's own (`node`
+    /// `None`) or a live member's. No `fence --confirm` helps: its processes must end.
+    StuckServiceNotFenced {
+        summary: String,
+        node: Option<String>,
+    },
     /// The fence chain failed: its summary, and the node whose fence an operator may confirm
     /// (`None`: the breadcrumb was unreadable).
     FenceFailed {
@@ -170,7 +179,20 @@ impl fmt::Display for Reason {
             Reason::FencingOwnService => {
                 f.write_str("fencing this node's own service, which an earlier stop left running")
             }
+            Reason::FencingStuckService(node) => write!(
+                f,
+                "fencing the service of {node}, which outlived its stop (its member record says \
+                 so)"
+            ),
             Reason::Fenced(summary) => write!(f, "fenced the old active: {summary}"),
+            Reason::StuckServiceNotFenced { summary, node } => write!(
+                f,
+                "fencing failed, not promoting: {summary}. The service of {} outlived its stop: \
+                 its processes are stuck in the kernel (a hung NFS or FUSE mount?). It ends \
+                 when they do (bring the mount back) or when that host reboots; no node \
+                 promotes beside it until then",
+                node.as_deref().unwrap_or("this node")
+            ),
             Reason::FenceFailed { summary, target } => {
                 let confirm = match target {
                     Some(node) => format!("warden fence --confirm {node}"),

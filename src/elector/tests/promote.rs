@@ -95,6 +95,7 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
+            member_leftovers: Vec::new(),
         })),
     });
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
@@ -824,6 +825,91 @@ fn rule_4_3c_a_rewrite_of_ours_at_the_lock_epoch_is_not_taken_for_the_unknown_co
     assert_released_keeping_breadcrumb(&a);
 }
 
+/// n2's member record: its service of epoch 7 outlived its stop.
+fn n2_leftover() -> NodeRecord {
+    let mut l = record("n2", "inc-0", Some(7));
+    l.service_pid = Some(9);
+    l
+}
+
+#[test]
+fn rule_5_a_live_members_stuck_service_is_fenced_before_any_commit() {
+    // The store forgot the breadcrumb naming it: only n2's member record says so.
+    let mut h = H::new();
+    let r = h.won(20);
+    let mut st = state(BreadcrumbView::Absent);
+    st.member_leftovers = vec![n2_leftover()];
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(l), .. }] if *l == n2_leftover()),
+        "{a:?}"
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "gone".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { epoch: 20, .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_5_a_stuck_service_that_cannot_be_fenced_blocks_the_promotion_with_its_own_advice() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let mut st = state(BreadcrumbView::Absent);
+    st.member_leftovers = vec![n2_leftover()];
+    let a = h.read_all(r, st);
+    let a = h.feed_all(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: false,
+        summary: "still runs after SIGKILL".into(),
+    });
+    let said = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Transition { reason, .. } => Some(reason.to_string()),
+            _ => None,
+        })
+        .collect::<String>();
+    assert!(said.contains("stuck in the kernel"), "{said}");
+    assert!(!said.contains("fence --confirm"), "{said}");
+    assert_released_keeping_breadcrumb(&strip(a));
+}
+
+#[test]
+fn rule_5_a_stuck_service_the_breadcrumb_names_is_fenced_once() {
+    let mut h = H::new();
+    let r = h.won(20);
+    let mut st = state(BreadcrumbView::Record {
+        record: n2_leftover(),
+        version: Version::new(4),
+    });
+    st.member_leftovers = vec![n2_leftover()];
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Fence {
+                order: FenceOrder::Node(_),
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "gone".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
 #[test]
 fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
     let mut h = H::new();
@@ -896,6 +982,7 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
+            member_leftovers: Vec::new(),
         })),
     });
     assert!(
@@ -923,6 +1010,7 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: Some(5),
+            member_leftovers: Vec::new(),
         })),
     });
     assert!(
