@@ -492,18 +492,7 @@ fn a_service_stuck_in_the_kernel_is_never_joined_even_when_the_store_forgets_it(
 
     // The mount answers at last (the NFS server is back): the child ends, and one node
     // takes over.
-    let released = mono_now_ns();
-    hung.release();
-    wait_until(secs(10), "the stuck child ended", || !process_alive(stuck));
-    let (_, new_epoch) = wait_for_active(&n2.config, secs(60));
-    assert!(new_epoch > epoch);
-    for run in cluster.runs().iter().filter(|r| r.pid != first.pid) {
-        assert!(
-            run.start_ns > released,
-            "{run} started while the stuck service lived"
-        );
-    }
-    cluster.assert_safe();
+    one_active_once_released(&cluster, &mut hung, stuck, &n2, &first);
 }
 
 /// The same store fault while n1 still holds its lock, its stop under way: n1 writes the
@@ -519,7 +508,6 @@ fn a_stuck_service_whose_breadcrumb_the_store_forgot_is_named_again_before_the_l
     let mut wardens = start_active_then_standbys(&n1, &[&n2]);
     let stuck = stuck_child(&hung);
     let first = n1.runs()[0].clone();
-    let epoch = first.epoch.expect("n1's service saw its epoch");
 
     // The crash; SIGKILL is sent and its effect awaited with the lock still held.
     wait_until(secs(30), "n1 sent SIGKILL to its service", || {
@@ -557,17 +545,7 @@ fn a_stuck_service_whose_breadcrumb_the_store_forgot_is_named_again_before_the_l
     assert!(n2.runs().is_empty(), "n2 promoted: {:?}", n2.runs());
     assert_eq!(n1.runs().len(), 1, "{:?}", n1.runs());
 
-    let released = mono_now_ns();
-    hung.release();
-    let (_, new_epoch) = wait_for_active(&n2.config, secs(60));
-    assert!(new_epoch > epoch);
-    for run in cluster.runs().iter().filter(|r| r.pid != first.pid) {
-        assert!(
-            run.start_ns > released,
-            "{run} started while the stuck service lived"
-        );
-    }
-    cluster.assert_safe();
+    one_active_once_released(&cluster, &mut hung, stuck, &n2, &first);
     wardens.clear();
 }
 
@@ -600,4 +578,27 @@ fn stuck_child(hung: &hung_mount::HungMount) -> u32 {
                 .map(|(pid, _)| pid)
         },
     )
+}
+
+/// Lets the hung mount go: the stuck child ends, a node takes over with a greater epoch,
+/// and no run but `first` started before that.
+fn one_active_once_released(
+    cluster: &Cluster,
+    hung: &mut hung_mount::HungMount,
+    stuck: u32,
+    node: &Node,
+    first: &Run,
+) {
+    let released = mono_now_ns();
+    hung.release();
+    wait_until(secs(10), "the stuck child ended", || !process_alive(stuck));
+    let (_, new_epoch) = wait_for_active(&node.config, secs(60));
+    assert!(new_epoch > first.epoch.unwrap_or_default());
+    for run in cluster.runs().iter().filter(|r| r.pid != first.pid) {
+        assert!(
+            run.start_ns > released,
+            "{run} started while the stuck service lived"
+        );
+    }
+    cluster.assert_safe();
 }

@@ -47,14 +47,7 @@ impl Elector {
             );
         }
         if let Some(own) = self.own_leftovers_forgotten(&state) {
-            let ticket = self.ticket();
-            self.phase = Phase::Holding {
-                epoch,
-                step: Step::Reading {
-                    ticket,
-                    unknown_commit,
-                },
-            };
+            let ticket = self.await_state(epoch, unknown_commit);
             self.actions.push_back(Action::RestoreOwnBreadcrumb {
                 ticket,
                 epoch: own,
@@ -114,14 +107,7 @@ impl Elector {
                 if !self.epoch_is_new(epoch, recorded.and_then(|r| r.epoch), &state) {
                     return;
                 }
-                let ticket = self.ticket();
-                self.phase = Phase::Holding {
-                    epoch,
-                    step: Step::Reading {
-                        ticket,
-                        unknown_commit: None,
-                    },
-                };
+                let ticket = self.await_state(epoch, None);
                 self.actions.push_back(Action::RestoreBreadcrumb {
                     ticket,
                     record: active,
@@ -505,6 +491,13 @@ impl Elector {
     }
 
     pub(super) fn read_state(&mut self, epoch: Epoch, unknown_commit: Option<Instant>) {
+        let ticket = self.await_state(epoch, unknown_commit);
+        self.actions.push_back(Action::ReadState { ticket });
+    }
+
+    /// Waits for a state read under a fresh ticket, which the caller's action answers
+    /// (a plain read, or one after a write-back).
+    fn await_state(&mut self, epoch: Epoch, unknown_commit: Option<Instant>) -> Ticket {
         let ticket = self.ticket();
         self.phase = Phase::Holding {
             epoch,
@@ -513,7 +506,7 @@ impl Elector {
                 unknown_commit,
             },
         };
-        self.actions.push_back(Action::ReadState { ticket });
+        ticket
     }
 
     fn start_fence(
