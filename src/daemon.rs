@@ -154,6 +154,10 @@ pub struct Daemon<C: Connector, H: Host> {
     published_epoch_seen: Option<Epoch>,
     /// The `follow` state in the member record last published.
     published_follow: Option<String>,
+    /// The leftover our member record names, as last published, and the task that
+    /// watches for its end (spawn mode).
+    published_leftover: Option<Epoch>,
+    leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
     health: Health,
@@ -311,6 +315,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             role_since,
             published_epoch_seen: None,
             published_follow: None,
+            published_leftover: None,
+            leftover_watch: None,
             probe_env,
             health: if eligible_now {
                 Health::Healthy
@@ -783,9 +789,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         // (SPEC §3a); registration carries it into every new session.
         let seen = self.elector.epoch_seen();
         let follow = self.elector.follow_state();
-        if seen != self.published_epoch_seen || follow != self.published_follow {
+        let leftover = self.elector.own_leftovers();
+        if seen != self.published_epoch_seen
+            || follow != self.published_follow
+            || leftover != self.published_leftover
+        {
             self.published_epoch_seen = seen;
             self.published_follow = follow;
+            if leftover != self.published_leftover {
+                self.published_leftover = leftover;
+                self.watch_leftover();
+            }
             self.publish_member();
         }
         self.probe_env.set(self.standby_command_env());
@@ -875,6 +889,33 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         r.start_time = 0;
         r.epoch_seen = None;
         Some(r)
+    }
+
+    /// While our service outlived its stop (spawn mode), looks every second whether its
+    /// processes are gone, and tells the elector when they are ([`Event::OwnServiceGone`]):
+    /// the member record then stops naming it, so that winners stop fencing a service
+    /// that is over (a fence of a member's leftover names no warden pid and is never
+    /// verified by `signal` or ssh: the review of stop 39).
+    fn watch_leftover(&mut self) {
+        if let Some(h) = self.leftover_watch.take() {
+            h.abort();
+        }
+        let (Some(_), ServiceControl::Spawn(spawner), Some(id)) = (
+            self.elector.own_leftovers(),
+            &self.control_svc,
+            self.stopping.clone(),
+        ) else {
+            return;
+        };
+        let (tx, spawner) = (self.tx.clone(), spawner.clone());
+        self.leftover_watch = Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if spawner.gone(id.clone()).await {
+                    let _ = tx.send(Input::Elector(Event::OwnServiceGone));
+                }
+            }
+        }));
     }
 
     /// Our record of `epoch` naming the service that outlived its stop.

@@ -86,6 +86,8 @@ pub trait SpawnControl: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = StopOutcome> + Send;
     /// SIGKILL to every process of the service now, without waiting.
     fn kill(&self, id: &ServiceIdentity) -> bool;
+    /// Whether no process of the service is left; nothing is signalled.
+    fn gone(&self, id: ServiceIdentity) -> impl Future<Output = bool> + Send;
     /// How the service is held together, for `status`.
     fn containment(&self) -> String;
 }
@@ -246,6 +248,12 @@ impl SpawnControl for Spawner {
 
     fn kill(&self, id: &ServiceIdentity) -> bool {
         service::kill(id)
+    }
+
+    async fn gone(&self, id: ServiceIdentity) -> bool {
+        tokio::task::spawn_blocking(move || service::gone(&id))
+            .await
+            .unwrap_or(false)
     }
 
     fn containment(&self) -> String {

@@ -1032,6 +1032,12 @@ pub fn kill(identity: &ServiceIdentity) -> bool {
     sent
 }
 
+/// Whether no process of the service is left (its cgroup empty or gone; else its process
+/// group). It reads `/proc` or `cgroup.procs`: call it off the runtime's workers.
+pub fn gone(identity: &ServiceIdentity) -> bool {
+    Members::of(identity).gone()
+}
+
 /// Every process of a service: its cgroup when it has one, else its process group.
 struct Members<'a> {
     identity: &'a ServiceIdentity,

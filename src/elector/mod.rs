@@ -247,6 +247,9 @@ pub enum Event {
         clean: bool,
         detail: String,
     },
+    /// The service that outlived its stop has no process left any more (looked at while
+    /// `own_leftovers` is set).
+    OwnServiceGone,
     /// Hooks mode: the `demote` hook for `ticket` failed and nothing was killed, so the
     /// service runs on whole, in a role nobody knows; `promote` can put it back (SPEC
     /// §6a.2). Otherwise it counts as a stop that could not be verified.
@@ -789,6 +792,7 @@ impl Elector {
                 detail,
                 said,
             } => self.on_demote_failed(ticket, detail, said, now),
+            Event::OwnServiceGone => self.on_own_service_gone(),
             Event::Released { ticket } => self.on_released(ticket, now),
             Event::BreadcrumbPeeked { ticket, version } => {
                 self.on_breadcrumb_peeked(ticket, version, now)

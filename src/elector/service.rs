@@ -499,6 +499,20 @@ impl Elector {
         });
     }
 
+    /// Our service that outlived its stop is over: nothing of it to fence any more. Not
+    /// while we hold the lock: that hold's own fence finds it gone, in its order.
+    pub(super) fn on_own_service_gone(&mut self) {
+        if matches!(self.phase, Phase::Holding { .. } | Phase::Releasing { .. }) {
+            return;
+        }
+        if self.own_leftovers.take().is_some() {
+            self.notice(
+                false,
+                "this node's own service, which outlived its stop, is gone now".into(),
+            );
+        }
+    }
+
     pub(super) fn stop_service(&mut self, cause: StopCause) {
         match self.svc {
             Svc::Up => {

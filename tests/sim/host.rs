@@ -249,6 +249,12 @@ impl SpawnControl for SimSpawner {
         }
     }
 
+    async fn gone(&self, id: ServiceIdentity) -> bool {
+        self.host.gate().await;
+        self.find(&id)
+            .is_none_or(|(svc, reach)| !self.alive(svc, reach))
+    }
+
     fn containment(&self) -> String {
         if self.cgroups() {
             "cgroup".into()

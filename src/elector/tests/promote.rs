@@ -911,6 +911,39 @@ fn rule_5_a_stuck_service_the_breadcrumb_names_is_fenced_once() {
 }
 
 #[test]
+fn rule_5_own_leftovers_that_ended_while_out_of_the_lock_are_forgotten() {
+    // The driver looked while this node was out of the lock: nothing left of the service.
+    // The next hold commits without fencing it (and the member record stops naming it).
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "x".into(),
+    });
+    let a = h.feed(Event::ServiceStopped {
+        ticket: H::ticket_of(&a),
+        clean: false,
+        detail: "pid 9 still runs".into(),
+    });
+    assert_eq!(h.e.own_leftovers(), Some(3));
+    // Ignored while the lock is held: that hold fences it in its order.
+    h.feed(Event::OwnServiceGone);
+    assert_eq!(h.e.own_leftovers(), Some(3));
+    h.feed(Event::Released {
+        ticket: H::ticket_of(&a),
+    });
+    h.feed(Event::OwnServiceGone);
+    assert_eq!(h.e.own_leftovers(), None);
+    h.advance(Duration::from_secs(31));
+    let r = h.won(9);
+    let a = h.read(r, BreadcrumbView::Absent);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { epoch: 9, .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
 fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
     let mut h = H::new();
     let r = h.won(20);
