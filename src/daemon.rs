@@ -882,8 +882,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 
     /// The member record's [`MemberRecord::leftover`]: the service that outlived its stop
-    /// while the elector counts it as running, with no warden process to fence.
+    /// while the elector counts it as running, with no warden process to fence. Spawn
+    /// mode only: there [`Daemon::watch_leftover`] takes it back once its processes are
+    /// gone. In hooks mode the server runs on whatever its failed demote left, so that
+    /// no end can be watched for, and every winner would kill it again (the review of
+    /// stop 39); the breadcrumb, kept and written back, names it there.
     fn advertised_leftover(&self) -> Option<NodeRecord> {
+        if !matches!(self.control_svc, ServiceControl::Spawn(_)) {
+            return None;
+        }
         let mut r = self.leftover(self.elector.own_leftovers()?);
         r.pid = 0;
         r.start_time = 0;
@@ -2126,8 +2133,11 @@ async fn keep_leftover_named<S: Session>(zk: &S, record: &NodeRecord) {
     let version = match &found {
         None => None,
         Some((data, version)) => {
-            let kept = record::parse::<NodeRecord>(data)
-                .map_or(true, |b| b.epoch.is_some_and(|e| Some(e) >= record.epoch));
+            // Kept: unreadable (fenced as unknown), a later epoch, or this very service.
+            let kept = record::parse::<NodeRecord>(data).map_or(true, |b| {
+                b.epoch.is_some_and(|e| Some(e) > record.epoch)
+                    || (b.epoch == record.epoch && b.same_service(record))
+            });
             if kept {
                 return;
             }

@@ -195,6 +195,22 @@ impl NodeRecord {
         self.node_id == other.node_id && self.incarnation == other.incarnation
     }
 
+    /// Whether `other` names the same service processes (pid, group, start time and
+    /// cgroup).
+    pub fn same_service(&self, other: &NodeRecord) -> bool {
+        (
+            self.service_pid,
+            self.service_pgid,
+            self.service_start_time,
+            &self.service_cgroup,
+        ) == (
+            other.service_pid,
+            other.service_pgid,
+            other.service_start_time,
+            &other.service_cgroup,
+        )
+    }
+
     /// This record as the incarnation a fence method acts on.
     pub fn fence_target(&self) -> Target {
         let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());

@@ -85,14 +85,18 @@ impl Elector {
         let control_version = state.control_version;
         let breadcrumb_version = state.breadcrumb.version();
         // Live members' services that outlived their stop, but for one the breadcrumb
-        // names (fenced as the old active) and our own (`own_leftovers`).
+        // names, that very service (fenced as the old active), and our own
+        // (`own_leftovers`). Not by epoch alone: a store that forgot a rewrite can keep
+        // a breadcrumb of that epoch naming an earlier start (the review of stop 39).
         self.leftovers_to_fence = state
             .member_leftovers
             .iter()
             .filter(|l| {
                 !self.is_ours(l)
                     && !matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
-                        if record.same_incarnation(l) && record.epoch == l.epoch)
+                        if record.same_incarnation(l)
+                            && record.epoch == l.epoch
+                            && record.same_service(l))
             })
             .cloned()
             .collect();
@@ -317,7 +321,7 @@ impl Elector {
             if b.same_incarnation(&later)
                 && b.epoch == Some(e)
                 && b.rewrite.unwrap_or(0) < later.rewrite.unwrap_or(0)
-                && !same_service(b, &later)
+                && !b.same_service(&later)
             {
                 if state.newest_history_epoch.is_some_and(|h| h > e)
                     || state
@@ -623,19 +627,4 @@ impl Elector {
         }
         self.start_if_due(now);
     }
-}
-
-/// Whether `a` and `b` name the same service (process, group, start time and cgroup).
-fn same_service(a: &NodeRecord, b: &NodeRecord) -> bool {
-    (
-        a.service_pid,
-        a.service_pgid,
-        a.service_start_time,
-        &a.service_cgroup,
-    ) == (
-        b.service_pid,
-        b.service_pgid,
-        b.service_start_time,
-        &b.service_cgroup,
-    )
 }

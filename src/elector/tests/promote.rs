@@ -911,6 +911,35 @@ fn rule_5_a_stuck_service_the_breadcrumb_names_is_fenced_once() {
 }
 
 #[test]
+fn rule_5_a_stuck_service_the_breadcrumb_names_by_epoch_only_is_fenced_too() {
+    // The breadcrumb of that epoch names an earlier start (the store forgot a rewrite):
+    // fencing it finds nothing of the stuck service, so the member's record is fenced too.
+    let mut h = H::new();
+    let r = h.won(20);
+    let mut earlier = n2_leftover();
+    earlier.service_pid = Some(8);
+    let mut st = state(BreadcrumbView::Record {
+        record: earlier.clone(),
+        version: Version::new(4),
+    });
+    st.member_leftovers = vec![n2_leftover()];
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(b), .. }] if *b == earlier),
+        "{a:?}"
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "gone".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(l), .. }] if *l == n2_leftover()),
+        "{a:?}"
+    );
+}
+
+#[test]
 fn rule_5_own_leftovers_that_ended_while_out_of_the_lock_are_forgotten() {
     // The driver looked while this node was out of the lock: nothing left of the service.
     // The next hold commits without fencing it (and the member record stops naming it).
