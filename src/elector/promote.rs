@@ -196,13 +196,12 @@ impl Elector {
         now: Instant,
     ) {
         if let Some(own) = self.own_leftovers {
-            let mut record = NodeRecord {
+            let order = FenceOrder::OwnService(NodeRecord {
                 node_id: self.cfg.node_id.clone(),
                 incarnation: self.cfg.incarnation.clone(),
+                epoch: Some(own),
                 ..NodeRecord::default()
-            };
-            record.epoch = Some(own);
-            let order = FenceOrder::OwnService(record);
+            });
             self.start_fence(epoch, order, breadcrumb_version, control_version);
         } else if let Some(leftover) = self.leftovers_to_fence.pop() {
             let node = leftover.node_id.clone();
