@@ -29,6 +29,15 @@ if ((${#missing[@]} > 0)); then
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${packages[@]}"
 fi
 
+# The stuck-service tests mount a FUSE file system that never answers (tests/common/
+# hung_mount.rs): the kernel's fuse module must be loaded.
+if [ ! -e /dev/fuse ]; then
+    as_root=()
+    [ "$(id -u)" -ne 0 ] && as_root=(sudo)
+    "${as_root[@]}" modprobe fuse 2>/dev/null ||
+        echo "test.sh: /dev/fuse is missing and 'modprobe fuse' failed: the stuck-service tests will fail" >&2
+fi
+
 if ! command -v cargo >/dev/null; then
     echo "test.sh: cargo is missing: install Rust 1.85 or later (rustup, or Debian's cargo package)" >&2
     exit 1
