@@ -53,6 +53,12 @@ impl Elector {
             }
             WriteOutcome::Conflict => {
                 self.reason = Some(Reason::LockNotOurs);
+                // As for a rewrite (`rewrite_failed`): the lock may still be held by our
+                // session (the store forgot the renewals that moved its version), so join
+                // again to learn it, whatever this node may do now. A priority-0 node
+                // kept it for ever, renewed by the keepalive, and nobody became active
+                // (the simulation's seed 135015).
+                self.must_rejoin = true;
                 self.lock_lost(now);
             }
             WriteOutcome::Unknown | WriteOutcome::NotDurable => {

@@ -201,3 +201,24 @@ fn rule_4_the_lease_follows_a_granted_session_timeout_below_the_configured_one()
         "{all:?}"
     );
 }
+
+#[test]
+fn rule_4_4_a_renewal_refused_joins_again_to_learn_whether_the_lock_is_still_ours() {
+    // The store forgot the renewals that moved the lock's version: our session may still
+    // hold it. Even a node that would never join by itself (priority 0 now) joins once,
+    // so that a lock it holds is released, not kept for ever (seed 135015).
+    let mut h = H::new();
+    h.active(3);
+    h.e.cfg.priority = 0;
+    let a = h.advance(T / 6);
+    let a = h.feed(Event::Renewed {
+        ticket: H::ticket_of(&a),
+        outcome: WriteOutcome::Conflict,
+    });
+    let a = h.feed(Event::ServiceStopped {
+        ticket: H::ticket_of(&a),
+        clean: true,
+        detail: "stopped".into(),
+    });
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+}
