@@ -10,7 +10,9 @@
 //! read-only transaction). A server that the campaign killed, or that stayed down for
 //! [`RESTART_AFTER`] (fenced by a warden), is started again as the shipped drop-in starts
 //! it: as a standby. A server down for a shorter time is left alone: the hooks stop and
-//! start it themselves (a switchover's demote, a follow's `pg_rewind`).
+//! start it themselves (a switchover's demote, a follow's `pg_rewind`). A standby whose
+//! `pg_rewind` failed for good (the hook says to clone it again) is cloned again with
+//! `pg_basebackup`, as the recipe's README tells the operator.
 //!
 //! The hooks start postmasters with `pg_ctl`, which orphans them; this sandbox's pid 1
 //! does not reap orphans, and a killed postmaster left a zombie would look alive to
@@ -156,6 +158,24 @@ impl Recipe for PgRecipe {
 
     fn follows(&self, i: usize, primary: usize) -> bool {
         self.pg[i].streams_from().as_deref() == Some(&format!("127.0.0.1 {}", self.port(primary)))
+    }
+
+    fn reclone_advice(&self) -> Option<&'static str> {
+        // What the shipped follow hook says when pg_rewind failed.
+        Some("clone it again with pg_basebackup")
+    }
+
+    fn reclone(&mut self, i: usize, from: usize) -> Result<(), String> {
+        self.killed[i] = false;
+        self.down_since.borrow_mut()[i] = None;
+        self.frozen[i].clear();
+        // The backends of a killed postmaster exit by themselves; the port must be free.
+        poll_for(secs(30), ms(50), || {
+            self.pg[i].try_sql("SELECT 1").is_err().then_some(())
+        })
+        .ok_or("the killed server still answers")?;
+        let port = self.port(from);
+        self.pg[i].clone_again_from(port)
     }
 
     fn connect(&self, i: usize) -> Connect {

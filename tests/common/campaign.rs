@@ -224,6 +224,28 @@ impl Net {
         let _ = fs::write(self.cgroup(i).join("cgroup.procs"), pid.to_string());
     }
 
+    /// Kills every process in node `i`'s cgroup (its warden, the hooks it runs, its
+    /// server) and waits, up to 10 s, until none is left; `Err` names what stayed.
+    pub fn kill_node(&self, i: usize) -> Result<(), String> {
+        let procs = self.cgroup(i).join("cgroup.procs");
+        // (Hand-written, not `cgroup.kill`: a hybrid host's kernel may lack it.)
+        poll_for(secs(10), ms(20), || {
+            let pids = fs::read_to_string(&procs).unwrap_or_default();
+            for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                // SAFETY: kill sends a signal to one pid; no memory is handed over.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            pids.trim().is_empty().then_some(())
+        })
+        .ok_or_else(|| {
+            format!(
+                "processes left in {}: {}",
+                procs.display(),
+                fs::read_to_string(&procs).unwrap_or_default().trim()
+            )
+        })
+    }
+
     /// Drops node `i`'s traffic to `ports` on loopback, and the replies, on connections
     /// open now or later, until [`heal`](Self::heal).
     pub fn cut(&mut self, i: usize, ports: &[u16]) {
@@ -586,6 +608,22 @@ pub trait Recipe {
     /// Whether node `i`'s server replicates node `primary`'s now (the link up), as the
     /// server itself says.
     fn follows(&self, i: usize, primary: usize) -> bool;
+    /// The words of a failed follow after which the recipe's README tells the operator to
+    /// clone the node again (a history its rewind cannot bring back); `None` when it never
+    /// does.
+    fn reclone_advice(&self) -> Option<&'static str> {
+        None
+    }
+    /// Clones node `i`'s server again from node `from`'s and starts it as a standby, as
+    /// that README says; everything of node `i` has been killed.
+    fn reclone(&mut self, i: usize, from: usize) -> Result<(), String> {
+        Err(format!(
+            "{} cannot clone n{} from n{}",
+            self.name(),
+            i + 1,
+            from + 1
+        ))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -666,6 +704,9 @@ pub struct Stats {
     pub lost_reached: usize,
     pub init_force: usize,
     pub lost_data_said: usize,
+    /// Standbys cloned again, as the recipe's README says, after a follow that failed for
+    /// good.
+    pub reclones: usize,
 }
 
 /// The campaign on one recipe: its nodes, their wardens, the network, the client.
@@ -895,6 +936,53 @@ impl<R: Recipe> Campaign<R> {
             thread::sleep(ms(200));
         }
         eprintln!("campaign: standbys not all healthy after {STANDBYS_SETTLE:?}; going on");
+        self.reclone_what_cannot_follow();
+    }
+
+    /// Does what the recipe's README tells the operator to do with a standby whose follow
+    /// failed for good (PostgreSQL: a `pg_rewind` that cannot bring its history back):
+    /// stops the node (warden, hooks, server), clones its server again from the active's
+    /// and starts the node. Without it such a standby stays out for the rest of the run,
+    /// and every later round waits [`STANDBYS_SETTLE`] for it.
+    fn reclone_what_cannot_follow(&mut self) {
+        let Some(advice) = self.recipe.reclone_advice() else {
+            return;
+        };
+        let Ok(st) = try_status_json(self.config()) else {
+            return;
+        };
+        let Some(active) = Self::one_active(&st) else {
+            return;
+        };
+        for i in 0..self.wardens.len() {
+            let follow = member(&st, &format!("n{}", i + 1))
+                .and_then(|m| m.get("follow"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if i == active || !follow.contains(advice) {
+                continue;
+            }
+            eprintln!(
+                "campaign: n{}'s follow failed for good ({follow}); cloning it again from n{}",
+                i + 1,
+                active + 1
+            );
+            if let Err(e) = self.net.kill_node(i) {
+                self.fail(&format!("could not stop n{} to clone it again: {e}", i + 1));
+            }
+            if let Some(w) = self.wardens[i].as_mut() {
+                w.wait_exit(secs(10));
+            }
+            if let Err(e) = self.recipe.reclone(i, active) {
+                self.fail(&format!("could not clone n{} again: {e}", i + 1));
+            }
+            if let Some(pid) = self.recipe.server_pid(i) {
+                self.net.join(i, pid);
+            }
+            self.start_warden(i);
+            self.stats.reclones += 1;
+        }
     }
 
     fn values_set(&self, i: usize) -> Option<HashSet<u64>> {
@@ -1032,7 +1120,7 @@ impl<R: Recipe> Campaign<R> {
              |---|---|---|---|---|---|---|---|\n\
              | {} | {} | {} | {} | {} | {} | {} | {} |\n\
              faults: {:?}\n\
-             switchovers called off or refused: {}; restored stores said lost data: {}; init --force runs: {}; promotions: {} (epochs {}..{}); refused writes: {}; reads: {}; read anomalies: {}",
+             switchovers called off or refused: {}; restored stores said lost data: {}; init --force runs: {}; standbys cloned again: {}; promotions: {} (epochs {}..{}); refused writes: {}; reads: {}; read anomalies: {}",
             self.recipe.name(),
             self.seed,
             s.rounds,
@@ -1049,6 +1137,7 @@ impl<R: Recipe> Campaign<R> {
             s.called_off,
             s.lost_data_said,
             s.init_force,
+            s.reclones,
             promotes.len(),
             promotes.first().map_or(0, |p| p.2),
             promotes.last().map_or(0, |p| p.2),

@@ -179,6 +179,32 @@ impl PgServer {
         pg
     }
 
+    /// Clones this stopped server again from the server at `primary_port` (its data
+    /// removed, then `pg_basebackup` with its WAL) and starts it as its standby: what the
+    /// recipe's README tells the operator to do with a node `pg_rewind` cannot bring back.
+    /// `Err` with what failed.
+    pub fn clone_again_from(&self, primary_port: u16) -> Result<(), String> {
+        let d = self.data();
+        if d.exists() {
+            fs::remove_dir_all(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
+        }
+        let mut c = as_pg(&format!("{BIN}/pg_basebackup"));
+        c.args(["-h", "127.0.0.1", "-p", &primary_port.to_string()])
+            .args(["-U", "postgres", "-X", "stream", "-R", "--no-sync"])
+            .args(["-D", &d.display().to_string()]);
+        let out = c
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_basebackup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_basebackup: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        self.try_start_as_standby()
+    }
+
     fn new_dir() -> PgServer {
         check_postgres_installed();
         let dir = tempfile::Builder::new()
