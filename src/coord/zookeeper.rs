@@ -29,6 +29,9 @@ use tokio::sync::{mpsc, watch};
 use zookeeper_client as zk;
 use zookeeper_client::{Acl, Acls, Permission};
 
+pub mod wire;
+use wire::{Op, States as _, Watch as _, Wire};
+
 use super::items::{self, history_of, newest_promotion, Items};
 pub use super::items::{HISTORY_LEN, SET_ASIDE_PREFIX};
 
@@ -125,10 +128,6 @@ impl ZkConnector {
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Ok(Ok(c)) => c,
         };
-        let acls = match self.cfg.acl {
-            AclMode::Open => zk::Acls::anyone_all(),
-            AclMode::Creator => zk::Acls::creator_all(),
-        };
         // SPEC §4: every interval follows the smaller of the configured and the granted
         // session timeout.
         let granted = client.session_timeout();
@@ -137,23 +136,15 @@ impl ZkConnector {
         } else {
             granted.min(self.cfg.session_timeout)
         };
-        Ok(ZkSession {
-            id: client.session_id().0,
+        Ok(ZkSession::over(
             client,
-            paths: self.paths.clone(),
-            acls,
-            acl_mode: self.cfg.acl,
-            op_timeout: op_timeout(in_force, self.cfg.connect_timeout),
-            granted,
-            lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
-            joined: Arc::new(watch::Sender::new(None)),
-            member_gone: Arc::new(watch::Sender::new(false)),
-            floor_raised: Arc::new(AtomicU64::new(0)),
-            established: tokio::time::Instant::now(),
+            self.paths.clone(),
+            self.cfg.acl,
+            op_timeout(in_force, self.cfg.connect_timeout),
             // The configured timeout: no node's lease is longer than its own in force,
             // which is at most its configured one.
-            settle: self.cfg.session_timeout,
-        })
+            self.cfg.session_timeout,
+        ))
     }
 }
 
@@ -354,11 +345,12 @@ enum Take {
     Again,
 }
 
-/// One ZooKeeper session. Dropping it (with every clone) closes the session, which removes
-/// its ephemeral znodes.
+/// One ZooKeeper session, over the `zookeeper-client` crate's client or (in the
+/// simulation) a simulated ensemble ([`wire`]). Dropping it (with every clone) closes the
+/// session, which removes its ephemeral znodes.
 #[derive(Clone)]
-pub struct ZkSession {
-    client: zk::Client,
+pub struct ZkSession<W: Wire = zk::Client> {
+    client: W,
     id: i64,
     paths: Paths,
     acls: zk::Acls<'static>,
@@ -384,15 +376,75 @@ pub struct ZkSession {
     settle: Duration,
 }
 
-impl std::fmt::Debug for ZkSession {
+impl<W: Wire> std::fmt::Debug for ZkSession<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ZkSession({:#x})", self.id)
     }
 }
 
-impl ZkSession {
+impl<W: Wire> ZkSession<W> {
+    /// A session over `client`, established now: `op_timeout` bounds every call, and
+    /// `settle` (the configured session timeout) is how long it lives before it may make
+    /// the epoch counter (see [`ZkSession::try_lock`]).
+    pub fn over(
+        client: W,
+        paths: Paths,
+        acl_mode: AclMode,
+        op_timeout: Duration,
+        settle: Duration,
+    ) -> ZkSession<W> {
+        ZkSession {
+            id: client.session_id(),
+            granted: client.session_timeout(),
+            client,
+            paths,
+            acls: match acl_mode {
+                AclMode::Open => zk::Acls::anyone_all(),
+                AclMode::Creator => zk::Acls::creator_all(),
+            },
+            acl_mode,
+            op_timeout,
+            lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
+            joined: Arc::new(watch::Sender::new(None)),
+            member_gone: Arc::new(watch::Sender::new(false)),
+            floor_raised: Arc::new(AtomicU64::new(0)),
+            established: tokio::time::Instant::now(),
+            settle,
+        }
+    }
+
     pub fn paths(&self) -> &Paths {
         &self.paths
+    }
+
+    /// The ACL of the cluster's own znodes.
+    fn acls(&self) -> &[Acl] {
+        &self.acls
+    }
+
+    /// A multi-op's check that the lock is at the version this session holds.
+    fn check_lock(&self) -> Op<'_> {
+        Op::Check {
+            path: &self.paths.lock,
+            version: self.held_lock_version(),
+        }
+    }
+
+    /// A multi-op's write of the breadcrumb: at `version`, or a create when there is none.
+    fn write_breadcrumb<'a>(&'a self, data: &'a [u8], version: Option<i32>) -> Op<'a> {
+        match version {
+            Some(v) => Op::SetData {
+                path: &self.paths.breadcrumb,
+                data,
+                version: Some(v),
+            },
+            None => Op::Create {
+                path: &self.paths.breadcrumb,
+                data,
+                mode: zk::CreateMode::Persistent,
+                acls: self.acls(),
+            },
+        }
     }
 
     /// `Ok` when the lock is this session's, at the version it holds; else what a write
@@ -429,17 +481,10 @@ impl ZkSession {
         }
     }
 
-    /// Runs a multi-op on `paths` (one per operation, in order) under the timeout.
-    /// One multi-op, all or none: `build` adds its operations, then the commit under
-    /// `op_timeout`. `what` names it in an error; `paths` are its znodes in the order of
-    /// its operations (a failed operation's error names its znode).
-    async fn multi(
-        &self,
-        what: &str,
-        paths: &[&str],
-        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
-    ) -> Result<(), StoreError> {
-        self.multi_results(what, paths, build)
+    /// One multi-op, all or none, under `op_timeout`. `what` names it in an error; a
+    /// failed operation's error names its znode.
+    async fn multi(&self, what: &str, ops: &[Op<'_>]) -> Result<(), StoreError> {
+        self.multi_results(what, ops)
             .await
             .map(|_| ())
             .map_err(|e| match e {
@@ -452,17 +497,11 @@ impl ZkSession {
     async fn multi_results(
         &self,
         what: &str,
-        paths: &[&str],
-        build: impl FnOnce(&mut zk::MultiWriter<'_>) -> Result<(), zk::Error>,
+        ops: &[Op<'_>],
     ) -> Result<Vec<zk::MultiWriteResult>, MultiFailed> {
-        let mut w = self.client.new_multi_writer();
-        build(&mut w).map_err(|e| {
-            MultiFailed::Other(classify(
-                e,
-                paths.first().copied().unwrap_or(&self.paths.base),
-            ))
-        })?;
-        match tokio::time::timeout(self.op_timeout, w.commit()).await {
+        let paths: Vec<&str> = ops.iter().map(Op::path).collect();
+        let paths = paths.as_slice();
+        match tokio::time::timeout(self.op_timeout, self.client.multi(ops)).await {
             Ok(Ok(results)) => Ok(results),
             Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => {
                 Err(MultiFailed::Op {
@@ -478,14 +517,6 @@ impl ZkSession {
         }
     }
 
-    fn persistent(&self) -> zk::CreateOptions<'static> {
-        zk::CreateMode::Persistent.with_acls(self.acls)
-    }
-
-    fn ephemeral(&self) -> zk::CreateOptions<'static> {
-        zk::CreateMode::Ephemeral.with_acls(self.acls)
-    }
-
     /// Creates `<root>/<cluster>/members` and its parents where missing. Only the
     /// cluster's own znodes (`<root>/<cluster>` and below) get the cluster's ACL: the
     /// znodes of `root` are shared with other clusters, which may use another ACL, so they
@@ -493,26 +524,17 @@ impl ZkSession {
     async fn ensure_parents(&self) -> Result<(), StoreError> {
         let shared = shared_parent_acls(self.acl_mode);
         for path in ancestors(&self.paths.root) {
-            self.create_if_missing(
-                &path,
-                &zk::CreateMode::Persistent.with_acls(Acls::new(&shared)),
-            )
-            .await?;
+            self.create_if_missing(&path, &shared).await?;
         }
-        let own = self.persistent();
         for path in [&self.paths.base, &self.paths.members] {
-            self.create_if_missing(path, &own).await?;
+            self.create_if_missing(path, self.acls()).await?;
         }
         Ok(())
     }
 
     /// Creates an empty persistent znode unless it exists. Exists is asked first: a
     /// create under a parent we may not write is refused even when the znode is there.
-    async fn create_if_missing(
-        &self,
-        path: &str,
-        opts: &zk::CreateOptions<'_>,
-    ) -> Result<(), StoreError> {
+    async fn create_if_missing(&self, path: &str, acls: &[Acl]) -> Result<(), StoreError> {
         if self
             .bounded("looking for", path, self.client.check_stat(path))
             .await?
@@ -521,7 +543,12 @@ impl ZkSession {
             return Ok(());
         }
         match self
-            .bounded("creating", path, self.client.create(path, &[], opts))
+            .bounded(
+                "creating",
+                path,
+                self.client
+                    .create(path, &[], zk::CreateMode::Persistent, acls),
+            )
             .await
         {
             Ok(_) | Err(StoreError::Rejected(_)) => Ok(()),
@@ -557,7 +584,7 @@ impl ZkSession {
             self.bounded(
                 "setting the ACL of",
                 &p,
-                self.client.set_acl(&p, &self.acls, None),
+                self.client.set_acl(&p, self.acls()),
             )
             .await?;
         }
@@ -624,13 +651,16 @@ impl ZkSession {
                     tokio::time::sleep_until(self.established + self.settle).await;
                     continue;
                 }
-                let opts = self.persistent();
                 let created = self
                     .bounded(
                         "creating the epoch counter",
                         &self.paths.epoch,
-                        self.client
-                            .create(&self.paths.epoch, &offset_bytes(0), &opts),
+                        self.client.create(
+                            &self.paths.epoch,
+                            &offset_bytes(0),
+                            zk::CreateMode::Persistent,
+                            self.acls(),
+                        ),
                     )
                     .await;
                 match created {
@@ -660,23 +690,25 @@ impl ZkSession {
         offset: Epoch,
     ) -> Take {
         let data = record::to_bytes(me);
-        let opts = self.ephemeral();
-        let paths = [
-            self.paths.floor.as_str(),
-            &self.paths.epoch,
-            &self.paths.lock,
+        let offset_data = offset_bytes(offset);
+        let ops = [
+            Op::Check {
+                path: &self.paths.floor,
+                version: floor_version,
+            },
+            Op::SetData {
+                path: &self.paths.epoch,
+                data: &offset_data,
+                version: Some(epoch_version),
+            },
+            Op::Create {
+                path: &self.paths.lock,
+                data: &data,
+                mode: zk::CreateMode::Ephemeral,
+                acls: self.acls(),
+            },
         ];
-        let taken = self
-            .multi_results("creating the lock", &paths, |w| {
-                w.add_check_version(&self.paths.floor, floor_version)?;
-                w.add_set_data(
-                    &self.paths.epoch,
-                    &offset_bytes(offset),
-                    Some(epoch_version),
-                )?;
-                w.add_create(&self.paths.lock, &data, &opts)
-            })
-            .await;
+        let taken = self.multi_results("creating the lock", &ops).await;
         match taken {
             Ok(results) => match results.get(1) {
                 Some(zk::MultiWriteResult::SetData { stat }) => {
@@ -752,14 +784,18 @@ impl ZkSession {
                     .map(|stat| (up, stat.version)),
                 (None, up) => {
                     let up = up.unwrap_or(floor);
-                    let opts = self.persistent();
                     self.bounded(
                         "creating the floor",
                         path,
-                        self.client.create(path, &record::to_bytes(&up), &opts),
+                        self.client.create(
+                            path,
+                            &record::to_bytes(&up),
+                            zk::CreateMode::Persistent,
+                            self.acls(),
+                        ),
                     )
                     .await
-                    .map(|(stat, _)| (up, stat.version))
+                    .map(|stat| (up, stat.version))
                 }
             };
             match written {
@@ -844,13 +880,9 @@ impl ZkSession {
             return Ok(Vec::new());
         }
         let paths: Vec<String> = children.iter().map(|c| self.paths.member(c)).collect();
-        let mut reader = self.client.new_multi_reader();
-        for p in &paths {
-            reader
-                .add_get_data(p)
-                .map_err(|e| StoreError::Rejected(format!("{e} at {p}")))?;
-        }
-        let results = self.bounded("reading members", at, reader.commit()).await?;
+        let results = self
+            .bounded("reading members", at, self.client.get_data_of(&paths))
+            .await?;
         Ok(children
             .into_iter()
             .zip(results)
@@ -1005,7 +1037,7 @@ impl ZkSession {
     }
 
     /// Reads `control` and waits for its next change; `None` when the session ends.
-    async fn watch_control(&self) -> Option<(Control, Option<i32>, zk::OneshotWatcher)> {
+    async fn watch_control(&self) -> Option<(Control, Option<i32>, W::Watch)> {
         loop {
             match self.client.get_and_watch_data(&self.paths.control).await {
                 Ok((data, stat, w)) => {
@@ -1092,12 +1124,15 @@ impl ZkSession {
                 .bounded("writing", path, self.client.set_data(path, data, Some(v)))
                 .await
                 .map(|_| ()),
-            None => {
-                let opts = self.persistent();
-                self.bounded("creating", path, self.client.create(path, data, &opts))
-                    .await
-                    .map(|_| ())
-            }
+            None => self
+                .bounded(
+                    "creating",
+                    path,
+                    self.client
+                        .create(path, data, zk::CreateMode::Persistent, self.acls()),
+                )
+                .await
+                .map(|_| ()),
         }
     }
 
@@ -1126,17 +1161,18 @@ impl ZkSession {
         if doomed.is_empty() {
             return Ok(());
         }
-        let paths: Vec<&str> = doomed.iter().map(|(p, _)| *p).collect();
-        self.multi("deleting", &paths, |w| {
-            doomed
-                .iter()
-                .try_for_each(|(path, version)| w.add_delete(path, Some(*version)))
-        })
-        .await
+        let ops: Vec<Op<'_>> = doomed
+            .iter()
+            .map(|(path, version)| Op::Delete {
+                path,
+                version: Some(*version),
+            })
+            .collect();
+        self.multi("deleting", &ops).await
     }
 }
 
-impl Items for ZkSession {
+impl<W: Wire> Items for ZkSession<W> {
     async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         let path = format!("{}/{name}", self.paths.base);
         Ok(self
@@ -1174,7 +1210,7 @@ impl Connector for ZkConnector {
     }
 }
 
-impl ZkSession {
+impl<W: Wire> ZkSession<W> {
     /// The events of [`Session::events`]: the session's end from the client's state
     /// watcher, `control` from a data watch re-armed after each change, and the lock's
     /// deletion from an exists-watch armed for the latest join.
@@ -1264,14 +1300,14 @@ fn lock_tracker(
     t.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl ZkSession {
+impl<W: Wire> ZkSession<W> {
     /// [`Session::read_history`], callable without the trait in scope (tests read it so).
     pub async fn read_history(&self) -> Result<History, StoreError> {
         <Self as Session>::read_history(self).await
     }
 }
 
-impl Session for ZkSession {
+impl<W: Wire> Session for ZkSession<W> {
     fn id(&self) -> SessionId {
         SessionId(self.id)
     }
@@ -1309,7 +1345,6 @@ impl Session for ZkSession {
     async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let path = self.paths.member(&m.node.node_id);
         let data = record::to_bytes(m);
-        let opts = self.ephemeral();
         // SPEC §3a: what this node has seen is kept for good, even in a store that forgot
         // it (restored), so that nodes that never saw it are refused too; first, so that a
         // member record that shows an epoch never stands above the floor.
@@ -1317,7 +1352,8 @@ impl Session for ZkSession {
         self.bounded(
             "registering this node",
             &path,
-            self.client.create(&path, &data, &opts),
+            self.client
+                .create(&path, &data, zk::CreateMode::Ephemeral, self.acls()),
         )
         .await
         .map(|_| ())
@@ -1407,13 +1443,17 @@ impl Session for ZkSession {
                     break (record::parse(&data).unwrap_or_default(), stat.version)
                 }
                 None => {
-                    let opts = self.persistent();
                     let data = record::to_bytes(&Control::default());
                     match self
                         .bounded(
                             "creating control",
                             &self.paths.control,
-                            self.client.create(&self.paths.control, &data, &opts),
+                            self.client.create(
+                                &self.paths.control,
+                                &data,
+                                zk::CreateMode::Persistent,
+                                self.acls(),
+                            ),
                         )
                         .await
                     {
@@ -1453,28 +1493,20 @@ impl Session for ZkSession {
             return WriteOutcome::Conflict;
         };
         let data = record::to_bytes(breadcrumb);
-        let opts = self.persistent();
         let lock_version = self.held_lock_version();
-        let paths = [
-            self.paths.control.as_str(),
-            &self.paths.lock,
-            &self.paths.breadcrumb,
+        let ops = [
+            Op::Check {
+                path: &self.paths.control,
+                version: control_version,
+            },
+            Op::SetData {
+                path: &self.paths.lock,
+                data: &data,
+                version: (lock_version != ANY_VERSION).then_some(lock_version),
+            },
+            self.write_breadcrumb(&data, breadcrumb_version),
         ];
-        let outcome = write_outcome(
-            self.multi("committing the promotion", &paths, |w| {
-                w.add_check_version(&self.paths.control, control_version)?;
-                w.add_set_data(
-                    &self.paths.lock,
-                    &data,
-                    (lock_version != ANY_VERSION).then_some(lock_version),
-                )?;
-                match breadcrumb_version {
-                    Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
-                    None => w.add_create(&self.paths.breadcrumb, &data, &opts),
-                }
-            })
-            .await,
-        );
+        let outcome = write_outcome(self.multi("committing the promotion", &ops).await);
         if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
             self.hold_lock_version(lock_version + 1);
         }
@@ -1492,13 +1524,17 @@ impl Session for ZkSession {
         // both say so.
         let data = record::to_bytes(member);
         let me = self.paths.member(&member.node.node_id);
-        let paths = [self.paths.lock.as_str(), &me];
+        let ops = [
+            self.check_lock(),
+            Op::SetData {
+                path: &me,
+                data: &data,
+                version: None,
+            },
+        ];
         let (ours, renewed) = tokio::join!(
             self.lock_is_ours(),
-            self.multi_results("renewing the lease", &paths, |w| {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-                w.add_set_data(&me, &data, None)
-            }),
+            self.multi_results("renewing the lease", &ops),
         );
         let renewed = match renewed {
             Ok(_) => Ok(()),
@@ -1534,14 +1570,15 @@ impl Session for ZkSession {
             return outcome;
         }
         let new = record::to_bytes(record);
-        let paths = [self.paths.lock.as_str(), &self.paths.breadcrumb];
-        write_outcome(
-            self.multi("recording the service", &paths, |w| {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-                w.add_set_data(&self.paths.breadcrumb, &new, Some(stat.version))
-            })
-            .await,
-        )
+        let ops = [
+            self.check_lock(),
+            Op::SetData {
+                path: &self.paths.breadcrumb,
+                data: &new,
+                version: Some(stat.version),
+            },
+        ];
+        write_outcome(self.multi("recording the service", &ops).await)
     }
 
     async fn restore_breadcrumb(
@@ -1557,18 +1594,8 @@ impl Session for ZkSession {
             return outcome;
         }
         let data = record::to_bytes(record);
-        let opts = self.persistent();
-        let paths = [self.paths.lock.as_str(), &self.paths.breadcrumb];
-        write_outcome(
-            self.multi("restoring the breadcrumb", &paths, |w| {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-                match version {
-                    Some(v) => w.add_set_data(&self.paths.breadcrumb, &data, Some(v)),
-                    None => w.add_create(&self.paths.breadcrumb, &data, &opts),
-                }
-            })
-            .await,
-        )
+        let ops = [self.check_lock(), self.write_breadcrumb(&data, version)];
+        write_outcome(self.multi("restoring the breadcrumb", &ops).await)
     }
 
     async fn breadcrumb_bytes(&self) -> Result<Option<(Vec<u8>, Version)>, StoreError> {
@@ -1585,18 +1612,16 @@ impl Session for ZkSession {
     ) -> Result<(), StoreError> {
         let version = znode_version(version)
             .ok_or_else(|| StoreError::Rejected(format!("no version {version} of a znode")))?;
-        let paths: &[&str] = if check_lock {
-            &[&self.paths.lock, &self.paths.breadcrumb]
-        } else {
-            &[&self.paths.breadcrumb]
+        let delete = Op::Delete {
+            path: &self.paths.breadcrumb,
+            version: Some(version),
         };
-        self.multi("deleting the breadcrumb", paths, |w| {
-            if check_lock {
-                w.add_check_version(&self.paths.lock, self.held_lock_version())?;
-            }
-            w.add_delete(&self.paths.breadcrumb, Some(version))
-        })
-        .await
+        let ops = if check_lock {
+            vec![self.check_lock(), delete]
+        } else {
+            vec![delete]
+        };
+        self.multi("deleting the breadcrumb", &ops).await
     }
 
     async fn release(&self) -> Result<(), StoreError> {
@@ -1647,12 +1672,18 @@ impl Session for ZkSession {
                 lock: self.delete_lock_at(lock.version).await,
             };
         };
-        let paths = [self.paths.breadcrumb.as_str(), &self.paths.lock];
+        let ops = [
+            Op::Delete {
+                path: &self.paths.breadcrumb,
+                version: Some(version),
+            },
+            Op::Delete {
+                path: &self.paths.lock,
+                version: Some(lock.version),
+            },
+        ];
         let both = self
-            .multi("deleting the breadcrumb and the lock", &paths, |w| {
-                w.add_delete(&self.paths.breadcrumb, Some(version))?;
-                w.add_delete(&self.paths.lock, Some(lock.version))
-            })
+            .multi("deleting the breadcrumb and the lock", &ops)
             .await;
         match both {
             Ok(()) => Released {
@@ -1822,14 +1853,13 @@ impl Session for ZkSession {
                     .await
                 }
                 None => {
-                    let opts = self.persistent();
                     self.bounded(
                         "creating the epoch counter",
                         path,
-                        self.client.create(path, &data, &opts),
+                        self.client
+                            .create(path, &data, zk::CreateMode::Persistent, self.acls()),
                     )
                     .await
-                    .map(|(stat, _)| stat)
                 }
             };
             match written {
@@ -1861,12 +1891,19 @@ impl Session for ZkSession {
             return Ok(None);
         };
         let copy = self.set_aside_path("old");
-        let opts = self.persistent();
-        self.multi("moving history aside", &[&copy, path], |w| {
-            w.add_create(&copy, &data, &opts)?;
-            w.add_delete(path, Some(stat.version))
-        })
-        .await?;
+        let ops = [
+            Op::Create {
+                path: &copy,
+                data: &data,
+                mode: zk::CreateMode::Persistent,
+                acls: self.acls(),
+            },
+            Op::Delete {
+                path,
+                version: Some(stat.version),
+            },
+        ];
+        self.multi("moving history aside", &ops).await?;
         // The nodes that read that history keep its epoch as seen, in the floor: the
         // counter goes above it, or the floor would block every promotion next (SPEC §3a),
         // and the next active's epoch is greater than any recorded before.
