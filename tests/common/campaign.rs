@@ -54,7 +54,7 @@
 //! per recipe.
 
 use super::*;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -912,10 +912,25 @@ impl<R: Recipe> Campaign<R> {
     /// has a successor that can take everything.
     fn standbys_settle(&mut self) {
         let since = Instant::now();
+        // The nodes whose follow failed, within this wait, with the recipe's advice to
+        // clone them again: the hook runs again at once, so `status` shows the failure
+        // only between two runs.
+        let mut advised = BTreeSet::new();
         while since.elapsed() < STANDBYS_SETTLE {
             self.restart_what_is_down();
             if let Ok(st) = try_status_json(self.config()) {
                 let ids = member_ids(&st);
+                if let Some(advice) = self.recipe.reclone_advice() {
+                    for i in 0..self.wardens.len() {
+                        let follow = member(&st, &format!("n{}", i + 1))
+                            .and_then(|m| m.get("follow"))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        if follow.contains(advice) {
+                            advised.insert(i);
+                        }
+                    }
+                }
                 let ok = ids.len() == self.wardens.len()
                     && ids.iter().all(|id| {
                         member_role(&st, id).as_deref() == Some("active")
@@ -936,7 +951,7 @@ impl<R: Recipe> Campaign<R> {
             thread::sleep(ms(200));
         }
         eprintln!("campaign: standbys not all healthy after {STANDBYS_SETTLE:?}; going on");
-        self.reclone_what_cannot_follow();
+        self.reclone_what_cannot_follow(&advised);
     }
 
     /// Does what the recipe's README tells the operator to do with a standby whose follow
@@ -944,27 +959,23 @@ impl<R: Recipe> Campaign<R> {
     /// stops the node (warden, hooks, server), clones its server again from the active's
     /// and starts the node. Without it such a standby stays out for the rest of the run,
     /// and every later round waits [`STANDBYS_SETTLE`] for it.
-    fn reclone_what_cannot_follow(&mut self) {
-        let Some(advice) = self.recipe.reclone_advice() else {
+    fn reclone_what_cannot_follow(&mut self, advised: &BTreeSet<usize>) {
+        if advised.is_empty() {
             return;
-        };
+        }
         let Ok(st) = try_status_json(self.config()) else {
             return;
         };
         let Some(active) = Self::one_active(&st) else {
             return;
         };
-        for i in 0..self.wardens.len() {
-            let follow = member(&st, &format!("n{}", i + 1))
-                .and_then(|m| m.get("follow"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            if i == active || !follow.contains(advice) {
+        for &i in advised {
+            if i == active || self.recipe.follows(i, active) {
                 continue;
             }
             eprintln!(
-                "campaign: n{}'s follow failed for good ({follow}); cloning it again from n{}",
+                "campaign: n{}'s follow failed for good (the hook said to clone it again); \
+                 cloning it again from n{}",
                 i + 1,
                 active + 1
             );
