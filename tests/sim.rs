@@ -174,6 +174,8 @@ pub struct Outcome {
     pub data: Option<DataOutcome>,
     /// The seed ran the Redis backend itself (issue 32 point 3).
     pub redis: bool,
+    /// The seed ran the ZooKeeper backend itself (issue 32 point 3).
+    pub zk_wire: bool,
     pub virtual_time: Duration,
     pub trace: Vec<String>,
     pub plan: String,
@@ -207,6 +209,15 @@ impl DataOutcome {
     }
 }
 
+/// The share of the seeds on ZooKeeper with watches that run the ZooKeeper backend itself
+/// (`WARDEN_SIM_ZK_WIRE=0` or `1` forces none or all, to compare).
+static ZK_WIRE_SHARE: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
+    std::env::var("WARDEN_SIM_ZK_WIRE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.5)
+});
+
 /// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
 /// polled every `poll_interval`, its keys' TTLs on the store's drifting clock: SPEC §3a);
 /// the rest any mix of the model's (a TTL store among them stands for MySQL).
@@ -233,6 +244,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
             },
             settle: c.session_timeout,
             redis: true,
+            zk_wire: false,
         };
     }
     let watches = if rng.chance(0.25) {
@@ -260,6 +272,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
         sessions,
         settle: c.session_timeout,
         redis: false,
+        zk_wire: false,
     }
 }
 
@@ -686,7 +699,18 @@ fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) 
     let mut hk = SimRng::new(seed ^ 0x400c_5e1f_0110_0002);
     let mut sf = SimRng::new(seed ^ 0x5707_e0f0_1a17_0003);
     let mut plan = plan::draw(&mut rng, &mut aux, &mut ops, &mut hk, nodes, max_faults);
-    let store_cfg = store_config(&plan, &mut aux);
+    let mut store_cfg = store_config(&plan, &mut aux);
+    // Half the seeds on ZooKeeper with watches run the backend's own `ZkSession` over a
+    // simulated client (issue 32 point 3), drawn apart so that every other draw of a seed
+    // stays what it was.
+    let mut zw = SimRng::new(seed ^ 0x2b00_c1e4_3a1e_0004);
+    if !store_cfg.redis
+        && store_cfg.sessions == store::Sessions::Zk
+        && store_cfg.watches == store::Watches::Yes
+        && zw.chance(*ZK_WIRE_SHARE)
+    {
+        store_cfg.zk_wire = true;
+    }
     if store_cfg.redis {
         plan.cfg.granted = plan.cfg.session_timeout;
     }
@@ -701,6 +725,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
     let hooks = matches!(plan.mode, Mode::Hooks { .. });
     let plan_text = format!("{plan}\n  store: {store_cfg:?}");
     let redis = store_cfg.redis;
+    let zk_wire = store_cfg.zk_wire;
     // What a switchover in a quiet cluster must be given to succeed: a session timeout,
     // the old active's graceful stop, two polls of a store without watches, and a few
     // dozen store round trips at the slowest latency.
@@ -985,6 +1010,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             stale_after_forget: w.stale_after_forget > 0,
             beyond_bound,
             redis: false,
+            zk_wire: false,
             data: w.data.as_ref().map(|d| DataOutcome {
                 acked: d.acked.len() as u64,
                 handovers: u64::from(d.handovers),
@@ -1016,6 +1042,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
     Outcome {
         plan: plan_text,
         redis,
+        zk_wire,
         ..out
     }
 }
@@ -1161,11 +1188,16 @@ struct Sweep {
     /// Found on the Redis backend itself, not decided yet (stop 34): a commit against a
     /// pending switchover request, or of a priority-0 node without one.
     redis_found: Vec<(u64, String)>,
+    /// Seeds on the Redis and on the ZooKeeper backend itself.
+    redis_seeds: u64,
+    zk_wire_seeds: u64,
 }
 
 impl Sweep {
     fn add(&mut self, seed: u64, out: Outcome) {
         self.seeds += 1;
+        self.redis_seeds += u64::from(out.redis);
+        self.zk_wire_seeds += u64::from(out.zk_wire);
         self.hooks += u64::from(out.hooks);
         self.follows += u64::from(out.follows);
         self.follows_failed += u64::from(out.follows_failed);
@@ -1232,6 +1264,8 @@ impl Sweep {
 
     fn merge(&mut self, o: Sweep) {
         self.seeds += o.seeds;
+        self.redis_seeds += o.redis_seeds;
+        self.zk_wire_seeds += o.zk_wire_seeds;
         self.hooks += o.hooks;
         self.follows += o.follows;
         self.follows_failed += o.follows_failed;
@@ -1337,6 +1371,11 @@ fn simulated_daemons_keep_every_invariant() {
         pct(0.5),
         pct(0.99),
         pct(1.0),
+    );
+    println!(
+        "stores: {} seeds ran the Redis backend itself and {} the ZooKeeper backend itself \
+         (issue 32 point 3), the rest the model",
+        total.redis_seeds, total.zk_wire_seeds
     );
     println!(
         "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
@@ -1508,6 +1547,44 @@ fn a_fifth_of_the_seeds_run_the_redis_backend_itself() {
     }
 }
 
+/// Issue 32 point 3: half the seeds on ZooKeeper with watches run the ZooKeeper backend
+/// itself (its `ZkSession` over a simulated client and znode tree), and a quiet cluster on
+/// it elects and commits as on the model.
+#[test]
+fn half_the_zookeeper_seeds_run_the_zookeeper_backend_itself() {
+    let zk: Vec<u64> = (0..400)
+        .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.zk_wire)
+        .collect();
+    assert!(
+        (60..=200).contains(&zk.len()),
+        "{} of 400 seeds run the ZooKeeper backend",
+        zk.len()
+    );
+    let quiet: Vec<u64> = (0..100)
+        .filter(|&s| draw_seed(s, 3, 0).1.zk_wire)
+        .take(3)
+        .collect();
+    assert!(
+        !quiet.is_empty(),
+        "no quiet seed runs the ZooKeeper backend"
+    );
+    for seed in quiet {
+        let (plan, store_cfg) = draw_seed(seed, 3, 0);
+        let out = run_plan(seed, plan, store_cfg, true);
+        assert!(
+            out.failure.is_none(),
+            "seed {seed}: {:?}\n{}",
+            out.failure,
+            out.trace.join("\n")
+        );
+        assert!(
+            out.trace.iter().any(|l| l.contains("COMMIT by")),
+            "seed {seed}: no promotion was committed through the backend\n{}",
+            out.trace.join("\n")
+        );
+    }
+}
+
 /// Hooks mode: the active's service dies while the cluster is paused and comes back in
 /// its demoted role (as a replica, as the examples' units start it). Its checks pass
 /// again, so only its pinned process tells warden that it is no longer the primary;
@@ -1595,6 +1672,7 @@ fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() 
             sessions: store::Sessions::Zk,
             settle: Duration::ZERO,
             redis: false,
+            zk_wire: false,
         };
         let store = SimStore::new(cfg, 1);
         store.keep_snapshots();

@@ -38,6 +38,7 @@ fn cfg() -> StoreConfig {
         // The counter is made at the first join, as by a session that lived long enough.
         settle: Duration::ZERO,
         redis: false,
+        zk_wire: false,
     }
 }
 

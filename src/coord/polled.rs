@@ -162,7 +162,10 @@ where
             break;
         }
         if !first {
+            // (Biased: the simulation replays a seed only when no choice among ready
+            // branches is left to tokio's RNG.)
             tokio::select! {
+                biased;
                 _ = lost.changed() => continue,
                 _ = wake() => {}
                 _ = tokio::time::sleep(c.poll_interval) => {}

@@ -332,6 +332,58 @@ fn counter_of(
     }
 }
 
+/// What `status` shows of the cluster, from its znodes as read (`None`: absent): the lock,
+/// the breadcrumb, control, the members (child name, data and stat), history, the
+/// set-aside histories, the epoch counter and the floor. Apart from the reads, so that the
+/// simulation reads its ensemble as this backend does.
+#[allow(clippy::too_many_arguments)]
+pub fn snapshot_of(
+    lock: Option<(Vec<u8>, zk::Stat)>,
+    breadcrumb: Option<(Vec<u8>, zk::Stat)>,
+    control: Option<(Vec<u8>, zk::Stat)>,
+    members: Vec<(String, Option<(Vec<u8>, zk::Stat)>)>,
+    history: History,
+    set_aside: Vec<String>,
+    epoch: Option<(Vec<u8>, zk::Stat)>,
+    floor: Option<(Vec<u8>, zk::Stat)>,
+) -> ClusterSnapshot {
+    // The counter as the join reads it (SPEC §3a): what the store remembers handing
+    // out. The zxid is no counter: it grows with every write, also after a restore.
+    let counter = counter_of(
+        epoch
+            .as_ref()
+            .map(|(d, s)| (d.as_slice(), s.mzxid, s.version)),
+        lock.as_ref().map(|(d, _)| d.as_slice()),
+        breadcrumb.as_ref().map(|(d, _)| d.as_slice()),
+        &history,
+    );
+    let mut snap = ClusterSnapshot::of_lock(lock.map(|(d, s)| {
+        (
+            d,
+            s.czxid.max(0) as Epoch + counter.offset,
+            SessionId(s.ephemeral_owner),
+        )
+    }));
+    snap.kept_floor =
+        floor.and_then(|(d, _)| floor_max(&parse_floor(&d)).map(|(e, node)| (e, node.to_string())));
+    let versioned =
+        |found: Option<(Vec<u8>, zk::Stat)>| found.map(|(d, s)| (d, i64::from(s.version)));
+    snap.add_items(versioned(breadcrumb), versioned(control));
+    for (id, found) in members {
+        if !snap.valid_member_id(&id) {
+            continue;
+        }
+        if let Some((d, s)) = found {
+            snap.add_member(id, SessionId(s.ephemeral_owner), &d);
+        }
+    }
+    snap.history = history;
+    snap.set_aside = set_aside;
+    // None remembered: any epoch seen is above it (a wiped ensemble).
+    snap.epoch_counter = Some(counter.epoch.unwrap_or(0));
+    snap
+}
+
 /// How a multi-op failed: at one operation (by its index), or as a whole.
 enum MultiFailed {
     Op { index: usize, error: StoreError },
@@ -976,7 +1028,10 @@ impl<W: Wire> ZkSession<W> {
     /// forever after a terminal state, so this stops at the first one.
     async fn session_ended(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
         let mut gone = self.member_gone.subscribe();
+        // (Biased here and below: the simulation replays a seed only when no choice
+        // among ready branches is left to tokio's RNG.)
         tokio::select! {
+            biased;
             _ = gone.wait_for(|g| *g) => {}
             _ = self.client_session_ended(events) => {}
         }
@@ -1272,6 +1327,7 @@ impl<W: Wire> ZkSession<W> {
                 }
             };
             tokio::select! {
+                biased;
                 _ = &mut ended => break,
                 _ = &mut breadcrumbs => {}
                 _ = &mut control, if following => following = false,
@@ -1729,41 +1785,9 @@ impl<W: Wire> Session for ZkSession<W> {
             self.get_optional(&self.paths.epoch),
             self.get_optional(&self.paths.floor),
         )?;
-        // The counter as the join reads it (SPEC §3a): what the store remembers handing
-        // out. The zxid is no counter: it grows with every write, also after a restore.
-        let counter = counter_of(
-            epoch
-                .as_ref()
-                .map(|(d, s)| (d.as_slice(), s.mzxid, s.version)),
-            lock.as_ref().map(|(d, _)| d.as_slice()),
-            breadcrumb.as_ref().map(|(d, _)| d.as_slice()),
-            &history,
-        );
-        let mut snap = ClusterSnapshot::of_lock(lock.map(|(d, s)| {
-            (
-                d,
-                s.czxid.max(0) as Epoch + counter.offset,
-                SessionId(s.ephemeral_owner),
-            )
-        }));
-        snap.kept_floor = floor
-            .and_then(|(d, _)| floor_max(&parse_floor(&d)).map(|(e, node)| (e, node.to_string())));
-        let versioned =
-            |found: Option<(Vec<u8>, zk::Stat)>| found.map(|(d, s)| (d, i64::from(s.version)));
-        snap.add_items(versioned(breadcrumb), versioned(control));
-        for (id, found) in members {
-            if !snap.valid_member_id(&id) {
-                continue;
-            }
-            if let Some((d, s)) = found {
-                snap.add_member(id, SessionId(s.ephemeral_owner), &d);
-            }
-        }
-        snap.history = history;
-        snap.set_aside = set_aside;
-        // None remembered: any epoch seen is above it (a wiped ensemble).
-        snap.epoch_counter = Some(counter.epoch.unwrap_or(0));
-        Ok(snap)
+        Ok(snapshot_of(
+            lock, breadcrumb, control, members, history, set_aside, epoch, floor,
+        ))
     }
 
     async fn members(

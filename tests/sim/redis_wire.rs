@@ -601,11 +601,13 @@ pub(super) async fn connect(store: &SimStore, owner: Inc) -> Result<SimSession, 
     opened.map(SimSession::Redis)
 }
 
-/// A session of the simulated store: the model's, or the Redis backend's own.
+/// A session of the simulated store: the model's, or the Redis or ZooKeeper backend's own.
 #[derive(Clone)]
 pub enum SimSession {
     Model(super::ModelSession),
     Redis(RedisSession<SimWire>),
+    /// The ZooKeeper backend's own (`zk_wire.rs`).
+    Zk(Box<warden::coord::zookeeper::ZkSession<super::zk_wire::SimZk>>),
 }
 
 macro_rules! each {
@@ -613,6 +615,7 @@ macro_rules! each {
         match $self {
             SimSession::Model($s) => $e,
             SimSession::Redis($s) => $e,
+            SimSession::Zk($s) => $e,
         }
     };
 }

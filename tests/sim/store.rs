@@ -55,6 +55,10 @@ use super::plan::{between, Forget, SimRng};
 mod keyspace;
 #[path = "redis_wire.rs"]
 mod redis_wire;
+#[path = "zk_wire.rs"]
+mod zk_wire;
+#[path = "ztree.rs"]
+mod ztree;
 pub use redis_wire::SimSession;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -124,6 +128,11 @@ pub struct StoreConfig {
     /// Only with `Sessions::Ttl` (the keys' TTLs run on the store's clock) and
     /// `Watches::Polling` (its `poll_interval`).
     pub redis: bool,
+    /// ZooKeeper (issue 32 point 3): the sessions are the backend's own `ZkSession` over a
+    /// simulated client whose calls run on a znode tree (`zk_wire.rs`, `ztree.rs`),
+    /// instead of this model's copy of what it decides. Only with `Sessions::Zk` and
+    /// `Watches::Yes`: the model's sessions (pings, expiry, quorum) stay the server's.
+    pub zk_wire: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -264,6 +273,8 @@ struct Snap {
     sessions: BTreeSet<i64>,
     /// Redis mode: the keyspace.
     keyspace: keyspace::Keyspace,
+    /// ZooKeeper wire mode: the znode tree.
+    ztree: ztree::Tree,
 }
 
 /// Something the store sends a client without being asked: a fired watch.
@@ -472,6 +483,8 @@ struct State {
     changed: bool,
     /// Redis mode: the keyspace and what the facts need to know of its clients.
     redis: redis_wire::RedisSide,
+    /// ZooKeeper wire mode: the znode tree, its watches.
+    zk: zk_wire::ZkSide,
 }
 
 impl State {
@@ -647,6 +660,11 @@ impl State {
         s.breadcrumb_watch = false;
         s.lock_watch = None;
         self.zxid += 1;
+        if self.cfg.zk_wire {
+            self.zk_end_session(sid, expired, now);
+            self.changed = true;
+            return;
+        }
         if self.lock.as_ref().is_some_and(|l| l.session == sid) {
             self.delete_lock(expired, now);
         }
@@ -939,6 +957,7 @@ impl State {
                 .map(|(sid, _)| *sid)
                 .collect(),
             keyspace: self.redis.keyspace.clone(),
+            ztree: self.zk.tree.clone(),
         }
     }
 
@@ -969,6 +988,7 @@ impl State {
             self.redis_restore(snap, now);
             return;
         }
+        let ztree = self.cfg.zk_wire.then(|| snap.clone());
         let before = self.lock.as_ref().map(|l| (l.owner, l.czxid));
         let after = snap.lock.as_ref().map(|l| (l.owner, l.czxid));
         if let Some((owner, _)) = before.filter(|b| Some(*b) != after) {
@@ -1014,6 +1034,16 @@ impl State {
                 s.breadcrumb_watch = false;
                 s.lock_watch = None;
             }
+        }
+        if let Some(snap) = ztree {
+            self.zk_restore(&snap, now);
+            if let Some(q) = &mut self.snapshots {
+                while q.len() > 1 && q.back().is_some_and(|s| s.zxid > self.zxid) {
+                    q.pop_back();
+                }
+            }
+            self.changed = true;
+            return;
         }
         let alive: BTreeSet<i64> = self
             .sessions
@@ -1476,6 +1506,7 @@ impl SimStore {
             changes: Arc::new(Notify::new()),
             changed: false,
             redis: redis_wire::RedisSide::default(),
+            zk: zk_wire::ZkSide::default(),
         };
         let store = SimStore {
             state: Arc::new(Mutex::new(state)),
@@ -1483,6 +1514,9 @@ impl SimStore {
         store.quiet(|st, now| {
             if st.cfg.redis {
                 st.redis_init(now);
+            }
+            if st.cfg.zk_wire {
+                st.zk_init();
             }
         });
         spawn_ticker(Arc::downgrade(&store.state), t0, tick);
@@ -1559,6 +1593,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
             }
+            if st.cfg.zk_wire {
+                return st.zk_breadcrumb();
+            }
             st.breadcrumb.as_ref().map(|(r, _)| r.clone())
         })
     }
@@ -1569,6 +1606,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_lock_holder(now);
             }
+            if st.cfg.zk_wire {
+                return st.zk_lock_holder();
+            }
             st.lock.as_ref().map(|l| (l.owner.0, l.owner.1, l.czxid))
         })
     }
@@ -1578,6 +1618,9 @@ impl SimStore {
         self.quiet(|st, now| {
             if st.cfg.redis {
                 return st.redis_members(now);
+            }
+            if st.cfg.zk_wire {
+                return st.zk_members();
             }
             st.members
                 .iter()
@@ -1592,6 +1635,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_control(now);
             }
+            if st.cfg.zk_wire {
+                return st.zk_control_now();
+            }
             st.control_value()
         })
     }
@@ -1602,6 +1648,8 @@ impl SimStore {
         self.with(|st, now| {
             if st.cfg.redis {
                 st.redis_set_control(control, now);
+            } else if st.cfg.zk_wire {
+                st.zk_set_control(control, now);
             } else {
                 st.put_control(control, now);
             }
@@ -1614,6 +1662,10 @@ impl SimStore {
         self.with(|st, now| {
             if st.cfg.redis {
                 st.redis_confirm_fenced(now);
+                return;
+            }
+            if st.cfg.zk_wire {
+                st.zk_confirm_fenced(now);
                 return;
             }
             if let Some((record, _)) = st.breadcrumb.take() {
@@ -1686,6 +1738,11 @@ impl SimStore {
                 st.restore(snap, keep, now);
                 return Some(said);
             }
+            if st.cfg.zk_wire {
+                let said = st.zk_forgotten(&snap);
+                st.restore(snap, keep, now);
+                return Some(said);
+            }
             let said = format!(
                 "zxid {} -> {}, counter {} -> {}, floor {:?} -> {:?}",
                 st.zxid,
@@ -1712,6 +1769,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_floor_max(now);
             }
+            if st.cfg.zk_wire {
+                return st.zk_floor_max();
+            }
             st.floor_max().map(|(e, _)| e)
         })
     }
@@ -1721,6 +1781,9 @@ impl SimStore {
         self.quiet(|st, now| {
             if st.cfg.redis {
                 return st.redis_snapshot(now).lost_data();
+            }
+            if st.cfg.zk_wire {
+                return st.zk_snapshot().lost_data();
             }
             st.snapshot().lost_data()
         })
@@ -1907,6 +1970,11 @@ impl Connector for SimConnector {
         let owner = self.owner;
         if store.lock().cfg.redis {
             return redis_wire::connect(store, owner).await;
+        }
+        if store.lock().cfg.zk_wire {
+            return zk_wire::connect(store, owner)
+                .await
+                .map(|s| SimSession::Zk(Box::new(s)));
         }
         store.gate(owner).await;
         let sent = Instant::now();
