@@ -724,9 +724,10 @@ impl Drop for ZkHandle {
 }
 
 impl SimZk {
-    /// Sends `req` and waits for its answer: forever when the request or its reply is
-    /// lost, the link is cut or the store is down (the backend's `bounded` ends the wait:
-    /// an unknown outcome).
+    /// Sends `req` and waits for its answer; `ConnectionLoss` when none came within two
+    /// thirds of the session timeout (the request or its reply lost, the link cut, the
+    /// store down), as the client's own connection timeout says. The backend's `bounded`
+    /// usually ends the wait first: an unknown outcome.
     async fn call(&self, req: Req) -> Result<Resp, zk::Error> {
         let h = &*self.h;
         let (sid, owner) = (h.sid, h.owner);
@@ -745,7 +746,13 @@ impl SimZk {
         if let Some(job) = job {
             let _ = h.wire.send(job);
         }
-        let answer = h.store.delivered(owner, reply).await;
+        // A real client never loses one request on a live connection: a connection that
+        // stays silent for two thirds of the session timeout is given up, every request
+        // on it failing with `ConnectionLoss`, and the client connects again within the
+        // session (a watch of the backend's with no timeout of its own then reads again).
+        let answer = tokio::time::timeout(h.granted * 2 / 3, h.store.delivered(owner, reply))
+            .await
+            .unwrap_or(Err(zk::Error::ConnectionLoss));
         if let Err(zk::Error::SessionExpired) = answer {
             h.store.with(|st, now| {
                 let s = st.sess_mut(sid);
