@@ -332,6 +332,9 @@ fn counter_of(
     }
 }
 
+/// A znode's data and stat, as read.
+pub type Znode = (Vec<u8>, zk::Stat);
+
 /// What `status` shows of the cluster, from its znodes as read (`None`: absent): the lock,
 /// the breadcrumb, control, the members (child name, data and stat), history, the
 /// set-aside histories, the epoch counter and the floor. Apart from the reads, so that the
@@ -341,7 +344,7 @@ pub fn snapshot_of(
     lock: Option<(Vec<u8>, zk::Stat)>,
     breadcrumb: Option<(Vec<u8>, zk::Stat)>,
     control: Option<(Vec<u8>, zk::Stat)>,
-    members: Vec<(String, Option<(Vec<u8>, zk::Stat)>)>,
+    members: Vec<(String, Option<Znode>)>,
     history: History,
     set_aside: Vec<String>,
     epoch: Option<(Vec<u8>, zk::Stat)>,
