@@ -47,8 +47,13 @@ pub(super) struct ZkSide {
     /// Armed watches by id.
     watches: BTreeMap<u64, Armed>,
     next_watch: u64,
-    /// Fired watches on their way to the client: when they get there, and the event.
-    fired: BTreeMap<u64, (Instant, zk::WatchedEvent)>,
+    /// Fired watches on their way to the client: whose, when they get there, the event.
+    fired: BTreeMap<u64, (i64, Instant, zk::WatchedEvent)>,
+    /// The watches of sessions the server ended (armed, or fired and not delivered): a
+    /// restore that brings such a session back arms them again, as its client, which
+    /// never learned the session had ended, sets them again on reconnecting (the model's
+    /// seed 86916).
+    dormant: BTreeMap<u64, Armed>,
     /// When each session last read `control` (for [`Fact::Commit`]: the control the
     /// committer decided on).
     read_at: BTreeMap<i64, Instant>,
@@ -421,16 +426,51 @@ impl State {
                 let at = self.reply_at(w.sid, now);
                 self.zk
                     .fired
-                    .insert(id, (at, zk::WatchedEvent::new(ev, path.clone())));
+                    .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, path.clone())));
             }
         }
         self.changed = true;
     }
 
+    /// The watches of `sid`, armed or fired and not delivered, go dormant (its session
+    /// ended at the server).
+    fn zk_dormant(&mut self, sid: i64) {
+        let armed: Vec<u64> = self
+            .zk
+            .watches
+            .iter()
+            .filter(|(_, w)| w.sid == sid)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in armed {
+            let w = self.zk.watches.remove(&id).expect("listed");
+            self.zk.dormant.insert(id, w);
+        }
+        // An ended session hears nothing more but that it ended.
+        let fired: Vec<(u64, String)> = self
+            .zk
+            .fired
+            .iter()
+            .filter(|(_, f)| f.0 == sid)
+            .map(|(id, f)| (*id, f.2.path.clone()))
+            .collect();
+        for (id, path) in fired {
+            self.zk.fired.remove(&id);
+            self.zk.dormant.insert(
+                id,
+                Armed {
+                    sid,
+                    path,
+                    on_data: true,
+                },
+            );
+        }
+    }
+
     /// A session ended at the server: its ephemerals go in one transaction, and its
     /// watches with it (its client hears a session event instead).
     pub(super) fn zk_end_session(&mut self, sid: i64, expired: bool, now: Instant) {
-        self.zk.watches.retain(|_, w| w.sid != sid);
+        self.zk_dormant(sid);
         let lock0 = lock_of(&self.zk.tree);
         let fired = self.zk.tree.end_session(sid);
         if !fired.is_empty() {
@@ -459,6 +499,46 @@ impl State {
         for o in dead {
             self.zk.tree.end_session(o);
         }
+        // The watches of the sessions the restore ended go dormant, as at any end.
+        let ended: Vec<i64> = self
+            .zk
+            .watches
+            .values()
+            .map(|w| w.sid)
+            .chain(self.zk.fired.values().map(|f| f.0))
+            .filter(|sid| self.sess(*sid).server != Server::Alive)
+            .collect::<std::collections::BTreeSet<i64>>()
+            .into_iter()
+            .collect();
+        for sid in ended {
+            self.zk_dormant(sid);
+        }
+        // The watches of the sessions alive again, set again by their clients, each fired
+        // once (a spurious event only makes the backend read again), but an exists watch
+        // whose znode is still absent.
+        let revived: Vec<u64> = self
+            .zk
+            .dormant
+            .iter()
+            .filter(|(_, w)| self.sess(w.sid).server == Server::Alive)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in revived {
+            let w = self.zk.dormant.remove(&id).expect("listed");
+            let ev = match (self.zk.tree.stat(&w.path).is_some(), w.on_data) {
+                (false, false) => {
+                    self.zk.watches.insert(id, w);
+                    continue;
+                }
+                (false, true) => zk::EventType::NodeDeleted,
+                (true, false) => zk::EventType::NodeCreated,
+                (true, true) => zk::EventType::NodeDataChanged,
+            };
+            let at = self.reply_at(w.sid, now);
+            self.zk
+                .fired
+                .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, w.path)));
+        }
         let mut fired: BTreeMap<String, zk::EventType> = BTreeMap::new();
         for w in self.zk.watches.values() {
             let (was, is) = (old.stat(&w.path), self.zk.tree.stat(&w.path));
@@ -485,7 +565,7 @@ impl State {
                 let at = self.reply_at(w.sid, now);
                 self.zk
                     .fired
-                    .insert(id, (at, zk::WatchedEvent::new(ev, path.clone())));
+                    .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, path.clone())));
             }
         }
         self.zk_lock_facts(lock0, true, now);
@@ -657,9 +737,9 @@ impl State {
     fn zk_watch(&mut self, sid: i64, id: u64, now: Instant) -> Wait<zk::WatchedEvent> {
         let owner = self.sess(sid).owner;
         let lost_at = self.sess(sid).lost_at;
-        if let Some((at, _)) = self.zk.fired.get(&id) {
+        if let Some((_, at, _)) = self.zk.fired.get(&id) {
             if *at <= now && self.reaches(owner) {
-                let (_, ev) = self.zk.fired.remove(&id).expect("looked");
+                let (_, _, ev) = self.zk.fired.remove(&id).expect("looked");
                 return Wait::Ready(ev);
             }
             if *at > now {
@@ -670,6 +750,7 @@ impl State {
         match lost_at {
             Some(t) if t <= now => {
                 self.zk.watches.remove(&id);
+                self.zk.dormant.remove(&id);
                 Wait::Ready(zk::WatchedEvent::new_session(zk::SessionState::Expired))
             }
             t => Wait::Until(t),
