@@ -669,7 +669,18 @@ async fn requests_of_a_session_land_in_the_order_sent() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn the_writes_that_matter_are_facts_in_order() {
-    let store = SimStore::new(cfg(), 16);
+    writes_that_matter(false).await;
+}
+
+/// The same on the ZooKeeper backend itself (`sim/zk_wire.rs`): its multi-ops, read off
+/// the znode tree, make the same facts in the same order.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_zookeeper_backends_writes_that_matter_are_the_same_facts() {
+    writes_that_matter(true).await;
+}
+
+async fn writes_that_matter(zk_wire: bool) {
+    let store = SimStore::new(StoreConfig { zk_wire, ..cfg() }, 16);
     let a = open(&store, 0).await;
     let epoch = held(a.s.join(&node(0), 1).await);
     let state = a.s.read_state().await.unwrap();
@@ -948,12 +959,30 @@ async fn promote(c: &Client, i: usize, join: u64) -> NodeRecord {
 /// SPEC §6 `follow`: every session hears of each committed promotion once, whether its
 /// node joined (a standby behind the lock) or never did (priority 0, a failed follow),
 /// as the backends' `StoreEvent::Active`; a lock not yet committed names no active.
+/// [`next`], past `control` (the ZooKeeper backend hears of its creation by the first
+/// takeover read).
+async fn next_active(
+    events: &mut UnboundedReceiver<StoreEvent>,
+    within: Duration,
+) -> Option<StoreEvent> {
+    loop {
+        match next(events, within).await {
+            Some(StoreEvent::Control(_)) => continue,
+            other => return other,
+        }
+    }
+}
+
 async fn each_new_active_once(watches: Watches, seed: u64) {
-    let wait = match watches {
+    each_new_active_once_on(StoreConfig { watches, ..cfg() }, seed).await;
+}
+
+async fn each_new_active_once_on(store_cfg: StoreConfig, seed: u64) {
+    let wait = match store_cfg.watches {
         Watches::Yes => MAX_LATENCY * 4,
         Watches::Polling { every } => every + MAX_LATENCY * 4,
     };
-    let store = SimStore::new(StoreConfig { watches, ..cfg() }, seed);
+    let store = SimStore::new(store_cfg, seed);
     let a = open(&store, 0).await;
     let mut b = open(&store, 1).await;
     let mut c = open(&store, 2).await;
@@ -964,36 +993,36 @@ async fn each_new_active_once(watches: Watches, seed: u64) {
     );
     for events in [&mut b.events, &mut c.events] {
         assert_eq!(
-            next(events, wait).await,
+            next_active(events, wait).await,
             Some(StoreEvent::Active(first.clone()))
         );
-        assert_eq!(next(events, wait * 2).await, None, "once per epoch");
+        assert_eq!(next_active(events, wait * 2).await, None, "once per epoch");
     }
     // The holder goes; the next lock is only taken, then committed.
     a.s.release().await.unwrap();
     assert_eq!(
-        next(&mut b.events, wait).await,
+        next_active(&mut b.events, wait).await,
         Some(StoreEvent::HolderGone { join: 1 })
     );
     let second = promote(&b, 1, 2).await;
     assert!(second.epoch > first.epoch);
     assert_eq!(
-        next(&mut c.events, wait * 2).await,
+        next_active(&mut c.events, wait * 2).await,
         Some(StoreEvent::Active(second.clone()))
     );
     // The holder hears of its own commit too (the elector knows its own record), then
     // of its lock's end, then of the next active.
     let mut a_events = a.events;
     assert_eq!(
-        next(&mut a_events, wait).await,
+        next_active(&mut a_events, wait).await,
         Some(StoreEvent::Active(first))
     );
     assert_eq!(
-        next(&mut a_events, wait).await,
+        next_active(&mut a_events, wait).await,
         Some(StoreEvent::HolderGone { join: 1 })
     );
     assert_eq!(
-        next(&mut a_events, wait * 2).await,
+        next_active(&mut a_events, wait * 2).await,
         Some(StoreEvent::Active(second))
     );
 }
@@ -1001,6 +1030,20 @@ async fn each_new_active_once(watches: Watches, seed: u64) {
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn every_session_hears_of_each_new_active_once() {
     each_new_active_once(Watches::Yes, 21).await;
+}
+
+/// The same on the ZooKeeper backend itself: its watches on the lock and the breadcrumb,
+/// over the simulated client.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn on_the_zookeeper_backend_every_session_hears_of_each_new_active_once() {
+    each_new_active_once_on(
+        StoreConfig {
+            zk_wire: true,
+            ..cfg()
+        },
+        23,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
