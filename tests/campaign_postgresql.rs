@@ -165,6 +165,18 @@ impl Recipe for PgRecipe {
         Some("clone it again with pg_basebackup")
     }
 
+    fn reclone_when(&self, follow: &str) -> bool {
+        // pg_rewind's own words for a history it cannot bring back (stop 39's run:
+        // "could not find common ancestor of the source and target cluster's timelines",
+        // "could not find previous WAL record at ...").
+        follow.contains("could not find common ancestor")
+            || follow.contains("could not find previous WAL record")
+    }
+
+    fn is_primary(&self, i: usize) -> bool {
+        self.pg[i].in_recovery() == Some(false)
+    }
+
     fn reclone(&mut self, i: usize, from: usize) -> Result<(), String> {
         self.killed[i] = false;
         self.down_since.borrow_mut()[i] = None;

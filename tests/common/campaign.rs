@@ -54,7 +54,7 @@
 //! per recipe.
 
 use super::*;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -229,8 +229,9 @@ impl Net {
     pub fn kill_node(&self, i: usize) -> Result<(), String> {
         let procs = self.cgroup(i).join("cgroup.procs");
         // (Hand-written, not `cgroup.kill`: a hybrid host's kernel may lack it.)
+        fs::read_to_string(&procs).map_err(|e| format!("cannot read {}: {e}", procs.display()))?;
         poll_for(secs(10), ms(20), || {
-            let pids = fs::read_to_string(&procs).unwrap_or_default();
+            let pids = fs::read_to_string(&procs).ok()?;
             for pid in pids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
                 // SAFETY: kill sends a signal to one pid; no memory is handed over.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -535,6 +536,32 @@ pub fn two_writable_windows(acks: &[Ack], nodes: usize) -> Vec<String> {
     windows
 }
 
+/// Whether any log of node `node`'s wardens in `dir` names epoch `epoch` (`epoch=N` as
+/// the daemon logs a follow, a transition or an event, or `epoch N`).
+fn node_logs_name_epoch(dir: &Path, node: &str, epoch: u64) -> bool {
+    let names = |t: &str| {
+        [format!("epoch={epoch}"), format!("epoch {epoch}")]
+            .iter()
+            .any(|pat| {
+                t.match_indices(pat.as_str()).any(|(at, _)| {
+                    !t[at + pat.len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_digit())
+                })
+            })
+    };
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.ends_with(".log") && n.split('.').next() == Some(node)
+        })
+        .any(|e| fs::read_to_string(e.path()).is_ok_and(|t| names(&t)))
+}
+
 /// Every `promote` of the recipe's hooks in the warden logs of `dir` (`n<i>*.log`), as
 /// (log timestamp, node, epoch, the line), in time order.
 pub fn promote_epochs(dir: &Path) -> Vec<(String, String, u64, String)> {
@@ -609,10 +636,19 @@ pub trait Recipe {
     /// server itself says.
     fn follows(&self, i: usize, primary: usize) -> bool;
     /// The words of a failed follow after which the recipe's README tells the operator to
-    /// clone the node again (a history its rewind cannot bring back); `None` when it never
-    /// does.
+    /// clone the node again; `None` when it never does.
     fn reclone_advice(&self) -> Option<&'static str> {
         None
+    }
+    /// Whether a follow that failed so (`status`'s words) is one no retry mends (a history
+    /// the rewind cannot bring back), so that the node is cloned again; any other failure
+    /// is left to the hooks, and the round waits for it.
+    fn reclone_when(&self, _follow: &str) -> bool {
+        false
+    }
+    /// Whether node `i`'s server is a primary now, as the server itself says.
+    fn is_primary(&self, _i: usize) -> bool {
+        true
     }
     /// Clones node `i`'s server again from node `from`'s and starts it as a standby, as
     /// that README says; everything of node `i` has been killed.
@@ -919,7 +955,7 @@ impl<R: Recipe> Campaign<R> {
         // The nodes whose follow failed, within this wait, with the recipe's advice to
         // clone them again: the hook runs again at once, so `status` shows the failure
         // only between two runs.
-        let mut advised = BTreeSet::new();
+        let mut advised: BTreeMap<usize, String> = BTreeMap::new();
         while since.elapsed() < STANDBYS_SETTLE {
             self.restart_what_is_down();
             if let Ok(st) = try_status_json(self.config()) {
@@ -931,7 +967,7 @@ impl<R: Recipe> Campaign<R> {
                             .and_then(Value::as_str)
                             .unwrap_or_default();
                         if follow.contains(advice) {
-                            advised.insert(i);
+                            advised.insert(i, follow.to_string());
                         }
                     }
                 }
@@ -963,23 +999,34 @@ impl<R: Recipe> Campaign<R> {
     /// stops the node (warden, hooks, server), clones its server again from the active's
     /// and starts the node. Without it such a standby stays out for the rest of the run,
     /// and every later round waits [`STANDBYS_SETTLE`] for it.
-    fn reclone_what_cannot_follow(&mut self, advised: &BTreeSet<usize>) {
-        if advised.is_empty() {
-            return;
-        }
-        let Ok(st) = try_status_json(self.config()) else {
-            return;
-        };
-        let Some(active) = Self::one_active(&st) else {
-            return;
-        };
-        for &i in advised {
-            if i == active || self.recipe.follows(i, active) {
+    fn reclone_what_cannot_follow(&mut self, advised: &BTreeMap<usize, String>) {
+        for (&i, follow) in advised {
+            if !self.recipe.reclone_when(follow) {
+                eprintln!(
+                    "campaign: n{} not cloned again: its follow failed in a way the hooks may \
+                     mend ({follow})",
+                    i + 1
+                );
+                continue;
+            }
+            // Looked at again for each node: the active now, its warden running, its server
+            // a primary; this node a standby that does not replicate from it.
+            let Ok(st) = try_status_json(self.config()) else {
+                return;
+            };
+            let Some(active) = self.one_live_active(&st) else {
+                return;
+            };
+            let standby = member_role(&st, &format!("n{}", i + 1)).as_deref() == Some("standby");
+            if i == active
+                || !standby
+                || self.recipe.follows(i, active)
+                || !self.recipe.is_primary(active)
+            {
                 continue;
             }
             eprintln!(
-                "campaign: n{}'s follow failed for good (the hook said to clone it again); \
-                 cloning it again from n{}",
+                "campaign: n{}'s follow failed for good ({follow}); cloning it again from n{}",
                 i + 1,
                 active + 1
             );
@@ -1310,6 +1357,37 @@ impl<R: Recipe> Campaign<R> {
             let above = promotes[promotes_before..]
                 .iter()
                 .all(|p| highest.is_none_or(|h| p.2 > h));
+            // The premise, from the promoted nodes' own logs: none of them had heard of
+            // the forgotten epoch (a follow of it, an event naming it).
+            let saw: Vec<String> = match highest {
+                Some(h) => promotes[promotes_before..]
+                    .iter()
+                    .filter(|p| node_logs_name_epoch(&dir, &p.1, h))
+                    .map(|p| p.1.clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            if !saw.is_empty() {
+                self.fail(&format!(
+                    "after the store was restored (forgetting the switchover from n{} to n{}), {saw:?} promoted before `init --force` although its log shows it had seen the forgotten epoch {highest:?}: {:?}",
+                    active + 1,
+                    to + 1,
+                    &promotes[promotes_before..]
+                ));
+            }
+            let restores = self
+                .stats
+                .faults
+                .get("store restored from a copy")
+                .copied()
+                .unwrap_or(0);
+            if self.stats.floor_races + 1 > 1 + restores / 10 {
+                self.fail(&format!(
+                    "{} restores of {restores} promoted a node before `init --force`: more than \
+                     the rare race SPEC §3a accepts",
+                    self.stats.floor_races + 1
+                ));
+            }
             if !above {
                 self.fail(&format!(
                     "after the store was restored (forgetting the switchover from n{} to n{}), a node was promoted before `init --force` at an epoch not above every earlier one: {:?}",

@@ -180,13 +180,19 @@ impl PgServer {
     }
 
     /// Clones this stopped server again from the server at `primary_port` (its data
-    /// removed, then `pg_basebackup` with its WAL) and starts it as its standby: what the
+    /// moved aside, then `pg_basebackup` with its WAL) and starts it as its standby: what the
     /// recipe's README tells the operator to do with a node `pg_rewind` cannot bring back.
     /// `Err` with what failed.
     pub fn clone_again_from(&self, primary_port: u16) -> Result<(), String> {
+        // The data that could not be rewound is kept beside (the last one only) for a look
+        // afterwards.
         let d = self.data();
+        let kept = self.dir.path().join("data.not-rewound");
+        if kept.exists() {
+            fs::remove_dir_all(&kept).map_err(|e| format!("remove {}: {e}", kept.display()))?;
+        }
         if d.exists() {
-            fs::remove_dir_all(&d).map_err(|e| format!("remove {}: {e}", d.display()))?;
+            fs::rename(&d, &kept).map_err(|e| format!("move {} aside: {e}", d.display()))?;
         }
         let mut c = as_pg(&format!("{BIN}/pg_basebackup"));
         c.args(["-h", "127.0.0.1", "-p", &primary_port.to_string()])
