@@ -2068,8 +2068,15 @@ struct Handle {
 /// frozen sends nothing: its session expires.
 impl Drop for Handle {
     fn drop(&mut self) {
-        let sid = self.sid;
-        let job = self.store.quiet(|st, now| {
+        self.store.close_session(self.sid, &self.wire);
+    }
+}
+
+impl SimStore {
+    /// The client of `sid` is gone (its last handle dropped): it closes its session, if
+    /// it can reach the store (a request on its wire, after everything it sent before).
+    fn close_session(&self, sid: i64, wire: &mpsc::UnboundedSender<Job>) {
+        let job = self.quiet(|st, now| {
             let connected = st.connected(sid);
             st.sess_mut(sid).open = false;
             st.changed = true;
@@ -2080,7 +2087,7 @@ impl Drop for Handle {
                 .0
         });
         if let Some(job) = job {
-            let _ = self.wire.send(job);
+            let _ = wire.send(job);
         }
     }
 }

@@ -404,6 +404,15 @@ impl State {
         id
     }
 
+    /// Watch `id` of `sid` fired with `ev` on `path`: on its way to the client, in order
+    /// with the replies.
+    fn zk_deliver(&mut self, id: u64, sid: i64, ev: zk::EventType, path: &str, now: Instant) {
+        let at = self.reply_at(sid, now);
+        self.zk
+            .fired
+            .insert(id, (sid, at, zk::WatchedEvent::new(ev, path)));
+    }
+
     /// Fires the watches a write triggers: each once, on its way to its client in order
     /// with the replies.
     fn zk_fire(&mut self, fired: Fired, now: Instant) {
@@ -423,10 +432,7 @@ impl State {
                 .collect();
             for id in hit {
                 let w = self.zk.watches.remove(&id).expect("listed");
-                let at = self.reply_at(w.sid, now);
-                self.zk
-                    .fired
-                    .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, path.clone())));
+                self.zk_deliver(id, w.sid, ev, &path, now);
             }
         }
         self.changed = true;
@@ -534,10 +540,7 @@ impl State {
                 (true, false) => zk::EventType::NodeCreated,
                 (true, true) => zk::EventType::NodeDataChanged,
             };
-            let at = self.reply_at(w.sid, now);
-            self.zk
-                .fired
-                .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, w.path)));
+            self.zk_deliver(id, w.sid, ev, &w.path, now);
         }
         let mut fired: BTreeMap<String, zk::EventType> = BTreeMap::new();
         for w in self.zk.watches.values() {
@@ -562,10 +565,7 @@ impl State {
                 .collect();
             for id in hit {
                 let w = self.zk.watches.remove(&id).expect("listed");
-                let at = self.reply_at(w.sid, now);
-                self.zk
-                    .fired
-                    .insert(id, (w.sid, at, zk::WatchedEvent::new(ev, path.clone())));
+                self.zk_deliver(id, w.sid, ev, &path, now);
             }
         }
         self.zk_lock_facts(lock0, true, now);
@@ -787,20 +787,7 @@ struct ZkHandle {
 impl Drop for ZkHandle {
     /// The last clone gone: the client closes its session (if it can reach the store).
     fn drop(&mut self) {
-        let sid = self.sid;
-        let job = self.store.quiet(|st, now| {
-            let connected = st.connected(sid);
-            st.sess_mut(sid).open = false;
-            st.changed = true;
-            if !connected {
-                return None;
-            }
-            st.request(sid, now, move |st, now| st.end_session(sid, false, now))
-                .0
-        });
-        if let Some(job) = job {
-            let _ = self.wire.send(job);
-        }
+        self.store.close_session(self.sid, &self.wire);
     }
 }
 
