@@ -1050,3 +1050,31 @@ async fn on_the_zookeeper_backend_every_session_hears_of_each_new_active_once() 
 async fn polling_hears_of_each_new_active_once() {
     each_new_active_once(Watches::Polling { every: ms(250) }, 22).await;
 }
+
+/// SPEC §3a on the ZooKeeper backend itself: what the floor keeps counts as seen in the
+/// takeover read, also when no member record shows it (a node raises its entry, then
+/// registers: seed 81846 promoted between the two, below an epoch the floor held).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn on_the_zookeeper_backend_the_floor_counts_as_seen_in_the_takeover_read() {
+    let store = SimStore::new(
+        StoreConfig {
+            zk_wire: true,
+            ..cfg()
+        },
+        24,
+    );
+    let a = open(&store, 0).await;
+    let b = open(&store, 1).await;
+    let seen = MemberRecord {
+        node: NodeRecord {
+            epoch_seen: Some(50),
+            ..node(1)
+        },
+        ..member(1, Role::Standby)
+    };
+    b.s.set_member(&seen).await.unwrap();
+    b.s.delete_member("n2").await.unwrap();
+    assert_eq!(store.floor_max(), Some(50));
+    let state = a.s.read_state().await.unwrap();
+    assert_eq!(state.members_epoch_seen, Some(50));
+}

@@ -1463,7 +1463,7 @@ impl<W: Wire> Session for ZkSession<W> {
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {
         // The three reads go out together: one round trip on the takeover path, not three.
-        let (breadcrumb, control, history, lock, seen) = tokio::join!(
+        let (breadcrumb, control, history, lock, seen, floor) = tokio::join!(
             self.get_optional(&self.paths.breadcrumb),
             self.get_optional(&self.paths.control),
             self.read_history(),
@@ -1473,7 +1473,17 @@ impl<W: Wire> Session for ZkSession<W> {
                 self.client.check_stat(&self.paths.lock)
             ),
             self.members_epoch_seen(),
+            self.get_optional(&self.paths.floor),
         );
+        // SPEC §3a: what the floor keeps counts as seen too. A node raises its entry before
+        // it registers (two requests), so a winner that read only the member records
+        // between the two promoted below an epoch the floor already held (the simulation
+        // of the backend itself, seed 81846: a wiped ensemble, the warden that had seen
+        // the lost epoch rejoining while another promoted).
+        let seen = seen.and_then(|m| {
+            let kept = floor?.and_then(|(d, _)| floor_max(&parse_floor(&d)).map(|(e, _)| e));
+            Ok(m.max(kept))
+        });
         // After a commit whose outcome was unknown, the lock's version tells whether our
         // write of it went through; either way the holder's checks use what is there now.
         if let Ok(Some(stat)) = lock {
