@@ -166,11 +166,15 @@ impl Recipe for PgRecipe {
     }
 
     fn reclone_when(&self, follow: &str) -> bool {
-        // pg_rewind's own words for a history it cannot bring back (stop 39's run:
+        // pg_rewind's own words for a history it cannot bring back, in the hook's last
+        // failure as the node's warden logged it (stop 39's run:
         // "could not find common ancestor of the source and target cluster's timelines",
         // "could not find previous WAL record at ...").
         follow.contains("could not find common ancestor")
             || follow.contains("could not find previous WAL record")
+            // pg_rewind's own crash recovery failed (stop 40's third run: "requested
+            // timeline 309 does not contain minimum recovery point"): every retry does.
+            || follow.contains("postgres --single")
     }
 
     fn is_primary(&self, i: usize) -> bool {

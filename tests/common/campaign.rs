@@ -536,6 +536,26 @@ pub fn two_writable_windows(acks: &[Ack], nodes: usize) -> Vec<String> {
     windows
 }
 
+/// The last line of node `i`'s newest warden log in `dir` that contains `words`.
+fn last_log_line(dir: &Path, i: usize, words: &str) -> Option<String> {
+    let node = format!("n{}", i + 1);
+    let newest = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.ends_with(".log") && n.split('.').next() == Some(node.as_str())
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())?;
+    fs::read_to_string(newest.path())
+        .ok()?
+        .lines()
+        .rev()
+        .find(|l| l.contains(words))
+        .map(str::to_string)
+}
+
 /// Whether any log of node `node`'s wardens in `dir` names epoch `epoch` (`epoch=N` as
 /// the daemon logs a follow, a transition or an event, or `epoch N`).
 fn node_logs_name_epoch(dir: &Path, node: &str, epoch: u64) -> bool {
@@ -956,18 +976,21 @@ impl<R: Recipe> Campaign<R> {
         // clone them again: the hook runs again at once, so `status` shows the failure
         // only between two runs.
         let mut advised: BTreeMap<usize, String> = BTreeMap::new();
+        // (Log lines begin with their UTC time in this form: only this wait's count.)
+        let since_wall = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
         while since.elapsed() < STANDBYS_SETTLE {
             self.restart_what_is_down();
             if let Ok(st) = try_status_json(self.config()) {
                 let ids = member_ids(&st);
+                // From the node's own log: `status` cuts a hook's words short, before the
+                // recipe's advice (stop 40's third run waited 30 s a round for two standbys
+                // so).
                 if let Some(advice) = self.recipe.reclone_advice() {
                     for i in 0..self.wardens.len() {
-                        let follow = member(&st, &format!("n{}", i + 1))
-                            .and_then(|m| m.get("follow"))
-                            .and_then(Value::as_str)
-                            .unwrap_or_default();
-                        if follow.contains(advice) {
-                            advised.insert(i, follow.to_string());
+                        if let Some(line) = last_log_line(self.recipe.cluster().dir(), i, advice)
+                            .filter(|l| l.get(..since_wall.len()) >= Some(since_wall.as_str()))
+                        {
+                            advised.insert(i, line);
                         }
                     }
                 }
