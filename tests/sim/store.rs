@@ -2073,6 +2073,17 @@ impl Drop for Handle {
 }
 
 impl SimStore {
+    /// The client of `sid` was told its session ended (an answer said so): it knows now.
+    fn learned_lost(&self, sid: i64) {
+        self.with(|st, now| {
+            let s = st.sess_mut(sid);
+            if s.lost_at.is_none_or(|t| t > now) {
+                s.lost_at = Some(now);
+                st.changed = true;
+            }
+        });
+    }
+
     /// The client of `sid` is gone (its last handle dropped): it closes its session, if
     /// it can reach the store (a request on its wire, after everything it sent before).
     fn close_session(&self, sid: i64, wire: &mpsc::UnboundedSender<Job>) {
@@ -2132,13 +2143,7 @@ impl ModelSession {
                 )))
             });
         if let Err(StoreError::SessionLost(_)) = answer {
-            h.store.with(|st, now| {
-                let s = st.sess_mut(sid);
-                if s.lost_at.is_none_or(|t| t > now) {
-                    s.lost_at = Some(now);
-                    st.changed = true;
-                }
-            });
+            h.store.learned_lost(sid);
         }
         h.store.gate(owner).await;
         answer

@@ -822,13 +822,7 @@ impl SimZk {
             .await
             .unwrap_or(Err(zk::Error::ConnectionLoss));
         if let Err(zk::Error::SessionExpired) = answer {
-            h.store.with(|st, now| {
-                let s = st.sess_mut(sid);
-                if s.lost_at.is_none_or(|t| t > now) {
-                    s.lost_at = Some(now);
-                    st.changed = true;
-                }
-            });
+            h.store.learned_lost(sid);
         }
         h.store.gate(owner).await;
         answer
