@@ -150,12 +150,12 @@ fn the_steps() -> Vec<Step> {
         script(
             "set_member",
             &["member:n1", "seen", "lock", "members"],
-            &["11", "rec-n1d", ttl, "n1", "8", "1"],
+            &["11", "rec-n1d", ttl, "n1", "7", "1"],
         ),
         script(
             "set_member",
             &["member:n2", "seen", "lock", "members"],
-            &["22", "rec-n2b", ttl, "n2", "8", "1"],
+            &["22", "rec-n2b", ttl, "n2", "7", "1"],
         ),
         // Items: control created, written at its version, refused at another.
         script("put_item", &["control", "aside"], &["{}", "", "", "w:{c}:events"]),
@@ -168,26 +168,37 @@ fn the_steps() -> Vec<Step> {
             &["history.x", "aside"],
             &["[]", "", "history.x", ""],
         ),
-        // The commit: at control's version, the breadcrumb absent; then stale versions.
+        // The commit: refused at an epoch the floor holds (7) and without an epoch; then
+        // at control's version, the breadcrumb absent; then stale versions.
         script(
             "commit",
-            &["lock", "control", "breadcrumb"],
-            &["11", "crumb-1", "1", "", ttl],
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-0", "1", "", ttl, "7"],
         ),
         script(
             "commit",
-            &["lock", "control", "breadcrumb"],
-            &["11", "crumb-2", "1", "", ttl],
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-0", "1", "", ttl, ""],
         ),
         script(
             "commit",
-            &["lock", "control", "breadcrumb"],
-            &["22", "crumb-2", "1", "0", ttl],
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-1", "1", "", ttl, "8"],
         ),
         script(
             "commit",
-            &["lock", "control", "breadcrumb"],
-            &["11", "crumb-2", "1", "0", ttl],
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-2", "1", "", ttl, "8"],
+        ),
+        script(
+            "commit",
+            &["lock", "control", "breadcrumb", "seen"],
+            &["22", "crumb-2", "1", "0", ttl, "8"],
+        ),
+        script(
+            "commit",
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-2", "1", "0", ttl, "8"],
         ),
         cmd(&["HGETALL", "w:{c}:lock"]),
         cmd(&["HGETALL", "w:{c}:breadcrumb"]),
@@ -356,10 +367,12 @@ fn the_steps() -> Vec<Step> {
         script("put_item", &["control", "aside"], &["{}", "-1", "", ""]),
         cmd(&["HGETALL", "w:{c}:control"]),
         cmd(&["SET", "w:{c}:breadcrumb", "junk"]),
+        // A floor entry that holds no epoch (garbage) is skipped, never compared.
+        cmd(&["HSET", "w:{c}:seen", "n7", "junk"]),
         script(
             "commit",
-            &["lock", "control", "breadcrumb"],
-            &["33", "crumb-9", "0", "-1", ttl],
+            &["lock", "control", "breadcrumb", "seen"],
+            &["33", "crumb-9", "0", "-1", ttl, "45"],
         ),
         cmd(&["HGETALL", "w:{c}:breadcrumb"]),
         // Plain commands' errors and edge cases.

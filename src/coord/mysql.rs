@@ -541,16 +541,41 @@ async fn read_floor<Q: Queryable>(
     t: &Tables,
     cluster: &str,
 ) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
+    read_floor_as(q, t, cluster, "").await
+}
+
+/// [`read_floor`] inside a transaction, with the rows it reads share-locked (and the gaps
+/// between them: InnoDB's next-key locks under REPEATABLE READ) until its end: a raise
+/// that has not committed waits for it, so a check against this floor holds at the
+/// commit (SPEC §3a; `commit_promotion`).
+async fn read_floor_locked(
+    tx: &mut mysql_async::Transaction<'_>,
+    t: &Tables,
+    cluster: &str,
+) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
+    // `LOCK IN SHARE MODE`, not `FOR SHARE`: MariaDB and MySQL both take it.
+    read_floor_as(tx, t, cluster, " LOCK IN SHARE MODE").await
+}
+
+async fn read_floor_as<Q: Queryable>(
+    q: &mut Q,
+    t: &Tables,
+    cluster: &str,
+    locking: &str,
+) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
     let members: Vec<(String, Vec<u8>)> = all(
         q,
-        format!("SELECT node_id, record FROM {} WHERE cluster = ?", t.member),
+        format!(
+            "SELECT node_id, record FROM {} WHERE cluster = ?{locking}",
+            t.member
+        ),
         (cluster,),
     )
     .await?;
     let kept: Vec<(String, Vec<u8>)> = all(
         q,
         format!(
-            "SELECT name, value FROM {} WHERE cluster = ? AND name LIKE ?",
+            "SELECT name, value FROM {} WHERE cluster = ? AND name LIKE ?{locking}",
             t.kv
         ),
         (cluster, format!("{SEEN_PREFIX}%")),
@@ -1442,6 +1467,7 @@ impl Session for MysqlSession {
         let i = &self.inner;
         let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
         let data = record::to_bytes(breadcrumb);
+        let epoch = breadcrumb.epoch;
         let bv = breadcrumb_version.map(Version::get);
         let cv = control_version.get();
         outcome(
@@ -1453,6 +1479,18 @@ impl Session for MysqlSession {
                 }
                 let current = locked_version(&mut tx, &t.kv, &cluster, BREADCRUMB).await?;
                 if current != bv {
+                    return Ok(false);
+                }
+                // SPEC §3a: the floor as it is now, not as the takeover read it. A node
+                // that saw an epoch the store forgot may raise its entry between that read
+                // and this commit (its registration, its join, while the fence ran); a
+                // commit at an epoch the floor holds would hand out a fencing token that
+                // is not new (stop 40's finding, `tests/commit_floor.rs`). Refused as a
+                // conflict: the elector reads the state again, finds the floor above its
+                // epoch and says the store lost data. Read locked, before the lock row's
+                // (a join raises the floor, then writes the lock row: the same order).
+                let floor = read_floor_locked(&mut tx, t, &cluster).await?;
+                if floor.map(|(e, _)| e) >= epoch {
                     return Ok(false);
                 }
                 // The commit is a renewal too: the lease starts at its send time.

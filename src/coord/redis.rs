@@ -339,13 +339,20 @@ return 1
     )
 });
 
-/// KEYS: lock, control, breadcrumb. ARGV: session, record, control version, breadcrumb
-/// version ('' = absent), ttl ms.
+/// KEYS: lock, control, breadcrumb, seen. ARGV: session, record, control version,
+/// breadcrumb version ('' = absent), ttl ms, the promotion's epoch.
+///
+/// SPEC §3a: refused while the floor (`seen`) holds the epoch, as it is at the commit and
+/// not as the takeover read it: a node that saw an epoch the store forgot may raise its
+/// entry in between (its registration, while the fence ran), and a commit at an epoch the
+/// floor holds would hand out a fencing token that is not new (stop 40's finding,
+/// `tests/commit_floor.rs`). The elector reads the state again, finds the floor above
+/// its epoch and says the store lost data.
 static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         "commit",
-        concat!(
-            guard_fns!(),
+        &format!(
+            "{SEEN_FN}{}",
             r#"
 if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
 if version_of(KEYS[2]) ~= ARGV[3] then return 0 end
@@ -354,6 +361,15 @@ if ARGV[4] == '' then
   if b then return 0 end
 elseif b ~= ARGV[4] then
   return 0
+end
+local want = epoch_of(ARGV[6])
+if not want then return 0 end
+local listed, kept = pcall(redis.call, 'HVALS', KEYS[4])
+if listed then
+  for i = 1, #kept do
+    local n = epoch_of(kept[i])
+    if n and n >= want then return 0 end
+  end
 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
@@ -1545,6 +1561,7 @@ impl<W: Wire> Session for RedisSession<W> {
         inv.key(i.k.lock())
             .key(i.k.key(CONTROL))
             .key(i.k.key(BREADCRUMB))
+            .key(i.k.seen())
             .arg(i.core.id)
             .arg(record::to_bytes(breadcrumb))
             .arg(control_version.get())
@@ -1553,7 +1570,8 @@ impl<W: Wire> Session for RedisSession<W> {
                     .map(|v| v.get().to_string())
                     .unwrap_or_default(),
             )
-            .arg(i.ttl_ms());
+            .arg(i.ttl_ms())
+            .arg(breadcrumb.epoch.map(|e| e.to_string()).unwrap_or_default());
         if i.s.replicas_ack == 0 {
             return outcome(
                 i.call("committing the promotion", inv)

@@ -1561,9 +1561,29 @@ impl<W: Wire> Session for ZkSession<W> {
         ) else {
             return WriteOutcome::Conflict;
         };
+        // SPEC §3a: the floor as it is now, not as the takeover read it. A node that saw an
+        // epoch the store forgot may raise its entry between that read and this commit
+        // (its registration, its join, while the fence ran); a commit at an epoch the
+        // floor holds would hand out a fencing token that is not new (stop 40's finding,
+        // `tests/commit_floor.rs`). Refused as a conflict: the elector reads the state
+        // again, finds the floor above its epoch and says the store lost data. The
+        // multi-op checks the floor at the version read, so a raise after this read
+        // fails the commit too. (A missing floor is created empty: it can be checked.)
+        let floor_version = match self.raise_floor(&breadcrumb.node_id, None).await {
+            Ok((floor, _)) if floor_max(&floor).map(|(e, _)| e) >= breadcrumb.epoch => {
+                return WriteOutcome::Conflict
+            }
+            Ok((_, version)) => version,
+            // Nothing of the promotion was written: read again, as after a conflict.
+            Err(_) => return WriteOutcome::Conflict,
+        };
         let data = record::to_bytes(breadcrumb);
         let lock_version = self.held_lock_version();
         let ops = [
+            Op::Check {
+                path: &self.paths.floor,
+                version: floor_version,
+            },
             Op::Check {
                 path: &self.paths.control,
                 version: control_version,

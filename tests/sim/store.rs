@@ -95,6 +95,10 @@ const SNAPSHOTS: usize = 48;
 /// the counter moves, when the counter is below the floor. `false` is the code before
 /// that fix, for the seed-revert table (never committed so).
 const FLOOR_AT_JOIN: bool = true;
+/// Stop 40: a commit is refused when the floor holds its epoch, raised after the takeover
+/// read the state (`tests/commit_floor.rs`). `false` is the code before that fix, for the
+/// seed-revert table (never committed so).
+const FLOOR_AT_COMMIT: bool = true;
 /// Seed 81344: a renewal (and a rewrite of the breadcrumb) first reads the lock and
 /// checks that it is this session's, not another's new lock at the version held. `false`
 /// is the code before that fix, for the seed-revert table (never committed so).
@@ -1110,6 +1114,11 @@ impl State {
             (Some(v), Some((_, cur))) if v == *cur => {}
             (None, None) => {}
             _ => return Err(rejected("breadcrumb", "BadVersion")),
+        }
+        // Every store's commit: the floor as it is at the commit, not at the takeover's
+        // read (`tests/commit_floor.rs`). One step here, so the check is the comparison.
+        if FLOOR_AT_COMMIT && self.floor_max().map(|(e, _)| e) >= record.epoch {
+            return Err(rejected("floor", "BadVersion"));
         }
         self.zxid += 1;
         let lock = self.lock.as_mut().expect("checked");

@@ -1,0 +1,190 @@
+//! SPEC §3a, the floor, on every store (a regression of stop 40's finding): a node that
+//! raises its entry of the floor *after* the winner read the takeover state and *before*
+//! its commit must not let the commit through at an epoch the floor already holds.
+//!
+//! The winner n1 takes the lock at epoch `e` and reads the takeover state (nothing seen
+//! above `e`). Then n2, whose last process saw epoch `e + 5` on a store that has since
+//! forgotten it (a restore from a backup), registers and tries to join: its entry of the
+//! floor goes up to `e + 5`. n1's commit at `e` must now be refused (a conflict: the
+//! elector reads the state again, finds the floor above its epoch and says the store lost
+//! data), never acknowledged: a promotion at an epoch some node has seen hands out a
+//! fencing token that is not new. Against real servers, through the store seam the
+//! daemon itself uses.
+
+mod common;
+
+use common::mariadb::MariaDb;
+use common::redis::RedisServer;
+use common::*;
+use warden::coord::any::{AnyConnector, AnySession};
+use warden::coord::{Connector, Session};
+use warden::record::{
+    BreadcrumbView, Epoch, Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome,
+};
+
+fn record(id: &str, seen: Option<Epoch>) -> NodeRecord {
+    NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        pid: std::process::id(),
+        incarnation: format!("inc-{id}"),
+        epoch_seen: seen,
+        ..Default::default()
+    }
+}
+
+fn member(node: NodeRecord) -> MemberRecord {
+    MemberRecord {
+        node,
+        role: Role::Standby,
+        health: Health::Healthy,
+        session_timeout: None,
+        containment: None,
+        follow: None,
+        priority: None,
+        leftover: None,
+    }
+}
+
+/// A session of the store `node`'s config names, as `warden run` opens it.
+async fn session(node: &Node) -> AnySession {
+    let cfg = warden::config::load(&node.config).expect("the node's config");
+    let s = AnyConnector::from_config(&cfg)
+        .expect("a connector")
+        .connect()
+        .await
+        .expect("a session");
+    s.ensure_cluster().await.expect("the cluster's state");
+    s
+}
+
+/// `me` registers and takes the lock; its epoch.
+async fn held(s: &AnySession, me: &NodeRecord) -> Epoch {
+    s.create_member(&member(me.clone()))
+        .await
+        .expect("registering");
+    match s.join(me, 1).await {
+        JoinOutcome::Held { epoch } => epoch,
+        other => panic!("{} did not get the lock: {other:?}", me.node_id),
+    }
+}
+
+/// The commit `s` makes for `me` at `epoch` from what `read_state` says now, as the
+/// elector makes it (the breadcrumb at the version read, control at the version read),
+/// with `between` run after the read and before the commit.
+async fn commit_after(
+    s: &AnySession,
+    me: &NodeRecord,
+    epoch: Epoch,
+    between: impl std::future::Future<Output = ()>,
+) -> WriteOutcome {
+    let state = s.read_state().await.expect("the takeover state");
+    assert!(
+        state.members_epoch_seen.is_none_or(|seen| seen < epoch),
+        "nothing above epoch {epoch} is seen yet: {state:?}"
+    );
+    let version = match state.breadcrumb {
+        BreadcrumbView::Record { version, .. } | BreadcrumbView::Unreadable { version, .. } => {
+            Some(version)
+        }
+        _ => None,
+    };
+    between.await;
+    let rec = NodeRecord {
+        epoch: Some(epoch),
+        ..me.clone()
+    };
+    s.commit_promotion(&rec, version, state.control_version)
+        .await
+}
+
+async fn floor_raised_between_read_and_commit(cluster: &Cluster) {
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let a = session(&n1).await;
+    let b = session(&n2).await;
+    let me = record("n1", None);
+    let epoch = held(&a, &me).await;
+
+    let late = record("n2", Some(epoch + 5));
+    let outcome = commit_after(&a, &me, epoch, async {
+        // n2's registration and its join raise its entry of the floor; the lock is n1's.
+        b.create_member(&member(late.clone()))
+            .await
+            .expect("n2 registers");
+        let joined = b.join(&late, 1).await;
+        assert!(
+            !matches!(joined, JoinOutcome::Held { .. }),
+            "n2 took the lock n1 holds: {joined:?}"
+        );
+    })
+    .await;
+    assert_eq!(
+        outcome,
+        WriteOutcome::Conflict,
+        "n1's commit at epoch {epoch} went through although n2 had raised the floor to {} \
+         after n1 read the state",
+        epoch + 5
+    );
+
+    // What the elector does next: read again, and find the floor above its epoch.
+    let again = a.read_state().await.expect("the takeover state again");
+    assert!(
+        again.members_epoch_seen >= Some(epoch + 5),
+        "the state read after the refused commit does not show n2's {}: {again:?}",
+        epoch + 5
+    );
+    // And nothing was promoted: the breadcrumb does not name n1 at its epoch.
+    if let Some((data, _)) = a.breadcrumb_bytes().await.expect("the breadcrumb") {
+        let crumb: NodeRecord = warden::record::parse(&data).expect("a breadcrumb");
+        assert_ne!(
+            crumb.epoch,
+            Some(epoch),
+            "the refused commit left {crumb:?}"
+        );
+    }
+}
+
+/// The control: with nothing raised in between, the same commit goes through.
+async fn nothing_raised_between_read_and_commit(cluster: &Cluster) {
+    let n1 = cluster.node("n1");
+    let a = session(&n1).await;
+    let me = record("n1", None);
+    let epoch = held(&a, &me).await;
+    let outcome = commit_after(&a, &me, epoch, async {}).await;
+    assert_eq!(outcome, WriteOutcome::Done);
+}
+
+/// Both scenarios, each on a cluster of its own, initialized by `warden init`.
+fn on(make: impl Fn() -> Cluster) {
+    for scenario in [0, 1] {
+        let cluster = make();
+        let out = cli(&cluster.node("init").config, &["init"]);
+        assert!(out.status.success(), "warden init: {}", describe(&out));
+        let rt = tokio::runtime::Runtime::new().expect("a runtime");
+        rt.block_on(async {
+            match scenario {
+                0 => nothing_raised_between_read_and_commit(&cluster).await,
+                _ => floor_raised_between_read_and_commit(&cluster).await,
+            }
+        });
+    }
+}
+
+#[test]
+fn zookeeper_refuses_a_commit_below_a_floor_raised_after_the_read() {
+    // The servers' helpers run a runtime of their own: started outside the test's.
+    let zk = ZkServer::start();
+    on(|| Cluster::with_connect(&zk.connect_string()));
+}
+
+#[test]
+fn mysql_refuses_a_commit_below_a_floor_raised_after_the_read() {
+    let db = MariaDb::start();
+    on(|| Cluster::with_mysql(&db));
+}
+
+#[test]
+fn redis_refuses_a_commit_below_a_floor_raised_after_the_read() {
+    let r = RedisServer::start();
+    on(|| Cluster::with_redis(&r));
+}
