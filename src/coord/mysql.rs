@@ -1481,18 +1481,6 @@ impl Session for MysqlSession {
                 if current != bv {
                     return Ok(false);
                 }
-                // SPEC §3a: the floor as it is now, not as the takeover read it. A node
-                // that saw an epoch the store forgot may raise its entry between that read
-                // and this commit (its registration, its join, while the fence ran); a
-                // commit at an epoch the floor holds would hand out a fencing token that
-                // is not new (stop 40's finding, `tests/commit_floor.rs`). Refused as a
-                // conflict: the elector reads the state again, finds the floor above its
-                // epoch and says the store lost data. Read locked, before the lock row's
-                // (a join raises the floor, then writes the lock row: the same order).
-                let floor = read_floor_locked(&mut tx, t, &cluster).await?;
-                if floor.map(|(e, _)| e) >= epoch {
-                    return Ok(false);
-                }
                 // The commit is a renewal too: the lease starts at its send time.
                 tx.exec_drop(
                     format!(
@@ -1504,6 +1492,19 @@ impl Session for MysqlSession {
                 )
                 .await?;
                 if tx.affected_rows() != 1 {
+                    return Ok(false);
+                }
+                // SPEC §3a: the floor as it is now, not as the takeover read it. A node
+                // that saw an epoch the store forgot may raise its entry between that read
+                // and this commit (its registration, its join, while the fence ran); a
+                // commit at an epoch the floor holds would hand out a fencing token that
+                // is not new (stop 40's finding, `tests/commit_floor.rs`). Refused as a
+                // conflict (the rollback undoes the lock row's write): the elector reads
+                // the state again, finds the floor above its epoch and says the store lost
+                // data. Read after the lock row is ours, as a join locks it first and
+                // raises the floor after: the same order, so the two never deadlock.
+                let floor = read_floor_locked(&mut tx, t, &cluster).await?;
+                if floor.map(|(e, _)| e) >= epoch {
                     return Ok(false);
                 }
                 match bv {
