@@ -27,6 +27,9 @@ use crate::record::{
     self, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
     WriteOutcome,
 };
+pub mod decide;
+
+use decide::{stuck_lock_stale, LockRow, MemberRow, Rows, ServerRun, StuckLock, Taking};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use std::future::Future;
@@ -377,123 +380,8 @@ fn outcome(r: Result<bool, StoreError>) -> WriteOutcome {
 
 /// The lock row as the readers select it: session, record, epoch, expired, version, how
 /// far its expiry lies ahead of the server's clock and the holder's session timeout (µs).
-type LockRow = (i64, Vec<u8>, u64, bool, i64, i64, i64);
-
-/// A lock row seen with its expiry too far ahead: whose (session) and at which version, and
-/// when this process first saw it so.
-#[derive(Clone, Copy, Debug)]
-struct StuckLock {
-    holder: (i64, i64),
-    since: std::time::Instant,
-}
-
-/// SPEC §3a, issue 31: whether a lock row that has not expired on the server's clock may be
-/// taken all the same. A holder writes `expires_at` = NOW(6) + its session timeout at every
-/// renewal, so a row whose expiry lies further ahead than that (`ahead_us` > `timeout_us`,
-/// the holder's timeout read from its own row, at most the longest a config allows) was
-/// written before the server's clock stepped back (or by hand): a dead holder would keep
-/// every standby out until the clock caught up, days maybe. Such a row is taken once it has
-/// not changed (same session, same version, which every renewal bumps) for the holder's
-/// session timeout on this process's monotonic clock: a live holder renews every sixth of
-/// it, and its lease ends half of it after its last renewal, so by then it is dead or has
-/// demoted itself, whatever the server's clock says. Never earlier: a live holder's next
-/// renewal moves the row back within its timeout. Logs it once per row version.
-fn stuck_lock_stale(
-    stuck: &std::sync::Mutex<Option<StuckLock>>,
-    table: &str,
-    cluster: &str,
-    holder: (i64, i64),
-    ahead_us: i64,
-    timeout_us: i64,
-) -> bool {
-    let longest =
-        i64::try_from(crate::config::SESSION_TIMEOUT_RANGE.max.as_micros()).unwrap_or(i64::MAX);
-    let timeout = timeout_us.clamp(0, longest);
-    // Poisoned only by a panic while held, which nothing here can raise.
-    let mut stuck = stuck.lock().unwrap_or_else(|e| e.into_inner());
-    if ahead_us <= timeout {
-        *stuck = None;
-        return false;
-    }
-    let now = std::time::Instant::now();
-    match *stuck {
-        Some(s) if s.holder == holder => {
-            now.duration_since(s.since) >= Duration::from_micros(timeout.unsigned_abs())
-        }
-        _ => {
-            tracing::warn!(
-                "the lock row of cluster {cluster} in table {table} expires {} from now on \
-                 the MySQL server's clock, more than its holder's session timeout ({}): the \
-                 server's clock went back, or the row was edited; it is taken if it does not \
-                 change for that session timeout",
-                humantime::format_duration(Duration::from_secs(
-                    ahead_us.unsigned_abs() / 1_000_000
-                )),
-                humantime::format_duration(Duration::from_millis(timeout.unsigned_abs() / 1000)),
-            );
-            *stuck = Some(StuckLock { holder, since: now });
-            false
-        }
-    }
-}
-
-/// What a lock-taking transaction found.
-enum Taking {
-    /// Ours, with this epoch.
-    Held(Epoch),
-    /// Another live session's; its committed epoch if its record names one.
-    Other { holder: i64, epoch: Option<Epoch> },
-    /// The store lost data: why.
-    Lost(String),
-    /// The joiner's member row no longer names its session (the store forgot it).
-    Gone,
-    /// The server restarted, or is another one, since the session registered.
-    Restarted,
-}
-
-/// Which run of which server a transaction talks to (stop 36, review F2): the server's
-/// identity (`@@hostname:@@port:@@server_id`, what differs between a primary and the
-/// replica a failover promotes) and when it started (the server's clock less its
-/// `Uptime`, in seconds). A server that restarted (a crash with `innodb_flush_log_at_trx_
-/// commit` other than 1 loses its last second) or another server (a failover to a replica
-/// that lagged) may have forgotten exactly the last promotion while a session older than
-/// that kept its member row: such a session takes no lock (SPEC §3a, the wait of a new
-/// session). Written by hand: neither MySQL nor MariaDB names a run of the server in one
-/// value both have (`@@server_uuid` is MySQL's only).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ServerRun {
-    id: String,
-    started: i64,
-}
-
-impl ServerRun {
-    /// Read within `tx`. A server that hides its `Uptime` reads as started at 0: its
-    /// restarts go unseen, its failovers not.
-    async fn read(tx: &mut mysql_async::Transaction<'_>) -> Result<ServerRun, mysql_async::Error> {
-        let (id, now): (String, i64) = tx
-            .query_first(
-                "SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()",
-            )
-            .await?
-            .unwrap_or_default();
-        let up: Option<(String, String)> = tx
-            .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
-            .await
-            .ok()
-            .flatten();
-        let started = up
-            .and_then(|(_, v)| v.parse::<i64>().ok())
-            .map_or(0, |up| now - up);
-        Ok(ServerRun { id, started })
-    }
-
-    /// Another run than `self`: another server, or a start more than 2 s apart (both
-    /// readings round to the second; `Uptime` follows the server's clock, so a step of it
-    /// moves neither reading far).
-    fn other_than(&self, then: &ServerRun) -> bool {
-        self.id != then.id || (self.started - then.started).abs() > 2
-    }
-}
+/// The lock row's columns as read (see [`LockRow`]).
+type LockColumns = (i64, Vec<u8>, u64, bool, i64, i64, i64);
 
 /// The name, in `<prefix>kv`, of the row that keeps `node`'s greatest `epoch_seen` for good
 /// (SPEC §3a, the floor): a member row is replaced when its node registers again, with
@@ -818,7 +706,7 @@ impl Inner {
         let cluster2 = cluster.clone();
         let row = self
             .run("reading the lock", |mut c| async move {
-                first::<LockRow, _, _>(
+                first::<LockColumns, _, _>(
                     &mut c,
                     format!(
                         "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
@@ -855,136 +743,28 @@ impl Inner {
     /// unless the store lost data (no marker, or the counter below a member's
     /// `epoch_seen`): then nobody takes it, and the counter does not move.
     async fn try_lock(&self, me: &NodeRecord) -> Result<Taking, StoreError> {
-        let (t, cluster, exp, id) = (
-            &self.t,
-            self.s.cluster.clone(),
-            self.expiry_us(),
-            self.core.id,
-        );
         let data = record::to_bytes(me);
-        let (me_id, me_seen) = (me.node_id.clone(), me.epoch_seen);
-        let (stuck, run) = (&self.stuck, &self.run);
+        let (t, cluster, exp, id) = (&self.t, self.s.cluster.as_str(), self.expiry_us(), self.core.id);
+        let m = self.memory();
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
-            // A session the store no longer knows takes nothing (see `Core::gone`).
-            let session: Option<i64> = first(
-                &mut tx,
-                format!(
-                    "SELECT session FROM {} WHERE cluster = ? AND node_id = ?",
-                    t.member
-                ),
-                (&cluster, &me_id),
-            )
-            .await?;
-            if session != Some(id) {
-                return Ok(Taking::Gone);
-            }
-            // With the row: its version (bumped by every renewal), how far its expiry lies
-            // ahead of the server's clock, and the holder's own session timeout (what it
-            // adds to renewed_at to make expires_at), in microseconds.
-            let row: Option<LockRow> = first(
-                &mut tx,
-                format!(
-                    "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
-                     TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
-                     INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
-                     COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} WHERE \
-                     cluster = ? FOR UPDATE",
-                    t.lock
-                ),
-                (exp, exp, exp, &cluster),
-            )
-            .await?;
-            match row {
-                Some((holder, _, epoch, ..)) if holder == id => return Ok(Taking::Held(epoch)),
-                Some((holder, record, _, false, version, ahead, timeout)) => {
-                    let stale = stuck_lock_stale(
-                        stuck,
-                        &t.lock,
-                        &cluster,
-                        (holder, version),
-                        ahead,
-                        timeout,
-                    );
-                    if !stale {
-                        let epoch = record::parse::<NodeRecord>(&record)
-                            .ok()
-                            .and_then(|r| r.epoch);
-                        return Ok(Taking::Other { holder, epoch });
-                    }
-                }
-                _ => {}
-            }
-            let counter: Option<u64> = first(
-                &mut tx,
-                format!("SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE", t.epoch),
-                (&cluster,),
-            )
-            .await?;
-            // At or above 2^53 it holds no epoch a counter gives (garbage, or next to
-            // overflowing BIGINT UNSIGNED, which failed every promotion): lost data, which
-            // `init --force` replaces.
-            if let Some(c) = counter.filter(|c| *c >= super::MAX_KEPT_EPOCH) {
-                return Ok(Taking::Lost(format!(
-                    "the store lost data: the epoch counter of cluster {cluster} (table {}) is \
-                     at {c}, above any epoch a counter gives (2^53); run `warden init --force`, \
-                     which replaces it",
-                    t.epoch
-                )));
-            }
-            let marker: Option<i64> = first(
-                &mut tx,
-                format!(
-                    "SELECT version FROM {} WHERE cluster = ? AND name = ?",
-                    t.kv
-                ),
-                (&cluster, MARKER),
-            )
-            .await?;
-            // SPEC §3a: the joiner's entry of the floor first, then the floor against the
-            // counter, before it moves; a refusal keeps the raised floor (committed).
-            raise_seen(&mut tx, t, &cluster, &me_id, me_seen).await?;
-            let now = ServerRun::read(&mut tx).await?;
-            let then = run.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if then.is_none_or(|then| now.other_than(&then)) {
-                tx.commit().await?;
-                return Ok(Taking::Restarted);
-            }
-            let floor = read_floor(&mut tx, t, &cluster).await?;
-            if let Some(why) = super::lost_data(
-                marker.is_none() || counter.is_none(),
-                counter,
-                floor.as_ref().map(|(e, _)| *e),
-                floor.as_ref().map(|(_, who)| who.as_str()),
-            ) {
-                tx.commit().await?;
-                return Ok(Taking::Lost(why));
-            }
-            tx.exec_drop(
-                format!(
-                    "UPDATE {} SET epoch = LAST_INSERT_ID(epoch + 1) WHERE cluster = ?",
-                    t.epoch
-                ),
-                (&cluster,),
-            )
-            .await?;
-            let epoch: u64 = tx
-                .query_first("SELECT LAST_INSERT_ID()")
-                .await?
-                .unwrap_or_default();
-            tx.exec_drop(
-                format!(
-                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at, \
-                     expires_at) VALUES (?, ?, ?, ?, 0, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)",
-                    t.lock
-                ),
-                (&cluster, id, &data, epoch, exp),
-            )
-            .await?;
-            tx.commit().await?;
-            Ok(Taking::Held(epoch))
+            let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
+            let (taking, keep) = decide::take_lock(&mut rows, &m, id, me, &data).await?;
+            finish(tx, keep).await?;
+            Ok(taking)
         })
         .await
+    }
+
+    /// What the deciding transactions remember and name (see [`decide::Memory`]).
+    fn memory(&self) -> decide::Memory<'_> {
+        decide::Memory {
+            cluster: &self.s.cluster,
+            lock_table: &self.t.lock,
+            epoch_table: &self.t.epoch,
+            stuck: &self.stuck,
+            run: &self.run,
+        }
     }
 
     async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
@@ -1290,53 +1070,17 @@ impl Session for MysqlSession {
 
     async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, exp, id) = (&i.t, i.s.cluster.clone(), i.expiry_us(), i.core.id);
+        let (t, cluster, exp, id) = (&i.t, i.s.cluster.as_str(), i.expiry_us(), i.core.id);
         let node = m.node.node_id.clone();
         let data = record::to_bytes(m);
-        let node2 = node.clone();
-        let seen = m.node.epoch_seen;
-        let run = &i.run;
+        let m2 = i.memory();
         let created = i
             .run("registering this node", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                // The session's server run is the one of its first attempt to register:
-                // one that restarts between a try and its retry costs a wait, never
-                // hides a restart.
-                let now = ServerRun::read(&mut tx).await?;
-                run.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(now);
-                let row: Option<(i64, bool, Vec<u8>)> = first(
-                    &mut tx,
-                    format!(
-                        "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, \
-                         record FROM {} WHERE cluster = ? AND node_id = ? FOR UPDATE",
-                        t.member
-                    ),
-                    (exp, &cluster, &node2),
-                )
-                .await?;
-                if let Some((holder, false, _)) = row {
-                    if holder != id {
-                        return Ok(false);
-                    }
-                }
-                // The row replaced below may have seen more than this process has: its
-                // epoch stays in the floor (SPEC §3a).
-                let old_seen = row
-                    .and_then(|(_, _, r)| record::parse::<MemberRecord>(&r).ok()?.node.epoch_seen);
-                raise_seen(&mut tx, t, &cluster, &node2, old_seen.max(seen)).await?;
-                tx.exec_drop(
-                    format!(
-                        "REPLACE INTO {} (cluster, node_id, session, record, renewed_at) VALUES \
-                         (?, ?, ?, ?, NOW(6))",
-                        t.member
-                    ),
-                    (&cluster, &node2, id, &data),
-                )
-                .await?;
-                tx.commit().await?;
-                Ok(true)
+                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
+                let created = decide::register(&mut rows, &m2, id, m, &data).await?;
+                finish(tx, created).await?;
+                Ok(created)
             })
             .await?;
         if !created {
@@ -1465,74 +1209,16 @@ impl Session for MysqlSession {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.as_str(), i.core.id, i.expiry_us());
         let data = record::to_bytes(breadcrumb);
-        let epoch = breadcrumb.epoch;
-        let bv = breadcrumb_version.map(Version::get);
-        let cv = control_version.get();
+        let (bv, cv) = (breadcrumb_version.map(Version::get), control_version.get());
         outcome(
             i.run("committing the promotion", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let control = locked_version(&mut tx, &t.kv, &cluster, CONTROL).await?;
-                if control != Some(cv) {
-                    return Ok(false);
-                }
-                let current = locked_version(&mut tx, &t.kv, &cluster, BREADCRUMB).await?;
-                if current != bv {
-                    return Ok(false);
-                }
-                // The commit is a renewal too: the lease starts at its send time.
-                tx.exec_drop(
-                    format!(
-                        "UPDATE {} SET record = ?, {NEXT_VERSION}, {LOCK_RENEWED} WHERE \
-                         cluster = ? AND session = ?",
-                        t.lock
-                    ),
-                    (&data, exp, &cluster, id),
-                )
-                .await?;
-                if tx.affected_rows() != 1 {
-                    return Ok(false);
-                }
-                // SPEC §3a: the floor as it is now, not as the takeover read it. A node
-                // that saw an epoch the store forgot may raise its entry between that read
-                // and this commit (its registration, its join, while the fence ran); a
-                // commit at an epoch the floor holds would hand out a fencing token that
-                // is not new (stop 40's finding, `tests/commit_floor.rs`). Refused as a
-                // conflict (the rollback undoes the lock row's write): the elector reads
-                // the state again, finds the floor above its epoch and says the store lost
-                // data. Read after the lock row is ours, as a join locks it first and
-                // raises the floor after: the same order, so the two never deadlock.
-                let floor = read_floor_locked(&mut tx, t, &cluster).await?;
-                if floor.map(|(e, _)| e) >= epoch {
-                    return Ok(false);
-                }
-                match bv {
-                    Some(v) => {
-                        tx.exec_drop(
-                            format!(
-                                "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = \
-                                 ? AND name = ? AND version = ?",
-                                t.kv
-                            ),
-                            (&data, &cluster, BREADCRUMB, v),
-                        )
-                        .await?
-                    }
-                    None => {
-                        tx.exec_drop(
-                            format!(
-                                "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, \
-                                 ?, 0)",
-                                t.kv
-                            ),
-                            (&cluster, BREADCRUMB, &data),
-                        )
-                        .await?
-                    }
-                }
-                tx.commit().await?;
-                Ok(true)
+                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
+                let done = decide::commit(&mut rows, id, &data, breadcrumb.epoch, cv, bv).await?;
+                finish(tx, done).await?;
+                Ok(done)
             })
             .await,
         )
@@ -1540,37 +1226,15 @@ impl Session for MysqlSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id, exp) = (&i.t, i.s.cluster.clone(), i.core.id, i.expiry_us());
-        let (node, data) = (member.node.node_id.clone(), record::to_bytes(member));
+        let (t, cluster, id, exp) = (&i.t, i.s.cluster.as_str(), i.core.id, i.expiry_us());
+        let data = record::to_bytes(member);
         outcome(
             i.run("renewing the lease", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
-                tx.exec_drop(
-                    format!(
-                        "UPDATE {} SET {LOCK_RENEWED}, {NEXT_VERSION} WHERE cluster = ? \
-                         AND session = ?",
-                        t.lock
-                    ),
-                    (exp, &cluster, id),
-                )
-                .await?;
-                if tx.affected_rows() != 1 {
-                    return Ok(false);
-                }
-                tx.exec_drop(
-                    format!(
-                        "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
-                         node_id = ? AND session = ?",
-                        t.member
-                    ),
-                    (&data, &cluster, &node, id),
-                )
-                .await?;
-                if tx.affected_rows() != 1 {
-                    return Ok(false);
-                }
-                tx.commit().await?;
-                Ok(true)
+                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
+                let done = decide::renew(&mut rows, id, member, &data).await?;
+                finish(tx, done).await?;
+                Ok(done)
             })
             .await,
         )
@@ -1888,6 +1552,300 @@ impl Session for MysqlSession {
             )));
         }
         Ok(Some((i.path(&copy), newest)))
+    }
+}
+
+/// Commits `tx` when `keep`, else rolls it back (on drop).
+async fn finish(tx: mysql_async::Transaction<'_>, keep: bool) -> Result<(), mysql_async::Error> {
+    if keep {
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// The deciding transactions' rows ([`decide::Rows`]) in a server's transaction: one
+/// statement each.
+struct SqlRows<'a, 'c> {
+    tx: &'a mut mysql_async::Transaction<'c>,
+    t: &'a Tables,
+    cluster: &'a str,
+    /// This session's timeout in microseconds: a lock row of an older warden, without
+    /// `expires_at`, expires this long after its renewal; a renewal adds it.
+    exp: i64,
+}
+
+impl<'a, 'c> SqlRows<'a, 'c> {
+    fn new(
+        tx: &'a mut mysql_async::Transaction<'c>,
+        t: &'a Tables,
+        cluster: &'a str,
+        exp: i64,
+    ) -> SqlRows<'a, 'c> {
+        SqlRows {
+            tx,
+            t,
+            cluster,
+            exp,
+        }
+    }
+}
+
+impl Rows for SqlRows<'_, '_> {
+    type Error = mysql_async::Error;
+
+    async fn member_session(&mut self, node: &str) -> Result<Option<i64>, Self::Error> {
+        first(
+            self.tx,
+            format!(
+                "SELECT session FROM {} WHERE cluster = ? AND node_id = ?",
+                self.t.member
+            ),
+            (self.cluster, node),
+        )
+        .await
+    }
+
+    async fn member_for_update(&mut self, node: &str) -> Result<Option<MemberRow>, Self::Error> {
+        let row: Option<(i64, bool, Vec<u8>)> = first(
+            self.tx,
+            format!(
+                "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, record FROM {} \
+                 WHERE cluster = ? AND node_id = ? FOR UPDATE",
+                self.t.member
+            ),
+            (self.exp, self.cluster, node),
+        )
+        .await?;
+        Ok(row.map(|(session, expired, record)| MemberRow {
+            session,
+            expired,
+            record,
+        }))
+    }
+
+    async fn replace_member(
+        &mut self,
+        node: &str,
+        session: i64,
+        record: &[u8],
+    ) -> Result<(), Self::Error> {
+        self.tx
+            .exec_drop(
+                format!(
+                    "REPLACE INTO {} (cluster, node_id, session, record, renewed_at) VALUES \
+                     (?, ?, ?, ?, NOW(6))",
+                    self.t.member
+                ),
+                (self.cluster, node, session, record),
+            )
+            .await
+    }
+
+    async fn renew_member(
+        &mut self,
+        node: &str,
+        session: i64,
+        record: &[u8],
+    ) -> Result<bool, Self::Error> {
+        self.tx
+            .exec_drop(
+                format!(
+                    "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
+                     node_id = ? AND session = ?",
+                    self.t.member
+                ),
+                (record, self.cluster, node, session),
+            )
+            .await?;
+        Ok(self.tx.affected_rows() == 1)
+    }
+
+    async fn lock_for_update(&mut self) -> Result<Option<LockRow>, Self::Error> {
+        // With the row: its version (bumped by every renewal), how far its expiry lies
+        // ahead of the server's clock, and the holder's own session timeout (what it adds
+        // to renewed_at to make expires_at), in microseconds.
+        let exp = self.exp;
+        let row: Option<LockColumns> = first(
+            self.tx,
+            format!(
+                "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
+                 TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
+                 INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
+                 COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} WHERE \
+                 cluster = ? FOR UPDATE",
+                self.t.lock
+            ),
+            (exp, exp, exp, self.cluster),
+        )
+        .await?;
+        Ok(row.map(
+            |(session, record, epoch, expired, version, ahead_us, timeout_us)| LockRow {
+                session,
+                record,
+                epoch,
+                expired,
+                version,
+                ahead_us,
+                timeout_us,
+            },
+        ))
+    }
+
+    async fn renew_lock(&mut self, session: i64, record: Option<&[u8]>) -> Result<bool, Self::Error> {
+        let sql = |set_record: &str| {
+            format!(
+                "UPDATE {} SET {set_record}{NEXT_VERSION}, {LOCK_RENEWED} WHERE cluster = ? AND \
+                 session = ?",
+                self.t.lock
+            )
+        };
+        match record {
+            Some(record) => {
+                self.tx
+                    .exec_drop(
+                        sql("record = ?, "),
+                        (record, self.exp, self.cluster, session),
+                    )
+                    .await?
+            }
+            None => {
+                self.tx
+                    .exec_drop(sql(""), (self.exp, self.cluster, session))
+                    .await?
+            }
+        }
+        Ok(self.tx.affected_rows() == 1)
+    }
+
+    async fn replace_lock(
+        &mut self,
+        session: i64,
+        record: &[u8],
+        epoch: Epoch,
+    ) -> Result<(), Self::Error> {
+        self.tx
+            .exec_drop(
+                format!(
+                    "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at, \
+                     expires_at) VALUES (?, ?, ?, ?, 0, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)",
+                    self.t.lock
+                ),
+                (self.cluster, session, record, epoch, self.exp),
+            )
+            .await
+    }
+
+    async fn counter_for_update(&mut self) -> Result<Option<u64>, Self::Error> {
+        first(
+            self.tx,
+            format!(
+                "SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE",
+                self.t.epoch
+            ),
+            (self.cluster,),
+        )
+        .await
+    }
+
+    async fn next_epoch(&mut self) -> Result<Epoch, Self::Error> {
+        self.tx
+            .exec_drop(
+                format!(
+                    "UPDATE {} SET epoch = LAST_INSERT_ID(epoch + 1) WHERE cluster = ?",
+                    self.t.epoch
+                ),
+                (self.cluster,),
+            )
+            .await?;
+        Ok(self
+            .tx
+            .query_first("SELECT LAST_INSERT_ID()")
+            .await?
+            .unwrap_or_default())
+    }
+
+    async fn marker(&mut self) -> Result<bool, Self::Error> {
+        let version: Option<i64> = first(
+            self.tx,
+            format!(
+                "SELECT version FROM {} WHERE cluster = ? AND name = ?",
+                self.t.kv
+            ),
+            (self.cluster, MARKER),
+        )
+        .await?;
+        Ok(version.is_some())
+    }
+
+    async fn raise_seen(&mut self, node: &str, epoch: Epoch) -> Result<(), Self::Error> {
+        raise_seen(self.tx, self.t, self.cluster, node, Some(epoch)).await
+    }
+
+    async fn floor(&mut self, locked: bool) -> Result<Option<(Epoch, String)>, Self::Error> {
+        if locked {
+            read_floor_locked(self.tx, self.t, self.cluster).await
+        } else {
+            read_floor(self.tx, self.t, self.cluster).await
+        }
+    }
+
+    async fn kv_version_for_update(&mut self, name: &str) -> Result<Option<i64>, Self::Error> {
+        locked_version(self.tx, &self.t.kv, self.cluster, name).await
+    }
+
+    async fn write_kv(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        version: Option<i64>,
+    ) -> Result<(), Self::Error> {
+        match version {
+            Some(v) => {
+                self.tx
+                    .exec_drop(
+                        format!(
+                            "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name \
+                             = ? AND version = ?",
+                            self.t.kv
+                        ),
+                        (data, self.cluster, name, v),
+                    )
+                    .await
+            }
+            None => {
+                self.tx
+                    .exec_drop(
+                        format!(
+                            "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
+                            self.t.kv
+                        ),
+                        (self.cluster, name, data),
+                    )
+                    .await
+            }
+        }
+    }
+
+    /// A server that hides its `Uptime` reads as started at 0: its restarts go unseen,
+    /// its failovers not.
+    async fn server_run(&mut self) -> Result<ServerRun, Self::Error> {
+        let (id, now): (String, i64) = self
+            .tx
+            .query_first(
+                "SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()",
+            )
+            .await?
+            .unwrap_or_default();
+        let up: Option<(String, String)> = self
+            .tx
+            .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
+            .await
+            .ok()
+            .flatten();
+        let started = up
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+            .map_or(0, |up| now - up);
+        Ok(ServerRun { id, started })
     }
 }
 
