@@ -744,7 +744,12 @@ impl Inner {
     /// `epoch_seen`): then nobody takes it, and the counter does not move.
     async fn try_lock(&self, me: &NodeRecord) -> Result<Taking, StoreError> {
         let data = record::to_bytes(me);
-        let (t, cluster, exp, id) = (&self.t, self.s.cluster.as_str(), self.expiry_us(), self.core.id);
+        let (t, cluster, exp, id) = (
+            &self.t,
+            self.s.cluster.as_str(),
+            self.expiry_us(),
+            self.core.id,
+        );
         let m = self.memory();
         self.run("taking the lock", |mut c| async move {
             let mut tx = c.start_transaction(TxOpts::default()).await?;
@@ -1691,7 +1696,11 @@ impl Rows for SqlRows<'_, '_> {
         ))
     }
 
-    async fn renew_lock(&mut self, session: i64, record: Option<&[u8]>) -> Result<bool, Self::Error> {
+    async fn renew_lock(
+        &mut self,
+        session: i64,
+        record: Option<&[u8]>,
+    ) -> Result<bool, Self::Error> {
         let sql = |set_record: &str| {
             format!(
                 "UPDATE {} SET {set_record}{NEXT_VERSION}, {LOCK_RENEWED} WHERE cluster = ? AND \

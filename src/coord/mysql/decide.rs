@@ -78,7 +78,9 @@ pub trait Rows: Send {
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
     /// The lock row, for update.
-    fn lock_for_update(&mut self) -> impl Future<Output = Result<Option<LockRow>, Self::Error>> + Send;
+    fn lock_for_update(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<LockRow>, Self::Error>> + Send;
 
     /// The lock row renewed (its expiry moved to now plus the session timeout, its
     /// version bumped, its record replaced when given), only while `session` holds it:
@@ -98,7 +100,9 @@ pub trait Rows: Send {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// The epoch counter, for update (`None`: no row).
-    fn counter_for_update(&mut self) -> impl Future<Output = Result<Option<u64>, Self::Error>> + Send;
+    fn counter_for_update(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<u64>, Self::Error>> + Send;
 
     /// The counter raised by one: the epoch it now holds.
     fn next_epoch(&mut self) -> impl Future<Output = Result<Epoch, Self::Error>> + Send;
