@@ -65,6 +65,11 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "priority": m.priority,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
+                "leftover": m.leftover.as_ref().map(|l| json!({
+                    "epoch": l.epoch,
+                    "service_pid": l.service_pid,
+                    "service_cgroup": l.service_cgroup,
+                })),
             }),
             Err(e) => json!({
                 "node_id": id, "role": null, "health": null, "host": null, "port": null,
@@ -261,6 +266,24 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         if let Some(f) = &m.follow {
             out.push_str(&format!("{}: follow {}\n", p(id), p(f)));
         }
+        // The review of stop 39: a service that outlived its stop blocks every promotion
+        // (each winner fences it first, and that fence cannot be verified while it runs).
+        if let Some(l) = &m.leftover {
+            let what = match (l.service_pid, &l.service_cgroup) {
+                (Some(pid), Some(cg)) => format!("pid {pid}, cgroup {}", p(cg)),
+                (Some(pid), None) => format!("pid {pid}"),
+                (None, Some(cg)) => format!("cgroup {}", p(cg)),
+                (None, None) => "its processes".to_string(),
+            };
+            out.push_str(&format!(
+                "{}: its service of epoch {} outlived its stop ({what}) and still runs: no \
+                 node becomes active until it is gone; processes stuck in the kernel (a hung \
+                 mount?) end only with a reboot of {}\n",
+                p(id),
+                l.epoch.map_or_else(|| "-".to_string(), |e| e.to_string()),
+                p(&m.node.host),
+            ));
+        }
     }
     out
 }
@@ -343,6 +366,44 @@ mod tests {
         );
     }
 
+    /// The review of stop 39: a member's service that outlived its stop blocks every
+    /// promotion, and `status` says so, with what to do.
+    #[test]
+    fn a_members_service_that_outlived_its_stop_is_said() {
+        let mut m = member("n2", Role::Ineligible, "h2");
+        m.leftover = Some(NodeRecord {
+            node_id: "n2".into(),
+            epoch: Some(7),
+            service_pid: Some(4242),
+            ..Default::default()
+        });
+        let snap = ClusterSnapshot {
+            members: vec![("n2".into(), Ok(m))],
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(
+            text.contains(
+                "n2: its service of epoch 7 outlived its stop (pid 4242) and still runs: no \
+                 node becomes active until it is gone"
+            ) && text.contains("a reboot of h2"),
+            "{text}"
+        );
+        let json = to_json(&config(), &snap);
+        assert_eq!(json["members"][0]["leftover"]["epoch"], 7, "{json:#}");
+        assert_eq!(
+            json["members"][0]["leftover"]["service_pid"], 4242,
+            "{json:#}"
+        );
+        // Without one, the key is there and null.
+        let plain = ClusterSnapshot {
+            members: vec![("n1".into(), Ok(member("n1", Role::Standby, "h1")))],
+            ..Default::default()
+        };
+        assert!(to_json(&config(), &plain)["members"][0]["leftover"].is_null());
+        assert!(!to_text(&config(), &plain).contains("outlived"));
+    }
+
     #[test]
     fn an_unreadable_control_is_said_and_not_silently_not_paused() {
         let snap = ClusterSnapshot {
@@ -369,6 +430,10 @@ mod tests {
         m.node.since = Some(evil.into());
         m.containment = Some(evil.into());
         m.session_timeout = Some(evil.into());
+        m.leftover = Some(NodeRecord {
+            service_cgroup: Some(evil.into()),
+            ..Default::default()
+        });
         let snap = ClusterSnapshot {
             lock: Some((Err(RecordError::NotJson(evil.into())), 1)),
             breadcrumb: Some((
