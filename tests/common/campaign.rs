@@ -1040,7 +1040,14 @@ impl<R: Recipe> Campaign<R> {
             let Some(active) = self.one_live_active(&st) else {
                 return;
             };
-            let standby = member_role(&st, &format!("n{}", i + 1)).as_deref() == Some("standby");
+            // A standby, or one whose server is down (ineligible: stop 41's run stalled from
+            // round 478 on such a node, whose server could not start again after a kill,
+            // "requested timeline ... does not contain minimum recovery point", and which
+            // the campaign left alone as not a standby).
+            let standby = matches!(
+                member_role(&st, &format!("n{}", i + 1)).as_deref(),
+                Some("standby" | "ineligible")
+            );
             if i == active
                 || !standby
                 || self.recipe.follows(i, active)
