@@ -11,6 +11,7 @@
 //! InnoDB's row locks (a transaction in memory is applied at once, as if alone: what the
 //! locks are there to give), and the connection.
 
+use crate::coord::items;
 use crate::record::{self, Epoch, MemberRecord, NodeRecord};
 use std::future::Future;
 use std::sync::Mutex;
@@ -302,7 +303,7 @@ pub async fn take_lock<R: Rows>(
     // At or above 2^53 it holds no epoch a counter gives (garbage, or next to overflowing
     // BIGINT UNSIGNED, which failed every promotion): lost data, which `init --force`
     // replaces.
-    if let Some(c) = counter.filter(|c| *c >= super::super::MAX_KEPT_EPOCH) {
+    if let Some(c) = counter.filter(|c| *c >= crate::coord::MAX_KEPT_EPOCH) {
         return Ok((
             Taking::Lost(format!(
                 "the store lost data: the epoch counter of cluster {} (table {}) is at {c}, \
@@ -323,7 +324,7 @@ pub async fn take_lock<R: Rows>(
         return Ok((Taking::Restarted, true));
     }
     let floor = r.floor(false).await?;
-    if let Some(why) = super::super::lost_data(
+    if let Some(why) = crate::coord::lost_data(
         !marker || counter.is_none(),
         counter,
         floor.as_ref().map(|(e, _)| *e),
@@ -349,10 +350,10 @@ pub async fn commit<R: Rows>(
     control: i64,
     breadcrumb: Option<i64>,
 ) -> Result<bool, R::Error> {
-    if r.kv_version_for_update(super::CONTROL).await? != Some(control) {
+    if r.kv_version_for_update(items::CONTROL).await? != Some(control) {
         return Ok(false);
     }
-    if r.kv_version_for_update(super::BREADCRUMB).await? != breadcrumb {
+    if r.kv_version_for_update(items::BREADCRUMB).await? != breadcrumb {
         return Ok(false);
     }
     if !r.renew_lock(id, Some(data)).await? {
@@ -369,7 +370,7 @@ pub async fn commit<R: Rows>(
     if r.floor(true).await?.map(|(e, _)| e) >= epoch {
         return Ok(false);
     }
-    r.write_kv(super::BREADCRUMB, data, breadcrumb).await?;
+    r.write_kv(items::BREADCRUMB, data, breadcrumb).await?;
     Ok(true)
 }
 
@@ -422,7 +423,7 @@ pub async fn register<R: Rows>(
 
 /// Raises `node`'s row of the floor to `epoch`, when there is one a counter gives.
 pub async fn raise<R: Rows>(r: &mut R, node: &str, epoch: Option<Epoch>) -> Result<(), R::Error> {
-    match epoch.filter(|e| *e < super::super::MAX_KEPT_EPOCH) {
+    match epoch.filter(|e| *e < crate::coord::MAX_KEPT_EPOCH) {
         Some(e) => r.raise_seen(node, e).await,
         None => Ok(()),
     }
