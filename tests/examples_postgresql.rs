@@ -626,6 +626,65 @@ fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_
 /// anything is done: exit 2, with one line naming the setting, its value and the env
 /// file. Both a standby's standby-check and a switchover's demote of the primary are
 /// refused so, and the primary still takes writes afterwards.
+/// A server in recovery that takes no connection yet, in PostgreSQL's words.
+fn not_yet(refused: &str) -> bool {
+    refused.contains("not yet accepting connections") || refused.contains("is starting up")
+}
+
+/// Stop 41's campaign run: a standby in recovery that never became consistent, waiting
+/// for WAL from an upstream that does not have it (here: nothing answers there), takes no
+/// connection, so the follow hook's `ALTER SYSTEM` failed every time and the node stayed
+/// out for good. The hook now stops it and starts it again as a standby of the active
+/// (its `primary_conninfo` written to its file): it catches up and streams.
+#[test]
+fn follow_restarts_a_standby_stuck_before_consistency_toward_the_active() {
+    let p1 = PgServer::init();
+    p1.sql("CREATE TABLE kept (v int)");
+    p1.sql("INSERT INTO kept VALUES (1)");
+    let s = PgServer::stuck_clone_of(&p1, free_port());
+    wait_until(secs(30), "the clone waits for WAL it cannot get", || {
+        s.log().contains("waiting for WAL to become available")
+            || s.log().contains("could not connect to the primary server")
+    });
+    let refused = s.try_sql("SELECT 1").unwrap_err();
+    assert!(
+        not_yet(&refused),
+        "the stuck clone answered otherwise: {refused}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(&s, 5)).unwrap();
+    give(dir.path());
+    give(&env_file);
+    let out = run_standby_hook(&hooks_script(), "follow", &env_file, p1.port(), secs(120));
+    assert!(out.status.success(), "follow failed: {}", describe(&out));
+    wait_until(secs(30), "the clone streams from p1", || {
+        s.streams_from() == Some(format!("127.0.0.1 {}", p1.port()))
+    });
+    assert_eq!(s.sql("SELECT count(*) FROM kept").trim(), "1");
+    assert_eq!(s.in_recovery(), Some(true));
+
+    // One that already follows the active (as the hooks write it) is left to its recovery,
+    // a long replay being no fault: the hook fails, saying so, and stops nothing.
+    let upstream = free_port();
+    let t = PgServer::stuck_clone_of(&p1, upstream);
+    wait_until(secs(30), "the second clone waits for WAL", || {
+        t.try_sql("SELECT 1").is_err_and(|e| not_yet(&e))
+    });
+    let env_t = dir.path().join("hooks-t.env");
+    fs::write(&env_t, hooks_env(&t, 5)).unwrap();
+    give(&env_t);
+    let pid = t.pid().expect("the second clone runs");
+    let out = run_standby_hook(&hooks_script(), "follow", &env_t, upstream, secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1) && stderr.contains("takes no connection yet"),
+        "follow of a recovering standby of the active: {}",
+        describe(&out)
+    );
+    assert_eq!(t.pid(), Some(pid), "follow stopped a standby of the active");
+}
+
 #[test]
 fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() {
     let p1 = PgServer::init();

@@ -179,6 +179,38 @@ impl PgServer {
         pg
     }
 
+    /// A replica of `primary` cloned without its WAL (`pg_basebackup -X none`) and started,
+    /// not waited for, as a standby of `upstream_port` (in the words the shipped hooks
+    /// write, for a node without `WARDEN_NODE_ID`), where nothing answers: it stays in
+    /// recovery, never consistent, and takes no connection ("the database system is not
+    /// yet accepting connections"), as a standby whose upstream went away before it
+    /// caught up does.
+    pub fn stuck_clone_of(primary: &PgServer, upstream_port: u16) -> PgServer {
+        let pg = PgServer::new_dir();
+        let mut c = as_pg(&format!("{BIN}/pg_basebackup"));
+        c.args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-X", "none", "-c", "fast", "--no-sync"])
+            .args(["-D", &pg.data().display().to_string()]);
+        run(c, "pg_basebackup -X none");
+        pg.configure(true);
+        let auto = pg.data().join("postgresql.auto.conf");
+        fs::write(
+            &auto,
+            format!(
+                "primary_conninfo = 'host=127.0.0.1 port={upstream_port} user=postgres \
+                 application_name=warden'\n"
+            ),
+        )
+        .expect("write postgresql.auto.conf");
+        give(&auto);
+        let mut c = as_pg(&format!("{BIN}/pg_ctl"));
+        c.args(["-D", &pg.conf().display().to_string()])
+            .args(["-l", &pg.log_path().display().to_string()])
+            .args(["-W", "start"]);
+        run(c, "pg_ctl start -W");
+        pg
+    }
+
     /// Clones this stopped server again from the server at `primary_port` (its data
     /// moved aside, then `pg_basebackup` with its WAL) and starts it as its standby: what the
     /// recipe's README tells the operator to do with a node `pg_rewind` cannot bring back.
