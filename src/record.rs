@@ -519,11 +519,10 @@ impl Record for NodeRecord {
     }
 }
 
-#[cfg(test)]
 impl MemberRecord {
-    /// Test-only: `node`'s member record in `role` and `health`, none of the optional
-    /// fields (session timeout, containment, follow, priority) set.
-    pub(crate) fn bare(node: NodeRecord, role: Role, health: Health) -> MemberRecord {
+    /// `node`'s member record in `role` and `health`, none of the optional fields
+    /// (session timeout, containment, follow, priority, leftover) set.
+    pub fn bare(node: NodeRecord, role: Role, health: Health) -> MemberRecord {
         MemberRecord {
             node,
             role,

@@ -315,8 +315,8 @@ fn family(samples: &[Sample], name: &str) -> BTreeMap<BTreeMap<String, String>, 
 // In process: serve() with a view the test drives
 
 fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
-    MemberRecord {
-        node: NodeRecord {
+    MemberRecord::bare(
+        NodeRecord {
             node_id: "n1".into(),
             host: "127.0.0.1".into(),
             pid: std::process::id(),
@@ -327,12 +327,7 @@ fn member(role: Role, health: Health, epoch: Option<u64>) -> MemberRecord {
         },
         role,
         health,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    }
+    )
 }
 
 /// `serve` running on a loopback port in its own runtime; aborted on drop.

@@ -34,16 +34,7 @@ fn record(id: &str, seen: Option<Epoch>) -> NodeRecord {
 }
 
 fn member(node: NodeRecord) -> MemberRecord {
-    MemberRecord {
-        node,
-        role: Role::Standby,
-        health: Health::Healthy,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    }
+    MemberRecord::bare(node, Role::Standby, Health::Healthy)
 }
 
 /// A session of the store `node`'s config names, as `warden run` opens it.

@@ -28,23 +28,15 @@ use warden::record::{
 const TIMEOUT_US: i64 = 60_000_000;
 
 fn member(id: &str, seen: Option<Epoch>) -> MemberRecord {
-    MemberRecord {
-        node: NodeRecord {
-            node_id: id.to_string(),
-            host: "127.0.0.1".to_string(),
-            pid: 4242,
-            incarnation: format!("inc-{id}"),
-            epoch_seen: seen,
-            ..Default::default()
-        },
-        role: Role::Standby,
-        health: Health::Healthy,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    }
+    let node = NodeRecord {
+        node_id: id.to_string(),
+        host: "127.0.0.1".to_string(),
+        pid: 4242,
+        incarnation: format!("inc-{id}"),
+        epoch_seen: seen,
+        ..Default::default()
+    };
+    MemberRecord::bare(node, Role::Standby, Health::Healthy)
 }
 
 /// What a session of the tables remembers (as `mysql.rs`'s `Inner` does).
@@ -230,19 +222,31 @@ impl Both<'_> {
             .now_or_never()
             .expect("the tables answer at once")
             .unwrap();
+        self.compare_write(
+            tx,
+            done,
+            real,
+            &format!("session {s} commits epoch {epoch}"),
+        )
+    }
+
+    /// Ends a write's transaction on the tables, and holds its answer and the rows after
+    /// it to the server's.
+    fn compare_write(
+        &mut self,
+        tx: Tx,
+        done: bool,
+        real: WriteOutcome,
+        what: &str,
+    ) -> WriteOutcome {
         tx.finish(done, &mut self.tables);
         let mine = if done {
             WriteOutcome::Done
         } else {
             WriteOutcome::Conflict
         };
-        assert_eq!(
-            real,
-            mine,
-            "step {}: session {s} commits {epoch}",
-            self.step + 1
-        );
-        self.same_rows(&format!("session {s} commits epoch {epoch}"));
+        assert_eq!(real, mine, "step {}: {what}", self.step + 1);
+        self.same_rows(what);
         real
     }
 
@@ -254,15 +258,7 @@ impl Both<'_> {
             .now_or_never()
             .expect("the tables answer at once")
             .unwrap();
-        tx.finish(done, &mut self.tables);
-        let mine = if done {
-            WriteOutcome::Done
-        } else {
-            WriteOutcome::Conflict
-        };
-        assert_eq!(real, mine, "step {}: session {s} renews", self.step + 1);
-        self.same_rows(&format!("session {s} renews"));
-        real
+        self.compare_write(tx, done, real, &format!("session {s} renews"))
     }
 
     /// The lock row expired on both clocks.

@@ -52,16 +52,7 @@ fn node(i: usize) -> NodeRecord {
 }
 
 fn member(i: usize, role: Role) -> MemberRecord {
-    MemberRecord {
-        node: node(i),
-        role,
-        health: Health::Healthy,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    }
+    MemberRecord::bare(node(i), role, Health::Healthy)
 }
 
 /// A registered session of node `i` (incarnation 0) with its events running, past the

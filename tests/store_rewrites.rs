@@ -46,16 +46,7 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
     let events = b.clone();
     tokio::spawn(async move { events.events(tx).await });
     let me = node("n1");
-    let member = |node: NodeRecord| MemberRecord {
-        node,
-        role: Role::Standby,
-        health: Health::Healthy,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    };
+    let member = |node: NodeRecord| MemberRecord::bare(node, Role::Standby, Health::Healthy);
     a.create_member(&member(me.clone()))
         .await
         .expect("n1 registers");

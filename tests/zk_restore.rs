@@ -407,16 +407,7 @@ fn a_renewal_does_not_pass_under_another_sessions_lock_at_the_same_version() {
     // n1's session (long enough to outlive the server's restart) and member record are
     // in the copy; its lock is not.
     let n1 = session("20s");
-    let member = MemberRecord {
-        node: node("n1"),
-        role: Role::Active,
-        health: Health::Healthy,
-        session_timeout: None,
-        containment: None,
-        follow: None,
-        priority: None,
-        leftover: None,
-    };
+    let member = MemberRecord::bare(node("n1"), Role::Active, Health::Healthy);
     rt.block_on(n1.create_member(&member))
         .expect("n1's member record");
     let copy = zk.copy_data();
