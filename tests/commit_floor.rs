@@ -145,9 +145,52 @@ async fn nothing_raised_between_read_and_commit(cluster: &Cluster) {
     assert_eq!(outcome, WriteOutcome::Done);
 }
 
-/// Both scenarios, each on a cluster of its own, initialized by `warden init`.
+/// The review of stop 41: a holder commits its breadcrumb again within its hold (it
+/// joined again after a refused renewal, its lock still its own), after it published its
+/// epoch as seen, which raised the floor to that epoch. That commit must go through (else
+/// the holder reads and commits again for ever, and nobody else can take its lock); a
+/// floor *above* the epoch still refuses it.
+async fn our_breadcrumb_committed_again_at_our_published_epoch(cluster: &Cluster) {
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let a = session(&n1).await;
+    let b = session(&n2).await;
+    let me = record("n1", None);
+    let epoch = held(&a, &me).await;
+    assert_eq!(
+        commit_after(&a, &me, epoch, async {}).await,
+        WriteOutcome::Done
+    );
+    let seen = member(record("n1", Some(epoch)));
+    a.set_member(&seen).await.expect("n1 publishes its epoch");
+    let again = || async {
+        let state = a.read_state().await.expect("the takeover state");
+        assert!(state.members_epoch_seen >= Some(epoch), "{state:?}");
+        let BreadcrumbView::Record { record, version } = state.breadcrumb else {
+            panic!("no breadcrumb after the commit: {state:?}");
+        };
+        assert_eq!(record.epoch, Some(epoch));
+        a.commit_promotion(&record, Some(version), state.control_version)
+            .await
+    };
+    assert_eq!(
+        again().await,
+        WriteOutcome::Done,
+        "n1's breadcrumb committed again at its own epoch {epoch}, which it published, was \
+         refused"
+    );
+    let late = record("n2", Some(epoch + 5));
+    b.create_member(&member(late)).await.expect("n2 registers");
+    assert_eq!(
+        again().await,
+        WriteOutcome::Conflict,
+        "n1's breadcrumb committed again at {epoch} although n2 had seen {}",
+        epoch + 5
+    );
+}
+
+/// Every scenario, each on a cluster of its own, initialized by `warden init`.
 fn on(make: impl Fn() -> Cluster) {
-    for scenario in [0, 1] {
+    for scenario in [0, 1, 2] {
         let cluster = make();
         let out = cli(&cluster.node("init").config, &["init"]);
         assert!(out.status.success(), "warden init: {}", describe(&out));
@@ -155,7 +198,8 @@ fn on(make: impl Fn() -> Cluster) {
         rt.block_on(async {
             match scenario {
                 0 => nothing_raised_between_read_and_commit(&cluster).await,
-                _ => floor_raised_between_read_and_commit(&cluster).await,
+                1 => floor_raised_between_read_and_commit(&cluster).await,
+                _ => our_breadcrumb_committed_again_at_our_published_epoch(&cluster).await,
             }
         });
     }

@@ -218,7 +218,7 @@ impl Both<'_> {
             .await;
         let mut tx = self.tx();
         let id = self.id(s);
-        let done = decide::commit(&mut tx, id, &record::to_bytes(&rec), Some(epoch), cv, bv)
+        let done = decide::commit(&mut tx, id, &rec, cv, bv)
             .now_or_never()
             .expect("the tables answer at once")
             .unwrap();

@@ -200,6 +200,23 @@ fn the_steps() -> Vec<Step> {
             &["lock", "control", "breadcrumb", "seen"],
             &["11", "crumb-2", "1", "0", ttl, "8"],
         ),
+        // Once the committer published its epoch (8), only a commit of its breadcrumb again
+        // goes through at it (the review of stop 41).
+        script(
+            "set_member",
+            &["member:n1", "seen", "lock", "members"],
+            &["11", "rec-n1e", ttl, "n1", "8", "1"],
+        ),
+        script(
+            "commit",
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-2", "1", "1", ttl, "8", ""],
+        ),
+        script(
+            "commit",
+            &["lock", "control", "breadcrumb", "seen"],
+            &["11", "crumb-2", "1", "1", ttl, "8", "1"],
+        ),
         cmd(&["HGETALL", "w:{c}:lock"]),
         cmd(&["HGETALL", "w:{c}:breadcrumb"]),
         script(

@@ -827,6 +827,31 @@ pub(crate) fn committed(data: &[u8]) -> Option<NodeRecord> {
         .filter(|r| r.epoch.is_some())
 }
 
+/// SPEC §3a at the commit: whether the floor (`floor`, its greatest entry as it is at the
+/// commit) refuses the commit of `new`. Refused when the floor holds its epoch: some node
+/// has seen it, or a later one, before this commit (stop 40's finding). But a commit of
+/// the breadcrumb again (`current`, the one the commit replaces at the version it checks,
+/// names the same incarnation at the same epoch: a holder that joined again within its
+/// hold, or whose renewal was refused, commits once more to start its lease) is refused
+/// only by a floor *above* its epoch: the nodes that saw this very commit, the committer
+/// first, publish its epoch, and a floor at it would refuse every such commit for good
+/// (the review of stop 41).
+pub fn floor_refuses(floor: Option<Epoch>, new: &NodeRecord, current: Option<&NodeRecord>) -> bool {
+    let again = commits_again(new, current);
+    match (floor, new.epoch) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(f), Some(e)) if again => f > e,
+        (Some(f), Some(e)) => f >= e,
+    }
+}
+
+/// Whether a commit of `new` over `current` (the breadcrumb it replaces) commits that
+/// breadcrumb again: the same incarnation at the same epoch (see [`floor_refuses`]).
+pub fn commits_again(new: &NodeRecord, current: Option<&NodeRecord>) -> bool {
+    current.is_some_and(|c| c.same_incarnation(new) && c.epoch == new.epoch)
+}
+
 /// SPEC §3a: a store without its init marker (or epoch counter), or whose epoch counter
 /// is below an epoch a member has seen (`seen`, by node `who` when known), lost data: why,
 /// in words with the way out, or `None`.

@@ -432,10 +432,13 @@ async fn read_floor<Q: Queryable>(
     read_floor_as(q, t, cluster, "").await
 }
 
-/// [`read_floor`] inside a transaction, with the rows it reads share-locked (and the gaps
-/// between them: InnoDB's next-key locks under REPEATABLE READ) until its end: a raise
+/// [`read_floor`] inside a transaction, with the floor's own rows share-locked (and the
+/// gaps between them: InnoDB's next-key locks under REPEATABLE READ) until its end: a raise
 /// that has not committed waits for it, so a check against this floor holds at the
-/// commit (SPEC §3a; `commit_promotion`).
+/// commit (SPEC §3a; `decide::commit`). The member rows are read as committed, unlocked:
+/// every write of a member's `epoch_seen` raises its floor row too (in the same
+/// transaction when it registers), and a lock on them made every standby's keepalive wait
+/// on a frozen committer, on MySQL until its `wait_timeout` (the review of stop 41).
 async fn read_floor_locked(
     tx: &mut mysql_async::Transaction<'_>,
     t: &Tables,
@@ -453,10 +456,7 @@ async fn read_floor_as<Q: Queryable>(
 ) -> Result<Option<(Epoch, String)>, mysql_async::Error> {
     let members: Vec<(String, Vec<u8>)> = all(
         q,
-        format!(
-            "SELECT node_id, record FROM {} WHERE cluster = ?{locking}",
-            t.member
-        ),
+        format!("SELECT node_id, record FROM {} WHERE cluster = ?", t.member),
         (cluster,),
     )
     .await?;
@@ -1215,13 +1215,12 @@ impl Session for MysqlSession {
     ) -> WriteOutcome {
         let i = &self.inner;
         let (t, cluster, id, exp) = (&i.t, i.s.cluster.as_str(), i.core.id, i.expiry_us());
-        let data = record::to_bytes(breadcrumb);
         let (bv, cv) = (breadcrumb_version.map(Version::get), control_version.get());
         outcome(
             i.run("committing the promotion", |mut c| async move {
                 let mut tx = c.start_transaction(TxOpts::default()).await?;
                 let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
-                let done = decide::commit(&mut rows, id, &data, breadcrumb.epoch, cv, bv).await?;
+                let done = decide::commit(&mut rows, id, breadcrumb, cv, bv).await?;
                 finish(tx, done).await?;
                 Ok(done)
             })
@@ -1798,8 +1797,16 @@ impl Rows for SqlRows<'_, '_> {
         }
     }
 
-    async fn kv_version_for_update(&mut self, name: &str) -> Result<Option<i64>, Self::Error> {
-        locked_version(self.tx, &self.t.kv, self.cluster, name).await
+    async fn kv_for_update(&mut self, name: &str) -> Result<Option<(Vec<u8>, i64)>, Self::Error> {
+        first(
+            self.tx,
+            format!(
+                "SELECT value, version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
+                self.t.kv
+            ),
+            (self.cluster, name),
+        )
+        .await
     }
 
     async fn write_kv(

@@ -340,7 +340,9 @@ return 1
 });
 
 /// KEYS: lock, control, breadcrumb, seen. ARGV: session, record, control version,
-/// breadcrumb version ('' = absent), ttl ms, the promotion's epoch.
+/// breadcrumb version ('' = absent), ttl ms, the promotion's epoch, '1' when it commits
+/// the breadcrumb at that version again (`coord::commits_again`: then only a floor above
+/// the epoch refuses it, see `coord::floor_refuses`).
 ///
 /// SPEC §3a: refused while the floor (`seen`) holds the epoch, as it is at the commit and
 /// not as the takeover read it: a node that saw an epoch the store forgot may raise its
@@ -368,7 +370,7 @@ local listed, kept = pcall(redis.call, 'HVALS', KEYS[4])
 if listed then
   for i = 1, #kept do
     local n = epoch_of(kept[i])
-    if n and n >= want then return 0 end
+    if n and (n > want or (n == want and ARGV[7] ~= '1')) then return 0 end
   end
 end
 redis.call('HSET', KEYS[1], 'record', ARGV[2])
@@ -1557,6 +1559,15 @@ impl<W: Wire> Session for RedisSession<W> {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
+        // Whether this commits our breadcrumb again, read first: the script's check of the
+        // breadcrumb's version makes the answer hold at the commit. Unread, it does not.
+        let again = match i.get(BREADCRUMB).await {
+            Ok(Some((data, version))) if Some(version) == breadcrumb_version.map(Version::get) => {
+                let current = record::parse::<NodeRecord>(&data).ok();
+                super::commits_again(breadcrumb, current.as_ref())
+            }
+            _ => false,
+        };
         let mut inv = COMMIT.prepare_invoke();
         inv.key(i.k.lock())
             .key(i.k.key(CONTROL))
@@ -1571,7 +1582,8 @@ impl<W: Wire> Session for RedisSession<W> {
                     .unwrap_or_default(),
             )
             .arg(i.ttl_ms())
-            .arg(breadcrumb.epoch.map(|e| e.to_string()).unwrap_or_default());
+            .arg(breadcrumb.epoch.map(|e| e.to_string()).unwrap_or_default())
+            .arg(if again { "1" } else { "" });
         if i.s.replicas_ack == 0 {
             return outcome(
                 i.call("committing the promotion", inv)

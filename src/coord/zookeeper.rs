@@ -870,15 +870,15 @@ impl<W: Wire> ZkSession<W> {
     }
 
     /// Raises our entry of the floor to `seen`, before a member record carrying it is
-    /// written, unless this session already did. Best effort: every join raises it again.
-    async fn keep_seen(&self, node: &str, seen: Option<Epoch>) {
-        let Some(seen) = seen else { return };
+    /// written, unless this session already did. A member record never stands above the
+    /// floor: when the raise fails, so does the write of the record (a commit checks the
+    /// floor, not the member records; the review of stop 41).
+    async fn keep_seen(&self, node: &str, seen: Option<Epoch>) -> Result<(), StoreError> {
+        let Some(seen) = seen else { return Ok(()) };
         if self.floor_raised.load(Ordering::SeqCst) >= seen {
-            return;
+            return Ok(());
         }
-        if let Err(e) = self.raise_floor(node, Some(seen)).await {
-            tracing::debug!("could not raise this node's entry of the floor to {seen}: {e}");
-        }
+        self.raise_floor(node, Some(seen)).await.map(|_| ())
     }
 
     /// SPEC §3a: the greatest epoch the store remembers handing out (the counter, the
@@ -1407,7 +1407,7 @@ impl<W: Wire> Session for ZkSession<W> {
         // SPEC §3a: what this node has seen is kept for good, even in a store that forgot
         // it (restored), so that nodes that never saw it are refused too; first, so that a
         // member record that shows an epoch never stands above the floor.
-        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await?;
         self.bounded(
             "registering this node",
             &path,
@@ -1435,7 +1435,7 @@ impl<W: Wire> Session for ZkSession<W> {
 
     async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let path = self.paths.member(&m.node.node_id);
-        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await;
+        self.keep_seen(&m.node.node_id, m.node.epoch_seen).await?;
         match self
             .bounded(
                 "publishing the member record",
@@ -1569,13 +1569,26 @@ impl<W: Wire> Session for ZkSession<W> {
         // again, finds the floor above its epoch and says the store lost data. The
         // multi-op checks the floor at the version read, so a raise after this read
         // fails the commit too. (A missing floor is created empty: it can be checked.)
-        let floor_version = match self.raise_floor(&breadcrumb.node_id, None).await {
-            Ok((floor, _)) if floor_max(&floor).map(|(e, _)| e) >= breadcrumb.epoch => {
-                return WriteOutcome::Conflict
+        // The breadcrumb is read beside it: a commit of the breadcrumb again (ours, at
+        // this epoch, at the version the multi-op checks) is refused only by a floor above
+        // its epoch (`super::floor_refuses`).
+        let (floor, current) = tokio::join!(
+            self.raise_floor(&breadcrumb.node_id, None),
+            self.get_optional(&self.paths.breadcrumb),
+        );
+        let floor_version = match (floor, current) {
+            (Ok((floor, version)), Ok(current)) => {
+                let current = current
+                    .filter(|(_, stat)| Some(stat.version) == breadcrumb_version)
+                    .and_then(|(data, _)| record::parse::<NodeRecord>(&data).ok());
+                let max = floor_max(&floor).map(|(e, _)| e);
+                if super::floor_refuses(max, breadcrumb, current.as_ref()) {
+                    return WriteOutcome::Conflict;
+                }
+                version
             }
-            Ok((_, version)) => version,
             // Nothing of the promotion was written: read again, as after a conflict.
-            Err(_) => return WriteOutcome::Conflict,
+            _ => return WriteOutcome::Conflict,
         };
         let data = record::to_bytes(breadcrumb);
         let lock_version = self.held_lock_version();

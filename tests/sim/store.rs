@@ -1117,7 +1117,10 @@ impl State {
         }
         // Every store's commit: the floor as it is at the commit, not at the takeover's
         // read (`tests/commit_floor.rs`). One step here, so the check is the comparison.
-        if FLOOR_AT_COMMIT && self.floor_max().map(|(e, _)| e) >= record.epoch {
+        let current = self.breadcrumb.as_ref().map(|(b, _)| b);
+        if FLOOR_AT_COMMIT
+            && warden::coord::floor_refuses(self.floor_max().map(|(e, _)| e), &record, current)
+        {
             return Err(rejected("floor", "BadVersion"));
         }
         self.zxid += 1;

@@ -280,8 +280,8 @@ impl Rows for Tx {
             .max())
     }
 
-    async fn kv_version_for_update(&mut self, name: &str) -> Result<Option<i64>, Never> {
-        Ok(self.work.kv.get(name).map(|(_, v)| *v))
+    async fn kv_for_update(&mut self, name: &str) -> Result<Option<(Vec<u8>, i64)>, Never> {
+        Ok(self.work.kv.get(name).cloned())
     }
 
     async fn write_kv(

@@ -120,18 +120,18 @@ pub trait Rows: Send {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// The floor (SPEC §3a): the greatest `epoch_seen` of the member rows and the floor's
-    /// rows, and whose; with `locked`, the rows read (and the gaps between them) locked
-    /// in share mode.
+    /// rows, and whose; with `locked`, the floor's rows (and the gaps between them) locked
+    /// in share mode, the member rows read as committed.
     fn floor(
         &mut self,
         locked: bool,
     ) -> impl Future<Output = Result<Option<(Epoch, String)>, Self::Error>> + Send;
 
-    /// Row `name` of the kv table's version, for update (`None`: absent).
-    fn kv_version_for_update(
+    /// Row `name` of the kv table, its value and version, for update (`None`: absent).
+    fn kv_for_update(
         &mut self,
         name: &str,
-    ) -> impl Future<Output = Result<Option<i64>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Option<(Vec<u8>, i64)>, Self::Error>> + Send;
 
     /// Row `name` of the kv table written: at `version` (its version bumped), or created
     /// at version 0 when `version` is `None`.
@@ -339,24 +339,25 @@ pub async fn take_lock<R: Rows>(
 
 /// SPEC §4.3c: the promotion's commit, all or nothing, only while session `id` holds the
 /// lock, control is at `control` and the breadcrumb at `breadcrumb` (`None`: absent);
-/// the lock row gets `data` (a renewal too: the lease starts at its send time), and so
-/// does the breadcrumb. Whether it is to be committed; refused when the floor holds
-/// `epoch` (see below).
+/// the lock row gets `crumb` (a renewal too: the lease starts at its send time), and so
+/// does the breadcrumb. Whether it is to be committed; refused when the floor holds its
+/// epoch (see below).
 pub async fn commit<R: Rows>(
     r: &mut R,
     id: i64,
-    data: &[u8],
-    epoch: Option<Epoch>,
+    crumb: &NodeRecord,
     control: i64,
     breadcrumb: Option<i64>,
 ) -> Result<bool, R::Error> {
-    if r.kv_version_for_update(items::CONTROL).await? != Some(control) {
+    let data = record::to_bytes(crumb);
+    if r.kv_for_update(items::CONTROL).await?.map(|(_, v)| v) != Some(control) {
         return Ok(false);
     }
-    if r.kv_version_for_update(items::BREADCRUMB).await? != breadcrumb {
+    let current = r.kv_for_update(items::BREADCRUMB).await?;
+    if current.as_ref().map(|(_, v)| *v) != breadcrumb {
         return Ok(false);
     }
-    if !r.renew_lock(id, Some(data)).await? {
+    if !r.renew_lock(id, Some(&data)).await? {
         return Ok(false);
     }
     // SPEC §3a: the floor as it is now, not as the takeover read it. A node that saw an
@@ -366,11 +367,14 @@ pub async fn commit<R: Rows>(
     // `tests/commit_floor.rs`). Refused as a conflict (the rollback undoes the lock row's
     // write): the elector reads the state again, finds the floor above its epoch and says
     // the store lost data. Read after the lock row is ours, as a join locks it first and
-    // raises the floor after: the same order, so the two never deadlock.
-    if r.floor(true).await?.map(|(e, _)| e) >= epoch {
+    // raises the floor after: the same order, so the two never deadlock. A commit of our
+    // breadcrumb again is refused only by a floor above it (`floor_refuses`).
+    let floor = r.floor(true).await?.map(|(e, _)| e);
+    let current = current.and_then(|(value, _)| record::parse::<NodeRecord>(&value).ok());
+    if crate::coord::floor_refuses(floor, crumb, current.as_ref()) {
         return Ok(false);
     }
-    r.write_kv(items::BREADCRUMB, data, breadcrumb).await?;
+    r.write_kv(items::BREADCRUMB, &data, breadcrumb).await?;
     Ok(true)
 }
 
