@@ -188,3 +188,50 @@ async fn write_back(zk: &ZkServer) {
     );
     assert_eq!(breadcrumb(&b).await, Some(later));
 }
+
+/// The review of stop 41: a member record never stands above the floor. When this node's
+/// entry of the floor cannot be raised (here the floor's ACL lets nobody write it), the
+/// member record that carries the epoch is not written either. It was (the raise was best
+/// effort), and a commit, which checks the floor and not the member records, could then go
+/// through below an epoch that record shows.
+#[test]
+fn no_member_record_is_written_above_a_floor_that_could_not_be_raised() {
+    use zookeeper_client as zk;
+    let zk_server = ZkServer::start();
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            let a = session(&zk_server).await;
+            let by_hand = zk::Client::connect(&zk_server.connect_string())
+                .await
+                .expect("a client");
+            let floor = a.paths().floor.clone();
+            let read_only = [zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())];
+            let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&read_only));
+            match by_hand.create(&floor, b"{}", &opts).await {
+                Ok(_) => {}
+                Err(zk::Error::NodeExists) => by_hand
+                    .set_acl(&floor, &zk::Acls::new(&read_only), None)
+                    .await
+                    .map(|_| ())
+                    .expect("the floor made read-only"),
+                Err(e) => panic!("creating the floor by hand: {e}"),
+            }
+            let mut n1 = node("n1");
+            n1.epoch_seen = Some(9);
+            let m = warden::record::MemberRecord::bare(
+                n1,
+                warden::record::Role::Standby,
+                warden::record::Health::Healthy,
+            );
+            let refused = a.create_member(&m).await;
+            assert!(
+                refused.is_err(),
+                "registered above a floor it could not raise"
+            );
+            assert!(
+                a.member("n1").await.expect("a read").is_none(),
+                "the member record of n1 was written though its floor entry was not"
+            );
+        });
+}
