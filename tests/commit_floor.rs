@@ -89,12 +89,18 @@ async fn commit_after(
         .await
 }
 
-async fn floor_raised_between_read_and_commit(cluster: &Cluster) {
+/// Sessions of n1 and n2; n1 registered and holding the lock, at the epoch returned.
+async fn n1_holds_n2_waits(cluster: &Cluster) -> (AnySession, AnySession, NodeRecord, Epoch) {
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let a = session(&n1).await;
     let b = session(&n2).await;
     let me = record("n1", None);
     let epoch = held(&a, &me).await;
+    (a, b, me, epoch)
+}
+
+async fn floor_raised_between_read_and_commit(cluster: &Cluster) {
+    let (a, b, me, epoch) = n1_holds_n2_waits(cluster).await;
 
     let late = record("n2", Some(epoch + 5));
     let outcome = commit_after(&a, &me, epoch, async {
@@ -151,11 +157,7 @@ async fn nothing_raised_between_read_and_commit(cluster: &Cluster) {
 /// the holder reads and commits again for ever, and nobody else can take its lock); a
 /// floor *above* the epoch still refuses it.
 async fn our_breadcrumb_committed_again_at_our_published_epoch(cluster: &Cluster) {
-    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let a = session(&n1).await;
-    let b = session(&n2).await;
-    let me = record("n1", None);
-    let epoch = held(&a, &me).await;
+    let (a, b, me, epoch) = n1_holds_n2_waits(cluster).await;
     assert_eq!(
         commit_after(&a, &me, epoch, async {}).await,
         WriteOutcome::Done
