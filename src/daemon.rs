@@ -157,6 +157,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// The leftover our member record names, as last published, and the task that
     /// watches for its end (spawn mode).
     published_leftover: Option<Epoch>,
+    /// The active our member record says this node remembers from an earlier link
+    /// ([`MemberRecord::remembers`]), as last published.
+    published_remembers: Option<record::Remembered>,
     leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
@@ -282,6 +285,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 follow: None,
                 priority: Some(cfg.election.priority),
                 leftover: None,
+                remembers: None,
             },
             false,
         ));
@@ -316,6 +320,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             published_epoch_seen: None,
             published_follow: None,
             published_leftover: None,
+            published_remembers: None,
             leftover_watch: None,
             probe_env,
             health: if eligible_now {
@@ -790,12 +795,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let seen = self.elector.epoch_seen();
         let follow = self.elector.follow_state();
         let leftover = self.elector.own_leftovers();
+        let remembers = self.elector.remembered(false);
         if seen != self.published_epoch_seen
             || follow != self.published_follow
             || leftover != self.published_leftover
+            || remembers != self.published_remembers
         {
             self.published_epoch_seen = seen;
             self.published_follow = follow;
+            self.published_remembers = remembers;
             if leftover != self.published_leftover {
                 self.published_leftover = leftover;
                 self.watch_leftover();
@@ -970,6 +978,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             follow: self.elector.follow_state(),
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
+            remembers: self.elector.remembered(false),
         }
     }
 
@@ -1817,6 +1826,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             follow: None,
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
+            remembers: self.elector.remembered(true),
         }
     }
 
@@ -2109,6 +2119,13 @@ async fn read_cluster_state<S: Session>(
         remembered_alive: false,
         own_service_gone: false,
         members_epoch_seen: state.members_epoch_seen,
+        member_memories: members
+            .iter()
+            .filter_map(|(_, m)| {
+                let m = m.as_ref().ok()?;
+                Some((m.node.node_id.clone(), m.remembers.clone()?))
+            })
+            .collect(),
         member_leftovers: members
             .into_iter()
             .filter_map(|(_, m)| m.ok()?.leftover)

@@ -422,6 +422,24 @@ pub struct MemberRecord {
     /// (`Elector::member_leftovers`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leftover: Option<NodeRecord>,
+    /// The active this node saw commit in an earlier link with the store than its
+    /// current one (before a restart of the store, a reconnection): a store that forgot
+    /// that commit may keep no other trace of it, and the winner may be a node that never
+    /// saw it (restarted meanwhile). Whoever wins the lock counts it as its own memory of
+    /// an active (`Elector::forgotten_active`; the simulation's seed 308747).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remembers: Option<Remembered>,
+}
+
+/// [`MemberRecord::remembers`]: another node's active, as this node saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remembered {
+    /// Its commit's record: what a forgotten commit writes back.
+    pub active: NodeRecord,
+    /// The latest rewrite of its breadcrumb within that epoch (SPEC §4.3d) this node saw,
+    /// if any: written back over an older one the store kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite: Option<NodeRecord>,
 }
 
 /// `control`: maintenance and planned switchover (SPEC §8).
@@ -521,7 +539,7 @@ impl Record for NodeRecord {
 
 impl MemberRecord {
     /// `node`'s member record in `role` and `health`, none of the optional fields
-    /// (session timeout, containment, follow, priority, leftover) set.
+    /// (session timeout, containment, follow, priority, leftover, remembers) set.
     pub fn bare(node: NodeRecord, role: Role, health: Health) -> MemberRecord {
         MemberRecord {
             node,
@@ -532,6 +550,7 @@ impl MemberRecord {
             follow: None,
             priority: None,
             leftover: None,
+            remembers: None,
         }
     }
 }

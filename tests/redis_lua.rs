@@ -586,6 +586,7 @@ async fn members_answers_what_the_snapshot_says() {
         follow: None,
         priority: Some(3),
         leftover: None,
+        remembers: None,
     };
     let a = connector.connect().await.expect("a session");
     let b = connector.connect().await.expect("another session");

@@ -37,7 +37,7 @@ mod tests;
 mod timer;
 
 pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
-use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Role};
+use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Remembered, Role};
 use lease::Lease;
 use leave::Leave;
 pub use reason::{Reason, SWITCHOVER_CALLED_OFF};
@@ -151,6 +151,11 @@ pub struct ClusterState {
     /// The services that outlived their stop, as live members' records name them
     /// ([`crate::record::MemberRecord::leftover`]): each is fenced before a commit.
     pub member_leftovers: Vec<NodeRecord>,
+    /// The actives live members saw commit in an earlier link with the store than their
+    /// current one ([`crate::record::MemberRecord::remembers`]): each counts as this
+    /// node's own memory does (`Elector::forgotten_active`).
+    /// Each with the member's node id.
+    pub member_memories: Vec<(String, Remembered)>,
 }
 
 /// What the fence chain should act on.
@@ -721,6 +726,23 @@ impl Elector {
     /// known to be gone (published in the member record: [`crate::record::MemberRecord::leftover`]).
     pub fn own_leftovers(&self) -> Option<Epoch> {
         self.own_leftovers
+    }
+
+    /// What the member record publishes as [`crate::record::MemberRecord::remembers`]:
+    /// another node's active this node saw commit in an earlier link with the store than
+    /// the current one, with the latest rewrite of its breadcrumb seen. `registering`:
+    /// for the registration of a new session, whose link is not counted yet, so that
+    /// any active seen so far is from an earlier one. Within one unbroken link a missing
+    /// breadcrumb is the trace of a clean step-down (`forgotten_active`): nothing to say.
+    pub fn remembered(&self, registering: bool) -> Option<Remembered> {
+        let active = self.active.as_ref()?;
+        if self.is_ours(active) || !(registering || self.active_link < self.links) {
+            return None;
+        }
+        Some(Remembered {
+            active: active.clone(),
+            rewrite: self.active_rewrite.clone(),
+        })
     }
 
     /// The epoch of the lock we hold, if any.

@@ -5,7 +5,7 @@ use super::{
     lease::Lease, leave::Leave, Action, ClusterState, Elector, FenceOf, FenceOrder, Phase, Reason,
     Step, Ticket, RETRY_DELAY,
 };
-use crate::record::{BreadcrumbView, Epoch, NodeRecord, Version, WriteOutcome};
+use crate::record::{BreadcrumbView, Epoch, NodeRecord, Remembered, Version, WriteOutcome};
 use std::time::Instant;
 
 impl Elector {
@@ -266,14 +266,15 @@ impl Elector {
         Some(own)
     }
 
-    /// The newest active this node saw commit, when the store keeps no trace of its epoch
+    /// The newest active this node, or a live member (`ClusterState::member_memories`),
+    /// saw commit, when the store keeps no trace of its epoch
     /// (no breadcrumb of it or of a later one, `breadcrumb` being the epoch the breadcrumb
-    /// names; no history entry of it or of a later one) and this node saw it in an earlier
-    /// session than this one. The store forgot its commit (a restore, a crash within
+    /// names; no history entry of it or of a later one) and it was seen in an earlier
+    /// session than the one seeing node has now. The store forgot its commit (a restore, a crash within
     /// `appendfsync everysec`, a failover to a lagging replica) and may have kept its lock,
     /// which then expired: that active may still serve (a frozen warden in hooks mode
-    /// leaves its database taking writes), and only this node's memory names it (the
-    /// simulation's seed 33926: two copies took writes). Its record goes back into the
+    /// leaves its database taking writes), and only memory names it (the simulation's
+    /// seed 33926: two copies took writes; seed 308747: only a standby remembered it). Its record goes back into the
     /// breadcrumb before anything else, so that it is fenced as any old active is, and a
     /// fence that fails leaves what `status` and `fence --confirm` go by (seed 1875:
     /// fencing it from memory alone left the operator nothing to confirm). Not when any
@@ -311,64 +312,103 @@ impl Elector {
         breadcrumb: Option<&NodeRecord>,
         state: &ClusterState,
     ) -> Option<(NodeRecord, bool)> {
-        let active = self.active.clone()?;
-        let e = active.epoch?;
-        if self.is_ours(&active) {
-            return None;
-        }
-        if let (Some(b), Some(later)) = (breadcrumb, self.active_rewrite.clone()) {
-            if b.same_incarnation(&later)
+        // This node's memory first, then each live member's: a winner that never saw the
+        // active (restarted meanwhile) is told of it by a standby that followed it (the
+        // simulation's seed 308747: only that standby remembered an active whose warden
+        // was frozen and whose commit the store forgot). A member publishes only what it
+        // saw in an earlier link than its current one (`Elector::remembered`).
+        let own = self.active.clone().map(|active| {
+            let earlier = self.active_link < self.links;
+            let memory = Remembered {
+                active,
+                rewrite: self.active_rewrite.clone(),
+            };
+            ("this node".to_string(), memory, earlier)
+        });
+        let memories: Vec<(String, Remembered, bool)> = own
+            .into_iter()
+            .chain(
+                state
+                    .member_memories
+                    .iter()
+                    .filter(|(node, _)| *node != self.cfg.node_id)
+                    .map(|(node, m)| {
+                        (
+                            format!("{node} (its member record says so)"),
+                            m.clone(),
+                            true,
+                        )
+                    }),
+            )
+            .filter(|(_, m, _)| !self.is_ours(&m.active) && m.active.epoch.is_some())
+            .collect();
+        let history_past = |node: &str, e: Epoch| {
+            state.newest_history_epoch.is_some_and(|h| h > e)
+                || state.history_by_node.get(node).is_some_and(|&h| h > e)
+        };
+        for (who, memory, _) in &memories {
+            let (Some(b), Some(later)) = (breadcrumb, &memory.rewrite) else {
+                continue;
+            };
+            let e = memory.active.epoch?;
+            if !(b.same_incarnation(later)
+                && later.epoch == Some(e)
                 && b.epoch == Some(e)
                 && b.rewrite.unwrap_or(0) < later.rewrite.unwrap_or(0)
-                && !b.same_service(&later)
+                && !b.same_service(later))
+                || history_past(&later.node_id, e)
             {
-                if state.newest_history_epoch.is_some_and(|h| h > e)
-                    || state
-                        .history_by_node
-                        .get(&active.node_id)
-                        .is_some_and(|&h| h > e)
-                {
-                    return None;
-                }
-                self.notice(
-                    true,
-                    format!(
-                        "the store keeps an older breadcrumb of {} at epoch {e} (rewrite {}) \
-                         than the one this node saw written (rewrite {}, naming {}): the \
-                         store forgot a start again; writing the later one back to fence \
-                         that service before promoting",
-                        later.node_id,
-                        b.rewrite.unwrap_or(0),
-                        later.rewrite.unwrap_or(0),
-                        match (
-                            later.service_pgid.or(later.service_pid),
-                            &later.service_cgroup
-                        ) {
-                            (Some(p), _) => format!("process group {p}"),
-                            (None, Some(c)) => format!("cgroup {c}"),
-                            (None, None) => "no service".to_string(),
-                        }
-                    ),
-                );
-                return Some((later, false));
+                continue;
             }
+            self.notice(
+                true,
+                format!(
+                    "the store keeps an older breadcrumb of {} at epoch {e} (rewrite {}) \
+                     than the one {who} saw written (rewrite {}, naming {}): the store \
+                     forgot a start again; writing the later one back to fence that service \
+                     before promoting",
+                    later.node_id,
+                    b.rewrite.unwrap_or(0),
+                    later.rewrite.unwrap_or(0),
+                    match (
+                        later.service_pgid.or(later.service_pid),
+                        &later.service_cgroup
+                    ) {
+                        (Some(p), _) => format!("process group {p}"),
+                        (None, Some(c)) => format!("cgroup {c}"),
+                        (None, None) => "no service".to_string(),
+                    }
+                ),
+            );
+            return Some((later.clone(), false));
         }
-        if self.active_link >= self.links
-            || breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
-            || state.newest_history_epoch.is_some_and(|h| h >= e)
-            || state
-                .history_by_node
-                .get(&active.node_id)
-                .is_some_and(|&h| h >= e)
-        {
-            return None;
+        let kept = |a: &NodeRecord, e: Epoch| {
+            breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
+                || state.newest_history_epoch.is_some_and(|h| h >= e)
+                || state
+                    .history_by_node
+                    .get(&a.node_id)
+                    .is_some_and(|&h| h >= e)
+        };
+        // The newest forgotten one (each promotion fenced the one before it); this node's
+        // own memory on a tie.
+        let mut newest: Option<(String, NodeRecord, Epoch)> = None;
+        for (who, memory, earlier) in memories {
+            let Some(e) = memory.active.epoch else {
+                continue;
+            };
+            if !earlier || kept(&memory.active, e) || newest.as_ref().is_some_and(|n| n.2 >= e) {
+                continue;
+            }
+            newest = Some((who, memory.active, e));
         }
+        let (who, active, e) = newest?;
         if state.remembered_alive {
             self.notice(
                 false,
                 format!(
-                    "the store keeps no breadcrumb of epoch {e}, which this node saw {} \
-                     commit, but its warden lives and has stepped down: not fenced",
+                    "the store keeps no breadcrumb of epoch {e}, which {who} saw {} commit, \
+                     but its warden lives and has stepped down: not fenced",
                     active.node_id
                 ),
             );
@@ -377,7 +417,7 @@ impl Elector {
         self.notice(
             true,
             format!(
-                "the store keeps no breadcrumb and no history of epoch {e}, which this node saw \
+                "the store keeps no breadcrumb and no history of epoch {e}, which {who} saw \
                  {} commit: the store forgot it; writing its breadcrumb back to fence it \
                  before promoting",
                 active.node_id

@@ -271,6 +271,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             own_service_gone: false,
             members_epoch_seen: None,
             member_leftovers: Vec::new(),
+            member_memories: Vec::new(),
         })),
     });
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
@@ -304,6 +305,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             own_service_gone: false,
             members_epoch_seen: None,
             member_leftovers: Vec::new(),
+            member_memories: Vec::new(),
         })),
     });
     assert!(

@@ -12,7 +12,7 @@ mod reason;
 mod service;
 
 use super::*;
-use crate::record::Health;
+use crate::record::{Health, Remembered};
 
 const T: Duration = Duration::from_secs(6); // session timeout: lease 3s, renewals 1s
 const GRACE: Duration = Duration::from_millis(500);
@@ -210,6 +210,7 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
         own_service_gone: false,
         members_epoch_seen: None,
         member_leftovers: Vec::new(),
+        member_memories: Vec::new(),
     }
 }
 

@@ -96,6 +96,7 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
             own_service_gone: false,
             members_epoch_seen: None,
             member_leftovers: Vec::new(),
+            member_memories: Vec::new(),
         })),
     });
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
@@ -433,6 +434,174 @@ fn rule_5_a_start_again_whose_rewrite_the_store_forgot_is_written_back_and_fence
             if *r == record("n3", "inc-3", Some(12))),
         "{a:?}"
     );
+}
+
+/// The simulation's seed 308747: the store forgot the active's commit while its warden
+/// was frozen, and the winner (restarted meanwhile) never saw it. A standby that followed
+/// it publishes it in its member record once its link has broken; the winner writes it
+/// back and fences it as it would from its own memory.
+#[test]
+fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
+    // This node is n1, restarted with no memory; n3 remembers n2.
+    let n2 = record("n2", "inc-2", Some(1));
+    let told = |m: Remembered| ClusterState {
+        member_memories: vec![("n3".to_string(), m)],
+        ..state(BreadcrumbView::Absent)
+    };
+    let of_n2 = Remembered {
+        active: n2.clone(),
+        rewrite: None,
+    };
+    let mut h = H::new();
+    let j = h.session();
+    let r = h.held(j, 2);
+    let a = h.read_all(r, told(of_n2.clone()));
+    let w = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::RestoreBreadcrumb {
+            ticket: w,
+            record: n2.clone(),
+            version: None,
+            check_alive: true,
+        }]
+    );
+    // Written back, it is fenced before the commit.
+    let a = h.read(
+        w,
+        BreadcrumbView::Record {
+            record: n2.clone(),
+            version: Version::new(1),
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Fence { order: FenceOrder::Node(t), .. }] if *t == n2),
+        "{a:?}"
+    );
+    // Its warden lives and stepped down: nothing is written back.
+    let mut h = H::new();
+    let j = h.session();
+    let r = h.held(j, 2);
+    let a = h.read_all(r, told(of_n2.clone()));
+    let w = H::ticket_of(&a);
+    let a = h.read_all(
+        w,
+        ClusterState {
+            remembered_alive: true,
+            ..told(of_n2.clone())
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+    // A later rewrite a member saw, over an older one the store kept: written back.
+    let first = NodeRecord {
+        rewrite: Some(1),
+        service_pid: Some(55),
+        service_pgid: Some(55),
+        ..n2.clone()
+    };
+    let again = NodeRecord {
+        rewrite: Some(2),
+        service_pid: Some(77),
+        service_pgid: Some(77),
+        ..n2.clone()
+    };
+    let mut h = H::new();
+    let j = h.session();
+    let r = h.held(j, 2);
+    let a = h.read_all(
+        r,
+        ClusterState {
+            breadcrumb: BreadcrumbView::Record {
+                record: first.clone(),
+                version: Version::new(3),
+            },
+            ..told(Remembered {
+                active: n2.clone(),
+                rewrite: Some(again.clone()),
+            })
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, check_alive: false, .. }]
+            if *record == again),
+        "{a:?}"
+    );
+    // Not written back: the store keeps its breadcrumb, or a history entry of its epoch;
+    // the memory is of this very process (its own service is its own business).
+    for st in [
+        ClusterState {
+            breadcrumb: BreadcrumbView::Record {
+                record: n2.clone(),
+                version: Version::new(3),
+            },
+            ..told(of_n2.clone())
+        },
+        ClusterState {
+            history_by_node: [("n2".to_string(), 1)].into(),
+            ..told(of_n2.clone())
+        },
+        told(Remembered {
+            active: record("n1", "inc-1", Some(1)),
+            rewrite: None,
+        }),
+    ] {
+        let mut h = H::new();
+        let j = h.session();
+        let r = h.held(j, 2);
+        let a = h.read_all(r, st.clone());
+        assert!(
+            matches!(
+                a.as_slice(),
+                [Action::CommitPromotion { .. }] | [Action::Fence { .. }]
+            ),
+            "{st:?}: {a:?}"
+        );
+        assert!(
+            !a.iter()
+                .any(|a| matches!(a, Action::RestoreBreadcrumb { .. })),
+            "{st:?}: {a:?}"
+        );
+    }
+}
+
+/// What a standby publishes for that: an active seen in an earlier link than its current
+/// one (any seen so far, at a new session's registration), never one seen in this link
+/// (a missing breadcrumb there is the trace of a clean step-down: seed 9899).
+#[test]
+fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
+    let n3 = record("n3", "inc-3", Some(12));
+    let mut h = H::new();
+    h.session();
+    assert_eq!(h.e.remembered(true), None);
+    h.feed(Event::ActiveChanged { record: n3.clone() });
+    assert_eq!(h.e.remembered(false), None, "seen in this link");
+    let told = Some(Remembered {
+        active: n3.clone(),
+        rewrite: None,
+    });
+    assert_eq!(h.e.remembered(true), told, "registering a new session");
+    h.feed(Event::Reconnected);
+    assert_eq!(h.e.remembered(false), told, "after a reconnection");
+    let later = NodeRecord {
+        rewrite: Some(1),
+        ..n3.clone()
+    };
+    h.feed(Event::ActiveRewritten {
+        record: later.clone(),
+    });
+    assert_eq!(
+        h.e.remembered(false).and_then(|m| m.rewrite),
+        Some(later),
+        "with the latest rewrite"
+    );
+    // A newer active seen in this link: nothing to say again.
+    h.feed(Event::ActiveChanged {
+        record: record("n2", "inc-2", Some(13)),
+    });
+    assert_eq!(h.e.remembered(false), None);
 }
 
 #[test]
@@ -1045,6 +1214,7 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
             own_service_gone: false,
             members_epoch_seen: None,
             member_leftovers: Vec::new(),
+            member_memories: Vec::new(),
         })),
     });
     assert!(
@@ -1073,6 +1243,7 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
             own_service_gone: false,
             members_epoch_seen: Some(5),
             member_leftovers: Vec::new(),
+            member_memories: Vec::new(),
         })),
     });
     assert!(
