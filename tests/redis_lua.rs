@@ -438,6 +438,16 @@ fn the_steps() -> Vec<Step> {
         eval("error('plain')", &[]),
         eval("return redis.call('NOSUCH')", &[]),
         eval("return redis.call('GET', {})", &[]),
+        // The keepalive of a session that holds no lock on another run of the server than
+        // the one it registered on (a restart since): 2.
+        script(
+            "create_member",
+            &["member:n7", "members", "seen"],
+            &["77", "rec-n7", "5000", "n7", ""],
+        ),
+        script("touch", &["member:n7", "lock"], &["77", ttl]),
+        cmd(&["HSET", "w:{c}:member:n7", "run", "0123"]),
+        script("touch", &["member:n7", "lock"], &["77", ttl]),
     ]
 }
 

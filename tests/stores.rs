@@ -233,6 +233,7 @@ on_every_store!(
     a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
     a_session_that_outlived_a_store_restart_takes_no_lock,
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
+    an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it,
     a_switchover_after_a_store_restart_fences_nobody,
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
@@ -946,6 +947,53 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
         old.pid
     );
     wardens[1].wait_for_log("writing its breadcrumb back", secs(1));
+    cluster.assert_safe();
+    wardens[0].sigcont();
+}
+
+/// The simulation's seed 308747: as above, the store restarted and forgot the active's
+/// commit while its warden was frozen, but the node that wins next never saw that commit
+/// (it started after the restart), and the standby that followed the active never wins
+/// (priority 0). That standby's keepalive finds the restart at once; it registers again,
+/// naming the active it saw (`status` shows it), and the winner writes that active's
+/// record back and fences it before promoting. Before the fix the winner promoted beside
+/// the frozen active's service.
+fn an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    set_priority(&n2, 0);
+    let wardens = start_active_then_standbys(&n1, &[&n2]);
+    let old = n1.last_run().unwrap();
+    let e1 = old.epoch.unwrap();
+    wait_seen(&n1, &["n2"], e1);
+    wardens[0].sigstop();
+    db.restart();
+    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    wait_for_status(&n2.config, secs(30), "n2 says it saw n1 commit", |s| {
+        member(s, "n2").is_some_and(|m| {
+            m["remembers"]["node_id"] == "n1" && json_u64(&m["remembers"]["epoch"]) == Some(e1)
+        })
+    });
+    let n3_warden = n3.start();
+    let status = wait_for_status(&n3.config, secs(60), "n3 is active", |s| {
+        active_id(s).as_deref() == Some("n3")
+    });
+    let e3 = active_epoch(&status).unwrap();
+    assert!(e3 > e1, "{status:#}");
+    wait_until(secs(10), "n3's service runs", || {
+        n3.last_run()
+            .is_some_and(|r| r.epoch == Some(e3) && process_alive(r.pid))
+    });
+    assert!(
+        !process_alive(old.pid),
+        "n1's service (pid {}) still runs beside n3's",
+        old.pid
+    );
+    n3_warden.wait_for_log(
+        "which n2 (its member record says so) saw n1 commit",
+        secs(1),
+    );
     cluster.assert_safe();
     wardens[0].sigcont();
 }

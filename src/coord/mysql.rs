@@ -21,7 +21,7 @@
 //! resolved by reading the rows.
 
 use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
-use super::polled::{self, Polled};
+use super::polled::{self, Polled, Touched};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{
     self, Epoch, JoinOutcome, MemberRecord, NodeRecord, SessionId, TakeoverState, Version,
@@ -641,14 +641,17 @@ impl Inner {
         }
     }
 
-    /// The keepalive: `Ok(false)` when the member row no longer names this session.
-    async fn touch_rows(&self, node: &str) -> Result<bool, StoreError> {
+    /// The keepalive: gone when the member row no longer names this session; restarted
+    /// when the lock is not this session's and the server is another run than the one
+    /// the session registered on (`polled::Touched::Restarted`).
+    async fn touch_rows(&self, node: &str) -> Result<Touched, StoreError> {
         let (t, cluster, id, exp) = (
             &self.t,
             self.s.cluster.clone(),
             self.core.id,
             self.expiry_us(),
         );
+        let then = self.run.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let node = node.to_string();
         self.run("keeping the session alive", |mut c| async move {
             c.exec_drop(
@@ -671,6 +674,9 @@ impl Inner {
                 (&cluster,),
             )
             .await?;
+            if !mine {
+                return Ok(Touched::Gone);
+            }
             if holder == Some(id) {
                 c.exec_drop(
                     format!(
@@ -680,8 +686,12 @@ impl Inner {
                     (exp, &cluster, id),
                 )
                 .await?;
+            } else if let Some(then) = then {
+                if server_run(&mut c).await?.other_than(&then) {
+                    return Ok(Touched::Restarted("the server's identity or start time"));
+                }
             }
-            Ok(mine)
+            Ok(Touched::Alive)
         })
         .await
     }
@@ -803,7 +813,7 @@ impl Polled for Inner {
         &self.core
     }
 
-    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
+    async fn touch(&self, node: &str) -> Result<Touched, StoreError> {
         self.touch_rows(node).await
     }
 
@@ -1842,27 +1852,27 @@ impl Rows for SqlRows<'_, '_> {
         }
     }
 
-    /// A server that hides its `Uptime` reads as started at 0: its restarts go unseen,
-    /// its failovers not.
     async fn server_run(&mut self) -> Result<ServerRun, Self::Error> {
-        let (id, now): (String, i64) = self
-            .tx
-            .query_first(
-                "SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()",
-            )
-            .await?
-            .unwrap_or_default();
-        let up: Option<(String, String)> = self
-            .tx
-            .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
-            .await
-            .ok()
-            .flatten();
-        let started = up
-            .and_then(|(_, v)| v.parse::<i64>().ok())
-            .map_or(0, |up| now - up);
-        Ok(ServerRun { id, started })
+        server_run(&mut *self.tx).await
     }
+}
+
+/// The server's identity and start time (see [`ServerRun`]). A server that hides its
+/// `Uptime` reads as started at 0: its restarts go unseen, its failovers not.
+async fn server_run<Q: Queryable>(q: &mut Q) -> Result<ServerRun, mysql_async::Error> {
+    let (id, now): (String, i64) = q
+        .query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()")
+        .await?
+        .unwrap_or_default();
+    let up: Option<(String, String)> = q
+        .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
+        .await
+        .ok()
+        .flatten();
+    let started = up
+        .and_then(|(_, v)| v.parse::<i64>().ok())
+        .map_or(0, |up| now - up);
+    Ok(ServerRun { id, started })
 }
 
 /// The version of row `name` of the kv table `kv` (`None`: absent), locked until the end

@@ -50,20 +50,20 @@ impl Core {
         self.lost.send_replace(true);
     }
 
-    /// A join found the store restarted or failed over since this session began (`what`
-    /// changed: Redis's `run_id`, MySQL's server identity): the session is lost. Such a
-    /// store may have lost exactly its last writes, a promotion among them, while this
-    /// older session survived in it; its holder may still be inside its lease. The new
-    /// session waits one session timeout before it joins (SPEC §3a), as after any loss,
-    /// by when that lease has ended. Only a join asks: a holder whose lock survived the
-    /// restart keeps it.
+    /// A join or a keepalive found the store restarted or failed over since this session
+    /// began (`what` changed: Redis's `run_id`, MySQL's server identity): the session is
+    /// lost. Such a store may have lost exactly its last writes, a promotion among them,
+    /// while this older session survived in it; its holder may still be inside its lease.
+    /// The new session waits one session timeout before it joins (SPEC §3a), as after any
+    /// loss, by when that lease has ended. Never a holder's keepalive: a holder whose lock
+    /// survived the restart keeps it.
     pub fn restarted(&self, what: &str) {
         tracing::warn!(
             session = %super::SessionId(self.id),
-            "taking the lock found the store restarted or failed over since this session \
-             began ({what} changed): it may have forgotten its last writes, a promotion \
-             among them, so this session takes no lock; the next one waits one session \
-             timeout before it joins"
+            "the store restarted or failed over since this session began ({what} \
+             changed): it may have forgotten its last writes, a promotion among them, so \
+             this session takes no lock; the next one waits one session timeout before it \
+             joins"
         );
         self.lost.send_replace(true);
     }
@@ -74,12 +74,27 @@ impl Core {
     }
 }
 
+/// What a keepalive found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touched {
+    /// The member record is this session's, touched.
+    Alive,
+    /// The member record is gone or another session's.
+    Gone,
+    /// The server restarted or failed over since this session registered (`what`
+    /// changed), and the lock is not this session's: the session ends (see
+    /// [`Core::restarted`]). At the keepalive, not only at the next join: a standby that
+    /// saw the last promotion registers again at once, saying so
+    /// ([`crate::record::MemberRecord::remembers`]), before a node that never saw it can
+    /// win (the simulation's seed 308747).
+    Restarted(&'static str),
+}
+
 /// A backend's reads and writes the shared loops need.
 pub trait Polled: Send + Sync + 'static {
     fn core(&self) -> &Core;
-    /// Touches `node`'s member record (and the lock while it names this session):
-    /// `Ok(false)` when the record is gone or another session's.
-    fn touch(&self, node: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Touches `node`'s member record (and the lock while it names this session).
+    fn touch(&self, node: &str) -> impl Future<Output = Result<Touched, StoreError>> + Send;
     /// `control`'s data and version, if it exists.
     fn read_control(
         &self,
@@ -115,9 +130,13 @@ pub async fn keepalive<P: Polled>(p: Weak<P>) {
         };
         let sent = Instant::now();
         match p.touch(&node).await {
-            Ok(true) => last_ack = sent,
+            Ok(Touched::Alive) => last_ack = sent,
+            Ok(Touched::Restarted(what)) => {
+                c.restarted(what);
+                return;
+            }
             // Gone, or taken; a store without its tables has none either.
-            Ok(false) | Err(StoreError::NotInitialized(_)) => {
+            Ok(Touched::Gone) | Err(StoreError::NotInitialized(_)) => {
                 tracing::warn!(
                     session = %super::SessionId(c.id),
                     "the member record of this session is gone or taken: the session is lost"

@@ -25,7 +25,7 @@
 //! at once; they also poll every `poll_interval`, which covers a lost message.
 
 use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
-use super::polled::{self, Polled};
+use super::polled::{self, Polled, Touched};
 use super::{
     ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings,
     MAX_KEPT_EPOCH,
@@ -227,18 +227,22 @@ return {{'held', n}}
     )
 });
 
-/// KEYS: member, lock. ARGV: session, ttl ms.
+/// KEYS: member, lock. ARGV: session, ttl ms. 0: the member key is gone or another
+/// session's; 2: the lock is not this session's and the server is another run than the
+/// one the session registered on (see [`ACQUIRE`]; `polled::Touched::Restarted`).
 static TOUCH: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         "touch",
-        concat!(
-            guard_fns!(),
-            r#"
+        &format!(
+            r#"{SEEN_FN}
 if hget(KEYS[1], 'session') ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if hget(KEYS[2], 'session') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
 end
+if hget(KEYS[1], 'run') ~= run_id() then return 2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 "#
         ),
@@ -1241,13 +1245,17 @@ impl<W: Wire> Polled for Inner<W> {
         &self.core
     }
 
-    async fn touch(&self, node: &str) -> Result<bool, StoreError> {
+    async fn touch(&self, node: &str) -> Result<Touched, StoreError> {
         let mut inv = TOUCH.prepare_invoke();
         inv.key(self.k.member(node))
             .key(self.k.lock())
             .arg(self.core.id)
             .arg(self.ttl_ms());
-        Ok(self.call("keeping the session alive", inv).await? == 1)
+        Ok(match self.call("keeping the session alive", inv).await? {
+            1 => Touched::Alive,
+            2 => Touched::Restarted("Redis's run_id"),
+            _ => Touched::Gone,
+        })
     }
 
     async fn read_control(&self) -> Result<Option<(Vec<u8>, i64)>, StoreError> {

@@ -70,6 +70,11 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                     "service_pid": l.service_pid,
                     "service_cgroup": l.service_cgroup,
                 })),
+                "remembers": m.remembers.as_ref().map(|r| json!({
+                    "node_id": r.active.node_id,
+                    "epoch": r.active.epoch,
+                    "incarnation": r.active.incarnation,
+                })),
             }),
             Err(e) => json!({
                 "node_id": id, "role": null, "health": null, "host": null, "port": null,
@@ -284,6 +289,17 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
                 p(&m.node.host),
             ));
         }
+        if let Some(r) = &m.remembers {
+            out.push_str(&format!(
+                "{}: saw {} commit epoch {} before its link with the store broke: whoever \
+                 wins next fences it first unless the store still names that epoch\n",
+                p(id),
+                p(&r.active.node_id),
+                r.active
+                    .epoch
+                    .map_or_else(|| "-".to_string(), |e| e.to_string()),
+            ));
+        }
     }
     out
 }
@@ -402,6 +418,39 @@ mod tests {
         };
         assert!(to_json(&config(), &plain)["members"][0]["leftover"].is_null());
         assert!(!to_text(&config(), &plain).contains("outlived"));
+    }
+
+    /// The simulation's seed 308747: a standby says which active it saw commit before its
+    /// link with the store broke (the next winner fences it unless the store still names
+    /// that epoch).
+    #[test]
+    fn an_active_a_member_remembers_is_said() {
+        let mut m = member("n2", Role::Standby, "h2");
+        m.remembers = Some(crate::record::Remembered {
+            active: NodeRecord {
+                node_id: "n1".into(),
+                incarnation: "abc".into(),
+                epoch: Some(7),
+                ..Default::default()
+            },
+            rewrite: None,
+        });
+        let snap = ClusterSnapshot {
+            members: vec![("n2".into(), Ok(m))],
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(
+            text.contains("n2: saw n1 commit epoch 7 before its link with the store broke"),
+            "{text}"
+        );
+        let json = to_json(&config(), &snap);
+        let r = &json["members"][0]["remembers"];
+        assert_eq!(
+            (&r["node_id"], &r["epoch"], &r["incarnation"]),
+            (&json!("n1"), &json!(7), &json!("abc")),
+            "{json:#}"
+        );
     }
 
     #[test]
