@@ -1267,6 +1267,24 @@ impl W {
             } => {
                 let who = (*node, *inc);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
+                // A third node's commit ends a handover whose successor never promoted (the
+                // request lapsed; the successor's warden was dead): what the successor
+                // lacks when it promotes later is a takeover's loss, counted apart, not a
+                // planned switchover's (the simulation's seed 36146: the successor promoted
+                // two epochs later, after another node's takeover with a stale copy).
+                if let Some(d) = &mut self.data {
+                    if d.handover
+                        .is_some_and(|(from, to, _)| *node != from && *node != to)
+                    {
+                        d.handover = None;
+                        self.log(|| {
+                            format!(
+                                "HANDOVER OVER: {} committed before the successor promoted",
+                                name(who)
+                            )
+                        });
+                    }
+                }
                 // SPEC §6: a node of priority 0 is promoted only when a pending `failover
                 // --to` names it, and one whose last follow hook failed (none succeeded
                 // since) only when a pending `failover --to NODE --force` does. The commit
