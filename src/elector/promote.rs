@@ -623,6 +623,18 @@ impl Elector {
         control_version: Version,
         now: Instant,
     ) {
+        // A takeover only a named switchover allowed (priority 0; a failed follow under
+        // `--force`) stands aside when that request lapsed since the state was read (while
+        // fencing): the operator's command has said by then that it failed and that the
+        // cluster elects normally, which never makes this node active (the simulation's
+        // seed 53965 on the Redis backend: committed 156 ms after the lapse).
+        if let Some(why @ (Reason::Priority0NotNamed | Reason::NotFollowing(_))) =
+            self.takeover_refusal(now)
+        {
+            self.reason = Some(why);
+            self.leave(Leave::StandAside);
+            return;
+        }
         let ticket = self.ticket();
         self.phase = Phase::Holding {
             epoch,

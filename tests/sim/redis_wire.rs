@@ -47,8 +47,8 @@ fn key(name: &str) -> Vec<u8> {
 #[derive(Default)]
 pub(super) struct RedisSide {
     pub(super) keyspace: Keyspace,
-    /// When each connection last read `control` (for [`Fact::Commit`]: the control the
-    /// committer decided on).
+    /// When each connection first read `control` since it last took the lock (for
+    /// [`Fact::Commit`]: the control the committer decided on).
     read_at: BTreeMap<i64, Instant>,
     /// The backend's scripts by SHA1, with their names.
     names: BTreeMap<String, &'static str>,
@@ -157,7 +157,10 @@ impl State {
             .is_some_and(|c| c.eq_ignore_ascii_case(b"HMGET"))
             && args.get(1) == Some(&key("control"))
         {
-            self.redis.read_at.insert(sid, now);
+            // The first read since this connection last took the lock: the takeover's read
+            // (§4.3a), not the events loop's polls that follow it (the commit is decided on
+            // the version it read, and checked against it).
+            self.redis.read_at.entry(sid).or_insert(now);
         }
         let ks = &self.redis.keyspace;
         let (lock0, crumb0, writes0) = (lock_of(ks, clock), crumb_of(ks, clock), ks.writes);
@@ -179,6 +182,7 @@ impl State {
                 });
             }
             if let Some((s, epoch)) = lock1 {
+                self.redis.read_at.remove(&s);
                 if let Some(o) = self.redis_owner(s) {
                     self.facts.push(Fact::LockTaken {
                         node: o.0,

@@ -518,3 +518,84 @@ fn rule_6a_a_switchover_that_lapses_during_the_demote_is_called_off() {
         "{a:?}"
     );
 }
+
+/// The simulation's seed 53965: a node of priority 0, named by `failover --to`, won the
+/// lock and read the state while the request was pending, then fenced the old active; the
+/// request lapsed meanwhile (the command had said it failed and that the cluster elects
+/// normally). It stands aside instead of committing.
+#[test]
+fn a_priority_0_node_whose_naming_request_lapsed_while_it_fenced_does_not_commit() {
+    let mut h = H::new();
+    h.e.cfg.priority = 0;
+    let named = ControlView {
+        paused: false,
+        failover: Some(FailoverView {
+            deadline: "2026-01-01T00:00:00Z".into(),
+            force: false,
+            from: "n2".into(),
+            to: Some("n1".into()),
+            lapses_at: h.now + Duration::from_secs(2),
+        }),
+    };
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: named.clone(),
+    });
+    let j = H::ticket_of(&a);
+    let r = h.held(j, 4);
+    let a = h.read_all(
+        r,
+        ClusterState {
+            control: named.clone(),
+            ..state(BreadcrumbView::Record {
+                record: record("n2", "inc-2", Some(3)),
+                version: Version::new(3),
+            })
+        },
+    );
+    let f = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Fence { .. }]), "{a:?}");
+    // Fenced in time: the commit goes out.
+    let mut early = H::new();
+    early.e.cfg.priority = 0;
+    let a = early.feed(Event::SessionStarted {
+        granted: None,
+        control: named.clone(),
+    });
+    let r = early.held(H::ticket_of(&a), 4);
+    let a = early.read_all(
+        r,
+        ClusterState {
+            control: named.clone(),
+            ..state(BreadcrumbView::Record {
+                record: record("n2", "inc-2", Some(3)),
+                version: Version::new(3),
+            })
+        },
+    );
+    let a = early.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "fenced".into(),
+    });
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+    // Fenced after the lapse: released, no commit.
+    h.advance(Duration::from_secs(3));
+    let a = h.feed_all(Event::FenceDone {
+        ticket: f,
+        fenced: true,
+        summary: "fenced".into(),
+    });
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::CommitPromotion { .. })),
+        "{a:?}"
+    );
+    assert!(
+        a.iter().any(|a| matches!(a, Action::Release { .. })),
+        "{a:?}"
+    );
+}
