@@ -514,6 +514,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::Active(record) => {
                                 Input::Session(gen, Event::ActiveChanged { record })
                             }
+                            StoreEvent::Confirmed(epoch) => {
+                                Input::Session(gen, Event::ActiveConfirmed { epoch })
+                            }
                             StoreEvent::Rewritten(record) => {
                                 Input::Session(gen, Event::ActiveRewritten { record })
                             }

@@ -327,7 +327,7 @@ fn the_tables_in_memory_decide_as_mariadb_does() {
                 memory: (0..3).map(|_| Remembered::default()).collect(),
                 server: ServerRun {
                     id: "tables:3306:1".into(),
-                    started: 0,
+                    started: Some(0),
                 },
                 step: 0,
             };

@@ -113,6 +113,9 @@ impl TestStore for MariaDb {
             match *w {
                 "counter" => self.sql("DROP TABLE warden.warden_epoch"),
                 "lock" => self.sql("DROP TABLE warden.warden_lock"),
+                "lock row" => self.sql(&format!(
+                    "DELETE FROM warden.warden_lock WHERE cluster = '{cluster}'"
+                )),
                 "members" => self.sql("DROP TABLE warden.warden_member"),
                 // The floor's rows live in kv, beside the breadcrumb and history.
                 "floor" => self.sql(&format!(
@@ -195,7 +198,7 @@ impl TestStore for RedisServer {
         for w in what {
             match *w {
                 "counter" => self.cli(&["DEL", &key("epoch")]),
-                "lock" => self.cli(&["DEL", &key("lock")]),
+                "lock" | "lock row" => self.cli(&["DEL", &key("lock")]),
                 "members" => self.cli(&["DEL", &key("member:n1")]),
                 "floor" => self.cli(&["DEL", &key("seen")]),
                 "breadcrumb" => self.cli(&["DEL", &key("breadcrumb")]),
@@ -234,6 +237,8 @@ on_every_store!(
     a_session_that_outlived_a_store_restart_takes_no_lock,
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it,
+    an_active_only_a_standby_remembers_is_fenced_by_a_winner_started_at_once,
+    an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced,
     a_switchover_after_a_store_restart_fences_nobody,
     a_dead_member_sets_the_floor_for_status_and_init_force_too,
     two_nodes_with_one_node_id_the_second_refuses,
@@ -952,13 +957,60 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
 }
 
 /// The simulation's seed 308747: as above, the store restarted and forgot the active's
-/// commit while its warden was frozen, but the node that wins next never saw that commit
+/// commit (its lock too) while its warden was frozen, but the node that wins next never
+/// saw that commit
 /// (it started after the restart), and the standby that followed the active never wins
 /// (priority 0). That standby's keepalive finds the restart at once; it registers again,
 /// naming the active it saw (`status` shows it), and the winner writes that active's
 /// record back and fences it before promoting. Before the fix the winner promoted beside
 /// the frozen active's service.
 fn an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it<S: TestStore>() {
+    only_a_standby_remembers::<S>(false);
+}
+
+/// The same, with the winner started at once after the restart (the review of stop 42):
+/// the remembering standby's keepalive, not its next join, ends its session, so that it
+/// has registered again within the winner's wait of one session timeout.
+fn an_active_only_a_standby_remembers_is_fenced_by_a_winner_started_at_once<S: TestStore>() {
+    only_a_standby_remembers::<S>(true);
+}
+
+/// Found by the review of stop 42: the store restarted and forgot the active's commit
+/// (breadcrumb and history) but kept its lock, while the active's warden was frozen; the
+/// only other node started after the restart and learned that active from the lock's
+/// record alone, in its first link. Its memory is no proof of a clean step-down (it never
+/// saw that breadcrumb): it writes the active back and fences it before promoting.
+fn an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let wardens = start_active_then_standbys(&n1, &[]);
+    let old = n1.last_run().unwrap();
+    let e1 = old.epoch.unwrap();
+    wardens[0].sigstop();
+    db.restart();
+    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    let n2_warden = n2.start();
+    let status = wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    let e2 = active_epoch(&status).unwrap();
+    assert!(e2 > e1, "{status:#}");
+    wait_until(secs(10), "n2's service runs", || {
+        n2.last_run()
+            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
+    });
+    assert!(
+        !process_alive(old.pid),
+        "n1's service (pid {}) still runs beside n2's",
+        old.pid
+    );
+    n2_warden.wait_for_log("writing its breadcrumb back", secs(1));
+    cluster.assert_safe();
+    wardens[0].sigcont();
+}
+
+fn only_a_standby_remembers<S: TestStore>(at_once: bool) {
     let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
@@ -969,12 +1021,14 @@ fn an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it<S:
     wait_seen(&n1, &["n2"], e1);
     wardens[0].sigstop();
     db.restart();
-    db.forget(&cluster.name, &["breadcrumb", "history"]);
-    wait_for_status(&n2.config, secs(30), "n2 says it saw n1 commit", |s| {
-        member(s, "n2").is_some_and(|m| {
-            m["remembers"]["node_id"] == "n1" && json_u64(&m["remembers"]["epoch"]) == Some(e1)
-        })
-    });
+    db.forget(&cluster.name, &["breadcrumb", "history", "lock row"]);
+    if !at_once {
+        wait_for_status(&n2.config, secs(30), "n2 says it saw n1 commit", |s| {
+            member(s, "n2").is_some_and(|m| {
+                m["remembers"]["node_id"] == "n1" && json_u64(&m["remembers"]["epoch"]) == Some(e1)
+            })
+        });
+    }
     let n3_warden = n3.start();
     let status = wait_for_status(&n3.config, secs(60), "n3 is active", |s| {
         active_id(s).as_deref() == Some("n3")

@@ -56,6 +56,12 @@ pub enum StoreEvent {
     /// the record of the active last sent (same incarnation and epoch) with a later
     /// `rewrite`: what fencing that active must name, should the store forget it.
     Rewritten(NodeRecord),
+    /// The breadcrumb names the active last sent (same incarnation and epoch, any
+    /// rewrite): seen in this link, so that its later absence within the link is a clean
+    /// step-down, not a store that forgot it. Sent once per epoch. An active learned from
+    /// the lock's record alone proves nothing: a restart can forget the breadcrumb and
+    /// keep the lock (the review of stop 42).
+    Confirmed(Epoch),
     /// The connection to the store was lost and made again within the session (ZooKeeper:
     /// the client is back in its session). The store may have restarted meanwhile, and
     /// one restored from a copy, or that lost its last writes, may have forgotten what
@@ -787,6 +793,8 @@ pub const MAX_KEPT_EPOCH: Epoch = 1 << 53;
 pub struct ActiveTracker {
     sent: Option<NodeRecord>,
     breadcrumb: Option<NodeRecord>,
+    /// The epoch last sent as [`StoreEvent::Confirmed`].
+    confirmed: Option<Epoch>,
 }
 
 impl ActiveTracker {
@@ -796,6 +804,7 @@ impl ActiveTracker {
         if record.epoch.is_some() && record.epoch != self.sent.as_ref().and_then(|s| s.epoch) {
             self.sent = Some(record.clone());
             out.push(StoreEvent::Active(record.clone()));
+            out.extend(self.confirmed());
             out.extend(self.rewritten());
         }
         out
@@ -804,7 +813,18 @@ impl ActiveTracker {
     /// The breadcrumb as read now (`None`: there is none, or it is unreadable).
     pub fn breadcrumb(&mut self, record: Option<NodeRecord>) -> Vec<StoreEvent> {
         self.breadcrumb = record;
-        self.rewritten().into_iter().collect()
+        let mut out: Vec<StoreEvent> = self.confirmed().into_iter().collect();
+        out.extend(self.rewritten());
+        out
+    }
+
+    fn confirmed(&mut self) -> Option<StoreEvent> {
+        let (sent, b) = (self.sent.as_ref()?, self.breadcrumb.as_ref()?);
+        if !sent.same_incarnation(b) || sent.epoch != b.epoch || self.confirmed == sent.epoch {
+            return None;
+        }
+        self.confirmed = sent.epoch;
+        Some(StoreEvent::Confirmed(sent.epoch?))
     }
 
     fn rewritten(&mut self) -> Option<StoreEvent> {
@@ -1061,8 +1081,12 @@ mod tests {
         let commit = rec("a", 5, None);
         assert_eq!(t.lock(&commit), vec![StoreEvent::Active(commit.clone())]);
         assert_eq!(t.lock(&commit), vec![]);
-        // The breadcrumb as committed, then rewritten; an older rewrite read late is not
-        // sent, nor one of another incarnation or epoch.
+        // The breadcrumb as committed confirms it (once), then rewritten; an older rewrite
+        // read late is not sent, nor one of another incarnation or epoch.
+        assert_eq!(
+            t.breadcrumb(Some(commit.clone())),
+            vec![StoreEvent::Confirmed(5)]
+        );
         assert_eq!(t.breadcrumb(Some(commit.clone())), vec![]);
         let r2 = rec("a", 5, Some(2));
         assert_eq!(
@@ -1083,8 +1107,15 @@ mod tests {
             t.lock(&commit6),
             vec![
                 StoreEvent::Active(commit6.clone()),
+                StoreEvent::Confirmed(6),
                 StoreEvent::Rewritten(r1.clone())
             ]
         );
+        // A lock whose breadcrumb is gone (a restart forgot it) confirms nothing.
+        let mut t = ActiveTracker::default();
+        assert_eq!(t.breadcrumb(None), vec![]);
+        let commit7 = rec("d", 7, None);
+        assert_eq!(t.lock(&commit7), vec![StoreEvent::Active(commit7.clone())]);
+        assert_eq!(t.breadcrumb(Some(rec("a", 5, None))), vec![]);
     }
 }

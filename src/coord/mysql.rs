@@ -686,8 +686,14 @@ impl Inner {
                     (exp, &cluster, id),
                 )
                 .await?;
-            } else if let Some(then) = then {
-                if server_run(&mut c).await?.other_than(&then) {
+            } else {
+                // (As the join: a session without a recorded run, which registration
+                // always records, counts as another run.)
+                let other = match &then {
+                    Some(then) => server_run(&mut c).await?.other_than(then),
+                    None => true,
+                };
+                if other {
                     return Ok(Touched::Restarted("the server's identity or start time"));
                 }
             }
@@ -1858,7 +1864,7 @@ impl Rows for SqlRows<'_, '_> {
 }
 
 /// The server's identity and start time (see [`ServerRun`]). A server that hides its
-/// `Uptime` reads as started at 0: its restarts go unseen, its failovers not.
+/// `Uptime` has no start time: its restarts go unseen, its failovers not.
 async fn server_run<Q: Queryable>(q: &mut Q) -> Result<ServerRun, mysql_async::Error> {
     let (id, now): (String, i64) = q
         .query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()")
@@ -1871,7 +1877,7 @@ async fn server_run<Q: Queryable>(q: &mut Q) -> Result<ServerRun, mysql_async::E
         .flatten();
     let started = up
         .and_then(|(_, v)| v.parse::<i64>().ok())
-        .map_or(0, |up| now - up);
+        .map(|up| now - up);
     Ok(ServerRun { id, started })
 }
 
@@ -1911,5 +1917,27 @@ mod tests {
             assert!(Duration::from_secs(wait as u64) <= Duration::from_millis(session));
             assert_eq!(b.reuse_for, Duration::from_secs(wait as u64) / 2);
         }
+    }
+
+    /// Another run: another identity, or a start more than 2 s apart; an unreadable
+    /// `Uptime` on either side compares the identity only (the review of stop 42: one
+    /// failed read ended a standby's session at its keepalive).
+    #[test]
+    fn a_server_run_without_a_start_time_compares_its_identity_only() {
+        let run = |id: &str, started: Option<i64>| ServerRun {
+            id: id.into(),
+            started,
+        };
+        let then = run("db:3306:1", Some(1_000));
+        for (now, other) in [
+            (run("db:3306:1", Some(1_002)), false),
+            (run("db:3306:1", Some(1_003)), true),
+            (run("db:3306:1", None), false),
+            (run("db:3306:2", None), true),
+            (run("db:3306:2", Some(1_000)), true),
+        ] {
+            assert_eq!(now.other_than(&then), other, "{now:?}");
+        }
+        assert!(!run("db:3306:1", Some(5)).other_than(&run("db:3306:1", None)));
     }
 }

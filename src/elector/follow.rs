@@ -69,6 +69,7 @@ impl Elector {
         self.active = Some(record);
         self.active_rewrite = None;
         self.active_link = self.links;
+        self.active_confirmed = None;
         if self.cfg.follow {
             self.follow_now();
         }

@@ -279,6 +279,11 @@ pub enum Event {
     },
     /// The active rewrote its breadcrumb within its epoch (SPEC §4.3d): its record as
     /// now written, with a later `rewrite`.
+    /// The breadcrumb of the active's epoch was seen in this link
+    /// ([`crate::coord::StoreEvent::Confirmed`]).
+    ActiveConfirmed {
+        epoch: Epoch,
+    },
     ActiveRewritten {
         record: NodeRecord,
     },
@@ -549,6 +554,11 @@ pub struct Elector {
     /// within one: [`Event::Reconnected`]): `active` was learned in link `active_link`.
     links: u64,
     active_link: u64,
+    /// The forgotten active whose warden the last [`Action::RestoreBreadcrumb`] asked the
+    /// driver to check (`check_alive`): what [`ClusterState::remembered_alive`] is about.
+    alive_checked: Option<NodeRecord>,
+    /// The link in which `active`'s breadcrumb was seen ([`Event::ActiveConfirmed`]).
+    active_confirmed: Option<u64>,
     /// The switchover request seen last (from, to, deadline) and when it was first seen:
     /// its deadline is bounded by [`MAX_SWITCHOVER`] from then.
     failover_seen: Option<(FailoverView, Instant)>,
@@ -636,6 +646,8 @@ impl Elector {
             active_rewrite: None,
             links: 0,
             active_link: 0,
+            alive_checked: None,
+            active_confirmed: None,
             followed: None,
             following: None,
             follow_failed: None,
@@ -728,6 +740,14 @@ impl Elector {
         self.own_leftovers
     }
 
+    /// Whether the store could have forgotten `active`'s commit without a trace this node
+    /// would call a clean step-down: it was seen in an earlier link than the current one,
+    /// or this link never saw its breadcrumb (only the lock's record, which a restart can
+    /// keep while it forgets the breadcrumb: the review of stop 42).
+    fn active_unproven(&self) -> bool {
+        self.active_link < self.links || self.active_confirmed != Some(self.links)
+    }
+
     /// What the member record publishes as [`crate::record::MemberRecord::remembers`]:
     /// another node's active this node saw commit in an earlier link with the store than
     /// the current one, with the latest rewrite of its breadcrumb seen. `registering`:
@@ -736,7 +756,7 @@ impl Elector {
     /// breadcrumb is the trace of a clean step-down (`forgotten_active`): nothing to say.
     pub fn remembered(&self, registering: bool) -> Option<Remembered> {
         let active = self.active.as_ref()?;
-        if self.is_ours(active) || !(registering || self.active_link < self.links) {
+        if self.is_ours(active) || !(registering || self.active_unproven()) {
             return None;
         }
         Some(Remembered {
@@ -821,6 +841,11 @@ impl Elector {
             }
             Event::ActiveChanged { record } => self.on_active_changed(record),
             Event::ActiveRewritten { record } => self.on_active_rewritten(record),
+            Event::ActiveConfirmed { epoch } => {
+                if self.active.as_ref().and_then(|a| a.epoch) == Some(epoch) {
+                    self.active_confirmed = Some(self.links);
+                }
+            }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members),
             Event::EligibilityChanged { eligible, detail } => {

@@ -112,6 +112,7 @@ impl Elector {
                     return;
                 }
                 let ticket = self.await_state(epoch, None);
+                self.alive_checked = check_alive.then(|| active.clone());
                 self.actions.push_back(Action::RestoreBreadcrumb {
                     ticket,
                     record: active,
@@ -318,7 +319,7 @@ impl Elector {
         // was frozen and whose commit the store forgot). A member publishes only what it
         // saw in an earlier link than its current one (`Elector::remembered`).
         let own = self.active.clone().map(|active| {
-            let earlier = self.active_link < self.links;
+            let earlier = self.active_unproven();
             let memory = Remembered {
                 active,
                 rewrite: self.active_rewrite.clone(),
@@ -347,10 +348,11 @@ impl Elector {
                 || state.history_by_node.get(node).is_some_and(|&h| h > e)
         };
         for (who, memory, _) in &memories {
-            let (Some(b), Some(later)) = (breadcrumb, &memory.rewrite) else {
+            let (Some(b), Some(later), Some(e)) =
+                (breadcrumb, &memory.rewrite, memory.active.epoch)
+            else {
                 continue;
             };
-            let e = memory.active.epoch?;
             if !(b.same_incarnation(later)
                 && later.epoch == Some(e)
                 && b.epoch == Some(e)
@@ -397,13 +399,23 @@ impl Elector {
             let Some(e) = memory.active.epoch else {
                 continue;
             };
+            // (No veto by what this node saw in its current link: it learns the active
+            // from the lock's record too, which can outlive the breadcrumb a restart
+            // forgot; the review of stop 42 proposed one, and `tests/stores.rs` caught it.)
             if !earlier || kept(&memory.active, e) || newest.as_ref().is_some_and(|n| n.2 >= e) {
                 continue;
             }
             newest = Some((who, memory.active, e));
         }
         let (who, active, e) = newest?;
-        if state.remembered_alive {
+        // The driver found that very active's warden alive and stepped down, just before:
+        // not another one a member published since (the review of stop 42: the answer for
+        // one record taken for a newer one, whose service may run on).
+        let checked = self
+            .alive_checked
+            .as_ref()
+            .is_some_and(|c| c.same_incarnation(&active) && c.epoch == active.epoch);
+        if state.remembered_alive && checked {
             self.notice(
                 false,
                 format!(

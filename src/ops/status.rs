@@ -110,6 +110,21 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
 }
 
 /// The view for people: who is active, then a table of members.
+/// Whether the store keeps a trace of `node`'s epoch `e`: a breadcrumb of it or a later
+/// one, a promotion of it or a later one, an entry of that node's at it or later (what
+/// `Elector::forgotten_active` goes by).
+fn store_keeps(snap: &ClusterSnapshot, node: &str, e: Epoch) -> bool {
+    let crumb = snap
+        .breadcrumb
+        .as_ref()
+        .and_then(|(b, _)| b.as_ref().ok()?.epoch);
+    crumb.is_some_and(|b| b >= e)
+        || crate::coord::items::newest_promotion(&snap.history).is_some_and(|h| h >= e)
+        || crate::coord::items::history_by_node(&snap.history)
+            .get(node)
+            .is_some_and(|&h| h >= e)
+}
+
 pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
     let p = |s: &str| printable(s).into_owned();
     let mut out = String::new();
@@ -289,15 +304,20 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
                 p(&m.node.host),
             ));
         }
-        if let Some(r) = &m.remembers {
+        // Said only while the store keeps no trace of that epoch: after each reconnection
+        // every standby remembers the healthy active (the review of stop 42).
+        if let Some((r, e)) = m
+            .remembers
+            .as_ref()
+            .and_then(|r| Some((r, r.active.epoch?)))
+            .filter(|(r, e)| !store_keeps(snap, &r.active.node_id, *e))
+        {
             out.push_str(&format!(
-                "{}: saw {} commit epoch {} before its link with the store broke: whoever \
-                 wins next fences it first unless the store still names that epoch\n",
+                "{}: saw {} commit epoch {e} before its link with the store broke, and the \
+                 store keeps no trace of that epoch: whoever wins next fences {1} first \
+                 (unless its warden lives and stepped down)\n",
                 p(id),
                 p(&r.active.node_id),
-                r.active
-                    .epoch
-                    .map_or_else(|| "-".to_string(), |e| e.to_string()),
             ));
         }
     }
@@ -444,6 +464,17 @@ mod tests {
             text.contains("n2: saw n1 commit epoch 7 before its link with the store broke"),
             "{text}"
         );
+        // Not while the store keeps that epoch's breadcrumb.
+        let mut kept = snap.clone();
+        kept.breadcrumb = Some((
+            Ok(NodeRecord {
+                node_id: "n1".into(),
+                epoch: Some(7),
+                ..Default::default()
+            }),
+            Version::new(1),
+        ));
+        assert!(!to_text(&config(), &kept).contains("saw n1"));
         let json = to_json(&config(), &snap);
         let r = &json["members"][0]["remembers"];
         assert_eq!(

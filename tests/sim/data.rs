@@ -84,6 +84,8 @@ pub struct Copy {
     pub paused_until: Option<Instant>,
     /// The greatest epoch a promote or follow hook passed it.
     pub epoch_seen: Option<Epoch>,
+    /// Writes resyncs dropped from it so far (a copy started again carries its disk's).
+    pub dropped: u64,
 }
 
 impl Copy {
@@ -126,6 +128,10 @@ pub struct Data {
     /// The last demote that handed over: (from, to).
     /// (from node, to node, the successor's copy that had everything).
     pub handover: Option<(usize, usize, u64)>,
+    /// Another node committed after that handover, before its successor promoted, and
+    /// the successor's copy's [`Copy::dropped`] at the handover.
+    pub handover_over: bool,
+    pub handover_dropped: u64,
     /// Promotions of the successor's node on another copy than the one handed over to
     /// (its warden moved, or a container of it was left running elsewhere).
     pub successor_moved: u32,
@@ -169,6 +175,8 @@ impl Data {
             acked: Vec::new(),
             lost: BTreeSet::new(),
             handover: None,
+            handover_over: false,
+            handover_dropped: 0,
             successor_moved: 0,
             handovers: 0,
             lost_planned: 0,
@@ -275,7 +283,9 @@ impl Data {
             (from.log.clone(), dropped as u64)
         };
         self.resync_drops += dropped;
-        self.copies.get_mut(&id).expect("read above").log = log;
+        let c = self.copies.get_mut(&id).expect("read above");
+        c.log = log;
+        c.dropped += dropped;
     }
 
     /// Acknowledged writes, not counted lost yet, that copy `id` lacks: counted lost now.

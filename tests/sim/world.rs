@@ -961,6 +961,16 @@ impl W {
         self.see_epoch(id, node, epoch, "promote");
         let d = self.data.as_mut().expect("checked above");
         let how = match d.handover.take() {
+            Some((_, to, copy))
+                if to == node
+                    && copy == id
+                    && d.handover_over
+                    && d.copies
+                        .get(&copy)
+                        .is_some_and(|c| c.dropped > d.handover_dropped) =>
+            {
+                Promotion::Unplanned
+            }
             Some((_, to, copy)) if to == node && copy == id => Promotion::Planned,
             Some((_, to, copy)) if to == node => {
                 d.successor_moved += 1;
@@ -1122,6 +1132,8 @@ impl W {
         }
         if let Some((copy, at)) = theirs {
             d.handover = Some((who.0, successor, copy));
+            d.handover_over = false;
+            d.handover_dropped = d.copies.get(&copy).map_or(0, |c| c.dropped);
             d.handovers += 1;
             if d.recipe == Recipe::Postgres {
                 // The old primary is left a standby of the successor.
@@ -1268,15 +1280,18 @@ impl W {
                 let who = (*node, *inc);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
                 // A third node's commit ends a handover whose successor never promoted (the
-                // request lapsed; the successor's warden was dead): what the successor
-                // lacks when it promotes later is a takeover's loss, counted apart, not a
-                // planned switchover's (the simulation's seed 36146: the successor promoted
-                // two epochs later, after another node's takeover with a stale copy).
+                // request lapsed; the successor's warden was dead). Then, if a resync drops
+                // writes from the successor's copy (it followed that node's stale copy),
+                // what it lacks when it promotes later is a takeover's loss, counted apart,
+                // not a planned switchover's (the simulation's seed 36146: the successor
+                // promoted two epochs later). A copy that nothing rewound still fails the
+                // seed for any loss.
                 if let Some(d) = &mut self.data {
                     if d.handover
                         .is_some_and(|(from, to, _)| *node != from && *node != to)
+                        && !d.handover_over
                     {
-                        d.handover = None;
+                        d.handover_over = true;
                         self.log(|| {
                             format!(
                                 "HANDOVER OVER: {} committed before the successor promoted",

@@ -158,7 +158,10 @@ pub trait Rows: Send {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerRun {
     pub id: String,
-    pub started: i64,
+    /// `None` when `Uptime` could not be read (hidden, or a read that failed): then only
+    /// the identity is compared, so that one failed read never ends a session (the review
+    /// of stop 42: the keepalive asks every `session_timeout / 6`).
+    pub started: Option<i64>,
 }
 
 impl ServerRun {
@@ -166,7 +169,11 @@ impl ServerRun {
     /// readings round to the second; `Uptime` follows the server's clock, so a step of it
     /// moves neither reading far).
     pub fn other_than(&self, then: &ServerRun) -> bool {
-        self.id != then.id || (self.started - then.started).abs() > 2
+        self.id != then.id
+            || self
+                .started
+                .zip(then.started)
+                .is_some_and(|(now, then)| (now - then).abs() > 2)
     }
 }
 

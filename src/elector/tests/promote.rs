@@ -265,18 +265,36 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n3),
         "{a:?}"
     );
-    // Seen in this very session: a clean step-down before its history entry was written
-    // (seed 9899), not a store that forgot; and a store that keeps a history entry of it
-    // is taken at its word.
+    // Seen in this very session with its breadcrumb: a clean step-down before its history
+    // entry was written (seed 9899), not a store that forgot; and a store that keeps a
+    // history entry of it is taken at its word.
     let mut h = H::new();
     let j = h.session();
     h.feed(Event::ActiveChanged { record: n3.clone() });
+    h.feed(Event::ActiveConfirmed { epoch: 12 });
     let r = h.held(j, 20);
     let a = h.read(r, BreadcrumbView::Absent);
     assert!(
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
     );
+    // But seen in this session from the lock's record alone (its breadcrumb never seen,
+    // or another epoch's confirmed): a restart may have forgotten the breadcrumb and kept
+    // the lock (the review of stop 42), written back.
+    for confirmed in [None, Some(11)] {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::ActiveChanged { record: n3.clone() });
+        if let Some(epoch) = confirmed {
+            h.feed(Event::ActiveConfirmed { epoch });
+        }
+        let r = h.held(j, 20);
+        let a = h.read(r, BreadcrumbView::Absent);
+        assert!(
+            matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n3),
+            "{confirmed:?}: {a:?}"
+        );
+    }
     let mut h = H::new();
     let j = seen_then_lost(&mut h);
     let r = h.held(j, 20);
@@ -567,9 +585,70 @@ fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
     }
 }
 
+/// The review of stop 42. The driver's "alive and stepped down" is about the record it
+/// checked: a newer one another member published meanwhile is checked in its turn, not
+/// taken as checked.
+#[test]
+fn rule_5_members_memories_are_checked_one_by_one() {
+    let told = |ms: Vec<(&str, NodeRecord)>| ClusterState {
+        member_memories: ms
+            .into_iter()
+            .map(|(n, active)| {
+                (
+                    n.to_string(),
+                    Remembered {
+                        active,
+                        rewrite: None,
+                    },
+                )
+            })
+            .collect(),
+        ..state(BreadcrumbView::Absent)
+    };
+    let (x, y) = (
+        record("n2", "inc-2", Some(5)),
+        record("n4", "inc-4", Some(7)),
+    );
+    let mut h = H::new();
+    let j = h.session();
+    let r = h.held(j, 9);
+    let a = h.read_all(r, told(vec![("n3", x.clone())]));
+    let w = H::ticket_of(&a);
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, check_alive: true, .. }] if *record == x),
+        "{a:?}"
+    );
+    // x's warden lives and stepped down; meanwhile n5 registered again, remembering y.
+    let a = h.read_all(
+        w,
+        ClusterState {
+            remembered_alive: true,
+            ..told(vec![("n3", x.clone()), ("n5", y.clone())])
+        },
+    );
+    let w = H::ticket_of(&a);
+    assert!(
+        matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, check_alive: true, .. }] if *record == y),
+        "y is checked, not taken as checked: {a:?}"
+    );
+    // y's warden lives and stepped down too: the commit goes out.
+    let a = h.read_all(
+        w,
+        ClusterState {
+            remembered_alive: true,
+            ..told(vec![("n3", x.clone()), ("n5", y.clone())])
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
 /// What a standby publishes for that: an active seen in an earlier link than its current
-/// one (any seen so far, at a new session's registration), never one seen in this link
-/// (a missing breadcrumb there is the trace of a clean step-down: seed 9899).
+/// one (any seen so far, at a new session's registration), or in this link from the
+/// lock's record alone; never one whose breadcrumb this link saw (a missing breadcrumb
+/// there is the trace of a clean step-down: seed 9899).
 #[test]
 fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
     let n3 = record("n3", "inc-3", Some(12));
@@ -577,7 +656,16 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
     h.session();
     assert_eq!(h.e.remembered(true), None);
     h.feed(Event::ActiveChanged { record: n3.clone() });
-    assert_eq!(h.e.remembered(false), None, "seen in this link");
+    assert!(
+        h.e.remembered(false).is_some(),
+        "seen in this link, from the lock alone"
+    );
+    h.feed(Event::ActiveConfirmed { epoch: 12 });
+    assert_eq!(
+        h.e.remembered(false),
+        None,
+        "its breadcrumb seen in this link"
+    );
     let told = Some(Remembered {
         active: n3.clone(),
         rewrite: None,
@@ -597,10 +685,11 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
         Some(later),
         "with the latest rewrite"
     );
-    // A newer active seen in this link: nothing to say again.
+    // A newer active seen in this link with its breadcrumb: nothing to say again.
     h.feed(Event::ActiveChanged {
         record: record("n2", "inc-2", Some(13)),
     });
+    h.feed(Event::ActiveConfirmed { epoch: 13 });
     assert_eq!(h.e.remembered(false), None);
 }
 
