@@ -514,8 +514,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::Active(record) => {
                                 Input::Session(gen, Event::ActiveChanged { record })
                             }
-                            StoreEvent::Confirmed(epoch) => {
-                                Input::Session(gen, Event::ActiveConfirmed { epoch })
+                            StoreEvent::Confirmed(record) => {
+                                Input::Session(gen, Event::ActiveConfirmed { record })
                             }
                             StoreEvent::Rewritten(record) => {
                                 Input::Session(gen, Event::ActiveRewritten { record })

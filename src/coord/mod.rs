@@ -61,7 +61,7 @@ pub enum StoreEvent {
     /// step-down, not a store that forgot it. Sent once per epoch. An active learned from
     /// the lock's record alone proves nothing: a restart can forget the breadcrumb and
     /// keep the lock (the review of stop 42).
-    Confirmed(Epoch),
+    Confirmed(NodeRecord),
     /// The connection to the store was lost and made again within the session (ZooKeeper:
     /// the client is back in its session). The store may have restarted meanwhile, and
     /// one restored from a copy, or that lost its last writes, may have forgotten what
@@ -824,7 +824,7 @@ impl ActiveTracker {
             return None;
         }
         self.confirmed = sent.epoch;
-        Some(StoreEvent::Confirmed(sent.epoch?))
+        Some(StoreEvent::Confirmed(sent.clone()))
     }
 
     fn rewritten(&mut self) -> Option<StoreEvent> {
@@ -1085,7 +1085,7 @@ mod tests {
         // read late is not sent, nor one of another incarnation or epoch.
         assert_eq!(
             t.breadcrumb(Some(commit.clone())),
-            vec![StoreEvent::Confirmed(5)]
+            vec![StoreEvent::Confirmed(commit.clone())]
         );
         assert_eq!(t.breadcrumb(Some(commit.clone())), vec![]);
         let r2 = rec("a", 5, Some(2));
@@ -1107,7 +1107,7 @@ mod tests {
             t.lock(&commit6),
             vec![
                 StoreEvent::Active(commit6.clone()),
-                StoreEvent::Confirmed(6),
+                StoreEvent::Confirmed(commit6.clone()),
                 StoreEvent::Rewritten(r1.clone())
             ]
         );

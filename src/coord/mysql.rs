@@ -690,7 +690,7 @@ impl Inner {
                 // (As the join: a session without a recorded run, which registration
                 // always records, counts as another run.)
                 let other = match &then {
-                    Some(then) => server_run(&mut c).await?.other_than(then),
+                    Some(then) => server_run(&mut c).await?.surely_other_than(then),
                     None => true,
                 };
                 if other {
@@ -1870,11 +1870,10 @@ async fn server_run<Q: Queryable>(q: &mut Q) -> Result<ServerRun, mysql_async::E
         .query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@server_id), UNIX_TIMESTAMP()")
         .await?
         .unwrap_or_default();
-    let up: Option<(String, String)> = q
-        .query_first("SHOW GLOBAL STATUS LIKE 'Uptime'")
-        .await
-        .ok()
-        .flatten();
+    // An error is an error (the caller retries: the review of stop 42 found a failed read
+    // taken for a server without a start time, blind to its restarts for the whole
+    // session); only a server that answers without the row hides it.
+    let up: Option<(String, String)> = q.query_first("SHOW GLOBAL STATUS LIKE 'Uptime'").await?;
     let started = up
         .and_then(|(_, v)| v.parse::<i64>().ok())
         .map(|up| now - up);
@@ -1919,9 +1918,9 @@ mod tests {
         }
     }
 
-    /// Another run: another identity, or a start more than 2 s apart; an unreadable
-    /// `Uptime` on either side compares the identity only (the review of stop 42: one
-    /// failed read ended a standby's session at its keepalive).
+    /// Another run: another identity, or a start more than 2 s apart. A server that hides
+    /// its `Uptime` is compared by identity; at the join, a start time that went missing
+    /// since registration counts as another run, at the keepalive as no verdict.
     #[test]
     fn a_server_run_without_a_start_time_compares_its_identity_only() {
         let run = |id: &str, started: Option<i64>| ServerRun {
@@ -1936,8 +1935,15 @@ mod tests {
             (run("db:3306:2", None), true),
             (run("db:3306:2", Some(1_000)), true),
         ] {
-            assert_eq!(now.other_than(&then), other, "{now:?}");
+            assert_eq!(now.surely_other_than(&then), other, "{now:?}");
+            // The join is strict: a start time that went missing is another run.
+            assert_eq!(
+                now.other_than(&then),
+                other || now.started.is_none(),
+                "{now:?}"
+            );
         }
         assert!(!run("db:3306:1", Some(5)).other_than(&run("db:3306:1", None)));
+        assert!(!run("db:3306:1", None).other_than(&run("db:3306:1", None)));
     }
 }

@@ -279,12 +279,12 @@ pub enum Event {
     },
     /// The active rewrote its breadcrumb within its epoch (SPEC §4.3d): its record as
     /// now written, with a later `rewrite`.
-    /// The breadcrumb of the active's epoch was seen in this link
-    /// ([`crate::coord::StoreEvent::Confirmed`]).
-    ActiveConfirmed {
-        epoch: Epoch,
-    },
     ActiveRewritten {
+        record: NodeRecord,
+    },
+    /// The breadcrumb of the active's epoch (same incarnation) was seen in this link
+    /// ([`crate::coord::StoreEvent::Confirmed`]): the active's record.
+    ActiveConfirmed {
         record: NodeRecord,
     },
     /// The member records as last read (SPEC §6 `priority`: who else could take a free
@@ -841,8 +841,12 @@ impl Elector {
             }
             Event::ActiveChanged { record } => self.on_active_changed(record),
             Event::ActiveRewritten { record } => self.on_active_rewritten(record),
-            Event::ActiveConfirmed { epoch } => {
-                if self.active.as_ref().and_then(|a| a.epoch) == Some(epoch) {
+            Event::ActiveConfirmed { record } => {
+                if self
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.same_incarnation(&record) && a.epoch == record.epoch)
+                {
                     self.active_confirmed = Some(self.links);
                 }
             }

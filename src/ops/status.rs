@@ -109,7 +109,6 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
     })
 }
 
-/// The view for people: who is active, then a table of members.
 /// Whether the store keeps a trace of `node`'s epoch `e`: a breadcrumb of it or a later
 /// one, a promotion of it or a later one, an entry of that node's at it or later (what
 /// `Elector::forgotten_active` goes by).
@@ -125,6 +124,7 @@ fn store_keeps(snap: &ClusterSnapshot, node: &str, e: Epoch) -> bool {
             .is_some_and(|&h| h >= e)
 }
 
+/// The view for people: who is active, then a table of members.
 pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
     let p = |s: &str| printable(s).into_owned();
     let mut out = String::new();
@@ -313,9 +313,9 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
             .filter(|(r, e)| !store_keeps(snap, &r.active.node_id, *e))
         {
             out.push_str(&format!(
-                "{}: saw {} commit epoch {e} before its link with the store broke, and the \
-                 store keeps no trace of that epoch: whoever wins next fences {1} first \
-                 (unless its warden lives and stepped down)\n",
+                "{}: saw {} commit epoch {e} (before its link with the store broke, or from \
+                 the lock alone), and the store keeps no trace of that epoch: whoever wins \
+                 next fences {1} first (unless its warden lives and stepped down)\n",
                 p(id),
                 p(&r.active.node_id),
             ));
@@ -461,7 +461,7 @@ mod tests {
         };
         let text = to_text(&config(), &snap);
         assert!(
-            text.contains("n2: saw n1 commit epoch 7 before its link with the store broke"),
+            text.contains("n2: saw n1 commit epoch 7 (before its link with the store broke"),
             "{text}"
         );
         // Not while the store keeps that epoch's breadcrumb.

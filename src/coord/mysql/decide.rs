@@ -158,17 +158,29 @@ pub trait Rows: Send {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerRun {
     pub id: String,
-    /// `None` when `Uptime` could not be read (hidden, or a read that failed): then only
-    /// the identity is compared, so that one failed read never ends a session (the review
-    /// of stop 42: the keepalive asks every `session_timeout / 6`).
+    /// `None` when the server hides its `Uptime` (answers without the row; a read that
+    /// fails is an error): then only the identity is compared.
     pub started: Option<i64>,
 }
 
 impl ServerRun {
-    /// Another run than `self`: another server, or a start more than 2 s apart (both
-    /// readings round to the second; `Uptime` follows the server's clock, so a step of it
-    /// moves neither reading far).
+    /// Another run than `then` (the run the session registered on), as the join decides:
+    /// another server, or a start more than 2 s apart (both readings round to the second;
+    /// `Uptime` follows the server's clock, so a step of it moves neither reading far), or
+    /// a start time known then and missing now.
     pub fn other_than(&self, then: &ServerRun) -> bool {
+        self.id != then.id
+            || match (self.started, then.started) {
+                (Some(now), Some(then)) => (now - then).abs() > 2,
+                (None, Some(_)) => true,
+                (_, None) => false,
+            }
+    }
+
+    /// Another run for sure, as a standby's keepalive decides (every `session_timeout /
+    /// 6`): a start time missing now is no verdict, so that it never ends a session on
+    /// its own (the review of stop 42).
+    pub fn surely_other_than(&self, then: &ServerRun) -> bool {
         self.id != then.id
             || self
                 .started

@@ -271,7 +271,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
     let mut h = H::new();
     let j = h.session();
     h.feed(Event::ActiveChanged { record: n3.clone() });
-    h.feed(Event::ActiveConfirmed { epoch: 12 });
+    h.feed(Event::ActiveConfirmed { record: n3.clone() });
     let r = h.held(j, 20);
     let a = h.read(r, BreadcrumbView::Absent);
     assert!(
@@ -279,14 +279,18 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
         "{a:?}"
     );
     // But seen in this session from the lock's record alone (its breadcrumb never seen,
-    // or another epoch's confirmed): a restart may have forgotten the breadcrumb and kept
+    // or another epoch's or incarnation's confirmed): a restart may have forgotten the breadcrumb and kept
     // the lock (the review of stop 42), written back.
-    for confirmed in [None, Some(11)] {
+    for confirmed in [
+        None,
+        Some(record("n3", "inc-3", Some(11))),
+        Some(record("n3", "inc-4", Some(12))),
+    ] {
         let mut h = H::new();
         let j = h.session();
         h.feed(Event::ActiveChanged { record: n3.clone() });
-        if let Some(epoch) = confirmed {
-            h.feed(Event::ActiveConfirmed { epoch });
+        if let Some(record) = confirmed.clone() {
+            h.feed(Event::ActiveConfirmed { record });
         }
         let r = h.held(j, 20);
         let a = h.read(r, BreadcrumbView::Absent);
@@ -660,7 +664,7 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
         h.e.remembered(false).is_some(),
         "seen in this link, from the lock alone"
     );
-    h.feed(Event::ActiveConfirmed { epoch: 12 });
+    h.feed(Event::ActiveConfirmed { record: n3.clone() });
     assert_eq!(
         h.e.remembered(false),
         None,
@@ -689,7 +693,9 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
     h.feed(Event::ActiveChanged {
         record: record("n2", "inc-2", Some(13)),
     });
-    h.feed(Event::ActiveConfirmed { epoch: 13 });
+    h.feed(Event::ActiveConfirmed {
+        record: record("n2", "inc-2", Some(13)),
+    });
     assert_eq!(h.e.remembered(false), None);
 }
 
