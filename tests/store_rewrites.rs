@@ -26,12 +26,17 @@ fn node(id: &str) -> NodeRecord {
     }
 }
 
-/// The next event that is not `control`, within 15 s.
-async fn next_event(rx: &mut mpsc::UnboundedReceiver<StoreEvent>) -> Option<StoreEvent> {
+/// The next event that is not `control` nor `Confirmed` (kept in `confirmed`), within
+/// 15 s.
+async fn next_event(
+    rx: &mut mpsc::UnboundedReceiver<StoreEvent>,
+    confirmed: &mut Vec<NodeRecord>,
+) -> Option<StoreEvent> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
             Ok(Some(StoreEvent::Control(_))) => continue,
+            Ok(Some(StoreEvent::Confirmed(r))) => confirmed.push(r),
             Ok(got) => return got,
             Err(_) => return None,
         }
@@ -84,8 +89,9 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
             .await,
         WriteOutcome::Done
     );
+    let mut confirmed = Vec::new();
     assert_eq!(
-        next_event(&mut rx).await,
+        next_event(&mut rx, &mut confirmed).await,
         Some(StoreEvent::Active(commit.clone()))
     );
     for (rewrite, pid) in [(1, 4242), (2, 4343)] {
@@ -98,7 +104,7 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
         };
         assert_eq!(a.rewrite_own_breadcrumb(&rec).await, WriteOutcome::Done);
         assert_eq!(
-            next_event(&mut rx).await,
+            next_event(&mut rx, &mut confirmed).await,
             Some(StoreEvent::Rewritten(rec.clone())),
             "rewrite {rewrite}"
         );
@@ -108,12 +114,15 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
         loop {
             match rx.recv().await {
                 Some(StoreEvent::Control(_)) => continue,
+                Some(StoreEvent::Confirmed(r)) => confirmed.push(r),
                 other => return other,
             }
         }
     })
     .await;
     assert!(quiet.is_err(), "an event after the last rewrite: {quiet:?}");
+    // The breadcrumb of that epoch seen: confirmed once, as the commit's record.
+    assert_eq!(confirmed, vec![commit.clone()]);
 }
 
 fn settings(url: String, password: &str) -> StoreSettings {

@@ -919,6 +919,36 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
     cluster.assert_safe();
 }
 
+/// After a frozen active (its service `old` of epoch `e_old`) whose commit the store
+/// forgot: `winner` becomes active at a greater epoch, its service runs, the old service
+/// is gone (fenced first), and the winner's log says `why`.
+fn took_over_after_fencing(
+    cluster: &Cluster,
+    winner: &Node,
+    warden: &Warden,
+    old: &Run,
+    why: &str,
+) {
+    let id = winner.id.as_str();
+    let status = wait_for_status(&winner.config, secs(60), &format!("{id} is active"), |s| {
+        active_id(s).as_deref() == Some(id)
+    });
+    let e = active_epoch(&status).unwrap();
+    assert!(Some(e) > old.epoch, "{status:#}");
+    wait_until(secs(10), &format!("{id}'s service runs"), || {
+        winner
+            .last_run()
+            .is_some_and(|r| r.epoch == Some(e) && process_alive(r.pid))
+    });
+    assert!(
+        !process_alive(old.pid),
+        "the old service (pid {}) still runs beside {id}'s",
+        old.pid
+    );
+    warden.wait_for_log(why, secs(1));
+    cluster.assert_safe();
+}
+
 /// The simulation's seed 33926: the store restarted and forgot the active's commit (its
 /// breadcrumb and history entry) but kept its lock (a Redis crash between the lock's
 /// fsync and the commit's; a MySQL failover to a replica that had the one and not the
@@ -937,22 +967,13 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
     wardens[0].sigstop();
     db.restart();
     db.forget(&cluster.name, &["breadcrumb", "history"]);
-    let status = wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
-        active_id(s).as_deref() == Some("n2")
-    });
-    let e2 = active_epoch(&status).unwrap();
-    assert!(e2 > e1, "{status:#}");
-    wait_until(secs(10), "n2's service runs", || {
-        n2.last_run()
-            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
-    });
-    assert!(
-        !process_alive(old.pid),
-        "n1's service (pid {}) still runs beside n2's",
-        old.pid
+    took_over_after_fencing(
+        &cluster,
+        &n2,
+        &wardens[1],
+        &old,
+        "writing its breadcrumb back",
     );
-    wardens[1].wait_for_log("writing its breadcrumb back", secs(1));
-    cluster.assert_safe();
     wardens[0].sigcont();
 }
 
@@ -986,27 +1007,17 @@ fn an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced<S: TestS
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let wardens = start_active_then_standbys(&n1, &[]);
     let old = n1.last_run().unwrap();
-    let e1 = old.epoch.unwrap();
     wardens[0].sigstop();
     db.restart();
     db.forget(&cluster.name, &["breadcrumb", "history"]);
     let n2_warden = n2.start();
-    let status = wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
-        active_id(s).as_deref() == Some("n2")
-    });
-    let e2 = active_epoch(&status).unwrap();
-    assert!(e2 > e1, "{status:#}");
-    wait_until(secs(10), "n2's service runs", || {
-        n2.last_run()
-            .is_some_and(|r| r.epoch == Some(e2) && process_alive(r.pid))
-    });
-    assert!(
-        !process_alive(old.pid),
-        "n1's service (pid {}) still runs beside n2's",
-        old.pid
+    took_over_after_fencing(
+        &cluster,
+        &n2,
+        &n2_warden,
+        &old,
+        "writing its breadcrumb back",
     );
-    n2_warden.wait_for_log("writing its breadcrumb back", secs(1));
-    cluster.assert_safe();
     wardens[0].sigcont();
 }
 
@@ -1030,25 +1041,13 @@ fn only_a_standby_remembers<S: TestStore>(at_once: bool) {
         });
     }
     let n3_warden = n3.start();
-    let status = wait_for_status(&n3.config, secs(60), "n3 is active", |s| {
-        active_id(s).as_deref() == Some("n3")
-    });
-    let e3 = active_epoch(&status).unwrap();
-    assert!(e3 > e1, "{status:#}");
-    wait_until(secs(10), "n3's service runs", || {
-        n3.last_run()
-            .is_some_and(|r| r.epoch == Some(e3) && process_alive(r.pid))
-    });
-    assert!(
-        !process_alive(old.pid),
-        "n1's service (pid {}) still runs beside n3's",
-        old.pid
-    );
-    n3_warden.wait_for_log(
+    took_over_after_fencing(
+        &cluster,
+        &n3,
+        &n3_warden,
+        &old,
         "which n2 (its member record says so) saw n1 commit",
-        secs(1),
     );
-    cluster.assert_safe();
     wardens[0].sigcont();
 }
 
