@@ -919,6 +919,26 @@ fn a_session_that_outlived_a_store_restart_takes_no_lock<S: TestStore>() {
     cluster.assert_safe();
 }
 
+/// `active` promoted with `standbys` behind it (each having seen its epoch); then its
+/// warden is frozen (its service runs on) and the store restarts having forgotten
+/// `forget`. Returns the wardens (the active's first) and the active's service.
+fn freeze_active_and_forget<S: TestStore>(
+    db: &mut S,
+    cluster: &Cluster,
+    active: &Node,
+    standbys: &[&Node],
+    forget: &[&str],
+) -> (Vec<Warden>, Run) {
+    let wardens = start_active_then_standbys(active, standbys);
+    let old = active.last_run().unwrap();
+    let ids: Vec<&str> = standbys.iter().map(|n| n.id.as_str()).collect();
+    wait_seen(active, &ids, old.epoch.unwrap());
+    wardens[0].sigstop();
+    db.restart();
+    db.forget(&cluster.name, forget);
+    (wardens, old)
+}
+
 /// After a frozen active (its service `old` of epoch `e_old`) whose commit the store
 /// forgot: `winner` becomes active at a greater epoch, its service runs, the old service
 /// is gone (fenced first), and the winner's log says `why`.
@@ -960,13 +980,8 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
     let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let wardens = start_active_then_standbys(&n1, &[&n2]);
-    let old = n1.last_run().unwrap();
-    let e1 = old.epoch.unwrap();
-    wait_seen(&n1, &["n2"], e1);
-    wardens[0].sigstop();
-    db.restart();
-    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    let (wardens, old) =
+        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
     took_over_after_fencing(
         &cluster,
         &n2,
@@ -1005,11 +1020,8 @@ fn an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced<S: TestS
     let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let wardens = start_active_then_standbys(&n1, &[]);
-    let old = n1.last_run().unwrap();
-    wardens[0].sigstop();
-    db.restart();
-    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    let (wardens, old) =
+        freeze_active_and_forget(&mut db, &cluster, &n1, &[], &["breadcrumb", "history"]);
     let n2_warden = n2.start();
     took_over_after_fencing(
         &cluster,
@@ -1026,13 +1038,14 @@ fn only_a_standby_remembers<S: TestStore>(at_once: bool) {
     let cluster = cluster_on(&db);
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
     set_priority(&n2, 0);
-    let wardens = start_active_then_standbys(&n1, &[&n2]);
-    let old = n1.last_run().unwrap();
+    let (wardens, old) = freeze_active_and_forget(
+        &mut db,
+        &cluster,
+        &n1,
+        &[&n2],
+        &["breadcrumb", "history", "lock row"],
+    );
     let e1 = old.epoch.unwrap();
-    wait_seen(&n1, &["n2"], e1);
-    wardens[0].sigstop();
-    db.restart();
-    db.forget(&cluster.name, &["breadcrumb", "history", "lock row"]);
     if !at_once {
         wait_for_status(&n2.config, secs(30), "n2 says it saw n1 commit", |s| {
             member(s, "n2").is_some_and(|m| {

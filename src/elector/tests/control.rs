@@ -525,56 +525,43 @@ fn rule_6a_a_switchover_that_lapses_during_the_demote_is_called_off() {
 /// normally). It stands aside instead of committing.
 #[test]
 fn a_priority_0_node_whose_naming_request_lapsed_while_it_fenced_does_not_commit() {
-    let mut h = H::new();
-    h.e.cfg.priority = 0;
-    let named = ControlView {
-        paused: false,
-        failover: Some(FailoverView {
-            deadline: "2026-01-01T00:00:00Z".into(),
-            force: false,
-            from: "n2".into(),
-            to: Some("n1".into()),
-            lapses_at: h.now + Duration::from_secs(2),
-        }),
-    };
-    let a = h.feed(Event::SessionStarted {
-        granted: None,
-        control: named.clone(),
-    });
-    let j = H::ticket_of(&a);
-    let r = h.held(j, 4);
-    let a = h.read_all(
-        r,
-        ClusterState {
+    // Named, it wins the lock and reads the state while the request is pending: the old
+    // active's fence goes out. Returns the fence's ticket.
+    let fencing = |h: &mut H| {
+        h.e.cfg.priority = 0;
+        let named = ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                deadline: "2026-01-01T00:00:00Z".into(),
+                force: false,
+                from: "n2".into(),
+                to: Some("n1".into()),
+                lapses_at: h.now + Duration::from_secs(2),
+            }),
+        };
+        let a = h.feed(Event::SessionStarted {
+            granted: None,
             control: named.clone(),
-            ..state(BreadcrumbView::Record {
-                record: record("n2", "inc-2", Some(3)),
-                version: Version::new(3),
-            })
-        },
-    );
-    let f = H::ticket_of(&a);
-    assert!(matches!(a.as_slice(), [Action::Fence { .. }]), "{a:?}");
+        });
+        let r = h.held(H::ticket_of(&a), 4);
+        let a = h.read_all(
+            r,
+            ClusterState {
+                control: named,
+                ..state(BreadcrumbView::Record {
+                    record: record("n2", "inc-2", Some(3)),
+                    version: Version::new(3),
+                })
+            },
+        );
+        assert!(matches!(a.as_slice(), [Action::Fence { .. }]), "{a:?}");
+        H::ticket_of(&a)
+    };
     // Fenced in time: the commit goes out.
     let mut early = H::new();
-    early.e.cfg.priority = 0;
-    let a = early.feed(Event::SessionStarted {
-        granted: None,
-        control: named.clone(),
-    });
-    let r = early.held(H::ticket_of(&a), 4);
-    let a = early.read_all(
-        r,
-        ClusterState {
-            control: named.clone(),
-            ..state(BreadcrumbView::Record {
-                record: record("n2", "inc-2", Some(3)),
-                version: Version::new(3),
-            })
-        },
-    );
+    let f = fencing(&mut early);
     let a = early.feed(Event::FenceDone {
-        ticket: H::ticket_of(&a),
+        ticket: f,
         fenced: true,
         summary: "fenced".into(),
     });
@@ -582,6 +569,8 @@ fn a_priority_0_node_whose_naming_request_lapsed_while_it_fenced_does_not_commit
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
     );
+    let mut h = H::new();
+    let f = fencing(&mut h);
     // Fenced after the lapse: released, no commit.
     h.advance(Duration::from_secs(3));
     let a = h.feed_all(Event::FenceDone {
