@@ -157,8 +157,8 @@ pub struct Daemon<C: Connector, H: Host> {
     /// The leftover our member record names, as last published, and the task that
     /// watches for its end (spawn mode).
     published_leftover: Option<Epoch>,
-    /// The active our member record says this node remembers from an earlier link
-    /// ([`MemberRecord::remembers`]), as last published.
+    /// The active our member record says this node remembers
+    /// ([`MemberRecord::remembers`], from `Elector::remembered`), as last published.
     published_remembers: Option<record::Remembered>,
     leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].

@@ -423,7 +423,8 @@ pub struct MemberRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leftover: Option<NodeRecord>,
     /// The active this node saw commit in an earlier link with the store than its
-    /// current one (before a restart of the store, a reconnection): a store that forgot
+    /// current one (before a restart of the store, a reconnection), or in this link from
+    /// the lock's record alone, its breadcrumb not seen (`Elector::remembered`): a store that forgot
     /// that commit may keep no other trace of it, and the winner may be a node that never
     /// saw it (restarted meanwhile). Whoever wins the lock counts it as its own memory of
     /// an active (`Elector::forgotten_active`; the simulation's seed 308747).

@@ -140,7 +140,7 @@ pub struct ClusterState {
     pub history_by_node: std::collections::BTreeMap<String, Epoch>,
     /// Set only by [`Action::RestoreBreadcrumb`]: the remembered active's warden is alive
     /// and stepping or stepped down (see `Elector::forgotten_active`), so nothing was
-    /// written back.
+    /// written back. About the record that action named (`Elector::alive_checked`).
     pub remembered_alive: bool,
     /// Set only by [`Action::RestoreOwnBreadcrumb`]: this node's own service, which
     /// outlived its stop, is gone now (killed and verified, or demoted by the hook), so
