@@ -29,7 +29,9 @@ use crate::record::{
 };
 pub mod decide;
 
-use decide::{stuck_lock_stale, LockRow, MemberRow, Rows, ServerRun, StuckLock, Taking};
+use decide::{
+    stuck_lock_stale, LiveMember, LockRow, MemberRow, Rows, ServerRun, StuckLock, Taking,
+};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};
 use std::future::Future;
@@ -183,23 +185,20 @@ impl Connector for MysqlConnector {
             }
             Ok(Ok(())) => {}
         }
-        let t = Tables::new(&self.s.prefix);
-        let inner = Arc::new(Inner {
-            op_timeout: self.s.op_timeout(),
-            s: self.s.clone(),
+        let wire = Server {
             pool: self.pool.clone(),
-            t,
-            stuck: std::sync::Mutex::new(None),
-            run: std::sync::Mutex::new(None),
-            core: polled::Core::new(
-                super::random_session_id(),
-                self.s.session_timeout,
-                self.s.poll_interval,
-            ),
-        });
-        inner.upgrade_lock_table().await?;
-        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
-        Ok(MysqlSession { inner })
+            c: Arc::new(Ctx {
+                t: Tables::new(&self.s.prefix),
+                cluster: self.s.cluster.clone(),
+                exp: self.s.session_timeout.as_micros().min(i64::MAX as u128) as i64,
+            }),
+        };
+        wire.upgrade_lock_table(&self.s).await?;
+        Ok(MysqlSession::open(
+            wire,
+            self.s.clone(),
+            super::random_session_id(),
+        ))
     }
 }
 
@@ -253,7 +252,10 @@ impl Tables {
     }
 }
 
-/// The bound of a DDL statement batch (see [`Inner::run_ddl`]).
+/// The bound of a DDL statement batch: a table is created with fsyncs of its own and may
+/// wait for a metadata lock, which takes longer than a third of a short session timeout on
+/// a busy server (`warden init` failed so, "creating the tables got no answer within
+/// 666ms"). Each statement is idempotent, and no lock or lease waits on it.
 const DDL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A server error is a definite answer (the statement did not apply); everything else is
@@ -497,129 +499,153 @@ pub fn kept_seen(value: &[u8]) -> Option<Epoch> {
         .filter(|e| *e < super::MAX_KEPT_EPOCH)
 }
 
-/// A session: clones share it; it ends when the last clone is dropped.
-#[derive(Clone)]
-pub struct MysqlSession {
-    inner: Arc<Inner>,
+/// The work of one transaction on a wire's connection: its answer, and whether to commit
+/// (else it is rolled back).
+pub type Work<'c, T, E> = std::pin::Pin<Box<dyn Future<Output = Result<(T, bool), E>> + Send + 'c>>;
+
+/// Boxes a transaction's work (see [`Wire::transact`]).
+pub fn work<'c, T, E>(f: impl Future<Output = Result<(T, bool), E>> + Send + 'c) -> Work<'c, T, E> {
+    Box::pin(f)
 }
 
-impl std::fmt::Debug for MysqlSession {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MysqlSession({:#x})", self.inner.core.id)
-    }
-}
+/// Where the backend's statements run (issue 32 point 3): a server ([`Server`]), or the
+/// simulation's tables in memory (`tests/sim/mysql_wire.rs`). Everything the backend
+/// decides, in this file and in [`decide`], is written once over [`Rows`] and runs on
+/// both; outside it, in the wire: the SQL text of each statement, the connection and its
+/// pool, and the DDL.
+pub trait Wire: Send + Sync + 'static {
+    /// A connection inside one transaction.
+    type Conn: Rows<Error = Self::Error> + Send;
+    type Error: Send + 'static;
 
-struct Inner {
-    s: Arc<StoreSettings>,
-    pool: Pool,
-    t: Tables,
-    /// A live-looking lock row whose expiry lies further ahead than its holder's session
-    /// timeout, as first seen: see [`stuck_lock_stale`].
-    stuck: std::sync::Mutex<Option<StuckLock>>,
-    /// The run of the server this session first registered on (see [`ServerRun`]).
-    run: std::sync::Mutex<Option<ServerRun>>,
-    op_timeout: Duration,
-    /// The session's id, member, joins and loss, shared with the polled loops.
-    core: polled::Core,
-}
-
-impl Inner {
-    /// Runs `f` on a pooled connection within the operation timeout.
-    async fn run<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
+    /// Runs `f` in one transaction, committed when `f` says so, else rolled back; `doing`
+    /// names it. Unbounded: the caller bounds it.
+    fn transact<T, F>(
+        &self,
+        doing: &str,
+        f: F,
+    ) -> impl Future<Output = Result<T, Self::Error>> + Send
     where
-        F: FnOnce(mysql_async::Conn) -> Fut,
-        Fut: Future<Output = Result<T, mysql_async::Error>>,
-    {
-        self.run_within(self.op_timeout, doing, f).await
-    }
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut Self::Conn) -> Work<'c, T, Self::Error> + Send + 'static;
+
+    /// What an error of `doing` tells: a definite answer, or an unknown outcome.
+    fn classify(e: Self::Error, doing: &str) -> StoreError;
 
     /// Creates the tables that are missing, within `bound`.
+    fn create_tables(&self, bound: Duration)
+        -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// What a server's statements name: the tables, the cluster, the session timeout.
+struct Ctx {
+    t: Tables,
+    cluster: String,
+    /// The session timeout in microseconds: a lock row of an older warden, without
+    /// `expires_at`, expires this long after its renewal; a renewal adds it.
+    exp: i64,
+}
+
+/// The real wire: a server, through the connector's pool.
+#[derive(Clone)]
+pub struct Server {
+    pool: Pool,
+    c: Arc<Ctx>,
+}
+
+impl Wire for Server {
+    type Conn = SqlRows;
+    type Error = mysql_async::Error;
+
+    async fn transact<T, F>(&self, _doing: &str, f: F) -> Result<T, mysql_async::Error>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqlRows) -> Work<'c, T, mysql_async::Error> + Send + 'static,
+    {
+        let tx = self.pool.start_transaction(TxOpts::default()).await?;
+        let mut rows = SqlRows {
+            tx,
+            c: self.c.clone(),
+        };
+        let (answer, keep) = f(&mut rows).await?;
+        // Rolled back otherwise, on its way back to the pool.
+        if keep {
+            rows.tx.commit().await?;
+        }
+        Ok(answer)
+    }
+
+    fn classify(e: mysql_async::Error, doing: &str) -> StoreError {
+        classify(e, doing)
+    }
+
     async fn create_tables(&self, bound: Duration) -> Result<(), StoreError> {
-        let ddl = self.t.ddl();
-        self.run_within(bound, "creating the tables", |mut c| async move {
+        let ddl = self.c.t.ddl();
+        let work = async {
+            let mut c = self.pool.get_conn().await?;
             for statement in &ddl {
                 c.query_drop(statement).await?;
             }
             Ok(())
-        })
-        .await
-    }
-
-    /// [`Inner::run`] for DDL (`CREATE TABLE IF NOT EXISTS`, the `expires_at` column),
-    /// within [`DDL_TIMEOUT`]: a table is created with fsyncs of its own and may wait for
-    /// a metadata lock, which takes longer than a third of a short session timeout on a
-    /// busy server (`warden init` failed so, "creating the tables got no answer within
-    /// 666ms"). Each statement is idempotent, and no lock or lease waits on it.
-    async fn run_ddl<T, F, Fut>(&self, doing: &str, f: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(mysql_async::Conn) -> Fut,
-        Fut: Future<Output = Result<T, mysql_async::Error>>,
-    {
-        self.run_within(self.op_timeout.max(DDL_TIMEOUT), doing, f)
-            .await
-    }
-
-    async fn run_within<T, F, Fut>(
-        &self,
-        bound: Duration,
-        doing: &str,
-        f: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnOnce(mysql_async::Conn) -> Fut,
-        Fut: Future<Output = Result<T, mysql_async::Error>>,
-    {
-        let work = async {
-            let conn = self.pool.get_conn().await?;
-            f(conn).await
         };
-        match tokio::time::timeout(bound, work).await {
-            Err(_) => Err(StoreError::Unknown(format!(
-                "{doing} got no answer within {}",
-                humantime::format_duration(bound)
-            ))),
-            Ok(r) => r.map_err(|e| classify(e, doing)),
-        }
+        within(bound, "creating the tables", work).await
     }
+}
 
-    fn expiry_us(&self) -> i64 {
-        self.s.session_timeout.as_micros().min(i64::MAX as u128) as i64
+/// `work` within `bound`: no answer by then is an unknown outcome.
+async fn within<T>(
+    bound: Duration,
+    doing: &str,
+    work: impl Future<Output = Result<T, mysql_async::Error>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(bound, work).await {
+        Err(_) => Err(no_answer(doing, bound)),
+        Ok(r) => r.map_err(|e| classify(e, doing)),
     }
+}
 
+fn no_answer(doing: &str, bound: Duration) -> StoreError {
+    StoreError::Unknown(format!(
+        "{doing} got no answer within {}",
+        humantime::format_duration(bound)
+    ))
+}
+
+impl Server {
     /// Gives a lock table made by an older warden its `expires_at` column, as
     /// `ensure_cluster` makes missing tables: where the grants allow, else the error says
     /// what to run. Chosen over refusing to start: old and new wardens share the table
     /// during a rolling upgrade (the column is nullable), and nothing else needs doing.
-    async fn upgrade_lock_table(&self) -> Result<(), StoreError> {
-        let (t, name) = (&self.t, format!("{}lock", self.s.prefix));
+    /// Within [`DDL_TIMEOUT`] (see [`Server::create_tables`]'s callers).
+    async fn upgrade_lock_table(&self, s: &StoreSettings) -> Result<(), StoreError> {
+        let (t, name) = (&self.c.t, format!("{}lock", s.prefix));
         let alter = format!("ALTER TABLE {} ADD COLUMN {EXPIRES_AT_COLUMN}", t.lock);
-        let alter2 = alter.clone();
-        let added = self
-            .run_ddl(
-                "adding the expires_at column to the lock table",
-                |mut c| async move {
-                    let columns: Vec<String> = c
-                        .exec(
-                            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE \
-                             TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-                            (&name,),
-                        )
-                        .await?;
-                    // No table: `init` (or `ensure_cluster`) makes it whole.
-                    if columns.is_empty()
-                        || columns.iter().any(|c| c.eq_ignore_ascii_case("expires_at"))
-                    {
-                        return Ok(false);
-                    }
-                    match c.query_drop(alter2).await {
-                        Ok(()) => Ok(true),
-                        // Another warden added it meanwhile.
-                        Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(false),
-                        Err(e) => Err(e),
-                    }
-                },
-            )
-            .await;
+        let work = async {
+            let mut c = self.pool.get_conn().await?;
+            let columns: Vec<String> = c
+                .exec(
+                    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = \
+                     DATABASE() AND TABLE_NAME = ?",
+                    (&name,),
+                )
+                .await?;
+            // No table: `init` (or `ensure_cluster`) makes it whole.
+            if columns.is_empty() || columns.iter().any(|c| c.eq_ignore_ascii_case("expires_at")) {
+                return Ok(false);
+            }
+            match c.query_drop(alter.as_str()).await {
+                Ok(()) => Ok(true),
+                // Another warden added it meanwhile.
+                Err(mysql_async::Error::Server(e)) if e.code == 1060 => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        let added = within(
+            s.op_timeout().max(DDL_TIMEOUT),
+            "adding the expires_at column to the lock table",
+            work,
+        )
+        .await;
         match added {
             Ok(true) => {
                 tracing::info!(
@@ -640,166 +666,175 @@ impl Inner {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A session: clones share it; it ends when the last clone is dropped.
+pub struct MysqlSession<W: Wire = Server> {
+    inner: Arc<Inner<W>>,
+}
+
+impl<W: Wire> Clone for MysqlSession<W> {
+    fn clone(&self) -> Self {
+        MysqlSession {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<W: Wire> std::fmt::Debug for MysqlSession<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MysqlSession({:#x})", self.inner.core.id)
+    }
+}
+
+/// What a session remembers between its transactions (see [`decide::Memory`]), shared
+/// with the transactions' work, which owns what it uses.
+struct Remembered {
+    cluster: String,
+    lock_table: String,
+    epoch_table: String,
+    /// A live-looking lock row whose expiry lies further ahead than its holder's session
+    /// timeout, as first seen: see [`stuck_lock_stale`].
+    stuck: std::sync::Mutex<Option<StuckLock>>,
+    /// The run of the server this session first registered on (see [`ServerRun`]).
+    run: std::sync::Mutex<Option<ServerRun>>,
+}
+
+impl Remembered {
+    fn memory(&self) -> decide::Memory<'_> {
+        decide::Memory {
+            cluster: &self.cluster,
+            lock_table: &self.lock_table,
+            epoch_table: &self.epoch_table,
+            stuck: &self.stuck,
+            run: &self.run,
+        }
+    }
+
+    fn run_then(&self) -> Option<ServerRun> {
+        self.run.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+struct Inner<W: Wire> {
+    s: Arc<StoreSettings>,
+    wire: W,
+    /// The table names, for what the session says.
+    t: Tables,
+    mem: Arc<Remembered>,
+    op_timeout: Duration,
+    /// The session's id, member, joins and loss, shared with the polled loops.
+    core: polled::Core,
+}
+
+/// What a breadcrumb-changing transaction writes (see
+/// [`MysqlSession::with_lock_and_breadcrumb`]).
+enum CrumbWrite {
+    /// The row rewritten at the version checked, or made where it was absent.
+    Write(Vec<u8>),
+    Delete,
+}
+
+impl<W: Wire> Inner<W> {
+    /// Runs `f` in one transaction within the operation timeout.
+    async fn run<T, F>(&self, doing: &str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut W::Conn) -> Work<'c, T, W::Error> + Send + 'static,
+    {
+        match tokio::time::timeout(self.op_timeout, self.wire.transact(doing, f)).await {
+            Err(_) => Err(no_answer(doing, self.op_timeout)),
+            Ok(r) => r.map_err(|e| W::classify(e, doing)),
+        }
+    }
 
     /// The keepalive: gone when the member row no longer names this session; restarted
     /// when the lock is not this session's and the server is another run than the one
     /// the session registered on (`polled::Touched::Restarted`).
     async fn touch_rows(&self, node: &str) -> Result<Touched, StoreError> {
-        let (t, cluster, id, exp) = (
-            &self.t,
-            self.s.cluster.clone(),
-            self.core.id,
-            self.expiry_us(),
-        );
-        let then = self.run.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let node = node.to_string();
-        self.run("keeping the session alive", |mut c| async move {
-            c.exec_drop(
-                format!(
-                    "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND node_id = ? AND \
-                     session = ?",
-                    t.member
-                ),
-                (&cluster, &node, id),
-            )
-            .await?;
-            let mine = c.affected_rows() == 1;
-            // The lock row only while it names this session, looked at first with a read
-            // that takes no lock: an UPDATE examines the row whoever holds it and waits on
-            // its row lock, so a holder frozen inside a transaction made every standby's
-            // keepalive wait, and lose its session, with it.
-            let holder: Option<i64> = first(
-                &mut c,
-                format!("SELECT session FROM {} WHERE cluster = ?", t.lock),
-                (&cluster,),
-            )
-            .await?;
-            if !mine {
-                return Ok(Touched::Gone);
-            }
-            if holder == Some(id) {
-                c.exec_drop(
-                    format!(
-                        "UPDATE {} SET {LOCK_RENEWED} WHERE cluster = ? AND session = ?",
-                        t.lock
-                    ),
-                    (exp, &cluster, id),
-                )
-                .await?;
-            } else {
-                // (As the join: a session without a recorded run, which registration
-                // always records, counts as another run.)
-                let other = match &then {
-                    Some(then) => server_run(&mut c).await?.surely_other_than(then),
-                    None => true,
-                };
-                if other {
-                    return Ok(Touched::Restarted("the server's identity or start time"));
+        let (id, then, node) = (self.core.id, self.mem.run_then(), node.to_string());
+        self.run("keeping the session alive", move |c| {
+            work(async move {
+                let mine = c.renew_member(&node, id, None).await?;
+                // The lock row only while it names this session, looked at first with a
+                // read that takes no lock: an UPDATE examines the row whoever holds it and
+                // waits on its row lock, so a holder frozen inside a transaction made every
+                // standby's keepalive wait, and lose its session, with it.
+                let holder = c.lock_session(false).await?;
+                if !mine {
+                    return Ok((Touched::Gone, false));
                 }
-            }
-            Ok(Touched::Alive)
+                if holder == Some(id) {
+                    c.renew_lock(id, None).await?;
+                } else {
+                    // (As the join: a session without a recorded run, which registration
+                    // always records, counts as another run.)
+                    let other = match &then {
+                        Some(then) => c.server_run().await?.surely_other_than(then),
+                        None => true,
+                    };
+                    if other {
+                        return Ok((
+                            Touched::Restarted("the server's identity or start time"),
+                            false,
+                        ));
+                    }
+                }
+                Ok((Touched::Alive, true))
+            })
         })
         .await
     }
 
     /// The epoch counter's row as it is, garbage included (`None`: no row).
     async fn read_counter(&self) -> Result<Option<u64>, StoreError> {
-        let (t, cluster) = (&self.t, self.s.cluster.clone());
-        self.run("reading the epoch counter", |mut c| async move {
-            first(
-                &mut c,
-                format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
-                (&cluster,),
-            )
-            .await
+        self.run("reading the epoch counter", |c| {
+            work(async move { Ok((c.counter(false).await?, false)) })
         })
         .await
     }
 
     /// The lock row: (session, record, epoch, expired).
     async fn read_lock(&self) -> Result<Option<(i64, Vec<u8>, Epoch, bool)>, StoreError> {
-        let (t, cluster, exp) = (&self.t, self.s.cluster.clone(), self.expiry_us());
-        let cluster2 = cluster.clone();
         let row = self
-            .run("reading the lock", |mut c| async move {
-                first::<LockColumns, _, _>(
-                    &mut c,
-                    format!(
-                        "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
-                         TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
-                         INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
-                         COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} \
-                         WHERE cluster = ?",
-                        t.lock
-                    ),
-                    (exp, exp, exp, &cluster2),
-                )
-                .await
+            .run("reading the lock", |c| {
+                work(async move { Ok((c.lock(false).await?, false)) })
             })
             .await?;
         // A row too far ahead of the server's clock counts as expired once it has not
         // changed for its holder's session timeout (a standby then joins and takes it).
-        Ok(row.map(
-            |(session, record, epoch, expired, version, ahead, timeout)| {
-                let stale = !expired
-                    && stuck_lock_stale(
-                        &self.stuck,
-                        &t.lock,
-                        &cluster,
-                        (session, version),
-                        ahead,
-                        timeout,
-                    );
-                (session, record, epoch, expired || stale)
-            },
-        ))
+        Ok(row.map(|l| {
+            let stale = !l.expired
+                && stuck_lock_stale(
+                    &self.mem.stuck,
+                    &self.t.lock,
+                    &self.s.cluster,
+                    (l.session, l.version),
+                    l.ahead_us,
+                    l.timeout_us,
+                );
+            (l.session, l.record, l.epoch, l.expired || stale)
+        }))
     }
 
     /// SPEC §3a: one transaction takes an absent or expired lock and raises the epoch,
     /// unless the store lost data (no marker, or the counter below a member's
     /// `epoch_seen`): then nobody takes it, and the counter does not move.
     async fn try_lock(&self, me: &NodeRecord) -> Result<Taking, StoreError> {
-        let data = record::to_bytes(me);
-        let (t, cluster, exp, id) = (
-            &self.t,
-            self.s.cluster.as_str(),
-            self.expiry_us(),
-            self.core.id,
-        );
-        let m = self.memory();
-        self.run("taking the lock", |mut c| async move {
-            let mut tx = c.start_transaction(TxOpts::default()).await?;
-            let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
-            let (taking, keep) = decide::take_lock(&mut rows, &m, id, me, &data).await?;
-            finish(tx, keep).await?;
-            Ok(taking)
+        let (mem, id, me) = (self.mem.clone(), self.core.id, me.clone());
+        self.run("taking the lock", move |c| {
+            work(async move {
+                let data = record::to_bytes(&me);
+                decide::take_lock(c, &mem.memory(), id, &me, &data).await
+            })
         })
         .await
     }
 
-    /// What the deciding transactions remember and name (see [`decide::Memory`]).
-    fn memory(&self) -> decide::Memory<'_> {
-        decide::Memory {
-            cluster: &self.s.cluster,
-            lock_table: &self.t.lock,
-            epoch_table: &self.t.epoch,
-            stuck: &self.stuck,
-            run: &self.run,
-        }
-    }
-
     async fn get(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
-        let (t, cluster, name) = (&self.t, self.s.cluster.clone(), name.to_string());
-        self.run("reading", |mut c| async move {
-            first(
-                &mut c,
-                format!(
-                    "SELECT value, version FROM {} WHERE cluster = ? AND name = ?",
-                    t.kv
-                ),
-                (&cluster, &name),
-            )
-            .await
+        let name = name.to_string();
+        self.run("reading", move |c| {
+            work(async move { Ok((c.kv(&name, false).await?, false)) })
         })
         .await
     }
@@ -814,7 +849,7 @@ impl Inner {
     }
 }
 
-impl Polled for Inner {
+impl<W: Wire> Polled for Inner<W> {
     fn core(&self) -> &polled::Core {
         &self.core
     }
@@ -840,7 +875,7 @@ impl Polled for Inner {
     }
 }
 
-impl Items for MysqlSession {
+impl<W: Wire> Items for MysqlSession<W> {
     async fn get_item(&self, name: &str) -> Result<Option<(Vec<u8>, i64)>, StoreError> {
         self.inner.get(name).await
     }
@@ -851,36 +886,17 @@ impl Items for MysqlSession {
         data: &[u8],
         version: Option<i64>,
     ) -> Result<(), StoreError> {
-        let i = &self.inner;
-        let (t, cluster, name_s, data) =
-            (&i.t, i.s.cluster.clone(), name.to_string(), data.to_vec());
-        let done = i
-            .run("writing", |mut c| async move {
-                match version {
-                    Some(v) => {
-                        c.exec_drop(
-                            format!(
-                                "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = \
-                                 ? AND name = ? AND version = ?",
-                                t.kv
-                            ),
-                            (&data, &cluster, &name_s, v),
-                        )
-                        .await?;
-                    }
-                    None => {
-                        c.exec_drop(
-                            format!(
-                                "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES \
-                                 (?, ?, ?, 0)",
-                                t.kv
-                            ),
-                            (&cluster, &name_s, &data),
-                        )
-                        .await?;
-                    }
-                }
-                Ok(c.affected_rows() == 1)
+        let (n, data) = (name.to_string(), data.to_vec());
+        let done = self
+            .inner
+            .run("writing", move |c| {
+                work(async move {
+                    let done = match version {
+                        Some(v) => c.write_kv(&n, &data, Some(v)).await?,
+                        None => c.insert_kv_ignore(&n, &data).await?,
+                    };
+                    Ok((done, done))
+                })
             })
             .await?;
         if done {
@@ -888,7 +904,7 @@ impl Items for MysqlSession {
         } else {
             Err(StoreError::Rejected(format!(
                 "{} changed since it was read",
-                i.path(name)
+                self.inner.path(name)
             )))
         }
     }
@@ -898,7 +914,30 @@ impl Items for MysqlSession {
     }
 }
 
-impl MysqlSession {
+impl<W: Wire> MysqlSession<W> {
+    /// A session `id` on `wire`, its keepalive started (the caller checked that the
+    /// store answers).
+    pub fn open(wire: W, s: Arc<StoreSettings>, id: i64) -> MysqlSession<W> {
+        let t = Tables::new(&s.prefix);
+        let mem = Arc::new(Remembered {
+            cluster: s.cluster.clone(),
+            lock_table: t.lock.clone(),
+            epoch_table: t.epoch.clone(),
+            stuck: std::sync::Mutex::new(None),
+            run: std::sync::Mutex::new(None),
+        });
+        let inner = Arc::new(Inner {
+            op_timeout: s.op_timeout(),
+            core: polled::Core::new(id, s.session_timeout, s.poll_interval),
+            s,
+            wire,
+            t,
+            mem,
+        });
+        tokio::spawn(polled::keepalive(Arc::downgrade(&inner)));
+        MysqlSession { inner }
+    }
+
     /// What `snapshot` reads; `NotInitialized` when any table is missing.
     async fn read_snapshot(&self) -> Result<ClusterSnapshot, StoreError> {
         let i = &self.inner;
@@ -913,19 +952,9 @@ impl MysqlSession {
         let mut snap = ClusterSnapshot::of_lock(lock);
         snap.expired_lock_epoch = expired_lock_epoch;
         snap.add_items(i.get(BREADCRUMB).await?, i.get(CONTROL).await?);
-        let (t, cluster, exp) = (&i.t, i.s.cluster.clone(), i.expiry_us());
-        let rows: Vec<(String, i64, Vec<u8>)> = i
-            .run("listing members", |mut c| async move {
-                all(
-                    &mut c,
-                    format!(
-                        "SELECT node_id, session, record FROM {} WHERE cluster = ? AND \
-                         renewed_at >= NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
-                        t.member
-                    ),
-                    (&cluster, exp),
-                )
-                .await
+        let rows = i
+            .run("listing members", |c| {
+                work(async move { Ok((c.live_members().await?, false)) })
             })
             .await?;
         for (id, session, data) in rows {
@@ -935,10 +964,9 @@ impl MysqlSession {
         }
         snap.history = self.read_history().await?;
         snap.set_aside = self.set_aside().await?;
-        let cluster = i.s.cluster.clone();
         snap.kept_floor = i
-            .run("reading the floor", |mut c| async move {
-                read_floor(&mut c, t, &cluster).await
+            .run("reading the floor", |c| {
+                work(async move { Ok((c.floor(false).await?, false)) })
             })
             .await?;
         // A counter at or above 2^53 (or that cannot be read as a number) holds no epoch:
@@ -967,54 +995,37 @@ impl MysqlSession {
     }
 
     /// A breadcrumb-changing transaction: checks that this session holds the lock (when
-    /// `check_lock`) and that the breadcrumb is at `version` (`None`: absent), then runs
-    /// `write`'s statement. `Ok(false)`: a check failed.
+    /// `check_lock`) and that the breadcrumb is at `version` (`None`: absent), then
+    /// writes it. `Ok(false)`: a check failed.
     async fn with_lock_and_breadcrumb(
         &self,
         doing: &str,
         check_lock: bool,
         version: Option<i64>,
-        statement: String,
-        params: mysql_async::Params,
-        also: Option<(String, mysql_async::Params)>,
+        write: CrumbWrite,
     ) -> Result<bool, StoreError> {
-        let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
-        i.run(doing, |mut c| async move {
-            let mut tx = c.start_transaction(TxOpts::default()).await?;
-            if check_lock {
-                let holder: Option<i64> = first(
-                    &mut tx,
-                    format!(
-                        "SELECT session FROM {} WHERE cluster = ? FOR UPDATE",
-                        t.lock
-                    ),
-                    (&cluster,),
-                )
-                .await?;
-                if holder != Some(id) {
-                    return Ok(false);
-                }
-            }
-            let current = locked_version(&mut tx, &t.kv, &cluster, BREADCRUMB).await?;
-            if current != version {
-                return Ok(false);
-            }
-            if let Some((sql, p)) = also {
-                tx.exec_drop(sql, p).await?;
-            }
-            tx.exec_drop(statement, params).await?;
-            if tx.affected_rows() != 1 {
-                return Ok(false);
-            }
-            tx.commit().await?;
-            Ok(true)
-        })
-        .await
+        let id = self.inner.core.id;
+        self.inner
+            .run(doing, move |c| {
+                work(async move {
+                    if check_lock && c.lock_session(true).await? != Some(id) {
+                        return Ok((false, false));
+                    }
+                    if c.kv(BREADCRUMB, true).await?.map(|(_, v)| v) != version {
+                        return Ok((false, false));
+                    }
+                    let done = match write {
+                        CrumbWrite::Write(data) => c.write_kv(BREADCRUMB, &data, version).await?,
+                        CrumbWrite::Delete => c.delete_kv(BREADCRUMB, version).await?,
+                    };
+                    Ok((done, done))
+                })
+            })
+            .await
     }
 }
 
-impl Session for MysqlSession {
+impl<W: Wire> Session for MysqlSession<W> {
     fn id(&self) -> SessionId {
         SessionId(self.inner.core.id)
     }
@@ -1036,7 +1047,7 @@ impl Session for MysqlSession {
         match self.inner.get(MARKER).await {
             // Within the operation timeout: a daemon's session waits on it.
             Err(StoreError::NotInitialized(why)) => {
-                match self.inner.create_tables(self.inner.op_timeout).await {
+                match self.inner.wire.create_tables(self.inner.op_timeout).await {
                     Ok(_) => Ok(()),
                     Err(_) => Err(StoreError::NotInitialized(why)),
                 }
@@ -1063,90 +1074,65 @@ impl Session for MysqlSession {
         &self,
         node_id: &str,
     ) -> Result<Option<(SessionId, Result<MemberRecord, record::RecordError>)>, StoreError> {
-        let i = &self.inner;
-        let (t, cluster, exp, node) = (
-            &i.t,
-            i.s.cluster.clone(),
-            i.expiry_us(),
-            node_id.to_string(),
-        );
-        let row: Option<(i64, Vec<u8>, bool)> = i
-            .run("reading a member", |mut c| async move {
-                first(
-                    &mut c,
-                    format!(
-                        "SELECT session, record, renewed_at < NOW(6) - INTERVAL ? MICROSECOND \
-                         FROM {} WHERE cluster = ? AND node_id = ?",
-                        t.member
-                    ),
-                    (exp, &cluster, &node),
-                )
-                .await
+        let node = node_id.to_string();
+        let row = self
+            .inner
+            .run("reading a member", move |c| {
+                work(async move { Ok((c.member(&node, false).await?, false)) })
             })
             .await?;
         Ok(row
-            .filter(|(_, _, expired)| !expired)
-            .map(|(s, d, _)| (SessionId(s), record::parse(&d))))
+            .filter(|r| !r.expired)
+            .map(|r| (SessionId(r.session), record::parse(&r.record))))
     }
 
     async fn create_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, exp, id) = (&i.t, i.s.cluster.as_str(), i.expiry_us(), i.core.id);
-        let node = m.node.node_id.clone();
-        let data = record::to_bytes(m);
-        let m2 = i.memory();
+        let (mem, id, m2) = (i.mem.clone(), i.core.id, m.clone());
         let created = i
-            .run("registering this node", |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
-                let created = decide::register(&mut rows, &m2, id, m, &data).await?;
-                finish(tx, created).await?;
-                Ok(created)
+            .run("registering this node", move |c| {
+                work(async move {
+                    let data = record::to_bytes(&m2);
+                    let created = decide::register(c, &mem.memory(), id, &m2, &data).await?;
+                    Ok((created, created))
+                })
             })
             .await?;
+        let node = &m.node.node_id;
         if !created {
             return Err(StoreError::Rejected(format!(
                 "another live session holds the member row of {node}"
             )));
         }
-        i.core.registered(&node);
+        i.core.registered(node);
         Ok(())
     }
 
     async fn delete_member(&self, node_id: &str) -> Result<(), StoreError> {
-        let i = &self.inner;
-        let (t, cluster, node) = (&i.t, i.s.cluster.clone(), node_id.to_string());
-        i.run("deleting a stale member", |mut c| async move {
-            c.exec_drop(
-                format!("DELETE FROM {} WHERE cluster = ? AND node_id = ?", t.member),
-                (&cluster, &node),
-            )
+        let node = node_id.to_string();
+        self.inner
+            .run("deleting a stale member", move |c| {
+                work(async move {
+                    c.delete_member(&node).await?;
+                    Ok(((), true))
+                })
+            })
             .await
-        })
-        .await
     }
 
     async fn set_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
         let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
-        let (node, data) = (m.node.node_id.clone(), record::to_bytes(m));
+        let (id, node, data) = (i.core.id, m.node.node_id.clone(), record::to_bytes(m));
         let seen = m.node.epoch_seen;
         let done = i
-            .run("publishing the member record", |mut c| async move {
-                c.exec_drop(
-                    format!(
-                        "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
-                         node_id = ? AND session = ?",
-                        t.member
-                    ),
-                    (&data, &cluster, &node, id),
-                )
-                .await?;
-                let mine = c.affected_rows() == 1;
-                if mine {
-                    raise_seen(&mut c, t, &cluster, &node, seen).await?;
-                }
-                Ok(mine)
+            .run("publishing the member record", move |c| {
+                work(async move {
+                    let mine = c.renew_member(&node, id, Some(&data)).await?;
+                    if mine {
+                        decide::raise(c, &node, seen).await?;
+                    }
+                    Ok((mine, mine))
+                })
             })
             .await?;
         if done {
@@ -1200,12 +1186,11 @@ impl Session for MysqlSession {
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {
         let i = &self.inner;
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
         let (breadcrumb, history, seen) = tokio::join!(
             i.get(BREADCRUMB),
             self.read_history(),
-            i.run("reading the members' epochs", |mut c| async move {
-                Ok(read_floor(&mut c, t, &cluster).await?.map(|(e, _)| e))
+            i.run("reading the members' epochs", |c| {
+                work(async move { Ok((c.floor(false).await?.map(|(e, _)| e), false)) })
             })
         );
         let breadcrumb = items::breadcrumb_view(breadcrumb?);
@@ -1230,15 +1215,14 @@ impl Session for MysqlSession {
         control_version: Version,
     ) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id, exp) = (&i.t, i.s.cluster.as_str(), i.core.id, i.expiry_us());
+        let (id, crumb) = (i.core.id, breadcrumb.clone());
         let (bv, cv) = (breadcrumb_version.map(Version::get), control_version.get());
         outcome(
-            i.run("committing the promotion", |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
-                let done = decide::commit(&mut rows, id, breadcrumb, cv, bv).await?;
-                finish(tx, done).await?;
-                Ok(done)
+            i.run("committing the promotion", move |c| {
+                work(async move {
+                    let done = decide::commit(c, id, &crumb, cv, bv).await?;
+                    Ok((done, done))
+                })
             })
             .await,
         )
@@ -1246,39 +1230,30 @@ impl Session for MysqlSession {
 
     async fn renew(&self, member: &MemberRecord) -> WriteOutcome {
         let i = &self.inner;
-        let (t, cluster, id, exp) = (&i.t, i.s.cluster.as_str(), i.core.id, i.expiry_us());
-        let data = record::to_bytes(member);
+        let (id, m) = (i.core.id, member.clone());
         outcome(
-            i.run("renewing the lease", |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                let mut rows = SqlRows::new(&mut tx, t, cluster, exp);
-                let done = decide::renew(&mut rows, id, member, &data).await?;
-                finish(tx, done).await?;
-                Ok(done)
+            i.run("renewing the lease", move |c| {
+                work(async move {
+                    let data = record::to_bytes(&m);
+                    let done = decide::renew(c, id, &m, &data).await?;
+                    Ok((done, done))
+                })
             })
             .await,
         )
     }
 
     async fn rewrite_own_breadcrumb(&self, record: &NodeRecord) -> WriteOutcome {
-        let i = &self.inner;
         let v = match items::own_breadcrumb_version(self, record).await {
             Ok(v) => v,
             Err(outcome) => return outcome,
         };
-        let sql = format!(
-            "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name = ?",
-            i.t.kv
-        );
-        let params = (record::to_bytes(record), i.s.cluster.clone(), BREADCRUMB).into();
         outcome(
             self.with_lock_and_breadcrumb(
                 "recording the service",
                 true,
                 Some(v),
-                sql,
-                params,
-                None,
+                CrumbWrite::Write(record::to_bytes(record)),
             )
             .await,
         )
@@ -1289,32 +1264,12 @@ impl Session for MysqlSession {
         record: &NodeRecord,
         version: Option<Version>,
     ) -> WriteOutcome {
-        let i = &self.inner;
-        let data = record::to_bytes(record);
-        let (sql, params) = match version {
-            Some(_) => (
-                format!(
-                    "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name = ?",
-                    i.t.kv
-                ),
-                (data, i.s.cluster.clone(), BREADCRUMB).into(),
-            ),
-            None => (
-                format!(
-                    "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
-                    i.t.kv
-                ),
-                (i.s.cluster.clone(), BREADCRUMB, data).into(),
-            ),
-        };
         outcome(
             self.with_lock_and_breadcrumb(
                 "restoring the breadcrumb",
                 true,
                 version.map(|v| v.get()),
-                sql,
-                params,
-                None,
+                CrumbWrite::Write(record::to_bytes(record)),
             )
             .await,
         )
@@ -1325,17 +1280,12 @@ impl Session for MysqlSession {
         version: Version,
         check_lock: bool,
     ) -> Result<(), StoreError> {
-        let i = &self.inner;
-        let sql = format!("DELETE FROM {} WHERE cluster = ? AND name = ?", i.t.kv);
-        let params = (i.s.cluster.clone(), BREADCRUMB).into();
         let done = self
             .with_lock_and_breadcrumb(
                 "deleting the breadcrumb",
                 check_lock,
                 Some(version.get()),
-                sql,
-                params,
-                None,
+                CrumbWrite::Delete,
             )
             .await?;
         if done {
@@ -1346,35 +1296,24 @@ impl Session for MysqlSession {
     }
 
     async fn release(&self) -> Result<(), StoreError> {
-        let i = &self.inner;
-        let (t, cluster, id) = (&i.t, i.s.cluster.clone(), i.core.id);
-        i.run("releasing the lock", |mut c| async move {
-            c.exec_drop(
-                format!("DELETE FROM {} WHERE cluster = ? AND session = ?", t.lock),
-                (&cluster, id),
-            )
+        let id = self.inner.core.id;
+        self.inner
+            .run("releasing the lock", move |c| {
+                work(async move {
+                    c.delete_lock(id).await?;
+                    Ok(((), true))
+                })
+            })
             .await
-        })
-        .await
     }
 
     items::session_methods_on_items!();
 
     async fn set_aside(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
-        let pattern = format!("{SET_ASIDE_PREFIX}%");
-        let names: Vec<String> = i
-            .run("listing set-aside histories", |mut c| async move {
-                all(
-                    &mut c,
-                    format!(
-                        "SELECT name FROM {} WHERE cluster = ? AND name LIKE ? ORDER BY name",
-                        t.kv
-                    ),
-                    (&cluster, &pattern),
-                )
-                .await
+        let names = i
+            .run("listing set-aside histories", |c| {
+                work(async move { Ok((c.kv_names(SET_ASIDE_PREFIX).await?, false)) })
             })
             .await?;
         Ok(names.iter().map(|n| i.path(n)).collect())
@@ -1408,7 +1347,7 @@ impl Session for MysqlSession {
 
     async fn init(&self) -> Result<Vec<String>, StoreError> {
         let i = &self.inner;
-        i.create_tables(i.op_timeout.max(DDL_TIMEOUT)).await?;
+        i.wire.create_tables(i.op_timeout.max(DDL_TIMEOUT)).await?;
         Ok(vec![format!(
             "the {}lock, epoch, member and kv tables exist",
             i.s.prefix
@@ -1417,53 +1356,18 @@ impl Session for MysqlSession {
 
     async fn write_marker(&self, floor: Option<Epoch>) -> Result<Option<String>, StoreError> {
         let i = &self.inner;
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
         // Names the column a failure is most likely about (its type changed: issue 31).
         let doing = format!(
             "writing the init marker and the epoch counter (column epoch of table {})",
-            t.epoch
+            i.t.epoch
         );
         let epoch = i
-            .run(&doing, |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                tx.exec_drop(
-                    format!(
-                        "INSERT IGNORE INTO {} (cluster, epoch) VALUES (?, 0)",
-                        t.epoch
-                    ),
-                    (&cluster,),
-                )
-                .await?;
-                if let Some(floor) = floor {
-                    tx.exec_drop(
-                        format!(
-                            "UPDATE {} SET epoch = IF(epoch >= ?, ?, GREATEST(epoch, ?)) WHERE \
-                             cluster = ?",
-                            t.epoch
-                        ),
-                        // A counter at or above 2^53 holds no epoch a counter gives
-                        // (garbage, or next to overflowing): replaced, never kept.
-                        (super::MAX_KEPT_EPOCH, floor, floor, &cluster),
-                    )
-                    .await?;
-                }
-                tx.exec_drop(
-                    format!(
-                        "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES (?, ?, ?, \
-                         0)",
-                        t.kv
-                    ),
-                    (&cluster, MARKER, b"{}".to_vec()),
-                )
-                .await?;
-                let epoch: Option<u64> = first(
-                    &mut tx,
-                    format!("SELECT epoch FROM {} WHERE cluster = ?", t.epoch),
-                    (&cluster,),
-                )
-                .await?;
-                tx.commit().await?;
-                Ok(epoch.unwrap_or_default())
+            .run(&doing, move |c| {
+                work(async move {
+                    c.init_counter(floor).await?;
+                    c.insert_kv_ignore(MARKER, b"{}").await?;
+                    Ok((c.counter(false).await?.unwrap_or_default(), true))
+                })
             })
             .await?;
         Ok(Some(format!(
@@ -1477,33 +1381,24 @@ impl Session for MysqlSession {
         breadcrumb: Option<Version>,
         control: Option<Version>,
     ) -> Result<(), StoreError> {
-        let i = &self.inner;
-        let (t, cluster) = (&i.t, i.s.cluster.clone());
-        let doomed: Vec<(&'static str, i64)> = [(BREADCRUMB, breadcrumb), (CONTROL, control)]
+        let doomed: Vec<(String, i64)> = [(BREADCRUMB, breadcrumb), (CONTROL, control)]
             .into_iter()
-            .filter_map(|(n, v)| v.map(|v| (n, v.get())))
+            .filter_map(|(n, v)| v.map(|v| (n.to_string(), v.get())))
             .collect();
         if doomed.is_empty() {
             return Ok(());
         }
-        let done = i
-            .run("deleting the takeover state", |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                for (name, v) in &doomed {
-                    tx.exec_drop(
-                        format!(
-                            "DELETE FROM {} WHERE cluster = ? AND name = ? AND version = ?",
-                            t.kv
-                        ),
-                        (&cluster, *name, *v),
-                    )
-                    .await?;
-                    if tx.affected_rows() != 1 {
-                        return Ok(false);
+        let done = self
+            .inner
+            .run("deleting the takeover state", move |c| {
+                work(async move {
+                    for (name, v) in &doomed {
+                        if !c.delete_kv(name, Some(*v)).await? {
+                            return Ok((false, false));
+                        }
                     }
-                }
-                tx.commit().await?;
-                Ok(true)
+                    Ok((true, true))
+                })
             })
             .await?;
         if done {
@@ -1517,14 +1412,13 @@ impl Session for MysqlSession {
 
     async fn current_epoch(&self) -> Result<Epoch, StoreError> {
         let i = &self.inner;
-        let t = &i.t;
         match i.read_counter().await? {
             None => Err(items::no_epoch_counter(&i.s.cluster)),
             Some(e) if e < super::MAX_KEPT_EPOCH => Ok(e),
             Some(e) => Err(StoreError::Rejected(format!(
                 "the epoch counter of cluster {} (table {}) is at {e}, above any epoch a \
                  counter gives (2^53): run `warden init --force`, which replaces it",
-                i.s.cluster, t.epoch
+                i.s.cluster, i.t.epoch
             ))),
         }
     }
@@ -1538,31 +1432,14 @@ impl Session for MysqlSession {
             return Ok(None);
         };
         let copy = items::set_aside_name("old");
-        let (t, cluster, copy2) = (&i.t, i.s.cluster.clone(), copy.clone());
+        let copy2 = copy.clone();
         let done = i
-            .run("moving history aside", |mut c| async move {
-                let mut tx = c.start_transaction(TxOpts::default()).await?;
-                tx.exec_drop(
-                    format!(
-                        "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
-                        t.kv
-                    ),
-                    (&cluster, &copy2, &data),
-                )
-                .await?;
-                tx.exec_drop(
-                    format!(
-                        "DELETE FROM {} WHERE cluster = ? AND name = ? AND version = ?",
-                        t.kv
-                    ),
-                    (&cluster, HISTORY, v),
-                )
-                .await?;
-                if tx.affected_rows() != 1 {
-                    return Ok(false);
-                }
-                tx.commit().await?;
-                Ok(true)
+            .run("moving history aside", move |c| {
+                work(async move {
+                    c.write_kv(&copy2, &data, None).await?;
+                    let moved = c.delete_kv(HISTORY, Some(v)).await?;
+                    Ok((moved, moved))
+                })
             })
             .await?;
         if !done {
@@ -1575,65 +1452,40 @@ impl Session for MysqlSession {
     }
 }
 
-/// Commits `tx` when `keep`, else rolls it back (on drop).
-async fn finish(tx: mysql_async::Transaction<'_>, keep: bool) -> Result<(), mysql_async::Error> {
-    if keep {
-        tx.commit().await?;
-    }
-    Ok(())
-}
-
-/// The deciding transactions' rows ([`decide::Rows`]) in a server's transaction: one
+/// The backend's statements ([`Rows`]) on a server, inside one of its transactions: one
 /// statement each.
-struct SqlRows<'a, 'c> {
-    tx: &'a mut mysql_async::Transaction<'c>,
-    t: &'a Tables,
-    cluster: &'a str,
-    /// This session's timeout in microseconds: a lock row of an older warden, without
-    /// `expires_at`, expires this long after its renewal; a renewal adds it.
-    exp: i64,
+pub struct SqlRows {
+    tx: mysql_async::Transaction<'static>,
+    c: Arc<Ctx>,
 }
 
-impl<'a, 'c> SqlRows<'a, 'c> {
-    fn new(
-        tx: &'a mut mysql_async::Transaction<'c>,
-        t: &'a Tables,
-        cluster: &'a str,
-        exp: i64,
-    ) -> SqlRows<'a, 'c> {
-        SqlRows {
-            tx,
-            t,
-            cluster,
-            exp,
-        }
-    }
-}
-
-impl Rows for SqlRows<'_, '_> {
+impl Rows for SqlRows {
     type Error = mysql_async::Error;
 
     async fn member_session(&mut self, node: &str) -> Result<Option<i64>, Self::Error> {
+        let c = &*self.c;
         first(
-            self.tx,
+            &mut self.tx,
             format!(
                 "SELECT session FROM {} WHERE cluster = ? AND node_id = ?",
-                self.t.member
+                c.t.member
             ),
-            (self.cluster, node),
+            (&c.cluster, node),
         )
         .await
     }
 
-    async fn member_for_update(&mut self, node: &str) -> Result<Option<MemberRow>, Self::Error> {
+    async fn member(&mut self, node: &str, locked: bool) -> Result<Option<MemberRow>, Self::Error> {
+        let c = &*self.c;
         let row: Option<(i64, bool, Vec<u8>)> = first(
-            self.tx,
+            &mut self.tx,
             format!(
                 "SELECT session, renewed_at < NOW(6) - INTERVAL ? MICROSECOND, record FROM {} \
-                 WHERE cluster = ? AND node_id = ? FOR UPDATE",
-                self.t.member
+                 WHERE cluster = ? AND node_id = ?{}",
+                c.t.member,
+                for_update(locked)
             ),
-            (self.exp, self.cluster, node),
+            (c.exp, &c.cluster, node),
         )
         .await?;
         Ok(row.map(|(session, expired, record)| MemberRow {
@@ -1643,20 +1495,35 @@ impl Rows for SqlRows<'_, '_> {
         }))
     }
 
+    async fn live_members(&mut self) -> Result<Vec<LiveMember>, Self::Error> {
+        let c = &*self.c;
+        all(
+            &mut self.tx,
+            format!(
+                "SELECT node_id, session, record FROM {} WHERE cluster = ? AND renewed_at >= \
+                 NOW(6) - INTERVAL ? MICROSECOND ORDER BY node_id",
+                c.t.member
+            ),
+            (&c.cluster, c.exp),
+        )
+        .await
+    }
+
     async fn replace_member(
         &mut self,
         node: &str,
         session: i64,
         record: &[u8],
     ) -> Result<(), Self::Error> {
+        let c = &*self.c;
         self.tx
             .exec_drop(
                 format!(
                     "REPLACE INTO {} (cluster, node_id, session, record, renewed_at) VALUES \
                      (?, ?, ?, ?, NOW(6))",
-                    self.t.member
+                    c.t.member
                 ),
-                (self.cluster, node, session, record),
+                (&c.cluster, node, session, record),
             )
             .await
     }
@@ -1665,37 +1532,68 @@ impl Rows for SqlRows<'_, '_> {
         &mut self,
         node: &str,
         session: i64,
-        record: &[u8],
+        record: Option<&[u8]>,
     ) -> Result<bool, Self::Error> {
-        self.tx
-            .exec_drop(
-                format!(
-                    "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? AND \
-                     node_id = ? AND session = ?",
-                    self.t.member
-                ),
-                (record, self.cluster, node, session),
-            )
-            .await?;
+        let c = &*self.c;
+        match record {
+            Some(record) => {
+                self.tx
+                    .exec_drop(
+                        format!(
+                            "UPDATE {} SET record = ?, renewed_at = NOW(6) WHERE cluster = ? \
+                             AND node_id = ? AND session = ?",
+                            c.t.member
+                        ),
+                        (record, &c.cluster, node, session),
+                    )
+                    .await?
+            }
+            None => {
+                self.tx
+                    .exec_drop(
+                        format!(
+                            "UPDATE {} SET renewed_at = NOW(6) WHERE cluster = ? AND node_id = \
+                             ? AND session = ?",
+                            c.t.member
+                        ),
+                        (&c.cluster, node, session),
+                    )
+                    .await?
+            }
+        }
         Ok(self.tx.affected_rows() == 1)
     }
 
-    async fn lock_for_update(&mut self) -> Result<Option<LockRow>, Self::Error> {
+    async fn delete_member(&mut self, node: &str) -> Result<(), Self::Error> {
+        let c = &*self.c;
+        self.tx
+            .exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE cluster = ? AND node_id = ?",
+                    c.t.member
+                ),
+                (&c.cluster, node),
+            )
+            .await
+    }
+
+    async fn lock(&mut self, locked: bool) -> Result<Option<LockRow>, Self::Error> {
         // With the row: its version (bumped by every renewal), how far its expiry lies
         // ahead of the server's clock, and the holder's own session timeout (what it adds
         // to renewed_at to make expires_at), in microseconds.
-        let exp = self.exp;
+        let c = &*self.c;
         let row: Option<LockColumns> = first(
-            self.tx,
+            &mut self.tx,
             format!(
                 "SELECT session, record, epoch, {LOCK_EXPIRED}, version, \
                  TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(expires_at, renewed_at + \
                  INTERVAL ? MICROSECOND)), TIMESTAMPDIFF(MICROSECOND, renewed_at, \
                  COALESCE(expires_at, renewed_at + INTERVAL ? MICROSECOND)) FROM {} WHERE \
-                 cluster = ? FOR UPDATE",
-                self.t.lock
+                 cluster = ?{}",
+                c.t.lock,
+                for_update(locked)
             ),
-            (exp, exp, exp, self.cluster),
+            (c.exp, c.exp, c.exp, &c.cluster),
         )
         .await?;
         Ok(row.map(
@@ -1711,30 +1609,42 @@ impl Rows for SqlRows<'_, '_> {
         ))
     }
 
+    async fn lock_session(&mut self, locked: bool) -> Result<Option<i64>, Self::Error> {
+        let c = &*self.c;
+        first(
+            &mut self.tx,
+            format!(
+                "SELECT session FROM {} WHERE cluster = ?{}",
+                c.t.lock,
+                for_update(locked)
+            ),
+            (&c.cluster,),
+        )
+        .await
+    }
+
     async fn renew_lock(
         &mut self,
         session: i64,
         record: Option<&[u8]>,
     ) -> Result<bool, Self::Error> {
+        let c = &*self.c;
         let sql = |set_record: &str| {
             format!(
                 "UPDATE {} SET {set_record}{NEXT_VERSION}, {LOCK_RENEWED} WHERE cluster = ? AND \
                  session = ?",
-                self.t.lock
+                c.t.lock
             )
         };
         match record {
             Some(record) => {
                 self.tx
-                    .exec_drop(
-                        sql("record = ?, "),
-                        (record, self.exp, self.cluster, session),
-                    )
+                    .exec_drop(sql("record = ?, "), (record, c.exp, &c.cluster, session))
                     .await?
             }
             None => {
                 self.tx
-                    .exec_drop(sql(""), (self.exp, self.cluster, session))
+                    .exec_drop(sql(""), (c.exp, &c.cluster, session))
                     .await?
             }
         }
@@ -1747,38 +1657,52 @@ impl Rows for SqlRows<'_, '_> {
         record: &[u8],
         epoch: Epoch,
     ) -> Result<(), Self::Error> {
+        let c = &*self.c;
         self.tx
             .exec_drop(
                 format!(
                     "REPLACE INTO {} (cluster, session, record, epoch, version, renewed_at, \
                      expires_at) VALUES (?, ?, ?, ?, 0, NOW(6), NOW(6) + INTERVAL ? MICROSECOND)",
-                    self.t.lock
+                    c.t.lock
                 ),
-                (self.cluster, session, record, epoch, self.exp),
+                (&c.cluster, session, record, epoch, c.exp),
             )
             .await
     }
 
-    async fn counter_for_update(&mut self) -> Result<Option<u64>, Self::Error> {
+    async fn delete_lock(&mut self, session: i64) -> Result<(), Self::Error> {
+        let c = &*self.c;
+        self.tx
+            .exec_drop(
+                format!("DELETE FROM {} WHERE cluster = ? AND session = ?", c.t.lock),
+                (&c.cluster, session),
+            )
+            .await
+    }
+
+    async fn counter(&mut self, locked: bool) -> Result<Option<u64>, Self::Error> {
+        let c = &*self.c;
         first(
-            self.tx,
+            &mut self.tx,
             format!(
-                "SELECT epoch FROM {} WHERE cluster = ? FOR UPDATE",
-                self.t.epoch
+                "SELECT epoch FROM {} WHERE cluster = ?{}",
+                c.t.epoch,
+                for_update(locked)
             ),
-            (self.cluster,),
+            (&c.cluster,),
         )
         .await
     }
 
     async fn next_epoch(&mut self) -> Result<Epoch, Self::Error> {
+        let c = &*self.c;
         self.tx
             .exec_drop(
                 format!(
                     "UPDATE {} SET epoch = LAST_INSERT_ID(epoch + 1) WHERE cluster = ?",
-                    self.t.epoch
+                    c.t.epoch
                 ),
-                (self.cluster,),
+                (&c.cluster,),
             )
             .await?;
         Ok(self
@@ -1788,39 +1712,76 @@ impl Rows for SqlRows<'_, '_> {
             .unwrap_or_default())
     }
 
+    async fn init_counter(&mut self, floor: Option<Epoch>) -> Result<(), Self::Error> {
+        let c = &*self.c;
+        self.tx
+            .exec_drop(
+                format!(
+                    "INSERT IGNORE INTO {} (cluster, epoch) VALUES (?, 0)",
+                    c.t.epoch
+                ),
+                (&c.cluster,),
+            )
+            .await?;
+        if let Some(floor) = floor {
+            self.tx
+                .exec_drop(
+                    format!(
+                        "UPDATE {} SET epoch = IF(epoch >= ?, ?, GREATEST(epoch, ?)) WHERE \
+                         cluster = ?",
+                        c.t.epoch
+                    ),
+                    // A counter at or above 2^53 holds no epoch a counter gives (garbage,
+                    // or next to overflowing): replaced, never kept.
+                    (super::MAX_KEPT_EPOCH, floor, floor, &c.cluster),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn marker(&mut self) -> Result<bool, Self::Error> {
+        let c = &*self.c;
         let version: Option<i64> = first(
-            self.tx,
+            &mut self.tx,
             format!(
                 "SELECT version FROM {} WHERE cluster = ? AND name = ?",
-                self.t.kv
+                c.t.kv
             ),
-            (self.cluster, MARKER),
+            (&c.cluster, MARKER),
         )
         .await?;
         Ok(version.is_some())
     }
 
     async fn raise_seen(&mut self, node: &str, epoch: Epoch) -> Result<(), Self::Error> {
-        raise_seen(self.tx, self.t, self.cluster, node, Some(epoch)).await
+        let c = &*self.c;
+        raise_seen(&mut self.tx, &c.t, &c.cluster, node, Some(epoch)).await
     }
 
     async fn floor(&mut self, locked: bool) -> Result<Option<(Epoch, String)>, Self::Error> {
+        let c = &*self.c;
         if locked {
-            read_floor_locked(self.tx, self.t, self.cluster).await
+            read_floor_locked(&mut self.tx, &c.t, &c.cluster).await
         } else {
-            read_floor(self.tx, self.t, self.cluster).await
+            read_floor(&mut self.tx, &c.t, &c.cluster).await
         }
     }
 
-    async fn kv_for_update(&mut self, name: &str) -> Result<Option<(Vec<u8>, i64)>, Self::Error> {
+    async fn kv(
+        &mut self,
+        name: &str,
+        locked: bool,
+    ) -> Result<Option<(Vec<u8>, i64)>, Self::Error> {
+        let c = &*self.c;
         first(
-            self.tx,
+            &mut self.tx,
             format!(
-                "SELECT value, version FROM {} WHERE cluster = ? AND name = ? FOR UPDATE",
-                self.t.kv
+                "SELECT value, version FROM {} WHERE cluster = ? AND name = ?{}",
+                c.t.kv,
+                for_update(locked)
             ),
-            (self.cluster, name),
+            (&c.cluster, name),
         )
         .await
     }
@@ -1830,7 +1791,8 @@ impl Rows for SqlRows<'_, '_> {
         name: &str,
         data: &[u8],
         version: Option<i64>,
-    ) -> Result<(), Self::Error> {
+    ) -> Result<bool, Self::Error> {
+        let c = &*self.c;
         match version {
             Some(v) => {
                 self.tx
@@ -1838,28 +1800,91 @@ impl Rows for SqlRows<'_, '_> {
                         format!(
                             "UPDATE {} SET value = ?, {NEXT_VERSION} WHERE cluster = ? AND name \
                              = ? AND version = ?",
-                            self.t.kv
+                            c.t.kv
                         ),
-                        (data, self.cluster, name, v),
+                        (data, &c.cluster, name, v),
                     )
-                    .await
+                    .await?
             }
             None => {
                 self.tx
                     .exec_drop(
                         format!(
                             "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
-                            self.t.kv
+                            c.t.kv
                         ),
-                        (self.cluster, name, data),
+                        (&c.cluster, name, data),
                     )
-                    .await
+                    .await?
             }
         }
+        Ok(self.tx.affected_rows() == 1)
+    }
+
+    async fn insert_kv_ignore(&mut self, name: &str, data: &[u8]) -> Result<bool, Self::Error> {
+        let c = &*self.c;
+        self.tx
+            .exec_drop(
+                format!(
+                    "INSERT IGNORE INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0)",
+                    c.t.kv
+                ),
+                (&c.cluster, name, data),
+            )
+            .await?;
+        Ok(self.tx.affected_rows() == 1)
+    }
+
+    async fn delete_kv(&mut self, name: &str, version: Option<i64>) -> Result<bool, Self::Error> {
+        let c = &*self.c;
+        match version {
+            Some(v) => {
+                self.tx
+                    .exec_drop(
+                        format!(
+                            "DELETE FROM {} WHERE cluster = ? AND name = ? AND version = ?",
+                            c.t.kv
+                        ),
+                        (&c.cluster, name, v),
+                    )
+                    .await?
+            }
+            None => {
+                self.tx
+                    .exec_drop(
+                        format!("DELETE FROM {} WHERE cluster = ? AND name = ?", c.t.kv),
+                        (&c.cluster, name),
+                    )
+                    .await?
+            }
+        }
+        Ok(self.tx.affected_rows() == 1)
+    }
+
+    async fn kv_names(&mut self, prefix: &str) -> Result<Vec<String>, Self::Error> {
+        let c = &*self.c;
+        all(
+            &mut self.tx,
+            format!(
+                "SELECT name FROM {} WHERE cluster = ? AND name LIKE ? ORDER BY name",
+                c.t.kv
+            ),
+            (&c.cluster, format!("{prefix}%")),
+        )
+        .await
     }
 
     async fn server_run(&mut self) -> Result<ServerRun, Self::Error> {
-        server_run(&mut *self.tx).await
+        server_run(&mut self.tx).await
+    }
+}
+
+/// The locking clause of a read that locks.
+fn for_update(locked: bool) -> &'static str {
+    if locked {
+        " FOR UPDATE"
+    } else {
+        ""
     }
 }
 
@@ -1878,22 +1903,6 @@ async fn server_run<Q: Queryable>(q: &mut Q) -> Result<ServerRun, mysql_async::E
         .and_then(|(_, v)| v.parse::<i64>().ok())
         .map(|up| now - up);
     Ok(ServerRun { id, started })
-}
-
-/// The version of row `name` of the kv table `kv` (`None`: absent), locked until the end
-/// of the transaction `tx`: what every compare-and-set here checks first.
-async fn locked_version(
-    tx: &mut mysql_async::Transaction<'_>,
-    kv: &str,
-    cluster: &str,
-    name: &str,
-) -> Result<Option<i64>, mysql_async::Error> {
-    first(
-        tx,
-        format!("SELECT version FROM {kv} WHERE cluster = ? AND name = ? FOR UPDATE"),
-        (cluster, name),
-    )
-    .await
 }
 
 #[cfg(test)]

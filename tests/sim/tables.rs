@@ -10,7 +10,7 @@
 //! which the caller gives: the simulation's store clock, drifting and stepped.
 
 use std::collections::BTreeMap;
-use warden::coord::mysql::decide::{LockRow, MemberRow, Rows, ServerRun};
+use warden::coord::mysql::decide::{LiveMember, LockRow, MemberRow, Rows, ServerRun};
 use warden::coord::mysql::kept_seen;
 use warden::record::{self, Epoch, MemberRecord};
 
@@ -133,7 +133,7 @@ impl Rows for Tx {
         Ok(self.work.members.get(node).map(|m| m.session))
     }
 
-    async fn member_for_update(&mut self, node: &str) -> Result<Option<MemberRow>, Never> {
+    async fn member(&mut self, node: &str, _locked: bool) -> Result<Option<MemberRow>, Never> {
         Ok(self.work.members.get(node).map(|m| MemberRow {
             session: m.session,
             expired: m.renewed_at < self.now - self.exp,
@@ -158,16 +158,33 @@ impl Rows for Tx {
         Ok(())
     }
 
+    async fn live_members(&mut self) -> Result<Vec<LiveMember>, Never> {
+        Ok(self
+            .work
+            .members
+            .iter()
+            .filter(|(_, m)| m.renewed_at >= self.now - self.exp)
+            .map(|(n, m)| (n.clone(), m.session, m.record.clone()))
+            .collect())
+    }
+
+    async fn delete_member(&mut self, node: &str) -> Result<(), Never> {
+        self.work.members.remove(node);
+        Ok(())
+    }
+
     async fn renew_member(
         &mut self,
         node: &str,
         session: i64,
-        record: &[u8],
+        record: Option<&[u8]>,
     ) -> Result<bool, Never> {
         let now = self.now;
         Ok(match self.work.members.get_mut(node) {
             Some(m) if m.session == session => {
-                m.record = record.to_vec();
+                if let Some(record) = record {
+                    m.record = record.to_vec();
+                }
                 m.renewed_at = now;
                 true
             }
@@ -175,7 +192,23 @@ impl Rows for Tx {
         })
     }
 
-    async fn lock_for_update(&mut self) -> Result<Option<LockRow>, Never> {
+    async fn lock_session(&mut self, _locked: bool) -> Result<Option<i64>, Never> {
+        Ok(self.work.lock.as_ref().map(|l| l.session))
+    }
+
+    async fn delete_lock(&mut self, session: i64) -> Result<(), Never> {
+        if self
+            .work
+            .lock
+            .as_ref()
+            .is_some_and(|l| l.session == session)
+        {
+            self.work.lock = None;
+        }
+        Ok(())
+    }
+
+    async fn lock(&mut self, _locked: bool) -> Result<Option<LockRow>, Never> {
         Ok(self.work.lock.as_ref().map(|l| {
             let expiry = self.lock_expiry(l);
             LockRow {
@@ -223,8 +256,22 @@ impl Rows for Tx {
         Ok(())
     }
 
-    async fn counter_for_update(&mut self) -> Result<Option<u64>, Never> {
+    async fn counter(&mut self, _locked: bool) -> Result<Option<u64>, Never> {
         Ok(self.work.counter)
+    }
+
+    async fn init_counter(&mut self, floor: Option<Epoch>) -> Result<(), Never> {
+        // `mysql.rs`: INSERT IGNORE at 0, then IF(epoch >= 2^53, floor, GREATEST(epoch,
+        // floor)).
+        let c = self.work.counter.get_or_insert(0);
+        if let Some(floor) = floor {
+            *c = if *c >= warden::coord::MAX_KEPT_EPOCH {
+                floor
+            } else {
+                (*c).max(floor)
+            };
+        }
+        Ok(())
     }
 
     async fn next_epoch(&mut self) -> Result<Epoch, Never> {
@@ -280,8 +327,36 @@ impl Rows for Tx {
             .max())
     }
 
-    async fn kv_for_update(&mut self, name: &str) -> Result<Option<(Vec<u8>, i64)>, Never> {
+    async fn kv(&mut self, name: &str, _locked: bool) -> Result<Option<(Vec<u8>, i64)>, Never> {
         Ok(self.work.kv.get(name).cloned())
+    }
+
+    async fn insert_kv_ignore(&mut self, name: &str, data: &[u8]) -> Result<bool, Never> {
+        if self.work.kv.contains_key(name) {
+            return Ok(false);
+        }
+        self.work.kv.insert(name.to_string(), (data.to_vec(), 0));
+        Ok(true)
+    }
+
+    async fn delete_kv(&mut self, name: &str, version: Option<i64>) -> Result<bool, Never> {
+        match self.work.kv.get(name) {
+            Some((_, v)) if version.is_none_or(|want| want == *v) => {
+                self.work.kv.remove(name);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn kv_names(&mut self, prefix: &str) -> Result<Vec<String>, Never> {
+        Ok(self
+            .work
+            .kv
+            .keys()
+            .filter(|n| n.starts_with(prefix))
+            .cloned()
+            .collect())
     }
 
     async fn write_kv(
@@ -289,22 +364,24 @@ impl Rows for Tx {
         name: &str,
         data: &[u8],
         version: Option<i64>,
-    ) -> Result<(), Never> {
+    ) -> Result<bool, Never> {
         match version {
-            Some(v) => {
-                if let Some((value, cur)) = self.work.kv.get_mut(name) {
-                    if *cur == v {
-                        *value = data.to_vec();
-                        *cur = next_version(*cur);
-                    }
+            Some(v) => match self.work.kv.get_mut(name) {
+                Some((value, cur)) if *cur == v => {
+                    *value = data.to_vec();
+                    *cur = next_version(*cur);
+                    Ok(true)
                 }
-            }
-            // (The deciding transactions create a row only after finding it absent.)
+                _ => Ok(false),
+            },
+            // (Every caller creates a row only after finding it absent: a server's
+            // duplicate-key error never comes. Were it to, nothing is written.)
+            None if self.work.kv.contains_key(name) => Ok(false),
             None => {
                 self.work.kv.insert(name.to_string(), (data.to_vec(), 0));
+                Ok(true)
             }
         }
-        Ok(())
     }
 
     async fn server_run(&mut self) -> Result<ServerRun, Never> {

@@ -43,6 +43,9 @@ pub struct MemberRow {
     pub record: Vec<u8>,
 }
 
+/// A live member row: node, session, record.
+pub type LiveMember = (String, i64, Vec<u8>);
+
 /// The row operations of the deciding transactions, each one statement inside one
 /// transaction (see the module's doc). What a method reads "for update" stays locked to
 /// the end of the transaction.
@@ -55,11 +58,17 @@ pub trait Rows: Send {
         node: &str,
     ) -> impl Future<Output = Result<Option<i64>, Self::Error>> + Send;
 
-    /// `node`'s member row, for update.
-    fn member_for_update(
+    /// `node`'s member row, for update when `locked`.
+    fn member(
         &mut self,
         node: &str,
+        locked: bool,
     ) -> impl Future<Output = Result<Option<MemberRow>, Self::Error>> + Send;
+
+    /// The member rows touched within the reader's session timeout: node, session,
+    /// record, by node.
+    fn live_members(&mut self)
+        -> impl Future<Output = Result<Vec<LiveMember>, Self::Error>> + Send;
 
     /// `node`'s member row replaced: held by `session`, touched now.
     fn replace_member(
@@ -69,19 +78,31 @@ pub trait Rows: Send {
         record: &[u8],
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
-    /// `node`'s member row rewritten and touched, only while `session` holds it: whether
-    /// it did.
+    /// `node`'s member row rewritten (when `record` is given) and touched, only while
+    /// `session` holds it: whether it did.
     fn renew_member(
         &mut self,
         node: &str,
         session: i64,
-        record: &[u8],
+        record: Option<&[u8]>,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
-    /// The lock row, for update.
-    fn lock_for_update(
+    /// `node`'s member row deleted, whoever holds it.
+    fn delete_member(&mut self, node: &str)
+        -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The lock row, for update when `locked`.
+    fn lock(
         &mut self,
+        locked: bool,
     ) -> impl Future<Output = Result<Option<LockRow>, Self::Error>> + Send;
+
+    /// The lock row's session, for update when `locked`; without, a read that takes no
+    /// lock and waits on none (a frozen holder's open transaction holds its row).
+    fn lock_session(
+        &mut self,
+        locked: bool,
+    ) -> impl Future<Output = Result<Option<i64>, Self::Error>> + Send;
 
     /// The lock row renewed (its expiry moved to now plus the session timeout, its
     /// version bumped, its record replaced when given), only while `session` holds it:
@@ -100,13 +121,26 @@ pub trait Rows: Send {
         epoch: Epoch,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
-    /// The epoch counter, for update (`None`: no row).
-    fn counter_for_update(
+    /// The lock row deleted while `session` holds it.
+    fn delete_lock(&mut self, session: i64)
+        -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The epoch counter, for update when `locked` (`None`: no row).
+    fn counter(
         &mut self,
+        locked: bool,
     ) -> impl Future<Output = Result<Option<u64>, Self::Error>> + Send;
 
     /// The counter raised by one: the epoch it now holds.
     fn next_epoch(&mut self) -> impl Future<Output = Result<Epoch, Self::Error>> + Send;
+
+    /// The counter's row made where there is none (at 0), then raised to `floor` when
+    /// given: never lowered, but replaced when it holds no epoch a counter gives (at or
+    /// above 2^53). What `init` writes with the marker.
+    fn init_counter(
+        &mut self,
+        floor: Option<Epoch>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Whether the init marker is there.
     fn marker(&mut self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
@@ -127,20 +161,42 @@ pub trait Rows: Send {
         locked: bool,
     ) -> impl Future<Output = Result<Option<(Epoch, String)>, Self::Error>> + Send;
 
-    /// Row `name` of the kv table, its value and version, for update (`None`: absent).
-    fn kv_for_update(
+    /// Row `name` of the kv table, its value and version, for update when `locked`
+    /// (`None`: absent).
+    fn kv(
         &mut self,
         name: &str,
+        locked: bool,
     ) -> impl Future<Output = Result<Option<(Vec<u8>, i64)>, Self::Error>> + Send;
 
     /// Row `name` of the kv table written: at `version` (its version bumped), or created
-    /// at version 0 when `version` is `None`.
+    /// at version 0 when `version` is `None` (an error where it exists). Whether it did.
     fn write_kv(
         &mut self,
         name: &str,
         data: &[u8],
         version: Option<i64>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Row `name` of the kv table created at version 0 unless it exists: whether it did.
+    fn insert_kv_ignore(
+        &mut self,
+        name: &str,
+        data: &[u8],
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Row `name` of the kv table deleted, only at `version` when given: whether it was.
+    fn delete_kv(
+        &mut self,
+        name: &str,
+        version: Option<i64>,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// The names of the kv table's rows that begin with `prefix`, in order.
+    fn kv_names(
+        &mut self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
 
     /// Which run of which server this transaction talks to.
     fn server_run(&mut self) -> impl Future<Output = Result<ServerRun, Self::Error>> + Send;
@@ -292,7 +348,7 @@ pub async fn take_lock<R: Rows>(
     if r.member_session(&me.node_id).await? != Some(id) {
         return Ok((Taking::Gone, false));
     }
-    match r.lock_for_update().await? {
+    match r.lock(true).await? {
         Some(l) if l.session == id => return Ok((Taking::Held(l.epoch), false)),
         Some(l) if !l.expired => {
             let stale = stuck_lock_stale(
@@ -318,7 +374,7 @@ pub async fn take_lock<R: Rows>(
         }
         _ => {}
     }
-    let counter = r.counter_for_update().await?;
+    let counter = r.counter(true).await?;
     // At or above 2^53 it holds no epoch a counter gives (garbage, or next to overflowing
     // BIGINT UNSIGNED, which failed every promotion): lost data, which `init --force`
     // replaces.
@@ -369,10 +425,10 @@ pub async fn commit<R: Rows>(
     breadcrumb: Option<i64>,
 ) -> Result<bool, R::Error> {
     let data = record::to_bytes(crumb);
-    if r.kv_for_update(items::CONTROL).await?.map(|(_, v)| v) != Some(control) {
+    if r.kv(items::CONTROL, true).await?.map(|(_, v)| v) != Some(control) {
         return Ok(false);
     }
-    let current = r.kv_for_update(items::BREADCRUMB).await?;
+    let current = r.kv(items::BREADCRUMB, true).await?;
     if current.as_ref().map(|(_, v)| *v) != breadcrumb {
         return Ok(false);
     }
@@ -405,7 +461,7 @@ pub async fn renew<R: Rows>(
     m: &MemberRecord,
     data: &[u8],
 ) -> Result<bool, R::Error> {
-    Ok(r.renew_lock(id, None).await? && r.renew_member(&m.node.node_id, id, data).await?)
+    Ok(r.renew_lock(id, None).await? && r.renew_member(&m.node.node_id, id, Some(data)).await?)
 }
 
 /// Registers `m` (as `data`) in session `id`: refused (`false`) while another live session
@@ -425,7 +481,7 @@ pub async fn register<R: Rows>(
         .unwrap_or_else(|p| p.into_inner())
         .get_or_insert(now);
     let node = &m.node.node_id;
-    let row = r.member_for_update(node).await?;
+    let row = r.member(node, true).await?;
     if let Some(row) = &row {
         if !row.expired && row.session != id {
             return Ok(false);
