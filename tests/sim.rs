@@ -174,6 +174,8 @@ pub struct Outcome {
     pub data: Option<DataOutcome>,
     /// The seed ran the Redis backend itself (issue 32 point 3).
     pub redis: bool,
+    /// The seed ran the MySQL backend itself.
+    pub mysql: bool,
     /// The seed ran the ZooKeeper backend itself (issue 32 point 3).
     pub zk_wire: bool,
     pub virtual_time: Duration,
@@ -218,6 +220,15 @@ static ZK_WIRE_SHARE: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
         .unwrap_or(0.5)
 });
 
+/// The share of the seeds on the model's TTL store without watches that run the MySQL
+/// backend itself (`WARDEN_SIM_MYSQL=0` or `1` forces none or all, to compare).
+static MYSQL_SHARE: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
+    std::env::var("WARDEN_SIM_MYSQL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.75)
+});
+
 /// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
 /// polled every `poll_interval`, its keys' TTLs on the store's drifting clock: SPEC §3a);
 /// the rest any mix of the model's (a TTL store among them stands for MySQL).
@@ -245,6 +256,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
             settle: c.session_timeout,
             redis: true,
             zk_wire: false,
+            mysql: false,
         };
     }
     let watches = if rng.chance(0.25) {
@@ -273,6 +285,7 @@ fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
         settle: c.session_timeout,
         redis: false,
         zk_wire: false,
+        mysql: false,
     }
 }
 
@@ -711,6 +724,19 @@ fn draw_seed(seed: u64, nodes: usize, max_faults: usize) -> (Plan, StoreConfig) 
     {
         store_cfg.zk_wire = true;
     }
+    // Of the seeds on the model's TTL store without watches (what stands for MySQL), a
+    // share runs the MySQL backend itself (issue 32 point 3), drawn apart likewise.
+    let mut mw = SimRng::new(seed ^ 0x3e5a_11d0_7ab1_0005);
+    if !store_cfg.redis
+        && matches!(store_cfg.sessions, store::Sessions::Ttl { .. })
+        && matches!(store_cfg.watches, store::Watches::Polling { .. })
+        && mw.chance(*MYSQL_SHARE)
+    {
+        store_cfg.mysql = true;
+        // No server grants a timeout: the rows live what the config says.
+        store_cfg.granted = plan.cfg.session_timeout;
+        plan.cfg.granted = plan.cfg.session_timeout;
+    }
     if store_cfg.redis {
         plan.cfg.granted = plan.cfg.session_timeout;
     }
@@ -725,6 +751,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
     let hooks = matches!(plan.mode, Mode::Hooks { .. });
     let plan_text = format!("{plan}\n  store: {store_cfg:?}");
     let redis = store_cfg.redis;
+    let mysql = store_cfg.mysql;
     let zk_wire = store_cfg.zk_wire;
     // What a switchover in a quiet cluster must be given to succeed: a session timeout,
     // the old active's graceful stop, two polls of a store without watches, and a few
@@ -1011,6 +1038,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             beyond_bound,
             redis: false,
             zk_wire: false,
+            mysql: false,
             data: w.data.as_ref().map(|d| DataOutcome {
                 acked: d.acked.len() as u64,
                 handovers: u64::from(d.handovers),
@@ -1043,6 +1071,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
         plan: plan_text,
         redis,
         zk_wire,
+        mysql,
         ..out
     }
 }
@@ -1188,6 +1217,7 @@ struct Sweep {
     /// Seeds on the Redis and on the ZooKeeper backend itself.
     redis_seeds: u64,
     zk_wire_seeds: u64,
+    mysql_seeds: u64,
 }
 
 impl Sweep {
@@ -1195,6 +1225,7 @@ impl Sweep {
         self.seeds += 1;
         self.redis_seeds += u64::from(out.redis);
         self.zk_wire_seeds += u64::from(out.zk_wire);
+        self.mysql_seeds += u64::from(out.mysql);
         self.hooks += u64::from(out.hooks);
         self.follows += u64::from(out.follows);
         self.follows_failed += u64::from(out.follows_failed);
@@ -1254,6 +1285,7 @@ impl Sweep {
         self.seeds += o.seeds;
         self.redis_seeds += o.redis_seeds;
         self.zk_wire_seeds += o.zk_wire_seeds;
+        self.mysql_seeds += o.mysql_seeds;
         self.hooks += o.hooks;
         self.follows += o.follows;
         self.follows_failed += o.follows_failed;
@@ -1360,9 +1392,9 @@ fn simulated_daemons_keep_every_invariant() {
         pct(1.0),
     );
     println!(
-        "stores: {} seeds ran the Redis backend itself and {} the ZooKeeper backend itself \
-         (issue 32 point 3), the rest the model",
-        total.redis_seeds, total.zk_wire_seeds
+        "stores: {} seeds ran the Redis backend itself, {} the ZooKeeper backend itself and {} \
+         the MySQL backend itself (issue 32 point 3), the rest the model",
+        total.redis_seeds, total.zk_wire_seeds, total.mysql_seeds
     );
     println!(
         "{} planned switchovers ended with a new active ({} of them in a quiet cluster, where \
@@ -1651,6 +1683,7 @@ fn a_store_that_forgot_the_last_promotion_refuses_every_join_until_init_force() 
             settle: Duration::ZERO,
             redis: false,
             zk_wire: false,
+            mysql: false,
         };
         let store = SimStore::new(cfg, 1);
         store.keep_snapshots();

@@ -755,18 +755,19 @@ impl<W: Wire> Inner<W> {
         let (id, then, node) = (self.core.id, self.mem.run_then(), node.to_string());
         self.run("keeping the session alive", move |c| {
             work(async move {
-                let mine = c.renew_member(&node, id, None).await?;
-                // The lock row only while it names this session, looked at first with a
-                // read that takes no lock: an UPDATE examines the row whoever holds it and
-                // waits on its row lock, so a holder frozen inside a transaction made every
-                // standby's keepalive wait, and lose its session, with it.
-                let holder = c.lock_session(false).await?;
-                if !mine {
+                // The lock row first, looked at with a read that takes no lock: an UPDATE
+                // examines the row whoever holds it and waits on its row lock, so a holder
+                // frozen inside a transaction made every standby's keepalive wait, and
+                // lose its session, with it. Then, while it is this session's, renewed
+                // before the member row: the order of the elector's renewal, so that the
+                // two never wait on each other (the member row first made InnoDB kill one
+                // of them as a deadlock, and the renewal's unknown outcome cost the lease).
+                let held =
+                    c.lock_session(false).await? == Some(id) && c.renew_lock(id, None).await?;
+                if !c.renew_member(&node, id, None).await? {
                     return Ok((Touched::Gone, false));
                 }
-                if holder == Some(id) {
-                    c.renew_lock(id, None).await?;
-                } else {
+                if !held {
                     // (As the join: a session without a recorded run, which registration
                     // always records, counts as another run.)
                     let other = match &then {

@@ -612,6 +612,8 @@ pub enum SimSession {
     Redis(RedisSession<SimWire>),
     /// The ZooKeeper backend's own (`zk_wire.rs`).
     Zk(Box<warden::coord::zookeeper::ZkSession<super::zk_wire::SimZk>>),
+    /// The MySQL backend's own (`mysql_wire.rs`).
+    Mysql(warden::coord::mysql::MysqlSession<super::mysql_wire::SimSql>),
 }
 
 macro_rules! each {
@@ -620,6 +622,7 @@ macro_rules! each {
             SimSession::Model($s) => $e,
             SimSession::Redis($s) => $e,
             SimSession::Zk($s) => $e,
+            SimSession::Mysql($s) => $e,
         }
     };
 }

@@ -53,8 +53,13 @@
 use super::plan::{between, Forget, SimRng};
 #[path = "keyspace.rs"]
 mod keyspace;
+#[path = "mysql_wire.rs"]
+mod mysql_wire;
 #[path = "redis_wire.rs"]
 mod redis_wire;
+#[path = "tables.rs"]
+#[allow(dead_code)]
+mod tables;
 #[path = "zk_wire.rs"]
 mod zk_wire;
 #[path = "ztree.rs"]
@@ -137,6 +142,11 @@ pub struct StoreConfig {
     /// instead of this model's copy of what it decides. Only with `Sessions::Zk` and
     /// `Watches::Yes`: the model's sessions (pings, expiry, quorum) stay the server's.
     pub zk_wire: bool,
+    /// MySQL (issue 32 point 3): the sessions are the backend's own `MysqlSession`, its
+    /// transactions run on tables in memory (`mysql_wire.rs`, `tables.rs`), instead of this
+    /// model's copy of what they decide. Only with `Sessions::Ttl` (its rows expire on the
+    /// store's clock) and `Watches::Polling` (its `poll_interval`).
+    pub mysql: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -279,6 +289,8 @@ struct Snap {
     keyspace: keyspace::Keyspace,
     /// ZooKeeper wire mode: the znode tree.
     ztree: ztree::Tree,
+    /// MySQL mode: the tables.
+    tables: tables::Tables,
 }
 
 /// Something the store sends a client without being asked: a fired watch.
@@ -489,6 +501,8 @@ struct State {
     redis: redis_wire::RedisSide,
     /// ZooKeeper wire mode: the znode tree, its watches.
     zk: zk_wire::ZkSide,
+    /// MySQL mode: the tables, and what the facts need to know of its sessions.
+    mysql: mysql_wire::MysqlSide,
 }
 
 impl State {
@@ -569,6 +583,12 @@ impl State {
         if self.cfg.redis {
             if self.up {
                 self.redis_sweep(now);
+            }
+            return;
+        }
+        if self.cfg.mysql {
+            if self.up {
+                self.mysql_sweep(now);
             }
             return;
         }
@@ -962,6 +982,7 @@ impl State {
                 .collect(),
             keyspace: self.redis.keyspace.clone(),
             ztree: self.zk.tree.clone(),
+            tables: self.mysql.tables.clone(),
         }
     }
 
@@ -990,6 +1011,10 @@ impl State {
     fn restore(&mut self, snap: Snap, keep_sessions: bool, now: Instant) {
         if self.cfg.redis {
             self.redis_restore(snap, now);
+            return;
+        }
+        if self.cfg.mysql {
+            self.mysql_restore(snap, now);
             return;
         }
         let ztree = self.cfg.zk_wire.then(|| snap.clone());
@@ -1519,6 +1544,7 @@ impl SimStore {
             changed: false,
             redis: redis_wire::RedisSide::default(),
             zk: zk_wire::ZkSide::default(),
+            mysql: mysql_wire::MysqlSide::default(),
         };
         let store = SimStore {
             state: Arc::new(Mutex::new(state)),
@@ -1526,6 +1552,9 @@ impl SimStore {
         store.quiet(|st, now| {
             if st.cfg.redis {
                 st.redis_init(now);
+            }
+            if st.cfg.mysql {
+                st.mysql_init(now);
             }
             if st.cfg.zk_wire {
                 st.zk_init();
@@ -1605,6 +1634,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
             }
+            if st.cfg.mysql {
+                return st.mysql_breadcrumb().and_then(|b| b.ok());
+            }
             if st.cfg.zk_wire {
                 return st.zk_breadcrumb();
             }
@@ -1618,6 +1650,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_lock_holder(now);
             }
+            if st.cfg.mysql {
+                return st.mysql_lock_holder(now);
+            }
             if st.cfg.zk_wire {
                 return st.zk_lock_holder();
             }
@@ -1630,6 +1665,9 @@ impl SimStore {
         self.quiet(|st, now| {
             if st.cfg.redis {
                 return st.redis_members(now);
+            }
+            if st.cfg.mysql {
+                return st.mysql_members(now);
             }
             if st.cfg.zk_wire {
                 return st.zk_members();
@@ -1647,6 +1685,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_control(now);
             }
+            if st.cfg.mysql {
+                return st.mysql_control();
+            }
             if st.cfg.zk_wire {
                 return st.zk_control_now();
             }
@@ -1660,6 +1701,8 @@ impl SimStore {
         self.with(|st, now| {
             if st.cfg.redis {
                 st.redis_set_control(control, now);
+            } else if st.cfg.mysql {
+                st.mysql_set_control(control);
             } else if st.cfg.zk_wire {
                 st.zk_set_control(control, now);
             } else {
@@ -1674,6 +1717,10 @@ impl SimStore {
         self.with(|st, now| {
             if st.cfg.redis {
                 st.redis_confirm_fenced(now);
+                return;
+            }
+            if st.cfg.mysql {
+                st.mysql_confirm_fenced(now);
                 return;
             }
             if st.cfg.zk_wire {
@@ -1750,6 +1797,11 @@ impl SimStore {
                 st.restore(snap, keep, now);
                 return Some(said);
             }
+            if st.cfg.mysql {
+                let said = st.mysql_forgotten(&snap, now);
+                st.restore(snap, keep, now);
+                return Some(said);
+            }
             if st.cfg.zk_wire {
                 let said = st.zk_forgotten(&snap);
                 st.restore(snap, keep, now);
@@ -1781,6 +1833,9 @@ impl SimStore {
             if st.cfg.redis {
                 return st.redis_floor_max(now);
             }
+            if st.cfg.mysql {
+                return st.mysql_floor_max(now);
+            }
             if st.cfg.zk_wire {
                 return st.zk_floor_max();
             }
@@ -1793,6 +1848,9 @@ impl SimStore {
         self.quiet(|st, now| {
             if st.cfg.redis {
                 return st.redis_snapshot(now).lost_data();
+            }
+            if st.cfg.mysql {
+                return st.mysql_snapshot(now).lost_data();
             }
             if st.cfg.zk_wire {
                 return st.zk_snapshot().lost_data();
@@ -1982,6 +2040,11 @@ impl Connector for SimConnector {
         let owner = self.owner;
         if store.lock().cfg.redis {
             return redis_wire::connect(store, owner).await;
+        }
+        if store.lock().cfg.mysql {
+            return mysql_wire::connect(store, owner)
+                .await
+                .map(SimSession::Mysql);
         }
         if store.lock().cfg.zk_wire {
             return zk_wire::connect(store, owner)

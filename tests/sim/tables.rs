@@ -97,6 +97,8 @@ pub struct Tx {
     /// The session's timeout, µs.
     exp: i64,
     server: ServerRun,
+    /// The kv rows it read.
+    reads: std::collections::BTreeSet<String>,
 }
 
 impl Tx {
@@ -106,7 +108,13 @@ impl Tx {
             now,
             exp,
             server: server.clone(),
+            reads: Default::default(),
         }
+    }
+
+    /// Whether it read row `name` of the kv table.
+    pub fn read(&self, name: &str) -> bool {
+        self.reads.contains(name)
     }
 
     /// Commits (`keep`) into `tables`, or rolls back.
@@ -328,6 +336,7 @@ impl Rows for Tx {
     }
 
     async fn kv(&mut self, name: &str, _locked: bool) -> Result<Option<(Vec<u8>, i64)>, Never> {
+        self.reads.insert(name.to_string());
         Ok(self.work.kv.get(name).cloned())
     }
 
