@@ -226,7 +226,7 @@ static MYSQL_SHARE: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
     std::env::var("WARDEN_SIM_MYSQL")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0.75)
+        .unwrap_or(1.0)
 });
 
 /// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
@@ -1519,6 +1519,43 @@ fn a_seed_replays_exactly() {
         let b = run_seed(seed, 3, DEFAULT_FAULTS, true);
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert!(!a.trace.is_empty());
+    }
+}
+
+/// Issue 32 point 3: the seeds on a TTL store without watches run the MySQL backend
+/// itself (its `MysqlSession` and transactions on the tables in memory), and a quiet
+/// cluster on it elects, commits and renews as on the other stores.
+#[test]
+fn the_seeds_on_a_ttl_store_without_watches_run_the_mysql_backend_itself() {
+    let mysql: Vec<u64> = (0..400)
+        .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.mysql)
+        .collect();
+    assert!(
+        (8..=60).contains(&mysql.len()),
+        "{} of 400 seeds run the MySQL backend",
+        mysql.len()
+    );
+    let quiet: Vec<u64> = (0..400)
+        .filter(|&s| draw_seed(s, 3, 0).1.mysql)
+        .take(3)
+        .collect();
+    assert!(!quiet.is_empty(), "no quiet seed runs the MySQL backend");
+    for seed in quiet {
+        let (plan, store_cfg) = draw_seed(seed, 3, 0);
+        let out = run_plan(seed, plan, store_cfg, true);
+        assert!(
+            out.failure.is_none(),
+            "seed {seed}: {:?}\n{}",
+            out.failure,
+            out.trace.join("\n")
+        );
+        for what in ["COMMIT by", "LOCK taken by"] {
+            assert!(
+                out.trace.iter().any(|l| l.contains(what)),
+                "seed {seed}: no {what:?} through the transactions\n{}",
+                out.trace.join("\n")
+            );
+        }
     }
 }
 
