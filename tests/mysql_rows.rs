@@ -8,17 +8,19 @@
 
 mod common;
 #[path = "sim/tables.rs"]
+#[allow(dead_code)]
 mod tables;
 
 use common::mariadb::MariaDb;
 use common::*;
 use futures_util::FutureExt;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-use tables::{Rowset, Tables, Tx};
+use std::sync::{Arc, Mutex};
+use tables::{Never, Rowset, Tables, Tx};
 use warden::coord::any::{AnyConnector, AnySession};
 use warden::coord::mysql::decide::{self, Memory, ServerRun, StuckLock, Taking};
-use warden::coord::{Connector, Session, StoreError};
+use warden::coord::mysql::{MysqlSession, Wire, Work};
+use warden::coord::{Connector, Session, StoreError, StoreSettings};
 use warden::record::{
     self, Epoch, Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome,
 };
@@ -57,6 +59,56 @@ struct Both<'a> {
     step: usize,
 }
 
+/// The server's rows of `cluster` as [`Rowset`] (blobs read as hex).
+fn server_rows(db: &MariaDb, cluster: &str) -> Rowset {
+    let unhex = |h: &str| -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
+            .collect()
+    };
+    let rows = |q: &str| -> Vec<Vec<String>> {
+        db.sql(&q.replace("{c}", cluster))
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect()
+    };
+    let lock = rows(
+        "SELECT session, HEX(record), epoch, version FROM warden.warden_lock WHERE cluster \
+         = '{c}'",
+    )
+    .first()
+    .map(|r| {
+        (
+            r[0].parse().unwrap(),
+            unhex(&r[1]),
+            r[2].parse().unwrap(),
+            r[3].parse().unwrap(),
+        )
+    });
+    let counter = rows("SELECT epoch FROM warden.warden_epoch WHERE cluster = '{c}'")
+        .first()
+        .map(|r| r[0].parse().unwrap());
+    let members = rows(
+        "SELECT node_id, session, HEX(record) FROM warden.warden_member WHERE cluster = \
+         '{c}'",
+    )
+    .into_iter()
+    .map(|r| (r[0].clone(), (r[1].parse().unwrap(), unhex(&r[2]))))
+    .collect();
+    let kv = rows("SELECT name, HEX(value), version FROM warden.warden_kv WHERE cluster = '{c}'")
+        .into_iter()
+        .map(|r| (r[0].clone(), (unhex(&r[1]), r[2].parse().unwrap())))
+        .collect();
+    Rowset {
+        lock,
+        counter,
+        members,
+        kv,
+    }
+}
+
 impl Both<'_> {
     fn id(&self, s: usize) -> i64 {
         self.real[s].id().0
@@ -66,55 +118,8 @@ impl Both<'_> {
         self.db.sql(&q.replace("{c}", &self.cluster))
     }
 
-    /// The server's rows as [`Rowset`] (blobs read as hex).
     fn server_rows(&self) -> Rowset {
-        let unhex = |h: &str| -> Vec<u8> {
-            (0..h.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex"))
-                .collect()
-        };
-        let rows = |q: &str| -> Vec<Vec<String>> {
-            self.sql(q)
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(|l| l.split('\t').map(str::to_string).collect())
-                .collect()
-        };
-        let lock = rows(
-            "SELECT session, HEX(record), epoch, version FROM warden.warden_lock WHERE cluster \
-             = '{c}'",
-        )
-        .first()
-        .map(|r| {
-            (
-                r[0].parse().unwrap(),
-                unhex(&r[1]),
-                r[2].parse().unwrap(),
-                r[3].parse().unwrap(),
-            )
-        });
-        let counter = rows("SELECT epoch FROM warden.warden_epoch WHERE cluster = '{c}'")
-            .first()
-            .map(|r| r[0].parse().unwrap());
-        let members = rows(
-            "SELECT node_id, session, HEX(record) FROM warden.warden_member WHERE cluster = \
-             '{c}'",
-        )
-        .into_iter()
-        .map(|r| (r[0].clone(), (r[1].parse().unwrap(), unhex(&r[2]))))
-        .collect();
-        let kv =
-            rows("SELECT name, HEX(value), version FROM warden.warden_kv WHERE cluster = '{c}'")
-                .into_iter()
-                .map(|r| (r[0].clone(), (unhex(&r[1]), r[2].parse().unwrap())))
-                .collect();
-        Rowset {
-            lock,
-            counter,
-            members,
-            kv,
-        }
+        server_rows(self.db, &self.cluster)
     }
 
     /// After each step: the same rows on both sides.
@@ -390,4 +395,178 @@ async fn steps(b: &mut Both<'_>) {
     assert_eq!(b.join(2, &n1_again).await, "held 7");
     assert_eq!(b.commit(2, &n1_again, 7, Some(0)).await, WriteOutcome::Done);
     assert_eq!(b.renew(2, &n1_again).await, WriteOutcome::Done);
+}
+
+/// The backend's whole session on the tables in memory: each transaction applied at
+/// once, as if alone, on one server run.
+#[derive(Clone)]
+struct Mem {
+    tables: Arc<Mutex<Tables>>,
+    server: ServerRun,
+}
+
+impl Wire for Mem {
+    type Conn = Tx;
+    type Error = Never;
+
+    async fn transact<T, F>(&self, _doing: &str, f: F) -> Result<T, Never>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut Tx) -> Work<'c, T, Never> + Send + 'static,
+    {
+        let mut tables = self.tables.lock().unwrap();
+        let mut tx = Tx::begin(&tables, 0, TIMEOUT_US, &self.server);
+        let (out, keep) = f(&mut tx)
+            .now_or_never()
+            .expect("the tables answer at once")?;
+        tx.finish(keep, &mut tables);
+        Ok(out)
+    }
+
+    fn classify(e: Never, _doing: &str) -> StoreError {
+        match e {}
+    }
+
+    async fn create_tables(&self, _bound: std::time::Duration) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Issue 32 point 3: the backend's sessions (`MysqlSession`, all of `mysql.rs`: the
+/// operations beside the deciding transactions too, release, publishing a member, the
+/// compare-and-set writes of the breadcrumb and of control, `init --force`'s marker, the
+/// snapshot) give the same answers on the tables in memory as on a real MariaDB, and
+/// leave the same rows: one session of each on either side, with the same session ids,
+/// step by step.
+#[test]
+fn the_backends_sessions_answer_on_the_tables_as_on_mariadb() {
+    let db = MariaDb::start();
+    let mut cluster = Cluster::with_mysql(&db);
+    cluster.session_timeout = std::time::Duration::from_micros(TIMEOUT_US as u64);
+    cluster.use_mysql(&db);
+    let init = cluster.node("init");
+    let out = cli(&init.config, &["init"]);
+    assert!(out.status.success(), "warden init: {}", describe(&out));
+    let cfg = warden::config::load(&init.config).expect("the config");
+    let settings = Arc::new(StoreSettings::from_config(&cfg).expect("the settings"));
+    let name = cluster.name.clone();
+    tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            let connector = AnyConnector::from_config(&cfg).expect("a connector");
+            let rows = server_rows(&db, &name);
+            let mem = Mem {
+                tables: Arc::new(Mutex::new(Tables {
+                    lock: None,
+                    counter: rows.counter,
+                    members: BTreeMap::new(),
+                    kv: rows.kv.clone(),
+                })),
+                server: ServerRun {
+                    id: "tables:3306:1".into(),
+                    started: Some(0),
+                },
+            };
+            let mut real = Vec::new();
+            let mut mine = Vec::new();
+            for _ in 0..2 {
+                let r = connector.connect().await.expect("a session");
+                mine.push(MysqlSession::open(mem.clone(), settings.clone(), r.id().0));
+                real.push(r);
+            }
+            let mut step = 0;
+            let mut same = |what: &str, a: String, b: String| {
+                step += 1;
+                assert_eq!(
+                    a, b,
+                    "step {step} ({what}): the answers differ (left: server)"
+                );
+                let mine = mem.tables.lock().unwrap().rowset();
+                assert_eq!(
+                    server_rows(&db, &name),
+                    mine,
+                    "step {step} ({what}): the rows differ (left: server)"
+                );
+            };
+            macro_rules! both {
+                ($what:expr, $s:expr, |$x:ident| $call:expr) => {{
+                    let a = {
+                        let $x = &real[$s];
+                        format!("{:?}", $call.await)
+                    };
+                    let b = {
+                        let $x = &mine[$s];
+                        format!("{:?}", $call.await)
+                    };
+                    eprintln!("{}: {a}", $what);
+                    same($what, a.clone(), b);
+                    a
+                }};
+            }
+            let (n1, n2) = (member("n1", None), member("n2", None));
+            both!("n1 registers", 0, |s| s.create_member(&n1));
+            both!("n2 registers", 1, |s| s.create_member(&n2));
+            both!("n1 joins", 0, |s| s.join(&n1.node, 1));
+            both!("n2 pauses", 1, |s| s.update_control(|c| {
+                c.paused = true;
+                Ok(true)
+            }));
+            both!("n2 resumes", 1, |s| s.update_control(|c| {
+                c.paused = false;
+                Ok(true)
+            }));
+            both!("n1 reads the takeover state", 0, |s| s.read_state());
+            let cv = real[0]
+                .read_state()
+                .await
+                .expect("the state")
+                .control_version;
+            let crumb = NodeRecord {
+                epoch: Some(1),
+                ..n1.node.clone()
+            };
+            both!("n2 commits without the lock", 1, |s| s
+                .commit_promotion(&crumb, None, cv));
+            both!("n1 commits", 0, |s| s.commit_promotion(&crumb, None, cv));
+            let n2_seen = member("n2", Some(1));
+            both!("n2 publishes what it saw", 1, |s| s.set_member(&n2_seen));
+            let served = NodeRecord {
+                service_pid: Some(77),
+                ..crumb.clone()
+            };
+            both!("n1 records its service", 0, |s| s
+                .rewrite_own_breadcrumb(&served));
+            both!("n2 records a service not its own", 1, |s| s
+                .rewrite_own_breadcrumb(&served));
+            both!("n1 renews", 0, |s| s.renew(&n1));
+            both!("a member", 1, |s| s.member("n1"));
+            both!("the breadcrumb", 1, |s| s.breadcrumb_bytes());
+            both!("the snapshot", 1, |s| s.snapshot());
+            let v = real[0]
+                .breadcrumb_bytes()
+                .await
+                .expect("read")
+                .expect("a breadcrumb")
+                .1;
+            both!("n2 deletes the breadcrumb under the lock", 1, |s| s
+                .delete_breadcrumb_at(v, true));
+            both!("n1 releases", 0, |s| s.release());
+            both!("n2 deletes it, no lock needed", 1, |s| s
+                .delete_breadcrumb_at(v, false));
+            both!(
+                "n2 restores an absent breadcrumb without the lock",
+                1,
+                |s| s.restore_breadcrumb(&crumb, None)
+            );
+            both!("n2 joins", 1, |s| s.join(&n2_seen.node, 2));
+            both!("n2 restores an absent breadcrumb", 1, |s| s
+                .restore_breadcrumb(&crumb, None));
+            both!("init --force's marker, floor 9", 0, |s| s
+                .write_marker(Some(9)));
+            both!("the epoch", 0, |s| s.current_epoch());
+            both!("n1's row goes", 0, |s| s.delete_member("n1"));
+            both!("the takeover state goes", 0, |s| s
+                .delete_takeover_state(None, Some(cv)));
+            both!("the set-aside histories", 0, |s| s.set_aside());
+        });
 }
