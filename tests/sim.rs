@@ -6,7 +6,10 @@
 //! simulated store (`sim/store.rs`: ZooKeeper's sessions and watches, or a store without
 //! watches that is polled, or one without sessions whose leases run on its own drifting
 //! clock, or, in a fifth of the seeds, the Redis backend itself, its `RedisSession` and
-//! Lua scripts over a simulated wire: `sim/redis_wire.rs`, `sim/keyspace.rs`), under a
+//! Lua scripts over a simulated wire: `sim/redis_wire.rs`, `sim/keyspace.rs`; in half the
+//! seeds on ZooKeeper with watches the ZooKeeper backend itself, `sim/zk_wire.rs`; in every
+//! seed on a TTL store without watches the MySQL backend itself, its `MysqlSession` and
+//! transactions on tables in memory, `sim/mysql_wire.rs`, `sim/tables.rs`), under a
 //! seeded fault plan (`sim/plan.rs`).
 //!
 //! A third of the seeds run hooks mode (SPEC §6): each node has an always-running service
@@ -231,7 +234,9 @@ static MYSQL_SHARE: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| {
 
 /// The store of a seed: mostly ZooKeeper; a fifth the Redis backend itself (no watches,
 /// polled every `poll_interval`, its keys' TTLs on the store's drifting clock: SPEC §3a);
-/// the rest any mix of the model's (a TTL store among them stands for MySQL).
+/// the rest any mix of the model's (`draw_seed` then gives half of ZooKeeper with watches
+/// to the ZooKeeper backend itself and every TTL store without watches to the MySQL
+/// backend itself).
 fn store_config(plan: &Plan, rng: &mut SimRng) -> StoreConfig {
     let c = &plan.cfg;
     if rng.chance(0.2) {

@@ -30,7 +30,12 @@
 //! (`keyspace.rs`, checked against a real redis-server by `tests/redis_lua.rs`). Its
 //! requests meet the same latency, loss and faults as the model's, its keys' TTLs run on
 //! the TTL store's clock, and a forgetting store restores the keyspace; its facts come
-//! from the keyspace's changes.
+//! from the keyspace's changes. Likewise MySQL itself (`StoreConfig::mysql`): the
+//! backend's own `MysqlSession` (all of `mysql.rs` and `mysql/decide.rs`) over a simulated
+//! wire (`mysql_wire.rs`) whose transactions run on tables in memory (`tables.rs`, held to
+//! a real MariaDB by `tests/mysql_rows.rs`), each applied as a whole on arrival, `NOW(6)`
+//! the TTL store's clock; ZooKeeper itself (`StoreConfig::zk_wire`, `zk_wire.rs`) on the
+//! model's sessions.
 //!
 //! Every call goes the way a request goes: it waits while its process is frozen (and never
 //! returns once the process is dead), travels a request latency, is applied atomically on
