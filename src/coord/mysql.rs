@@ -760,8 +760,8 @@ impl<W: Wire> Inner<W> {
                 // frozen inside a transaction made every standby's keepalive wait, and
                 // lose its session, with it. Then, while it is this session's, renewed
                 // before the member row: the order of the elector's renewal, so that the
-                // two never wait on each other (the member row first made InnoDB kill one
-                // of them as a deadlock, and the renewal's unknown outcome cost the lease).
+                // two never wait on each other (the member row first can deadlock with the
+                // renewal: InnoDB fails one of them, and an unknown renewal costs a lease).
                 let held =
                     c.lock_session(false).await? == Some(id) && c.renew_lock(id, None).await?;
                 if !c.renew_member(&node, id, None).await? {
