@@ -225,3 +225,89 @@ fn redis_refuses_a_commit_below_a_floor_raised_after_the_read() {
     let r = RedisServer::start();
     on(|| Cluster::with_redis(&r));
 }
+
+/// SPEC §3a on MySQL (the review of stop 43): a join that waited on the lock row while
+/// another transaction raised the floor must see that raise. The join's first read (is
+/// its member row still its session's?) made InnoDB's read view; its read of the floor,
+/// after the wait, read that view and missed the raise committed meanwhile, so it took the
+/// lock at an epoch the floor held (only the commit's check of the floor stopped the
+/// promotion). The floor is now read as it is, share-locked, as the commit reads it.
+#[test]
+fn a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile() {
+    use mysql_async::prelude::Queryable;
+    let db = MariaDb::start();
+    let mut cluster = Cluster::with_mysql(&db);
+    // Long enough that the join's wait below stays within its operation timeout.
+    cluster.session_timeout = secs(30);
+    cluster.use_mysql(&db);
+    let out = cli(&cluster.node("init").config, &["init"]);
+    assert!(out.status.success(), "warden init: {}", describe(&out));
+    let name = cluster.name.clone();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let (a, b, _, epoch) = n1_holds_n2_waits(&cluster).await;
+        let n2 = record("n2", None);
+        b.create_member(&member(n2.clone()))
+            .await
+            .expect("n2 registers");
+        // n1's lease ran out: n2 may take the lock.
+        a.release().await.expect("n1 releases");
+        let opts = mysql_async::OptsBuilder::from_opts(
+            mysql_async::Opts::from_url(&db.url()).expect("the URL"),
+        )
+        .pass(Some(db.password().to_string()));
+        let mut holder = mysql_async::Conn::new(opts).await.expect("a client");
+        // Another transaction holds the cluster's lock row (a joiner of its own, say),
+        // and raises a node's entry of the floor far above the counter.
+        holder.query_drop("START TRANSACTION").await.expect("begin");
+        holder
+            .exec_drop(
+                "INSERT INTO warden.warden_lock (cluster, session, record, epoch, version, \
+                 renewed_at, expires_at) VALUES (?, 1, '{}', 0, 0, NOW(6) - INTERVAL 1 DAY, \
+                 NOW(6) - INTERVAL 1 DAY) ON DUPLICATE KEY UPDATE version = version",
+                (&name,),
+            )
+            .await
+            .expect("the lock row");
+        holder
+            .exec_drop(
+                "SELECT session FROM warden.warden_lock WHERE cluster = ? FOR UPDATE",
+                (&name,),
+            )
+            .await
+            .expect("locked");
+        let high = epoch + 50;
+        holder
+            .exec_drop(
+                "INSERT INTO warden.warden_kv (cluster, name, value, version) VALUES (?, \
+                 'seen/n9', ?, 0)",
+                (&name, format!("{high:020}").into_bytes()),
+            )
+            .await
+            .expect("the raise");
+        let join = tokio::spawn(async move { b.join(&n2, 1).await });
+        // Once n2's join waits on the lock row, the other transaction commits.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // (As root: the warden user may not see other users' transactions.)
+            let waiting = db.sql(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK \
+                 WAIT'",
+            );
+            if waiting.trim() == "1" {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "n2's join never waited on the lock row"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        holder.query_drop("COMMIT").await.expect("commit");
+        let outcome = join.await.expect("the join");
+        assert!(
+            matches!(&outcome, JoinOutcome::LostData(why) if why.contains(&high.to_string())),
+            "n2 joined past a floor at {high} raised while it waited: {outcome:?}"
+        );
+    });
+}

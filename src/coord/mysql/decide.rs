@@ -398,7 +398,11 @@ pub async fn take_lock<R: Rows>(
     if then.is_none_or(|then| now.other_than(&then)) {
         return Ok((Taking::Restarted, true));
     }
-    let floor = r.floor(false).await?;
+    // As it is now, share-locked (as the commit reads it): a plain read would read the
+    // view this transaction's first read made, before it waited on the lock row, and miss
+    // a raise committed meanwhile (the review of stop 43,
+    // `commit_floor::a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile`).
+    let floor = r.floor(true).await?;
     if let Some(why) = crate::coord::lost_data(
         !marker || counter.is_none(),
         counter,
