@@ -39,6 +39,7 @@ fn cfg() -> StoreConfig {
         settle: Duration::ZERO,
         redis: false,
         zk_wire: false,
+        mysql: false,
     }
 }
 
@@ -670,8 +671,29 @@ async fn the_zookeeper_backends_writes_that_matter_are_the_same_facts() {
     writes_that_matter(true).await;
 }
 
+/// The same on the MySQL backend itself (`sim/mysql_wire.rs`): its transactions, read off
+/// the tables in memory, make the same facts in the same order.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_mysql_backends_writes_that_matter_are_the_same_facts() {
+    writes_that_matter_on(StoreConfig {
+        mysql: true,
+        watches: Watches::Polling { every: ms(250) },
+        sessions: Sessions::Ttl {
+            max_drift: 0.0,
+            max_step: Duration::ZERO,
+        },
+        ..cfg()
+    })
+    .await;
+}
+
 async fn writes_that_matter(zk_wire: bool) {
-    let store = SimStore::new(StoreConfig { zk_wire, ..cfg() }, 16);
+    writes_that_matter_on(StoreConfig { zk_wire, ..cfg() }).await;
+}
+
+async fn writes_that_matter_on(cfg: StoreConfig) {
+    let zk_wire = cfg.zk_wire;
+    let store = SimStore::new(cfg, 16);
     let a = open(&store, 0).await;
     let epoch = held(a.s.join(&node(0), 1).await);
     let state = a.s.read_state().await.unwrap();

@@ -399,7 +399,10 @@ const SEEN_PREFIX: &str = "seen/";
 /// the server, so that concurrent raises of one row keep the greater. The value is the
 /// epoch in 20 zero-padded digits, so that rows compare as text: a `CAST` of a row that
 /// holds garbage fails the statement in strict mode, and garbage must never block the
-/// raise (it is overwritten instead).
+/// raise (it is overwritten instead). The digits are matched in the value's hex (twenty
+/// `3x` pairs): MySQL 8.0.22 and later refuse a binary string (the `LONGBLOB`) in a
+/// regular expression (error 3995), which would have failed every raise there for good
+/// (the review of stop 43; MariaDB takes both).
 async fn raise_seen<Q: Queryable>(
     q: &mut Q,
     t: &Tables,
@@ -413,8 +416,8 @@ async fn raise_seen<Q: Queryable>(
     q.exec_drop(
         format!(
             "INSERT INTO {} (cluster, name, value, version) VALUES (?, ?, ?, 0) ON DUPLICATE \
-             KEY UPDATE {NEXT_VERSION}, value = IF(value REGEXP '^[0-9]{{20}}$' AND \
-             value >= VALUES(value), value, VALUES(value))",
+             KEY UPDATE {NEXT_VERSION}, value = IF(HEX(value) REGEXP '^(3[0-9]){{20}}$' \
+             AND value >= VALUES(value), value, VALUES(value))",
             t.kv
         ),
         (cluster, seen_row(node), format!("{epoch:020}").into_bytes()),
@@ -753,38 +756,51 @@ impl<W: Wire> Inner<W> {
     /// the session registered on (`polled::Touched::Restarted`).
     async fn touch_rows(&self, node: &str) -> Result<Touched, StoreError> {
         let (id, then, node) = (self.core.id, self.mem.run_then(), node.to_string());
-        self.run("keeping the session alive", move |c| {
-            work(async move {
-                // The lock row first, looked at with a read that takes no lock: an UPDATE
-                // examines the row whoever holds it and waits on its row lock, so a holder
-                // frozen inside a transaction made every standby's keepalive wait, and
-                // lose its session, with it. Then, while it is this session's, renewed
-                // before the member row: the order of the elector's renewal, so that the
-                // two never wait on each other (the member row first can deadlock with the
-                // renewal: InnoDB fails one of them, and an unknown renewal costs a lease).
-                let held =
-                    c.lock_session(false).await? == Some(id) && c.renew_lock(id, None).await?;
-                if !c.renew_member(&node, id, None).await? {
-                    return Ok((Touched::Gone, false));
-                }
-                if !held {
+        // Two transactions, each writing one row, as the autocommit statements before
+        // them did: the member row, then (while the lock is this session's) the lock row.
+        // Both in one transaction held the first row while writing the second: the member
+        // row first can deadlock with the elector's renewal (lock row, then member row;
+        // InnoDB fails one of them, and an unknown renewal costs a lease), and the lock
+        // row first held it, and kept every joiner out, across a frozen keepalive's next
+        // statement (the review of stop 43).
+        let (touched, held) = self
+            .run("keeping the session alive", move |c| {
+                work(async move {
+                    if !c.renew_member(&node, id, None).await? {
+                        return Ok(((Touched::Gone, false), false));
+                    }
+                    // The lock row only while it names this session, looked at with a read
+                    // that takes no lock: an UPDATE examines the row whoever holds it and
+                    // waits on its row lock, so a holder frozen inside a transaction made
+                    // every standby's keepalive wait, and lose its session, with it.
+                    if c.lock_session(false).await? == Some(id) {
+                        return Ok(((Touched::Alive, true), true));
+                    }
                     // (As the join: a session without a recorded run, which registration
                     // always records, counts as another run.)
                     let other = match &then {
                         Some(then) => c.server_run().await?.surely_other_than(then),
                         None => true,
                     };
-                    if other {
-                        return Ok((
-                            Touched::Restarted("the server's identity or start time"),
-                            false,
-                        ));
-                    }
-                }
-                Ok((Touched::Alive, true))
+                    let touched = if other {
+                        Touched::Restarted("the server's identity or start time")
+                    } else {
+                        Touched::Alive
+                    };
+                    Ok(((touched, false), true))
+                })
             })
-        })
-        .await
+            .await?;
+        if held {
+            self.run("keeping the lock", move |c| {
+                work(async move {
+                    let renewed = c.renew_lock(id, None).await?;
+                    Ok(((), renewed))
+                })
+            })
+            .await?;
+        }
+        Ok(touched)
     }
 
     /// The epoch counter's row as it is, garbage included (`None`: no row).
@@ -1437,8 +1453,10 @@ impl<W: Wire> Session for MysqlSession<W> {
         let done = i
             .run("moving history aside", move |c| {
                 work(async move {
-                    c.write_kv(&copy2, &data, None).await?;
-                    let moved = c.delete_kv(HISTORY, Some(v)).await?;
+                    // (A copy of that name already there is a server's duplicate-key
+                    // error: nothing moves.)
+                    let moved = c.write_kv(&copy2, &data, None).await?
+                        && c.delete_kv(HISTORY, Some(v)).await?;
                     Ok((moved, moved))
                 })
             })

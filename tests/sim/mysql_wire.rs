@@ -179,7 +179,20 @@ impl State {
         let lock1 = self.sql_lock(now);
         let row0 = before.lock.as_ref().map(|l| l.session);
         let row1 = self.mysql.tables.lock.as_ref().map(|l| l.session);
-        if row0 != row1 {
+        if row0 == row1 && lock0.is_none() {
+            // Its holder renewed a row that had expired (nobody took it meanwhile): held
+            // again.
+            if let Some((s, epoch)) = lock1 {
+                if let Some(o) = self.sql_owner(s) {
+                    self.facts.push(Fact::LockTaken {
+                        node: o.0,
+                        inc: o.1,
+                        epoch,
+                        at: now,
+                    });
+                }
+            }
+        } else if row0 != row1 {
             if let Some(o) = lock0.and_then(|(s, _)| self.sql_owner(s)) {
                 self.facts.push(Fact::LockGone {
                     node: o.0,
