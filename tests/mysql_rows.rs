@@ -306,16 +306,23 @@ impl Both<'_> {
     }
 }
 
-#[test]
-fn the_tables_in_memory_decide_as_mariadb_does() {
-    let db = MariaDb::start();
-    let mut cluster = Cluster::with_mysql(&db);
+/// A cluster on `db` whose sessions live [`TIMEOUT_US`], after `warden init`, and its
+/// config.
+fn initialized(db: &MariaDb) -> (Cluster, warden::config::Config) {
+    let mut cluster = Cluster::with_mysql(db);
     cluster.session_timeout = std::time::Duration::from_micros(TIMEOUT_US as u64);
-    cluster.use_mysql(&db);
+    cluster.use_mysql(db);
     let init = cluster.node("init");
     let out = cli(&init.config, &["init"]);
     assert!(out.status.success(), "warden init: {}", describe(&out));
     let cfg = warden::config::load(&init.config).expect("the config");
+    (cluster, cfg)
+}
+
+#[test]
+fn the_tables_in_memory_decide_as_mariadb_does() {
+    let db = MariaDb::start();
+    let (cluster, cfg) = initialized(&db);
     tokio::runtime::Runtime::new()
         .expect("a runtime")
         .block_on(async {
@@ -441,13 +448,7 @@ impl Wire for Mem {
 #[test]
 fn the_backends_sessions_answer_on_the_tables_as_on_mariadb() {
     let db = MariaDb::start();
-    let mut cluster = Cluster::with_mysql(&db);
-    cluster.session_timeout = std::time::Duration::from_micros(TIMEOUT_US as u64);
-    cluster.use_mysql(&db);
-    let init = cluster.node("init");
-    let out = cli(&init.config, &["init"]);
-    assert!(out.status.success(), "warden init: {}", describe(&out));
-    let cfg = warden::config::load(&init.config).expect("the config");
+    let (cluster, cfg) = initialized(&db);
     let settings = Arc::new(StoreSettings::from_config(&cfg).expect("the settings"));
     let name = cluster.name.clone();
     tokio::runtime::Runtime::new()

@@ -1532,19 +1532,24 @@ fn a_seed_replays_exactly() {
 /// cluster on it elects, commits and renews as on the other stores.
 #[test]
 fn the_seeds_on_a_ttl_store_without_watches_run_the_mysql_backend_itself() {
-    let mysql: Vec<u64> = (0..400)
+    let mysql = (0..400)
         .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.mysql)
-        .collect();
+        .count();
     assert!(
-        (8..=60).contains(&mysql.len()),
-        "{} of 400 seeds run the MySQL backend",
-        mysql.len()
+        (8..=60).contains(&mysql),
+        "{mysql} of 400 seeds run the MySQL backend"
     );
+    quiet_seeds_elect("MySQL", |c| c.mysql, &["COMMIT by", "LOCK taken by"]);
+}
+
+/// A few quiet seeds on the store `on` picks (the first of the first 400) elect, and
+/// their traces show every one of `lines`.
+fn quiet_seeds_elect(store: &str, on: fn(&StoreConfig) -> bool, lines: &[&str]) {
     let quiet: Vec<u64> = (0..400)
-        .filter(|&s| draw_seed(s, 3, 0).1.mysql)
+        .filter(|&s| on(&draw_seed(s, 3, 0).1))
         .take(3)
         .collect();
-    assert!(!quiet.is_empty(), "no quiet seed runs the MySQL backend");
+    assert!(!quiet.is_empty(), "no quiet seed runs the {store} backend");
     for seed in quiet {
         let (plan, store_cfg) = draw_seed(seed, 3, 0);
         let out = run_plan(seed, plan, store_cfg, true);
@@ -1554,10 +1559,10 @@ fn the_seeds_on_a_ttl_store_without_watches_run_the_mysql_backend_itself() {
             out.failure,
             out.trace.join("\n")
         );
-        for what in ["COMMIT by", "LOCK taken by"] {
+        for what in lines {
             assert!(
                 out.trace.iter().any(|l| l.contains(what)),
-                "seed {seed}: no {what:?} through the transactions\n{}",
+                "seed {seed}: no {what:?} through the {store} backend\n{}",
                 out.trace.join("\n")
             );
         }
@@ -1569,34 +1574,14 @@ fn the_seeds_on_a_ttl_store_without_watches_run_the_mysql_backend_itself() {
 /// elects, commits and hands over as on the model's stores.
 #[test]
 fn a_fifth_of_the_seeds_run_the_redis_backend_itself() {
-    let redis: Vec<u64> = (0..200)
+    let redis = (0..200)
         .filter(|&s| draw_seed(s, 3, DEFAULT_FAULTS).1.redis)
-        .collect();
+        .count();
     assert!(
-        (20..=60).contains(&redis.len()),
-        "{} of 200 seeds run the Redis backend",
-        redis.len()
+        (20..=60).contains(&redis),
+        "{redis} of 200 seeds run the Redis backend"
     );
-    let quiet: Vec<u64> = (0..100)
-        .filter(|&s| draw_seed(s, 3, 0).1.redis)
-        .take(3)
-        .collect();
-    assert!(!quiet.is_empty(), "no quiet seed runs the Redis backend");
-    for seed in quiet {
-        let (plan, store_cfg) = draw_seed(seed, 3, 0);
-        let out = run_plan(seed, plan, store_cfg, true);
-        assert!(
-            out.failure.is_none(),
-            "seed {seed}: {:?}\n{}",
-            out.failure,
-            out.trace.join("\n")
-        );
-        assert!(
-            out.trace.iter().any(|l| l.contains("COMMIT by")),
-            "seed {seed}: no promotion was committed through the scripts\n{}",
-            out.trace.join("\n")
-        );
-    }
+    quiet_seeds_elect("Redis", |c| c.redis, &["COMMIT by"]);
 }
 
 /// Issue 32 point 3: half the seeds on ZooKeeper with watches run the ZooKeeper backend

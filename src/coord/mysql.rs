@@ -1629,17 +1629,8 @@ impl Rows for SqlRows {
     }
 
     async fn lock_session(&mut self, locked: bool) -> Result<Option<i64>, Self::Error> {
-        let c = &*self.c;
-        first(
-            &mut self.tx,
-            format!(
-                "SELECT session FROM {} WHERE cluster = ?{}",
-                c.t.lock,
-                for_update(locked)
-            ),
-            (&c.cluster,),
-        )
-        .await
+        let table = self.c.t.lock.clone();
+        self.of_cluster("session", &table, locked).await
     }
 
     async fn renew_lock(
@@ -1700,17 +1691,8 @@ impl Rows for SqlRows {
     }
 
     async fn counter(&mut self, locked: bool) -> Result<Option<u64>, Self::Error> {
-        let c = &*self.c;
-        first(
-            &mut self.tx,
-            format!(
-                "SELECT epoch FROM {} WHERE cluster = ?{}",
-                c.t.epoch,
-                for_update(locked)
-            ),
-            (&c.cluster,),
-        )
-        .await
+        let table = self.c.t.epoch.clone();
+        self.of_cluster("epoch", &table, locked).await
     }
 
     async fn next_epoch(&mut self) -> Result<Epoch, Self::Error> {
@@ -1895,6 +1877,26 @@ impl Rows for SqlRows {
 
     async fn server_run(&mut self) -> Result<ServerRun, Self::Error> {
         server_run(&mut self.tx).await
+    }
+}
+
+impl SqlRows {
+    /// Column `what` of the cluster's row of `table` (the lock, the counter), for update
+    /// when `locked`.
+    async fn of_cluster<T>(
+        &mut self,
+        what: &str,
+        table: &str,
+        locked: bool,
+    ) -> Result<Option<T>, mysql_async::Error>
+    where
+        T: mysql_async::prelude::FromRow + Send + 'static,
+    {
+        let sql = format!(
+            "SELECT {what} FROM {table} WHERE cluster = ?{}",
+            for_update(locked)
+        );
+        first(&mut self.tx, sql, (self.c.cluster.as_str(),)).await
     }
 }
 

@@ -23,7 +23,7 @@
 //! frozen).
 
 use super::tables::{Never, Tables, Tx};
-use super::{Fact, Inc, Job, Server, Sess, SimStore, Snap, State};
+use super::{Fact, Inc, Job, SimStore, Snap, State};
 use futures_util::FutureExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use warden::coord::mysql::decide::{Rows, ServerRun};
 use warden::coord::mysql::{MysqlSession, Wire, Work};
-use warden::coord::{ClusterSnapshot, StoreError, StoreSettings};
+use warden::coord::{ClusterSnapshot, StoreError};
 use warden::record::{self, Control, Epoch, MemberRecord, NodeRecord, RecordError};
 
 const PREFIX: &str = "warden_";
@@ -53,10 +53,6 @@ pub(super) struct MysqlSide {
     read_at: BTreeMap<i64, Instant>,
     /// The expired lock row already reported gone: its session and version.
     expired: Option<(i64, i64)>,
-}
-
-fn parsed(b: &[u8]) -> Option<NodeRecord> {
-    record::parse::<NodeRecord>(b).ok()
 }
 
 impl State {
@@ -117,14 +113,7 @@ impl State {
             return;
         }
         self.mysql.expired = Some(key);
-        if let Some(o) = self.sql_owner(key.0) {
-            self.facts.push(Fact::LockGone {
-                node: o.0,
-                inc: o.1,
-                expired: true,
-                at: now,
-            });
-        }
+        self.lock_gone(self.sql_owner(key.0), true, now);
     }
 
     /// The lock's live holder: its session and epoch.
@@ -179,69 +168,37 @@ impl State {
         let lock1 = self.sql_lock(now);
         let row0 = before.lock.as_ref().map(|l| l.session);
         let row1 = self.mysql.tables.lock.as_ref().map(|l| l.session);
-        if row0 == row1 && lock0.is_none() {
-            // Its holder renewed a row that had expired (nobody took it meanwhile): held
-            // again.
+        // A holder that renewed its row after it expired (nobody took it meanwhile) holds
+        // it again.
+        let revived = row0 == row1 && lock0.is_none();
+        if row0 != row1 {
+            let gone = lock0.and_then(|(s, _)| self.sql_owner(s));
+            self.lock_gone(gone, false, now);
+        }
+        if row0 != row1 || revived {
             if let Some((s, epoch)) = lock1 {
-                if let Some(o) = self.sql_owner(s) {
-                    self.facts.push(Fact::LockTaken {
-                        node: o.0,
-                        inc: o.1,
-                        epoch,
-                        at: now,
-                    });
+                if !revived {
+                    self.mysql.read_at.remove(&s);
                 }
-            }
-        } else if row0 != row1 {
-            if let Some(o) = lock0.and_then(|(s, _)| self.sql_owner(s)) {
-                self.facts.push(Fact::LockGone {
-                    node: o.0,
-                    inc: o.1,
-                    expired: false,
-                    at: now,
-                });
-            }
-            if let Some((s, epoch)) = lock1 {
-                self.mysql.read_at.remove(&s);
-                if let Some(o) = self.sql_owner(s) {
-                    self.facts.push(Fact::LockTaken {
-                        node: o.0,
-                        inc: o.1,
-                        epoch,
-                        at: now,
-                    });
-                }
+                self.lock_taken(self.sql_owner(s), epoch, now);
             }
         }
-        let crumb0 = before.kv.get("breadcrumb").cloned();
-        let crumb1 = self.mysql.tables.kv.get("breadcrumb").cloned();
+        let crumb0 = before.kv.get("breadcrumb").map(|(d, _)| d.clone());
+        let crumb1 = self
+            .mysql
+            .tables
+            .kv
+            .get("breadcrumb")
+            .map(|(d, _)| d.clone());
+        let crumbs = (crumb0.as_deref(), crumb1.as_deref());
         match doing {
             "committing the promotion" => {
-                if let Some(record) = crumb1.as_ref().and_then(|(d, _)| parsed(d)) {
-                    self.facts.push(Fact::Commit {
-                        node: owner.0,
-                        inc: owner.1,
-                        epoch: record.epoch.unwrap_or_default(),
-                        replaced: crumb0.as_ref().and_then(|(d, _)| parsed(d)),
-                        record,
-                        at: now,
-                        control: self.sql_control(),
-                        read_at: self.mysql.read_at.get(&sid).copied(),
-                    });
-                }
-                self.facts.push(Fact::Renewed {
-                    node: owner.0,
-                    inc: owner.1,
-                    sent,
-                    at: now,
-                });
+                let (control, read_at) =
+                    (self.sql_control(), self.mysql.read_at.get(&sid).copied());
+                self.committed(owner, crumbs, control, read_at, now);
+                self.renewed(owner, sent, now);
             }
-            "renewing the lease" => self.facts.push(Fact::Renewed {
-                node: owner.0,
-                inc: owner.1,
-                sent,
-                at: now,
-            }),
+            "renewing the lease" => self.renewed(owner, sent, now),
             "taking the lock" if lock1.map(|l| l.0) != Some(sid) => {
                 // (`decide::take_lock`: a refusal for a restart commits the raised floor.)
                 let then = self.mysql.registered.get(&sid);
@@ -253,30 +210,11 @@ impl State {
                     });
                 }
             }
-            _ if crumb0 != crumb1 => match (&crumb0, &crumb1) {
-                (Some((d, _)), None) => {
-                    if let Some(record) = parsed(d) {
-                        self.facts.push(Fact::BreadcrumbDeleted {
-                            by: Some(owner),
-                            record,
-                            at: now,
-                        });
-                    }
-                }
-                (_, Some((d, _)))
-                    if doing == "recording the service" || doing == "restoring the breadcrumb" =>
-                {
-                    if let Some(record) = parsed(d) {
-                        self.facts.push(Fact::Recorded {
-                            node: owner.0,
-                            inc: owner.1,
-                            record,
-                            at: now,
-                        });
-                    }
-                }
-                _ => {}
-            },
+            _ if crumb0 != crumb1 => {
+                let recorded =
+                    doing == "recording the service" || doing == "restoring the breadcrumb";
+                self.crumb_changed(owner, crumbs, recorded, now);
+            }
             _ => {}
         }
         out
@@ -287,17 +225,10 @@ impl State {
         let before = self.sql_lock(now);
         self.mysql.tables = snap.tables;
         let after = self.sql_lock(now);
-        if let Some(o) = before
+        let gone = before
             .filter(|b| Some(*b) != after)
-            .and_then(|(s, _)| self.sql_owner(s))
-        {
-            self.facts.push(Fact::LockGone {
-                node: o.0,
-                inc: o.1,
-                expired: true,
-                at: now,
-            });
-        }
+            .and_then(|(s, _)| self.sql_owner(s));
+        self.lock_gone(gone, true, now);
         self.zxid = snap.zxid;
         self.sql_restart(now);
         if let Some(q) = &mut self.snapshots {
@@ -358,7 +289,7 @@ impl State {
         };
         self.zxid += 1;
         self.changed = true;
-        let Some(record) = parsed(&data) else {
+        let Some(record) = record::parse::<NodeRecord>(&data).ok() else {
             return;
         };
         // As `warden fence --confirm` records it (src/ops/fence.rs).
@@ -486,30 +417,8 @@ pub(super) async fn connect(
     owner: Inc,
 ) -> Result<MysqlSession<SimSql>, StoreError> {
     store.gate(owner).await;
-    let (sid, cfg) = store.with(|st, now| {
-        st.next_session += 1;
-        let sid = st.next_session;
-        let mut s = Sess::new(owner, now);
-        s.server = Server::Raw;
-        st.sessions.insert(sid, s);
-        (sid, st.cfg.clone())
-    });
-    let poll_interval = match cfg.watches {
-        super::Watches::Polling { every } => every,
-        super::Watches::Yes => Duration::from_millis(250),
-    };
-    let settings = StoreSettings {
-        url: "mysql://warden@sim:3306/warden".into(),
-        password: None,
-        session_timeout: cfg.granted,
-        poll_interval,
-        // The backend's op timeout is min(session_timeout / 3, connect_timeout): the
-        // store's, so that both time a call out alike.
-        connect_timeout: cfg.op_timeout,
-        prefix: PREFIX.into(),
-        cluster: CLUSTER.into(),
-        replicas_ack: 0,
-    };
+    let (sid, cfg) = store.raw_connection(owner);
+    let settings = super::backend_settings(&cfg, "mysql://warden@sim:3306/warden", PREFIX, CLUSTER);
     let wire = SimSql {
         h: Arc::new(SqlHandle {
             store: store.clone(),

@@ -20,16 +20,14 @@
 //! ACL/persistence checks (the keyspace reports `appendonly yes`, `noeviction`).
 
 use super::keyspace::{Keyspace, Reply};
-use super::{Fact, Inc, Server, Sess, SimStore, Snap, State};
+use super::{Fact, Inc, SimStore, Snap, State};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use warden::coord::redis::{kept_number, lua_scripts, RedisSession, Wire};
-use warden::coord::{
-    ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings,
-};
+use warden::coord::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent};
 use warden::record::{
     self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord,
     RecordError, SessionId, TakeoverState, Version, WriteOutcome,
@@ -119,14 +117,7 @@ impl State {
         self.zxid += 1;
         self.changed = true;
         if gone.contains(&key("lock")) {
-            if let Some(o) = before.and_then(|s| self.redis_owner(s)) {
-                self.facts.push(Fact::LockGone {
-                    node: o.0,
-                    inc: o.1,
-                    expired: true,
-                    at: now,
-                });
-            }
+            self.lock_gone(before.and_then(|s| self.redis_owner(s)), true, now);
         }
     }
 
@@ -173,24 +164,11 @@ impl State {
         self.zxid += 1;
         self.changed = true;
         if lock0.map(|l| l.0) != lock1.map(|l| l.0) {
-            if let Some(o) = lock0.and_then(|(s, _)| self.redis_owner(s)) {
-                self.facts.push(Fact::LockGone {
-                    node: o.0,
-                    inc: o.1,
-                    expired: false,
-                    at: now,
-                });
-            }
+            let gone = lock0.and_then(|(s, _)| self.redis_owner(s));
+            self.lock_gone(gone, false, now);
             if let Some((s, epoch)) = lock1 {
                 self.redis.read_at.remove(&s);
-                if let Some(o) = self.redis_owner(s) {
-                    self.facts.push(Fact::LockTaken {
-                        node: o.0,
-                        inc: o.1,
-                        epoch,
-                        at: now,
-                    });
-                }
+                self.lock_taken(self.redis_owner(s), epoch, now);
             }
         }
         let done = reply == Reply::Int(1);
@@ -201,28 +179,16 @@ impl State {
                 .unwrap_or(0);
             args.get(3 + n + i).cloned().unwrap_or_default()
         };
-        let parsed = |b: &[u8]| record::parse::<NodeRecord>(b).ok();
+        let crumbs = (
+            crumb0.as_ref().map(|(d, _)| d.as_slice()),
+            crumb1.as_ref().map(|(d, _)| d.as_slice()),
+        );
         match name {
             Some("commit") if done => {
-                let record = crumb1.as_ref().and_then(|(d, _)| parsed(d));
-                if let Some(record) = record {
-                    self.facts.push(Fact::Commit {
-                        node: owner.0,
-                        inc: owner.1,
-                        epoch: record.epoch.unwrap_or_default(),
-                        replaced: crumb0.as_ref().and_then(|(d, _)| parsed(d)),
-                        record,
-                        at: now,
-                        control: self.redis_control_at(clock),
-                        read_at: self.redis.read_at.get(&sid).copied(),
-                    });
-                }
-                self.facts.push(Fact::Renewed {
-                    node: owner.0,
-                    inc: owner.1,
-                    sent,
-                    at: now,
-                });
+                let control = self.redis_control_at(clock);
+                let read_at = self.redis.read_at.get(&sid).copied();
+                self.committed(owner, crumbs, control, read_at, now);
+                self.renewed(owner, sent, now);
             }
             Some("acquire")
                 if matches!(&reply, Reply::Array(a)
@@ -234,36 +200,10 @@ impl State {
                     at: now,
                 });
             }
-            Some("set_member") if done && argv(5) == b"1" => {
-                self.facts.push(Fact::Renewed {
-                    node: owner.0,
-                    inc: owner.1,
-                    sent,
-                    at: now,
-                });
+            Some("set_member") if done && argv(5) == b"1" => self.renewed(owner, sent, now),
+            _ if crumb0 != crumb1 => {
+                self.crumb_changed(owner, crumbs, name == Some("breadcrumb_at"), now);
             }
-            _ if crumb0 != crumb1 => match (&crumb0, &crumb1) {
-                (Some((d, _)), None) => {
-                    if let Some(record) = parsed(d) {
-                        self.facts.push(Fact::BreadcrumbDeleted {
-                            by: Some(owner),
-                            record,
-                            at: now,
-                        });
-                    }
-                }
-                (_, Some((d, _))) if name == Some("breadcrumb_at") => {
-                    if let Some(record) = parsed(d) {
-                        self.facts.push(Fact::Recorded {
-                            node: owner.0,
-                            inc: owner.1,
-                            record,
-                            at: now,
-                        });
-                    }
-                }
-                _ => {}
-            },
             _ => {}
         }
         reply
@@ -275,17 +215,10 @@ impl State {
         let clock = self.ks_clock(now);
         let before = lock_of(&self.redis.keyspace, clock);
         let after = lock_of(&snap.keyspace, clock);
-        if let Some(o) = before
+        let gone = before
             .filter(|b| Some(*b) != after)
-            .and_then(|(s, _)| self.redis_owner(s))
-        {
-            self.facts.push(Fact::LockGone {
-                node: o.0,
-                inc: o.1,
-                expired: true,
-                at: now,
-            });
-        }
+            .and_then(|(s, _)| self.redis_owner(s));
+        self.lock_gone(gone, true, now);
         self.zxid = snap.zxid;
         // A store that comes back from a snapshot restarted: a new run id.
         let run = self.redis.keyspace.run.max(snap.keyspace.run) + 1;
@@ -567,30 +500,8 @@ impl Wire for SimWire {
 /// number as the session id (deterministic, unlike the connector's random one).
 pub(super) async fn connect(store: &SimStore, owner: Inc) -> Result<SimSession, StoreError> {
     store.gate(owner).await;
-    let (sid, cfg) = store.with(|st, now| {
-        st.next_session += 1;
-        let sid = st.next_session;
-        let mut s = Sess::new(owner, now);
-        s.server = Server::Raw;
-        st.sessions.insert(sid, s);
-        (sid, st.cfg.clone())
-    });
-    let poll_interval = match cfg.watches {
-        super::Watches::Polling { every } => every,
-        super::Watches::Yes => std::time::Duration::from_millis(250),
-    };
-    let settings = StoreSettings {
-        url: "redis://sim:6379/0".into(),
-        password: None,
-        session_timeout: cfg.granted,
-        poll_interval,
-        // The backend's op timeout is min(session_timeout / 3, connect_timeout): the
-        // store's, so that both time a call out alike.
-        connect_timeout: cfg.op_timeout,
-        prefix: PREFIX.into(),
-        cluster: CLUSTER.into(),
-        replicas_ack: 0,
-    };
+    let (sid, cfg) = store.raw_connection(owner);
+    let settings = super::backend_settings(&cfg, "redis://sim:6379/0", PREFIX, CLUSTER);
     let wire = SimWire {
         h: Arc::new(WireHandle {
             store: store.clone(),

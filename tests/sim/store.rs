@@ -845,6 +845,102 @@ impl State {
         }
     }
 
+    // ----- the facts the backends' own wires share ------------------------------------
+
+    /// `owner`'s lock went: released, replaced, or (`expired`) its session or lease ended.
+    pub(super) fn lock_gone(&mut self, owner: Option<Inc>, expired: bool, at: Instant) {
+        if let Some(o) = owner {
+            self.facts.push(Fact::LockGone {
+                node: o.0,
+                inc: o.1,
+                expired,
+                at,
+            });
+        }
+    }
+
+    /// `owner` took the lock at `epoch`.
+    pub(super) fn lock_taken(&mut self, owner: Option<Inc>, epoch: Epoch, at: Instant) {
+        if let Some(o) = owner {
+            self.facts.push(Fact::LockTaken {
+                node: o.0,
+                inc: o.1,
+                epoch,
+                at,
+            });
+        }
+    }
+
+    /// A renewal (or a commit) of `owner`, sent at `sent`, applied.
+    pub(super) fn renewed(&mut self, owner: Inc, sent: Instant, at: Instant) {
+        self.facts.push(Fact::Renewed {
+            node: owner.0,
+            inc: owner.1,
+            sent,
+            at,
+        });
+    }
+
+    /// `owner` committed the breadcrumb `after` over `before` (raw), on `control`, having
+    /// read control at `read_at`.
+    pub(super) fn committed(
+        &mut self,
+        owner: Inc,
+        (before, after): (Option<&[u8]>, Option<&[u8]>),
+        control: Control,
+        read_at: Option<Instant>,
+        at: Instant,
+    ) {
+        let parsed = |b: Option<&[u8]>| b.and_then(|b| warden::record::parse::<NodeRecord>(b).ok());
+        if let Some(record) = parsed(after) {
+            self.facts.push(Fact::Commit {
+                node: owner.0,
+                inc: owner.1,
+                epoch: record.epoch.unwrap_or_default(),
+                replaced: parsed(before),
+                record,
+                at,
+                control,
+                read_at,
+            });
+        }
+    }
+
+    /// A write of `owner` other than a commit changed the breadcrumb from `before` to
+    /// `after` (raw): deleted it, or (`recorded`: a rewrite by its holder) recorded the
+    /// service.
+    pub(super) fn crumb_changed(
+        &mut self,
+        owner: Inc,
+        (before, after): (Option<&[u8]>, Option<&[u8]>),
+        recorded: bool,
+        at: Instant,
+    ) {
+        let parsed = |b: &[u8]| warden::record::parse::<NodeRecord>(b).ok();
+        match (before, after) {
+            (Some(d), None) => {
+                if let Some(record) = parsed(d) {
+                    self.facts.push(Fact::BreadcrumbDeleted {
+                        by: Some(owner),
+                        record,
+                        at,
+                    });
+                }
+            }
+            (_, Some(d)) if recorded => {
+                if let Some(record) = parsed(d) {
+                    self.facts.push(Fact::Recorded {
+                        node: owner.0,
+                        inc: owner.1,
+                        record,
+                        at,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
     // ----- the store's operations, as applied on arrival ------------------------------
 
     fn lock_stat(&self) -> Option<LockStat> {
@@ -2008,6 +2104,47 @@ fn spawn_wire(store: SimStore) -> mpsc::UnboundedSender<Job> {
         }
     });
     tx
+}
+
+/// The settings a backend's own session gets over a raw connection of the simulated
+/// store: its session timeout, its polling, and its operation timeout (the backends' is
+/// min(session_timeout / 3, connect_timeout): the store's, so that both time a call out
+/// alike).
+pub(super) fn backend_settings(
+    cfg: &StoreConfig,
+    url: &str,
+    prefix: &str,
+    cluster: &str,
+) -> warden::coord::StoreSettings {
+    let poll_interval = match cfg.watches {
+        Watches::Polling { every } => every,
+        Watches::Yes => Duration::from_millis(250),
+    };
+    warden::coord::StoreSettings {
+        url: url.into(),
+        password: None,
+        session_timeout: cfg.granted,
+        poll_interval,
+        connect_timeout: cfg.op_timeout,
+        prefix: prefix.into(),
+        cluster: cluster.into(),
+        replicas_ack: 0,
+    }
+}
+
+impl SimStore {
+    /// A raw connection of `owner`, for a backend's own session: its number (the
+    /// session's id), and the store's config.
+    pub(super) fn raw_connection(&self, owner: Inc) -> (i64, StoreConfig) {
+        self.with(|st, now| {
+            st.next_session += 1;
+            let sid = st.next_session;
+            let mut s = Sess::new(owner, now);
+            s.server = Server::Raw;
+            st.sessions.insert(sid, s);
+            (sid, st.cfg.clone())
+        })
+    }
 }
 
 thread_local! {

@@ -301,8 +301,6 @@ impl State {
         let p = paths();
         self.zk_lock_facts(lock0, false, now);
         let crumb1 = self.zk_crumb();
-        let parsed =
-            |b: &Option<Vec<u8>>| b.as_ref().and_then(|b| record::parse::<NodeRecord>(b).ok());
         let checks = |path: &str| {
             ops.iter()
                 .any(|o| matches!(o, TreeOp::Check { path: c, .. } if c == path))
@@ -316,48 +314,16 @@ impl State {
         let commit = checks(&p.control) && writes(&|x| x == p.lock);
         let renewal = checks(&p.lock) && writes(&|x| x.starts_with(&format!("{}/", p.members)));
         let rewrite = checks(&p.lock) && writes(&|x| x == p.breadcrumb);
+        let crumbs = (crumb0.as_deref(), crumb1.as_deref());
         if commit {
-            if let Some(record) = parsed(&crumb1) {
-                self.facts.push(Fact::Commit {
-                    node: owner.0,
-                    inc: owner.1,
-                    epoch: record.epoch.unwrap_or_default(),
-                    replaced: parsed(&crumb0),
-                    record,
-                    at: now,
-                    control: self.zk_control(),
-                    read_at: self.zk.read_at.get(&sid).copied(),
-                });
-            }
+            let (control, read_at) = (self.zk_control(), self.zk.read_at.get(&sid).copied());
+            self.committed(owner, crumbs, control, read_at, now);
         }
         if commit || renewal {
-            self.facts.push(Fact::Renewed {
-                node: owner.0,
-                inc: owner.1,
-                sent,
-                at: now,
-            });
+            self.renewed(owner, sent, now);
         }
-        if commit || crumb0 == crumb1 {
-            return;
-        }
-        match (parsed(&crumb0), parsed(&crumb1)) {
-            (Some(record), None) if crumb1.is_none() => {
-                self.facts.push(Fact::BreadcrumbDeleted {
-                    by: Some(owner),
-                    record,
-                    at: now,
-                });
-            }
-            (_, Some(record)) if rewrite => {
-                self.facts.push(Fact::Recorded {
-                    node: owner.0,
-                    inc: owner.1,
-                    record,
-                    at: now,
-                });
-            }
-            _ => {}
+        if !commit && crumb0 != crumb1 {
+            self.crumb_changed(owner, crumbs, rewrite, now);
         }
     }
 
@@ -368,24 +334,10 @@ impl State {
         if lock0 == lock1 {
             return;
         }
-        if let Some(o) = lock0.and_then(|(s, _)| self.zk_owner(s)) {
-            self.facts.push(Fact::LockGone {
-                node: o.0,
-                inc: o.1,
-                expired,
-                at: now,
-            });
-        }
+        self.lock_gone(lock0.and_then(|(s, _)| self.zk_owner(s)), expired, now);
         if let Some((s, czxid)) = lock1 {
-            if let Some(o) = self.zk_owner(s) {
-                let epoch = czxid.max(0) as Epoch + offset_of(&self.zk.tree);
-                self.facts.push(Fact::LockTaken {
-                    node: o.0,
-                    inc: o.1,
-                    epoch,
-                    at: now,
-                });
-            }
+            let epoch = czxid.max(0) as Epoch + offset_of(&self.zk.tree);
+            self.lock_taken(self.zk_owner(s), epoch, now);
         }
     }
 
