@@ -237,8 +237,11 @@ fn a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile() {
     use mysql_async::prelude::Queryable;
     let db = MariaDb::start();
     let mut cluster = Cluster::with_mysql(&db);
-    // Long enough that the join's wait below stays within its operation timeout.
-    cluster.session_timeout = secs(30);
+    // An operation timeout (and a lock wait: the sessions' `innodb_lock_wait_timeout`) of
+    // 20 s, so that the join's wait below lasts until the other transaction commits, and
+    // a loaded host still sees it wait.
+    cluster.session_timeout = secs(60);
+    cluster.connect_timeout = secs(20);
     cluster.use_mysql(&db);
     let out = cli(&cluster.node("init").config, &["init"]);
     assert!(out.status.success(), "warden init: {}", describe(&out));
@@ -287,7 +290,7 @@ fn a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile() {
             .expect("the raise");
         let join = tokio::spawn(async move { b.join(&n2, 1).await });
         // Once n2's join waits on the lock row, the other transaction commits.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             // (As root: the warden user may not see other users' transactions.)
             let waiting = db.sql(
