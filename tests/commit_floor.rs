@@ -290,22 +290,18 @@ fn a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile() {
             .expect("the raise");
         let join = tokio::spawn(async move { b.join(&n2, 1).await });
         // Once n2's join waits on the lock row, the other transaction commits.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
-        loop {
-            // (As root: the warden user may not see other users' transactions.)
-            let waiting = db.sql(
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK \
-                 WAIT'",
-            );
-            if waiting.trim() == "1" {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "n2's join never waited on the lock row"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
+        // (As root: the warden user may not see other users' transactions. Polled on this
+        // worker thread; the join runs on the other.)
+        tokio::task::block_in_place(|| {
+            wait_until(secs(15), "n2's join waits on the lock row", || {
+                db.sql(
+                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = \
+                     'LOCK WAIT'",
+                )
+                .trim()
+                    == "1"
+            })
+        });
         holder.query_drop("COMMIT").await.expect("commit");
         let outcome = join.await.expect("the join");
         assert!(
