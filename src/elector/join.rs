@@ -129,7 +129,6 @@ impl Elector {
         match outcome {
             JoinOutcome::Held { epoch } => {
                 self.must_rejoin = false;
-                self.undemoted = false;
                 self.phase = Phase::Holding {
                     epoch,
                     step: Step::Serving, // replaced at once below

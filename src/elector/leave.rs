@@ -141,12 +141,7 @@ impl Elector {
             epoch,
             step: Step::Leaving { why },
         };
-        if self.undemoted && self.svc == Svc::Down {
-            // A called-off switchover's failed demote may have left the service taking
-            // writes: demote it again on the way out, as a running one (if that fails too,
-            // the breadcrumb stays for whoever wins to fence it).
-            self.svc = Svc::Up;
-        }
+        self.undemoted_runs();
         match self.svc {
             Svc::Up | Svc::Starting(..) => self.stop_service(StopCause::Demote),
             Svc::Stopping(..) => {}

@@ -288,6 +288,8 @@ impl Elector {
             }
         }
         self.svc = Svc::Down;
+        // Demoted (or, not clean, left to whoever wins to fence: `own_leftovers`).
+        self.undemoted = false;
         // A record still in flight names the service that just stopped: its answer must
         // not count for the next start (simulation seed 880).
         self.forget_record();
@@ -514,6 +516,7 @@ impl Elector {
     }
 
     pub(super) fn stop_service(&mut self, cause: StopCause) {
+        self.undemoted_runs();
         match self.svc {
             Svc::Up => {
                 let ticket = self.ticket();
@@ -523,6 +526,17 @@ impl Elector {
             }
             Svc::Starting(t, None) => self.svc = Svc::Starting(t, Some(cause)),
             Svc::Starting(_, Some(_)) | Svc::Stopping(..) | Svc::Down => {}
+        }
+    }
+
+    /// SPEC §6a.2: a called-off switchover's failed demote may have left the service
+    /// taking writes although it counts down until promoted again: a stop counts it as
+    /// running, so that it is demoted (if that fails too, the breadcrumb stays for whoever
+    /// wins to fence it). Every way out goes through here: a step-down (seed 45962), a
+    /// lost lock or session (seed 521978).
+    pub(super) fn undemoted_runs(&mut self) {
+        if self.undemoted && self.svc == Svc::Down {
+            self.svc = Svc::Up;
         }
     }
 

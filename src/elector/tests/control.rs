@@ -364,9 +364,20 @@ fn rule_6a_2_a_called_off_switchover_names_the_process_running_now_before_it_pro
         "{a:?}"
     );
     assert_ne!(h.e.role(), Role::Active);
-    // The lock may still be ours (the store forgot only the breadcrumb): the node joins
-    // again whatever it may do now, to learn so and release it (review at stop 35: a
-    // priority-0 or ineligible node kept it, renewed by the keepalive, for good).
+    // The failed demote may have left the service taking writes: demoted first (seed
+    // 521978). Then, the lock may still be ours (the store forgot only the breadcrumb):
+    // the node joins again whatever it may do now, to learn so and release it (review at
+    // stop 35: a priority-0 or ineligible node kept it, renewed by the keepalive, for
+    // good).
+    let s = match a.as_slice() {
+        [Action::StopService { ticket, .. }] => *ticket,
+        other => panic!("the service is demoted first: {other:?}"),
+    };
+    let a = h.feed(Event::ServiceStopped {
+        ticket: s,
+        clean: true,
+        detail: String::new(),
+    });
     assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
 }
 
@@ -451,6 +462,50 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     let _ = called_off(&mut h);
     let a = h.advance(T);
     assert!(a.contains(&Action::KillService), "{a:?}");
+}
+
+/// The simulation's seed 521978 (stop 43's soak): a switchover whose demote failed was
+/// called off, and before the promote hook ran again the renewal found the lock not this
+/// session's (the store had forgotten writes). The node took its service for down (a
+/// called-off service counts down until promoted again) and joined again at once, so its
+/// failed demote's service, still taking writes, was never demoted; the rejoin then
+/// forgot even that it might be, the promotion was refused, the lock released, and the
+/// target promoted beside it. Losing the lock now demotes it as a running service first,
+/// and a later step-down after the rejoin does too.
+#[test]
+fn rule_6a_2_a_lost_lock_before_the_promotion_again_demotes_the_service() {
+    let mut h = H::new();
+    let a = called_off(&mut h);
+    let _ = repin_of(&a);
+    let a = h.advance(T / 6);
+    let r = a
+        .iter()
+        .find_map(|a| match a {
+            Action::Renew { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a renewal: {a:?}"));
+    let a = h.feed(Event::Renewed {
+        ticket: r,
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(
+        matches!(a.as_slice(), [.., Action::StopService { .. }]),
+        "the service the failed demote left is demoted before anything else: {a:?}"
+    );
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Join { .. })),
+        "joined again with the service still taking writes: {a:?}"
+    );
+    let s = H::ticket_of(&a);
+    let a = h.feed(Event::ServiceStopped {
+        ticket: s,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
+    // Demoted: a later step-down has nothing more to demote.
+    assert!(!h.e.undemoted);
 }
 
 #[test]
