@@ -510,8 +510,17 @@ impl Elector {
             WriteOutcome::Done => self.committed(epoch, sent, now),
             WriteOutcome::Conflict if self.stopping => self.leave(Leave::Stop),
             WriteOutcome::Conflict => {
+                // Control, the breadcrumb or the lock moved; the store does not say which.
+                // The lock may not be ours any more: a store restored to before it was
+                // taken keeps this session, and every commit conflicted for ever (the
+                // simulation's seed 473271). Join again to learn it, as after a refused
+                // renewal or rewrite: held still, the state is read again; another's, this
+                // node stands by.
                 self.reason = Some(Reason::StateChanged);
-                self.read_state(epoch, None);
+                self.lease = Lease::default();
+                self.must_rejoin = true;
+                self.phase = Phase::Idle;
+                self.try_join(now);
             }
             WriteOutcome::Unknown => self.read_state(epoch, Some(sent)),
             // SPEC §3a `replicas_ack`: the store could lose this promotion in a failover of

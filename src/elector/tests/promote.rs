@@ -1259,15 +1259,28 @@ fn rule_9_an_unreadable_breadcrumb_is_fenced_as_an_unknown_old_active() {
     );
 }
 
+/// A commit conflicts when control, the breadcrumb or the lock moved, and it does not say
+/// which: the node joins again to learn whether the lock is still its own, then reads the
+/// state again. It read and committed for ever under a lock the store no longer had (a
+/// store restored to before the lock was taken, which kept this session: the
+/// simulation's seed 473271, with every other node of priority 0).
 #[test]
-fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
+fn rule_4_3c_conflict_joins_again_then_reads_again_and_unknown_is_resolved_by_reading() {
     let mut h = H::new();
     let c = h.committing(30);
     let a = h.feed(Event::Committed {
         ticket: c,
         outcome: WriteOutcome::Conflict,
     });
-    assert!(matches!(a.as_slice(), [Action::ReadState { .. }]), "{a:?}");
+    assert!(matches!(a.as_slice(), [.., Action::Join { .. }]), "{a:?}");
+    let a = h.feed(Event::Joined {
+        ticket: H::ticket_of(&a),
+        outcome: JoinOutcome::Held { epoch: 30 },
+    });
+    assert!(
+        matches!(a.as_slice(), [.., Action::ReadState { .. }]),
+        "{a:?}"
+    );
     let a = h.read(H::ticket_of(&a), BreadcrumbView::Absent);
     let c = H::ticket_of(&a);
     let sent = h.now;
@@ -1291,6 +1304,26 @@ fn rule_4_3c_conflict_reads_again_and_unknown_is_resolved_by_reading() {
             if *lease_valid_until == sent + T / 2),
         "lease from the unknown commit's send time: {a:?}"
     );
+}
+
+#[test]
+fn rule_4_3c_a_conflicting_commit_whose_lock_is_gone_stands_by() {
+    let mut h = H::new();
+    let c = h.committing(30);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Conflict,
+    });
+    let a = h.feed(Event::Joined {
+        ticket: H::ticket_of(&a),
+        outcome: JoinOutcome::Exists { epoch: Some(31) },
+    });
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::ReadState { .. } | Action::CommitPromotion { .. })),
+        "{a:?}"
+    );
+    assert_eq!(h.e.role(), Role::Standby);
 }
 
 #[test]
