@@ -325,7 +325,13 @@ impl Elector {
             }
             Phase::LockLost => {
                 self.phase = Phase::Idle;
-                self.try_join(now);
+                if self.stopping {
+                    // A stop asked for while the forced demote ran (the review of stop
+                    // 43: it sat idle, neither joining nor exiting).
+                    self.exit_when_down();
+                } else {
+                    self.try_join(now);
+                }
             }
             _ => {
                 if self.stopping {
@@ -407,9 +413,10 @@ impl Elector {
             ),
         );
         self.svc = Svc::Down;
-        // Counted down, so that the promote hook runs again; but the failed demote may
-        // have left it taking writes.
-        self.undemoted = true;
+        // Counted down, so that the promote hook runs again; but a failed demote may have
+        // left it taking writes (a clean one, called off because the request lapsed, left
+        // a replica: never to be killed as a primary, the review of stop 43).
+        self.undemoted = hook_failed;
         self.forget_record();
         self.lease.killed = false;
         // Withdrawn as far as this node goes: it must not cede to it again (`bounded`

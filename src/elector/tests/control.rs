@@ -506,6 +506,32 @@ fn rule_6a_2_a_lost_lock_before_the_promotion_again_demotes_the_service() {
     assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
     // Demoted: a later step-down has nothing more to demote.
     assert!(!h.e.undemoted);
+
+    // A SIGTERM while that demote runs: once it ends, warden exits (the review of stop
+    // 43: it sat idle, neither joining nor exiting, keeping a lock it may still hold).
+    let mut h = H::new();
+    let a = called_off(&mut h);
+    let _ = repin_of(&a);
+    let a = h.advance(T / 6);
+    let r = a
+        .iter()
+        .find_map(|a| match a {
+            Action::Renew { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a renewal: {a:?}"));
+    let a = h.feed(Event::Renewed {
+        ticket: r,
+        outcome: WriteOutcome::Conflict,
+    });
+    let s = H::ticket_of(&a);
+    let _ = h.feed(Event::StopRequested);
+    let a = h.feed(Event::ServiceStopped {
+        ticket: s,
+        clean: true,
+        detail: String::new(),
+    });
+    assert!(a.contains(&Action::Exit { code: 0 }), "{a:?}");
 }
 
 #[test]
@@ -564,6 +590,9 @@ fn rule_6a_a_switchover_that_lapses_during_the_demote_is_called_off() {
         a.iter().any(|a| matches!(a, Action::Transition { to: Role::Promoting, reason: Reason::SwitchoverCalledOff(line), .. } if line.contains("lapsed"))),
         "{a:?}"
     );
+    // The demote was clean: its service is a replica, never to be killed as a primary
+    // that may take writes (the review of stop 43).
+    assert!(!h.e.undemoted);
     let a = h.feed_all(Event::ServiceForgotten {
         ticket: r,
         outcome: WriteOutcome::Done,
