@@ -464,6 +464,25 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     assert!(a.contains(&Action::KillService), "{a:?}");
 }
 
+/// A called-off switchover whose next renewal finds the lock not this session's, before
+/// the promote hook ran again: what the elector does then.
+fn lock_lost_after_call_off(h: &mut H) -> Vec<Action> {
+    let a = called_off(h);
+    let _ = repin_of(&a);
+    let a = h.advance(T / 6);
+    let r = a
+        .iter()
+        .find_map(|a| match a {
+            Action::Renew { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a renewal: {a:?}"));
+    h.feed(Event::Renewed {
+        ticket: r,
+        outcome: WriteOutcome::Conflict,
+    })
+}
+
 /// The simulation's seed 521978 (stop 43's soak): a switchover whose demote failed was
 /// called off, and before the promote hook ran again the renewal found the lock not this
 /// session's (the store had forgotten writes). The node took its service for down (a
@@ -475,20 +494,7 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
 #[test]
 fn rule_6a_2_a_lost_lock_before_the_promotion_again_demotes_the_service() {
     let mut h = H::new();
-    let a = called_off(&mut h);
-    let _ = repin_of(&a);
-    let a = h.advance(T / 6);
-    let r = a
-        .iter()
-        .find_map(|a| match a {
-            Action::Renew { ticket } => Some(*ticket),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("a renewal: {a:?}"));
-    let a = h.feed(Event::Renewed {
-        ticket: r,
-        outcome: WriteOutcome::Conflict,
-    });
+    let a = lock_lost_after_call_off(&mut h);
     assert!(
         matches!(a.as_slice(), [.., Action::StopService { .. }]),
         "the service the failed demote left is demoted before anything else: {a:?}"
@@ -510,20 +516,7 @@ fn rule_6a_2_a_lost_lock_before_the_promotion_again_demotes_the_service() {
     // A SIGTERM while that demote runs: once it ends, warden exits (the review of stop
     // 43: it sat idle, neither joining nor exiting, keeping a lock it may still hold).
     let mut h = H::new();
-    let a = called_off(&mut h);
-    let _ = repin_of(&a);
-    let a = h.advance(T / 6);
-    let r = a
-        .iter()
-        .find_map(|a| match a {
-            Action::Renew { ticket } => Some(*ticket),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("a renewal: {a:?}"));
-    let a = h.feed(Event::Renewed {
-        ticket: r,
-        outcome: WriteOutcome::Conflict,
-    });
+    let a = lock_lost_after_call_off(&mut h);
     let s = H::ticket_of(&a);
     let _ = h.feed(Event::StopRequested);
     let a = h.feed(Event::ServiceStopped {
