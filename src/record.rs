@@ -659,7 +659,7 @@ pub fn cut_text(s: &str, max: usize) -> Cow<'_, str> {
 
 /// Cuts every string field of an object element to [`MAX_HISTORY_TEXT`] (an entry's
 /// `reason`, `from`, `to`, and fields a newer warden added); other elements stay as read.
-fn cut_history_texts(value: &mut serde_json::Value) {
+pub fn cut_history_texts(value: &mut serde_json::Value) {
     if let serde_json::Value::Object(fields) = value {
         for field in fields.values_mut() {
             if let serde_json::Value::String(text) = field {

@@ -98,9 +98,15 @@ fn history_round_trip(data: &[u8]) {
     let mut grown = values.clone();
     record::insert_history(&mut grown, &entry, HISTORY_KEEP);
     assert!(grown.len() <= HISTORY_KEEP);
-    if values.len() < HISTORY_KEEP {
+    assert!(record::history_bytes(&grown).len() <= record::MAX_HISTORY_BYTES);
+    // Every element as kept: its free texts cut to MAX_HISTORY_TEXT (found by this
+    // target: the check compared the elements as read, before the cut).
+    let mut cut = values.clone();
+    cut.iter_mut().for_each(record::cut_history_texts);
+    let room = record::history_bytes(&cut).len() + record::to_bytes(&entry).len() + 1;
+    if values.len() < HISTORY_KEEP && room <= record::MAX_HISTORY_BYTES {
         assert_eq!(grown.len(), values.len() + 1);
-        for v in &values {
+        for v in &cut {
             assert!(grown.contains(v), "insert_history dropped {v}");
         }
         let after = record::parse_history(&record::history_bytes(&grown))
