@@ -11,7 +11,7 @@ use crate::config::{Config, ServiceMode};
 use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
-    Reason, Ticket, WriteOutcome,
+    KeptBreadcrumb, Reason, Ticket, WriteOutcome,
 };
 use crate::error::{EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
@@ -1314,6 +1314,22 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     },
                 );
             }
+            Action::KeepBreadcrumb { ticket, epoch } => {
+                let mut rec = self.record(Some(epoch));
+                // Written only when the store forgot it: then as a rewrite later than any
+                // sent in this epoch, so that standbys take it as the newest.
+                rec.rewrite = Some(self.next_rewrite(epoch));
+                self.in_session(
+                    Event::BreadcrumbKept {
+                        ticket,
+                        kept: KeptBreadcrumb::Failed("no session".into()),
+                    },
+                    move |zk| async move {
+                        let kept = keep_named(&zk, &rec, true).await;
+                        Event::BreadcrumbKept { ticket, kept }
+                    },
+                );
+            }
             Action::ForgetService { ticket, epoch } | Action::RepinService { ticket, epoch } => {
                 if matches!(action, Action::RepinService { .. }) {
                     self.repin();
@@ -2136,44 +2152,72 @@ async fn read_cluster_state<S: Session>(
     }))
 }
 
-/// On the way out of the lock while our service outlived its stop: when the breadcrumb
-/// no longer names the epoch it ran under (the store forgot it), writes `record` back
-/// while the lock is still ours, so that whoever wins next fences that service (the
-/// release drops the session, and with it the member record that also names it, until
-/// the next session registers). Bounded by the store's own timeouts; a failure is
-/// logged, and the member record of the next session still names the service.
-async fn keep_leftover_named<S: Session>(zk: &S, record: &NodeRecord) {
+/// Makes sure the breadcrumb names `record` (our promotion of `record.epoch`, naming the
+/// service), writing it back while the lock is ours when the store forgot it: it is what
+/// whoever wins next fences.
+///
+/// `serving`: the active's look after a renewal ([`Action::KeepBreadcrumb`]). An
+/// unreadable breadcrumb is written over, and a later epoch, or another incarnation at
+/// ours, is [`KeptBreadcrumb::Foreign`]. Otherwise, on the way out of the lock while our
+/// service outlived its stop: the release drops the session, and with it the member
+/// record that also names the service, until the next session registers. Then an
+/// unreadable breadcrumb (fenced as unknown) or a later epoch is left as it is.
+///
+/// Bounded by the store's own timeouts.
+async fn keep_named<S: Session>(zk: &S, record: &NodeRecord, serving: bool) -> KeptBreadcrumb {
     let found = match zk.breadcrumb_bytes().await {
         Ok(found) => found,
-        Err(e) => {
-            warn!("could not read the breadcrumb before leaving the lock ({e})");
-            return;
-        }
+        Err(e) => return KeptBreadcrumb::Failed(format!("reading the breadcrumb failed: {e}")),
     };
-    let version = match &found {
-        None => None,
-        Some((data, version)) => {
-            // Kept: unreadable (fenced as unknown), a later epoch, or this very service.
-            let kept = record::parse::<NodeRecord>(data).map_or(true, |b| {
-                b.epoch.is_some_and(|e| Some(e) > record.epoch)
-                    || (b.epoch == record.epoch && b.same_service(record))
-            });
-            if kept {
-                return;
+    let (version, was) = match &found {
+        None => (None, "there was none".to_string()),
+        Some((data, version)) => match record::parse::<NodeRecord>(data) {
+            Err(e) if serving => (Some(*version), format!("it was unreadable: {e}")),
+            Err(_) => return KeptBreadcrumb::Named,
+            Ok(b) => {
+                let later = b.epoch.is_some_and(|e| Some(e) > record.epoch);
+                let ours = b.node_id == record.node_id && b.incarnation == record.incarnation;
+                let what = format!(
+                    "{} (incarnation {}) at epoch {}",
+                    b.node_id,
+                    b.incarnation,
+                    b.epoch.map_or("none".to_string(), |e| e.to_string())
+                );
+                if b.epoch == record.epoch && b.same_service(record) && (ours || !serving) {
+                    return KeptBreadcrumb::Named;
+                }
+                if later || (serving && b.epoch == record.epoch && !ours) {
+                    return match serving {
+                        true => KeptBreadcrumb::Foreign(what),
+                        false => KeptBreadcrumb::Named,
+                    };
+                }
+                (Some(*version), format!("it named {what}"))
             }
-            Some(*version)
-        }
+        },
     };
     match zk.restore_breadcrumb(record, version).await {
-        WriteOutcome::Done => warn!(
+        WriteOutcome::Done => KeptBreadcrumb::WrittenBack(was),
+        outcome => KeptBreadcrumb::Failed(format!("{was}, and writing it back got {outcome:?}")),
+    }
+}
+
+/// On the way out of the lock while our service outlived its stop: when the breadcrumb
+/// no longer names the epoch it ran under (the store forgot it), writes `record` back
+/// while the lock is still ours, so that whoever wins next fences that service. A
+/// failure is logged, and the member record of the next session still names the
+/// service.
+async fn keep_leftover_named<S: Session>(zk: &S, record: &NodeRecord) {
+    match keep_named(zk, record, false).await {
+        KeptBreadcrumb::Named | KeptBreadcrumb::Foreign(_) => {}
+        KeptBreadcrumb::WrittenBack(_) => warn!(
             epoch = record.epoch,
             "the store had forgotten the breadcrumb naming this node's service, which \
              outlived its stop: written back before leaving the lock"
         ),
-        outcome => warn!(
-            ?outcome,
+        KeptBreadcrumb::Failed(why) => warn!(
             "could not write back the breadcrumb naming this node's service, which outlived \
-             its stop; its member record names it once this node registers again"
+             its stop ({why}); its member record names it once this node registers again"
         ),
     }
 }

@@ -228,6 +228,7 @@ on_every_store!(
     operator_commands_work,
     a_frozen_store_takes_the_service_down_by_the_lease_end,
     an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock,
+    an_active_writes_back_a_breadcrumb_the_store_forgot_and_is_fenced_once_killed,
     a_frozen_active_warden_is_fenced_before_the_standby_starts,
     every_fence_failing_means_no_promotion,
     a_store_restarted_with_its_data_elects_again,
@@ -440,7 +441,9 @@ fn a_frozen_store_takes_the_service_down_by_the_lease_end<S: TestStore>() {
 /// starting it again needs the breadcrumb rewritten first, and a missing breadcrumb read
 /// as "no answer": the node renewed its lock and retried the rewrite for ever, neutral,
 /// and nobody else could take the lock. A missing breadcrumb is not ours: the node leaves
-/// the lock, and a node is active again under a new epoch.
+/// the lock, and a node is active again under a new epoch. (Or under the same one: a
+/// renewal that passed between the forgetting and the freeze lets the active write its
+/// breadcrumb back first, as it does since stop 44.)
 fn an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock<S: TestStore>() {
     let mut db = S::start();
     let cluster = cluster_on(&db);
@@ -449,18 +452,36 @@ fn an_active_whose_breadcrumb_the_store_forgot_leaves_the_lock<S: TestStore>() {
     let before = n1.last_run().unwrap();
     let e = before.epoch.unwrap();
     db.forget(&cluster.name, &["breadcrumb"]);
-    freeze_past_the_lease(&mut db, &cluster, &n1);
-    let status = wait_for_status(&n1.config, secs(30), "a node is active again", |s| {
-        active_epoch(s).is_some_and(|a| a > e)
-    });
-    let again = active_epoch(&status);
-    wait_until(secs(10), "the new active's service runs", || {
-        [&n1, &n2].iter().any(|n| {
+    let freeze_ns = freeze_past_the_lease(&mut db, &cluster, &n1);
+    let again = wait_for(secs(30), "a service started again after the freeze", || {
+        [&n1, &n2].iter().find_map(|n| {
             n.last_run()
-                .is_some_and(|r| r.epoch == again && process_alive(r.pid))
+                .filter(|r| r.start_ns > freeze_ns && process_alive(r.pid))
         })
     });
+    assert!(again.epoch >= Some(e), "{before} then {again}");
+    wait_for_status(&n1.config, secs(30), "its node is active", |s| {
+        active_epoch(s) == again.epoch
+    });
     cluster.assert_safe();
+}
+
+/// The simulation's seed 965443 (stop 43): the store forgot the active's commit (its
+/// breadcrumb and history) and kept its lock, while the active served on (a Redis crash
+/// within `appendfsync everysec`, a MySQL failover to a lagging replica). Its renewals
+/// passed and it never looked: once its warden was killed, nothing in the store named
+/// its service, and the next winner, which never saw that commit, promoted without
+/// fencing it. After each renewal the active looks at its breadcrumb and writes it back.
+fn an_active_writes_back_a_breadcrumb_the_store_forgot_and_is_fenced_once_killed<S: TestStore>() {
+    let db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let mut wardens = start_active_then_standbys(&n1, &[]);
+    let e = n1.last_run().unwrap().epoch;
+    db.forget(&cluster.name, &["breadcrumb", "history"]);
+    breadcrumb_back(&n1, e);
+    wardens[0].wait_for_log("the store had forgotten this node's breadcrumb", secs(1));
+    killed_active_is_fenced(&cluster, &mut wardens[0], &n1, &n2);
 }
 
 /// SIGSTOP of the active's warden past the session, its service still running: the

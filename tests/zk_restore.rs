@@ -488,6 +488,27 @@ fn a_holder_whose_breadcrumb_is_gone_is_told_it_is_not_ours() {
     );
 }
 
+/// The simulation's seed 965443 (stop 43), on ZooKeeper: the ensemble forgot the
+/// active's commit (its breadcrumb and history) and kept its session and lock (here:
+/// another client deletes the two znodes), while the active served on. Its renewals
+/// passed and it never looked: once its warden was killed, nothing named its service,
+/// and the next winner, which never saw that commit, promoted without fencing it. After
+/// each renewal the active looks at its breadcrumb and writes it back.
+#[test]
+fn an_active_writes_back_a_breadcrumb_the_ensemble_forgot_and_is_fenced_once_killed() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let mut wardens = start_active_then_standbys(&n1, &[]);
+    let e = n1.last_run().unwrap().epoch;
+    let client = ZkClient::connect(&zk.connect_string());
+    client.delete(&cluster.znode("breadcrumb"));
+    client.delete(&cluster.znode("history"));
+    breadcrumb_back(&n1, e);
+    wardens[0].wait_for_log("the store had forgotten this node's breadcrumb", secs(1));
+    killed_active_is_fenced(&cluster, &mut wardens[0], &n1, &n2);
+}
+
 /// The simulation's seed 11741: the active's member znode vanished while its session
 /// lived (an ensemble restored from a copy that kept the session, a wipe of the cluster's
 /// tree, a `delete` by hand). Its renewal (a multi-op that sets the member record) then

@@ -174,6 +174,21 @@ pub enum FenceOrder {
     OwnService(NodeRecord),
 }
 
+/// What the active's look at its own breadcrumb found ([`Action::KeepBreadcrumb`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeptBreadcrumb {
+    /// It names this incarnation's service at this epoch, as last written.
+    Named,
+    /// The store had forgotten it, or the rewrite naming the service: written back. What
+    /// was there instead.
+    WrittenBack(String),
+    /// It names a later epoch, or another incarnation at ours: the lock may be lost.
+    Foreign(String),
+    /// It could not be read, or not written back: why. Looked at again after the next
+    /// renewal.
+    Failed(String),
+}
+
 /// An input to the elector.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -266,6 +281,11 @@ pub enum Event {
     },
     Released {
         ticket: Ticket,
+    },
+    /// What [`Action::KeepBreadcrumb`] `ticket` found and did.
+    BreadcrumbKept {
+        ticket: Ticket,
+        kept: KeptBreadcrumb,
     },
     /// The breadcrumb's version as [`Action::PeekBreadcrumb`] `ticket` read it (`None`:
     /// there is none).
@@ -394,6 +414,13 @@ pub enum Action {
     /// (§4.3d), as in the commit (checks `lock`). The node is not `active` until this is
     /// acknowledged: before it, fencing could not find the service.
     RecordService { ticket: Ticket, epoch: Epoch },
+    /// The active, after a renewal: read the breadcrumb, and when the store forgot it (or
+    /// the rewrite naming the service: it is missing, names an earlier epoch, another
+    /// service of ours, or is unreadable), write our record of `epoch` back, naming the
+    /// running service, while the lock is ours. Reported as [`Event::BreadcrumbKept`].
+    /// Without it an active whose breadcrumb the store forgot serves on unnamed, and
+    /// whoever wins after its warden dies fences nothing (the simulation's seed 965443).
+    KeepBreadcrumb { ticket: Ticket, epoch: Epoch },
     /// Rewrite our breadcrumb to name no service process (only the cgroup a start again
     /// reuses), as in the commit (checks `lock`). Sent before the service starts again
     /// under the same lock: the identity of the earlier start, whose processes are gone,
@@ -575,6 +602,9 @@ pub struct Elector {
     /// recorded), which may no longer be the one that runs: before another start, it is
     /// rewritten to name none.
     names_earlier_start: bool,
+    /// The newest look at our breadcrumb ([`Action::KeepBreadcrumb`]); answers to older
+    /// ones are ignored.
+    keeping: Option<Ticket>,
     /// The rewrite that names none (or, with `repin`, the process pinned anew), in flight.
     forgetting: Option<Ticket>,
     /// SPEC §6a.2: the rewrite before the next start is [`Action::RepinService`]: a
@@ -655,6 +685,7 @@ impl Elector {
             higher_rival: false,
             rival_waited: false,
             forgetting: None,
+            keeping: None,
             undemoted: false,
             repin: false,
             stopping: false,
@@ -836,6 +867,7 @@ impl Elector {
             } => self.on_demote_failed(ticket, detail, said, now),
             Event::OwnServiceGone => self.on_own_service_gone(),
             Event::Released { ticket } => self.on_released(ticket, now),
+            Event::BreadcrumbKept { ticket, kept } => self.on_breadcrumb_kept(ticket, kept, now),
             Event::BreadcrumbPeeked { ticket, version } => {
                 self.on_breadcrumb_peeked(ticket, version, now)
             }

@@ -1,7 +1,10 @@
 //! The managed service under the lock (SPEC §4.3d, §4.7, §6): start it while the lease
 //! holds, record its identity, stop it, and what its exit or ill health means.
 
-use super::{leave::Leave, Action, Elector, Phase, Reason, Step, StopCause, Ticket, RETRY_DELAY};
+use super::{
+    leave::Leave, Action, Elector, KeptBreadcrumb, Phase, Reason, Step, StopCause, Ticket,
+    RETRY_DELAY,
+};
 use crate::record::{Epoch, Role, WriteOutcome};
 use std::time::Instant;
 
@@ -77,6 +80,78 @@ impl Elector {
         self.record_retry_at = None;
         self.actions
             .push_back(Action::RecordService { ticket, epoch });
+    }
+
+    /// After a renewal, the active looks at its breadcrumb ([`Action::KeepBreadcrumb`]):
+    /// the store may have forgotten it while keeping the lock, and the breadcrumb is what
+    /// whoever wins next fences. Not before the service is recorded, nor while a rewrite
+    /// is in flight: those write the breadcrumb themselves.
+    pub(super) fn keep_breadcrumb(&mut self) {
+        let Phase::Holding {
+            epoch,
+            step: Step::Serving,
+        } = self.phase
+        else {
+            return;
+        };
+        if self.svc != Svc::Up
+            || !self.service_recorded
+            || self.recording.is_some()
+            || self.forgetting.is_some()
+        {
+            return;
+        }
+        let ticket = self.ticket();
+        self.keeping = Some(ticket);
+        self.actions
+            .push_back(Action::KeepBreadcrumb { ticket, epoch });
+    }
+
+    pub(super) fn on_breadcrumb_kept(
+        &mut self,
+        ticket: Ticket,
+        kept: KeptBreadcrumb,
+        now: Instant,
+    ) {
+        if self.keeping != Some(ticket) {
+            return;
+        }
+        self.keeping = None;
+        if !self.in_serving_step() || self.svc != Svc::Up || !self.service_recorded {
+            return;
+        }
+        match kept {
+            KeptBreadcrumb::Named => {}
+            KeptBreadcrumb::WrittenBack(found) => self.notice(
+                true,
+                format!(
+                    "the store had forgotten this node's breadcrumb ({found}): written back, \
+                     naming the running service, so that whoever wins next fences it; look \
+                     at the store's durability (a restore, a failover to a lagging replica, \
+                     a crash that lost writes)"
+                ),
+            ),
+            KeptBreadcrumb::Foreign(what) => {
+                self.notice(
+                    true,
+                    format!(
+                        "the breadcrumb names {what}, not this node's promotion: demoting \
+                         and joining again to learn whether the lock is still ours"
+                    ),
+                );
+                self.reason = Some(Reason::BreadcrumbNotOurs);
+                // As for a rewrite that found the breadcrumb not ours (`rewrite_failed`).
+                self.must_rejoin = true;
+                self.lock_lost(now);
+            }
+            KeptBreadcrumb::Failed(why) => self.notice(
+                false,
+                format!(
+                    "could not make sure the breadcrumb still names this node ({why}); \
+                     looking again after the next renewal"
+                ),
+            ),
+        }
     }
 
     pub(super) fn forget_record(&mut self) {

@@ -1841,6 +1841,45 @@ pub fn active_id(status: &Value) -> Option<String> {
 }
 
 /// `active.epoch` of a status (a JSON number, or a decimal string).
+/// Waits until `node`'s `status` shows the breadcrumb naming `node` at `epoch` again:
+/// the active wrote back what the store forgot.
+pub fn breadcrumb_back(node: &Node, epoch: Option<u64>) -> Value {
+    wait_for_status(
+        &node.config,
+        secs(30),
+        &format!("the breadcrumb names {} at epoch {epoch:?} again", node.id),
+        |s| {
+            s["breadcrumb"]["node_id"] == node.id.as_str()
+                && json_u64(&s["breadcrumb"]["epoch"]) == epoch
+        },
+    )
+}
+
+/// `kill -9` of `active`'s warden (the active `node`), then `winner` starts and becomes
+/// active, having fenced `node` first (its fence script's calls say so). Returns the
+/// winner's warden.
+pub fn killed_active_is_fenced(
+    cluster: &Cluster,
+    active: &mut Warden,
+    node: &Node,
+    winner: &Node,
+) -> Warden {
+    active.kill9();
+    active.wait_exit(secs(5));
+    let warden = winner.start();
+    let (id, old) = (winner.id.as_str(), node.id.as_str());
+    wait_for_status(&winner.config, secs(60), &format!("{id} is active"), |s| {
+        active_id(s).as_deref() == Some(id)
+    });
+    assert!(
+        cluster.fence_calls().contains(&format!("{id} {old}")),
+        "{id} promoted without fencing {old}: {:?}",
+        cluster.fence_calls()
+    );
+    cluster.assert_safe();
+    warden
+}
+
 pub fn active_epoch(status: &Value) -> Option<u64> {
     json_u64(&status["active"]["epoch"])
 }

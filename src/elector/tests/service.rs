@@ -383,3 +383,115 @@ fn an_unkillable_service_is_never_joined_by_a_second_copy() {
     // Give up the lock, keep the breadcrumb: no restart, no breadcrumb delete.
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
 }
+
+/// Renews once as `active` and returns the check of the breadcrumb that follows.
+fn renew_and_keep(h: &mut H) -> (Ticket, Epoch) {
+    let a = h.advance(T / 6);
+    let a = h.feed(Event::Renewed {
+        ticket: H::ticket_of(&a),
+        outcome: WriteOutcome::Done,
+    });
+    match a.as_slice() {
+        [Action::KeepBreadcrumb { ticket, epoch }] => (*ticket, *epoch),
+        _ => panic!("expected a look at the breadcrumb after the renewal: {a:?}"),
+    }
+}
+
+#[test]
+fn rule_4_3d_the_active_writes_back_a_breadcrumb_the_store_forgot_and_serves_on() {
+    // The simulation's seed 965443: the store forgot the active's breadcrumb and kept its
+    // lock. The active renewed for 8 s never knowing; its warden was then killed with the
+    // service running, and the next winner found nothing to fence. After every renewal
+    // the active looks at its breadcrumb: the driver writes it back when it is missing.
+    let mut h = H::new();
+    h.active(3);
+    let (ticket, epoch) = renew_and_keep(&mut h);
+    assert_eq!(epoch, 3);
+    let all = h.feed_all(Event::BreadcrumbKept {
+        ticket,
+        kept: KeptBreadcrumb::WrittenBack("there was none".into()),
+    });
+    assert!(
+        has(&all, |a| matches!(a, Action::Notice { warn: true, message }
+            if message.contains("written back") && message.contains("there was none"))),
+        "{all:?}"
+    );
+    assert_eq!(strip(all), vec![]);
+    assert_eq!(h.e.role(), Role::Active);
+    // And again after the next renewal, whatever the last look found.
+    let (_, epoch) = renew_and_keep(&mut h);
+    assert_eq!(epoch, 3);
+}
+
+#[test]
+fn rule_4_3d_the_active_leaves_the_lock_when_its_breadcrumb_names_another() {
+    let mut h = H::new();
+    h.active(3);
+    let (ticket, _) = renew_and_keep(&mut h);
+    let a = h.feed(Event::BreadcrumbKept {
+        ticket,
+        kept: KeptBreadcrumb::Foreign("n2 at epoch 4".into()),
+    });
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_3d_a_look_at_the_breadcrumb_that_failed_changes_nothing_and_comes_again() {
+    let mut h = H::new();
+    h.active(3);
+    let (ticket, _) = renew_and_keep(&mut h);
+    let stale = ticket;
+    let a = h.feed(Event::BreadcrumbKept {
+        ticket,
+        kept: KeptBreadcrumb::Failed("no answer within 1s".into()),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Active);
+    let (ticket, _) = renew_and_keep(&mut h);
+    assert_ne!(ticket, stale);
+    // An answer to an earlier look is old news.
+    let a = h.feed(Event::BreadcrumbKept {
+        ticket: stale,
+        kept: KeptBreadcrumb::Foreign("n2 at epoch 4".into()),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Active);
+}
+
+#[test]
+fn rule_4_3d_no_look_at_the_breadcrumb_before_the_service_is_recorded() {
+    // Until then the rewrite naming the service is what writes the breadcrumb.
+    let mut h = H::new();
+    let s = h.starting(3);
+    let a = h.feed(Event::ServiceStarted { ticket: s });
+    assert!(
+        matches!(a.as_slice(), [Action::RecordService { .. }]),
+        "{a:?}"
+    );
+    let a = h.advance(T / 6);
+    let r = a
+        .iter()
+        .find_map(|a| match a {
+            Action::Renew { ticket } => Some(*ticket),
+            _ => None,
+        })
+        .expect("a renewal");
+    let a = h.feed(Event::Renewed {
+        ticket: r,
+        outcome: WriteOutcome::Done,
+    });
+    assert!(
+        !has(&a, |a| matches!(a, Action::KeepBreadcrumb { .. })),
+        "{a:?}"
+    );
+}
