@@ -18,8 +18,11 @@ use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
 use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use crate::metrics::Metrics;
 use crate::notify;
-use crate::record::{self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
+use crate::record::{
+    self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role, Version,
+};
 use crate::service::{PinnedService, ServiceIdentity, StopOutcome};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
@@ -104,6 +107,11 @@ struct SessionCtx<S> {
     member: tokio::sync::watch::Sender<Option<MemberRecord>>,
     /// Our history entries, appended by one task of `tasks` in the order sent.
     history: mpsc::UnboundedSender<HistoryEntry>,
+    /// Held by each of our breadcrumb's writers of this session, start to end (a look
+    /// with its write-back, a rewrite, the release's delete): on MySQL a call can overtake
+    /// another through the pool, and a look that read before a rewrite or a delete
+    /// landed would write an older record back after it (the review of stop 44).
+    crumb: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The driver of one warden process: generic over the store it is elected through and
@@ -557,6 +565,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     tasks,
                     member,
                     history,
+                    crumb: Arc::default(),
                 });
                 self.metrics.set_connected(true);
                 // READY once registered in the election, whatever the role: a node kept
@@ -863,6 +872,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 let _ = self.tx.send(Input::Elector(lost));
             }
         }
+    }
+
+    /// The session's [`SessionCtx::crumb`] (without a session, a fresh one: nothing
+    /// runs then anyway).
+    fn crumb_writer(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.session
+            .as_ref()
+            .map(|c| c.crumb.clone())
+            .unwrap_or_default()
     }
 
     fn record(&self, epoch: Option<Epoch>) -> NodeRecord {
@@ -1296,12 +1314,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             Action::RecordService { ticket, epoch } => {
                 let mut rec = self.record(Some(epoch));
                 rec.rewrite = Some(self.next_rewrite(epoch));
+                let crumb = self.crumb_writer();
                 self.in_session(
                     Event::ServiceRecorded {
                         ticket,
                         outcome: WriteOutcome::Unknown,
                     },
                     move |zk| async move {
+                        let _one = crumb.lock().await;
                         let outcome = zk.rewrite_own_breadcrumb(&rec).await;
                         if outcome != WriteOutcome::Done {
                             warn!(
@@ -1319,12 +1339,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 // Written only when the store forgot it: then as a rewrite later than any
                 // sent in this epoch, so that standbys take it as the newest.
                 rec.rewrite = Some(self.next_rewrite(epoch));
+                let crumb = self.crumb_writer();
                 self.in_session(
                     Event::BreadcrumbKept {
                         ticket,
                         kept: KeptBreadcrumb::Failed("no session".into()),
                     },
                     move |zk| async move {
+                        let _one = crumb.lock().await;
                         let kept = keep_named(&zk, &rec, true).await;
                         Event::BreadcrumbKept { ticket, kept }
                     },
@@ -1348,12 +1370,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 // A start again reuses the cgroup the commit named: it still finds it.
                 rec.service_cgroup = self.committed_cgroup.clone();
                 rec.rewrite = Some(self.next_rewrite(epoch));
+                let crumb = self.crumb_writer();
                 self.in_session(
                     Event::ServiceForgotten {
                         ticket,
                         outcome: WriteOutcome::Unknown,
                     },
                     move |zk| async move {
+                        let _one = crumb.lock().await;
                         let outcome = zk.rewrite_own_breadcrumb(&rec).await;
                         Event::ServiceForgotten { ticket, outcome }
                     },
@@ -1551,7 +1575,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 match self.session.take() {
                     Some(ctx) => {
                         let zk = ctx.zk.clone();
+                        let crumb = ctx.crumb.clone();
                         tokio::spawn(async move {
+                            // After a look or a rewrite in flight, never beside it.
+                            let _one = crumb.lock().await;
                             if let Some(record) = leftover {
                                 keep_leftover_named(&zk, &record).await;
                             }
@@ -2169,36 +2196,88 @@ async fn keep_named<S: Session>(zk: &S, record: &NodeRecord, serving: bool) -> K
         Ok(found) => found,
         Err(e) => return KeptBreadcrumb::Failed(format!("reading the breadcrumb failed: {e}")),
     };
-    let (version, was) = match &found {
-        None => (None, "there was none".to_string()),
-        Some((data, version)) => match record::parse::<NodeRecord>(data) {
-            Err(e) if serving => (Some(*version), format!("it was unreadable: {e}")),
-            Err(_) => return KeptBreadcrumb::Named,
-            Ok(b) => {
-                let later = b.epoch.is_some_and(|e| Some(e) > record.epoch);
-                let ours = b.node_id == record.node_id && b.incarnation == record.incarnation;
-                let what = format!(
-                    "{} (incarnation {}) at epoch {}",
-                    b.node_id,
-                    b.incarnation,
-                    b.epoch.map_or("none".to_string(), |e| e.to_string())
-                );
-                if b.epoch == record.epoch && b.same_service(record) && (ours || !serving) {
-                    return KeptBreadcrumb::Named;
-                }
-                if later || (serving && b.epoch == record.epoch && !ours) {
-                    return match serving {
-                        true => KeptBreadcrumb::Foreign(what),
-                        false => KeptBreadcrumb::Named,
-                    };
-                }
-                (Some(*version), format!("it named {what}"))
-            }
-        },
+    let found = found
+        .as_ref()
+        .map(|(data, version)| (data.as_slice(), *version));
+    let (version, was) = match breadcrumb_verdict(found, record, serving) {
+        Verdict::Keep => return KeptBreadcrumb::Named,
+        Verdict::Foreign(what) => return KeptBreadcrumb::Foreign(what),
+        Verdict::WriteBack { version, was } => (version, was),
     };
     match zk.restore_breadcrumb(record, version).await {
         WriteOutcome::Done => KeptBreadcrumb::WrittenBack(was),
         outcome => KeptBreadcrumb::Failed(format!("{was}, and writing it back got {outcome:?}")),
+    }
+}
+
+/// What [`keep_named`] does with the breadcrumb it read (its bytes and version).
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// It names `record` (or, for a leftover, something that must stay).
+    Keep,
+    /// `serving` only: a later epoch, or another incarnation at ours.
+    Foreign(String),
+    /// Write `record` back at `version` (create when `None`); `was`: what was there.
+    WriteBack {
+        version: Option<Version>,
+        was: String,
+    },
+}
+
+/// The decision of [`keep_named`], apart from the store (see there).
+///
+/// Our own breadcrumb at our epoch with a later `rewrite` than `record`'s is kept too: a
+/// rewrite sent after this look was built (the service started again, its new identity
+/// recorded) must not be overwritten by the older identity (the review of stop 44).
+fn breadcrumb_verdict(
+    found: Option<(&[u8], Version)>,
+    record: &NodeRecord,
+    serving: bool,
+) -> Verdict {
+    let Some((data, version)) = found else {
+        return Verdict::WriteBack {
+            version: None,
+            was: "there was none".to_string(),
+        };
+    };
+    let b = match record::parse::<NodeRecord>(data) {
+        Ok(b) => b,
+        Err(e) if serving => {
+            return Verdict::WriteBack {
+                version: Some(version),
+                was: format!("it was unreadable: {e}"),
+            }
+        }
+        Err(_) => return Verdict::Keep,
+    };
+    let later = b.epoch.is_some_and(|e| Some(e) > record.epoch);
+    let ours = b.node_id == record.node_id && b.incarnation == record.incarnation;
+    let what = format!(
+        "{} (incarnation {}) at epoch {}",
+        b.node_id,
+        b.incarnation,
+        b.epoch.map_or("none".to_string(), |e| e.to_string())
+    );
+    if b.epoch == record.epoch {
+        if b.same_service(record) && (ours || !serving) {
+            return Verdict::Keep;
+        }
+        if serving && ours && b.rewrite.unwrap_or(0) > record.rewrite.unwrap_or(0) {
+            return Verdict::Keep;
+        }
+        if serving && !ours {
+            return Verdict::Foreign(what);
+        }
+    }
+    if later {
+        return match serving {
+            true => Verdict::Foreign(what),
+            false => Verdict::Keep,
+        };
+    }
+    Verdict::WriteBack {
+        version: Some(version),
+        was: format!("it named {what}"),
     }
 }
 
@@ -2299,4 +2378,95 @@ fn spawn_member_writer<S: Session>(
         }
     });
     tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(epoch: u64, pid: u32, rewrite: u64) -> NodeRecord {
+        NodeRecord {
+            node_id: "n1".into(),
+            incarnation: "inc-1".into(),
+            epoch: Some(epoch),
+            service_pid: Some(pid),
+            rewrite: Some(rewrite),
+            ..Default::default()
+        }
+    }
+
+    fn verdict(found: Option<&NodeRecord>, record: &NodeRecord, serving: bool) -> Verdict {
+        let bytes = found.map(record::to_bytes);
+        breadcrumb_verdict(
+            bytes.as_deref().map(|b| (b, Version::new(7))),
+            record,
+            serving,
+        )
+    }
+
+    fn written_back(v: &Verdict) -> bool {
+        matches!(v, Verdict::WriteBack { .. })
+    }
+
+    #[test]
+    fn the_active_keeps_its_breadcrumb_and_writes_back_only_what_the_store_forgot() {
+        // The look after a renewal: our promotion of epoch 5, service 100, rewrite 3.
+        let me = ours(5, 100, 3);
+        assert_eq!(verdict(Some(&ours(5, 100, 2)), &me, true), Verdict::Keep);
+        assert_eq!(
+            verdict(None, &me, true),
+            Verdict::WriteBack {
+                version: None,
+                was: "there was none".into()
+            }
+        );
+        // An earlier epoch (the store forgot our commit), an older rewrite naming another
+        // service of ours (it forgot the rewrite naming this one), or garbage.
+        assert!(written_back(&verdict(Some(&ours(4, 100, 9)), &me, true)));
+        assert!(written_back(&verdict(Some(&ours(5, 90, 1)), &me, true)));
+        let garbage = breadcrumb_verdict(Some((b"{ not json", Version::new(7))), &me, true);
+        assert!(
+            matches!(&garbage, Verdict::WriteBack { version: Some(v), .. } if *v == Version::new(7)),
+            "{garbage:?}"
+        );
+        // A rewrite sent after this look was built (the service started again and was
+        // recorded anew) is newer than what the look would write: kept.
+        assert_eq!(verdict(Some(&ours(5, 200, 4)), &me, true), Verdict::Keep);
+        // A later epoch, or another incarnation (or node) at ours: not ours.
+        assert!(matches!(
+            verdict(Some(&ours(6, 100, 1)), &me, true),
+            Verdict::Foreign(_)
+        ));
+        let other = NodeRecord {
+            incarnation: "inc-2".into(),
+            ..ours(5, 100, 3)
+        };
+        assert!(matches!(
+            verdict(Some(&other), &me, true),
+            Verdict::Foreign(_)
+        ));
+        let n2 = NodeRecord {
+            node_id: "n2".into(),
+            ..ours(5, 100, 9)
+        };
+        assert!(matches!(verdict(Some(&n2), &me, true), Verdict::Foreign(_)));
+    }
+
+    #[test]
+    fn a_leftover_is_written_back_only_over_an_earlier_epoch_or_another_service() {
+        // On the way out with a service that outlived its stop (as before stop 44).
+        let me = ours(5, 100, 3);
+        assert_eq!(verdict(Some(&ours(5, 100, 1)), &me, false), Verdict::Keep);
+        assert_eq!(verdict(Some(&ours(6, 1, 1)), &me, false), Verdict::Keep);
+        let garbage = breadcrumb_verdict(Some((b"{ not json", Version::new(7))), &me, false);
+        assert_eq!(garbage, Verdict::Keep);
+        assert!(written_back(&verdict(None, &me, false)));
+        assert!(written_back(&verdict(Some(&ours(4, 100, 1)), &me, false)));
+        assert!(written_back(&verdict(Some(&ours(5, 90, 9)), &me, false)));
+        let n2 = NodeRecord {
+            node_id: "n2".into(),
+            ..ours(4, 100, 9)
+        };
+        assert!(written_back(&verdict(Some(&n2), &me, false)));
+    }
 }

@@ -45,7 +45,8 @@ async fn next_event(
 
 /// `a` takes the lock and commits; then rewrites its breadcrumb twice (the service
 /// recorded, then started again under another pid). `b`, a standby, hears the commit and
-/// then each rewrite, in order; a rewrite of the same record is not sent again.
+/// then each rewrite, in order; a rewrite of the same record is not sent again. Once the
+/// store forgot the breadcrumb, a rewrite is refused as not ours.
 async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let events = b.clone();
@@ -123,6 +124,27 @@ async fn a_standby_hears_each_rewrite_of_the_active<S: Session>(a: S, b: S) {
     assert!(quiet.is_err(), "an event after the last rewrite: {quiet:?}");
     // The breadcrumb of that epoch seen: confirmed once, as the commit's record.
     assert_eq!(confirmed, vec![commit.clone()]);
+    // Stop 35 (the simulation's seed 53770): a breadcrumb the store forgot (here: another
+    // session deletes it) is not ours to rewrite, and says so rather than "no answer": the
+    // holder leaves the lock instead of retrying for ever. Held here for every store; the
+    // `stores` test of that seed may see the active write it back first (stop 44).
+    let (_, version) = b
+        .breadcrumb_bytes()
+        .await
+        .expect("a read")
+        .expect("the breadcrumb");
+    b.delete_breadcrumb_at(version, false)
+        .await
+        .expect("the delete");
+    let rec = NodeRecord {
+        rewrite: Some(3),
+        ..commit.clone()
+    };
+    assert_eq!(
+        a.rewrite_own_breadcrumb(&rec).await,
+        WriteOutcome::Conflict,
+        "a missing breadcrumb must read as not ours"
+    );
 }
 
 fn settings(url: String, password: &str) -> StoreSettings {

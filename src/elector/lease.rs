@@ -50,7 +50,7 @@ impl Elector {
                 self.lease.killed = false;
                 self.lease.next_renewal = Some(sent + self.renewal_interval());
                 self.start_if_due(now);
-                self.keep_breadcrumb();
+                self.keep_breadcrumb(now);
             }
             WriteOutcome::Conflict => {
                 self.reason = Some(Reason::LockNotOurs);

@@ -602,9 +602,11 @@ pub struct Elector {
     /// recorded), which may no longer be the one that runs: before another start, it is
     /// rewritten to name none.
     names_earlier_start: bool,
-    /// The newest look at our breadcrumb ([`Action::KeepBreadcrumb`]); answers to older
-    /// ones are ignored.
-    keeping: Option<Ticket>,
+    /// The look at our breadcrumb in flight ([`Action::KeepBreadcrumb`]) and when it was
+    /// sent. No other is sent meanwhile, so that its answer is not made old news by the
+    /// next on a slow store (the review of stop 44); one without an answer for a lease
+    /// (its session ended, a driver that lost it) no longer holds the next back.
+    keeping: Option<(Ticket, Instant)>,
     /// The rewrite that names none (or, with `repin`, the process pinned anew), in flight.
     forgetting: Option<Ticket>,
     /// SPEC §6a.2: the rewrite before the next start is [`Action::RepinService`]: a

@@ -86,7 +86,7 @@ impl Elector {
     /// the store may have forgotten it while keeping the lock, and the breadcrumb is what
     /// whoever wins next fences. Not before the service is recorded, nor while a rewrite
     /// is in flight: those write the breadcrumb themselves.
-    pub(super) fn keep_breadcrumb(&mut self) {
+    pub(super) fn keep_breadcrumb(&mut self, now: Instant) {
         let Phase::Holding {
             epoch,
             step: Step::Serving,
@@ -98,11 +98,14 @@ impl Elector {
             || !self.service_recorded
             || self.recording.is_some()
             || self.forgetting.is_some()
+            || self
+                .keeping
+                .is_some_and(|(_, sent)| now < sent + self.lease_len())
         {
             return;
         }
         let ticket = self.ticket();
-        self.keeping = Some(ticket);
+        self.keeping = Some((ticket, now));
         self.actions
             .push_back(Action::KeepBreadcrumb { ticket, epoch });
     }
@@ -113,7 +116,7 @@ impl Elector {
         kept: KeptBreadcrumb,
         now: Instant,
     ) {
-        if self.keeping != Some(ticket) {
+        if self.keeping.map(|(t, _)| t) != Some(ticket) {
             return;
         }
         self.keeping = None;

@@ -1840,7 +1840,6 @@ pub fn active_id(status: &Value) -> Option<String> {
     status["active"]["node_id"].as_str().map(str::to_string)
 }
 
-/// `active.epoch` of a status (a JSON number, or a decimal string).
 /// Waits until `node`'s `status` shows the breadcrumb naming `node` at `epoch` again:
 /// the active wrote back what the store forgot.
 pub fn breadcrumb_back(node: &Node, epoch: Option<u64>) -> Value {
@@ -1880,6 +1879,7 @@ pub fn killed_active_is_fenced(
     warden
 }
 
+/// `active.epoch` of a status (a JSON number, or a decimal string).
 pub fn active_epoch(status: &Value) -> Option<u64> {
     json_u64(&status["active"]["epoch"])
 }

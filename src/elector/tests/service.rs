@@ -495,3 +495,39 @@ fn rule_4_3d_no_look_at_the_breadcrumb_before_the_service_is_recorded() {
         "{a:?}"
     );
 }
+
+#[test]
+fn rule_4_3d_one_look_at_the_breadcrumb_at_a_time_until_a_lease_passes_unanswered() {
+    // On a slow store the answer must not be made old news by the next look (the review
+    // of stop 44); a look never answered (its session ended) holds the next back for a
+    // lease at most.
+    let mut h = H::new();
+    h.active(3);
+    let (first, _) = renew_and_keep(&mut h);
+    let sent = h.now;
+    let mut again = None;
+    while again.is_none() {
+        let a = h.advance(T / 6);
+        let a = h.feed(Event::Renewed {
+            ticket: H::ticket_of(&a),
+            outcome: WriteOutcome::Done,
+        });
+        again = a.iter().find_map(|a| match a {
+            Action::KeepBreadcrumb { ticket, .. } => Some(*ticket),
+            _ => None,
+        });
+        assert!(
+            again.is_none() || h.now >= sent + T / 2,
+            "a second look {:?} after the first, unanswered",
+            h.now - sent
+        );
+    }
+    assert_ne!(again, Some(first));
+    // The first one's answer is old news now.
+    let a = h.feed(Event::BreadcrumbKept {
+        ticket: first,
+        kept: KeptBreadcrumb::Foreign("n2 at epoch 4".into()),
+    });
+    assert_eq!(a, vec![]);
+    assert_eq!(h.e.role(), Role::Active);
+}
