@@ -152,6 +152,9 @@ pub struct Outcome {
     /// cluster.
     pub switched: u32,
     pub quiet: u32,
+    /// Switchovers in a quiet cluster that failed after the store's background loss hit
+    /// the old or the new active: counted apart.
+    pub quiet_lossy: u32,
     /// Of those, how many the command reported as a takeover: the new active fenced the
     /// old one, whose demote had failed.
     pub takeovers: u32,
@@ -1027,6 +1030,7 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
             confirms: w.confirms,
             switched: w.switched,
             quiet: w.quiet_switches,
+            quiet_lossy: w.quiet_lossy,
             takeovers: w.takeovers_reported,
             unreported: w.takeovers_unreported,
             called_off: w.called_off,
@@ -1198,6 +1202,7 @@ struct Sweep {
     confirmed: Vec<u64>,
     switched: u64,
     quiet: u64,
+    quiet_lossy: Vec<u64>,
     takeovers: u64,
     unreported: u64,
     called_off: u64,
@@ -1245,6 +1250,9 @@ impl Sweep {
         }
         self.switched += u64::from(out.switched);
         self.quiet += u64::from(out.quiet);
+        if out.quiet_lossy > 0 {
+            self.quiet_lossy.push(seed);
+        }
         self.takeovers += u64::from(out.takeovers);
         self.unreported += u64::from(out.unreported);
         self.called_off += u64::from(out.called_off);
@@ -1303,6 +1311,7 @@ impl Sweep {
         self.confirmed.extend(o.confirmed);
         self.switched += o.switched;
         self.quiet += o.quiet;
+        self.quiet_lossy.extend(o.quiet_lossy);
         self.takeovers += o.takeovers;
         self.unreported += o.unreported;
         self.called_off += o.called_off;
@@ -1407,6 +1416,14 @@ fn simulated_daemons_keep_every_invariant() {
          the new active fenced the old one but the command could not tell); {} called off by \
          the old active, its demote hook having failed",
         total.switched, total.quiet, total.takeovers, total.unreported, total.called_off
+    );
+    total.quiet_lossy.sort();
+    println!(
+        "counted apart: {} seeds where a switchover in a quiet cluster failed after the \
+         store's background loss hit a request or reply of the old or the new active; the \
+         first: {:?}",
+        total.quiet_lossy.len(),
+        &total.quiet_lossy[..total.quiet_lossy.len().min(10)]
     );
     println!(
         "{} seeds in hooks mode: {} follow hooks run, {} failed; {} hooks failed or hung as \

@@ -454,6 +454,8 @@ type Observer = Arc<dyn Fn(&Fact) + Send + Sync>;
 struct State {
     cfg: StoreConfig,
     t0: Instant,
+    /// Every request or reply lost on the way (the model's `loss`): when, and whose.
+    losses: Vec<(Instant, usize)>,
     rng: SimRng,
     /// TTL mode: the store's clock runs at `1 + drift` and has jumped by `stepped`.
     drift: f64,
@@ -801,6 +803,9 @@ impl State {
         let at = (now + lat).max(s.next_arrival);
         s.next_arrival = at;
         let lost = self.rng.chance(self.cfg.loss);
+        if lost {
+            self.losses.push((now, owner.0));
+        }
         if lost && self.rng.chance(0.5) {
             return (None, rx);
         }
@@ -1599,6 +1604,14 @@ pub struct SimStore {
 }
 
 impl SimStore {
+    /// Whether a request of one of `nodes`, or its reply, was lost since `since`.
+    pub fn lost_since(&self, since: Instant, nodes: &[usize]) -> bool {
+        self.lock()
+            .losses
+            .iter()
+            .any(|(at, node)| *at >= since && nodes.contains(node))
+    }
+
     /// A store as `warden init` leaves it (an empty `control`, nothing else), with its
     /// expiry ticker running. Must be called inside the runtime.
     pub fn new(cfg: StoreConfig, seed: u64) -> SimStore {
@@ -1617,6 +1630,7 @@ impl SimStore {
             drift,
             stepped: Duration::ZERO,
             steps_left: MAX_STEPS,
+            losses: Vec::new(),
             // Whatever `warden init` wrote before the run.
             zxid: 100,
             next_session: 0,

@@ -283,6 +283,9 @@ pub struct W {
     /// Switchovers that ended with a new active; those of them in a quiet cluster.
     pub switched: u32,
     pub quiet_switches: u32,
+    /// Switchovers in a quiet cluster that failed after the store's background loss hit
+    /// the old or the new active (counted apart).
+    pub quiet_lossy: u32,
     /// The last promotion committed over a switchover request in `control`: that node
     /// clears the request once its service is up (SPEC 8).
     pub must_clear: Option<(Inc, FailoverRequest)>,
@@ -375,6 +378,7 @@ impl World {
                 ops_end: Duration::ZERO,
                 switched: 0,
                 quiet_switches: 0,
+                quiet_lossy: 0,
                 must_clear: None,
                 must_clear_forgot: 0,
                 follows: BTreeMap::new(),
