@@ -20,6 +20,17 @@ pub(super) enum Svc {
 }
 
 impl Elector {
+    /// The epoch held while in the serving step.
+    fn serving_epoch(&self) -> Option<Epoch> {
+        match self.phase {
+            Phase::Holding {
+                epoch,
+                step: Step::Serving,
+            } => Some(epoch),
+            _ => None,
+        }
+    }
+
     /// The breadcrumb is ours and the service follows the lease (§4.3d, §4.4).
     fn in_serving_step(&self) -> bool {
         matches!(
@@ -65,11 +76,7 @@ impl Elector {
     /// §4.3d: write the started service's identity into the breadcrumb. Until that is
     /// acknowledged the node is `promoting`, not `active`.
     pub(super) fn record_service(&mut self) {
-        let Phase::Holding {
-            epoch,
-            step: Step::Serving,
-        } = self.phase
-        else {
+        let Some(epoch) = self.serving_epoch() else {
             return;
         };
         if self.svc != Svc::Up || self.service_recorded || self.recording.is_some() {
@@ -87,11 +94,7 @@ impl Elector {
     /// whoever wins next fences. Not before the service is recorded, nor while a rewrite
     /// is in flight: those write the breadcrumb themselves.
     pub(super) fn keep_breadcrumb(&mut self, now: Instant) {
-        let Phase::Holding {
-            epoch,
-            step: Step::Serving,
-        } = self.phase
-        else {
+        let Some(epoch) = self.serving_epoch() else {
             return;
         };
         if self.svc != Svc::Up
@@ -544,11 +547,7 @@ impl Elector {
 
     /// §4.3d: start the service if we serve, it is down, and the lease is valid.
     pub(super) fn start_if_due(&mut self, now: Instant) {
-        let Phase::Holding {
-            epoch,
-            step: Step::Serving,
-        } = self.phase
-        else {
+        let Some(epoch) = self.serving_epoch() else {
             return;
         };
         // A lease in doubt waits for a renewal to succeed before anything starts again.

@@ -235,6 +235,22 @@ fn assert_released_keeping_breadcrumb(actions: &[Action]) {
     );
 }
 
+/// The actions are one forced stop: the node demotes as one whose lock may be lost, and is
+/// not active.
+fn assert_forced_stop(h: &H, actions: &[Action]) {
+    assert!(
+        matches!(
+            actions,
+            [Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
+    assert_ne!(h.e.role(), Role::Active);
+}
+
 fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
     actions.iter().any(f)
 }

@@ -185,17 +185,7 @@ fn rule_4_3d_a_rejected_service_record_means_the_lock_is_lost() {
         ticket: H::ticket_of_record(&a),
         outcome: WriteOutcome::Conflict,
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::StopService {
-                cause: StopCause::Forced,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
-    assert_ne!(h.e.role(), Role::Active);
+    assert_forced_stop(&h, &a);
 }
 
 #[test]
@@ -432,17 +422,7 @@ fn rule_4_3d_the_active_leaves_the_lock_when_its_breadcrumb_names_another() {
         ticket,
         kept: KeptBreadcrumb::Foreign("n2 at epoch 4".into()),
     });
-    assert!(
-        matches!(
-            a.as_slice(),
-            [Action::StopService {
-                cause: StopCause::Forced,
-                ..
-            }]
-        ),
-        "{a:?}"
-    );
-    assert_ne!(h.e.role(), Role::Active);
+    assert_forced_stop(&h, &a);
 }
 
 #[test]
