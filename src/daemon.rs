@@ -81,6 +81,8 @@ enum Input<S, R> {
     StandbyCheck(HealthChange),
     /// The service health check changed.
     ServiceHealth(HealthChange),
+    /// A check told another data position (SPEC §6b; `None`: unknown now).
+    Position(Option<u64>),
     Fatal(Fatal),
     /// The task of connect attempt `n` died (panicked) without a session or an error: a
     /// new attempt is due, if `n` is still the newest.
@@ -172,6 +174,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
     health: Health,
+    /// SPEC §6b: the data position the last passing check told, and when it was read (as
+    /// RFC 3339); `None` while unknown.
+    position: Option<(u64, String)>,
     eligibility: Option<CheckerHandle>,
     /// Hooks mode: the service's own check, which also decides eligibility; started
     /// afresh after each demotion.
@@ -294,6 +299,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 priority: Some(cfg.election.priority),
                 leftover: None,
                 remembers: None,
+                position: None,
+                position_at: None,
             },
             false,
         ));
@@ -336,6 +343,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             } else {
                 Health::Unknown
             },
+            position: None,
             eligibility: None,
             hooks_probe,
             standby_check: None,
@@ -662,6 +670,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     detail: c.detail,
                 });
             }
+            Input::Position(p) => {
+                let now = p.map(|p| (p, record::rfc3339(self.host.wall())));
+                if now.as_ref().map(|n| n.0) != self.position.as_ref().map(|n| n.0) {
+                    self.position = now;
+                    self.publish_member();
+                }
+            }
             Input::Fatal(f) => return Err(f),
             Input::ConnectDied(attempt) => {
                 if attempt == self.connect_attempt && self.session.is_none() {
@@ -743,6 +758,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         wrap: fn(HealthChange) -> DaemonInput<C, H>,
     ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
+        let (ptx, mut prx) = mpsc::channel(8);
         let h = &self.cfg.health;
         let handle = health::spawn_checker(
             probe,
@@ -753,11 +769,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             grace,
             htx,
             Some(self.metrics.clone()),
+            Some(ptx),
         );
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            while let Some(c) = hrx.recv().await {
-                if tx.send(wrap(c)).is_err() {
+            loop {
+                let input = tokio::select! {
+                    Some(c) = hrx.recv() => wrap(c),
+                    Some(p) = prx.recv() => Input::Position(p),
+                    else => break,
+                };
+                if tx.send(input).is_err() {
                     break;
                 }
             }
@@ -1000,6 +1022,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
             remembers: self.elector.remembered(false),
+            position: self.position.as_ref().map(|p| p.0),
+            position_at: self.position.as_ref().map(|p| p.1.clone()),
         }
     }
 
@@ -1873,6 +1897,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
             remembers: self.elector.remembered(true),
+            position: self.position.as_ref().map(|p| p.0),
+            position_at: self.position.as_ref().map(|p| p.1.clone()),
         }
     }
 

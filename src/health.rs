@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 use crate::config::{HealthConfig, HealthKind};
 pub use crate::http_url::{read_ca_file, CaFileError, HttpUrl, MAX_CA_FILE_BYTES};
 use crate::record::Health;
-use crate::service::{io_reason, run_command, HookError};
+use crate::service::{io_reason, run_command_said, HookError};
 
 /// `tokio::time::interval` cannot tick at a zero period, and probing faster than this only
 /// burns CPU; a shorter configured interval is raised to it.
@@ -130,6 +130,23 @@ pub struct Check {
     pub pass: bool,
     /// For example `tcp 127.0.0.1:8032: connection refused`.
     pub detail: String,
+    /// An `exec` check that passed: the last line it wrote to stdout, where it may tell
+    /// the node's data position (SPEC §6b; [`position_of`]).
+    pub said: Option<String>,
+}
+
+/// SPEC §6b: a check's last stdout line as a data position: a non-negative integer (up to
+/// `u64::MAX`, no sign, spaces around allowed). Anything else is not a position: why.
+pub fn position_of(line: &str) -> Result<u64, String> {
+    let t = line.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{:?} is not a position (a non-negative integer that grows with the data)",
+            crate::record::printable(t)
+        ));
+    }
+    t.parse::<u64>()
+        .map_err(|_| format!("{t} is not a position: more than {}", u64::MAX))
 }
 
 /// A change of health, sent by the checker task.
@@ -199,17 +216,23 @@ impl Probe {
     /// time to reap its killed process group).
     pub async fn check(&self, timeout: Duration) -> Check {
         let label = self.label();
+        let mut said = None;
         let result = match self {
             Probe::None => Ok("no check configured".to_string()),
-            Probe::Exec { command, env } => match run_command(command, &env.get(), timeout).await {
-                Ok(()) => Ok("exit status 0".to_string()),
-                Err(HookError::Failed { exit, said, .. }) => Err(match said {
-                    Some(said) => format!("{exit}: {said}"),
-                    None => exit.to_string(),
-                }),
-                Err(HookError::TimedOut { .. }) => Err(timed_out(timeout)),
-                Err(e) => Err(e.to_string()),
-            },
+            Probe::Exec { command, env } => {
+                match run_command_said(command, &env.get(), timeout).await {
+                    Ok(line) => {
+                        said = line;
+                        Ok("exit status 0".to_string())
+                    }
+                    Err(HookError::Failed { exit, said, .. }) => Err(match said {
+                        Some(said) => format!("{exit}: {said}"),
+                        None => exit.to_string(),
+                    }),
+                    Err(HookError::TimedOut { .. }) => Err(timed_out(timeout)),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
             Probe::Tcp { address } => {
                 match tokio::time::timeout(timeout, TcpStream::connect(address.as_str())).await {
                     Ok(Ok(_)) => Ok("connected".to_string()),
@@ -232,10 +255,12 @@ impl Probe {
             Ok(what) => Check {
                 pass: true,
                 detail: format!("{label}: {what}"),
+                said,
             },
             Err(what) => Check {
                 pass: false,
                 detail: format!("{label}: {what}"),
+                said: None,
             },
         }
     }
@@ -577,9 +602,10 @@ pub fn spawn_checker<P: Prober>(
     grace: Duration,
     tx: mpsc::Sender<HealthChange>,
     metrics: Option<crate::metrics::Metrics>,
+    positions: Option<mpsc::Sender<Option<u64>>>,
 ) -> CheckerHandle {
     let task = tokio::spawn(run_checker(
-        probe, interval, timeout, rise, fall, grace, tx, metrics,
+        probe, interval, timeout, rise, fall, grace, tx, metrics, positions,
     ));
     CheckerHandle { task }
 }
@@ -594,6 +620,7 @@ async fn run_checker<P: Prober>(
     grace: Duration,
     tx: mpsc::Sender<HealthChange>,
     metrics: Option<crate::metrics::Metrics>,
+    positions: Option<mpsc::Sender<Option<u64>>>,
 ) {
     if probe.is_none() {
         // Nothing to probe: healthy at once rather than after `rise` intervals.
@@ -611,11 +638,17 @@ async fn run_checker<P: Prober>(
     let mut hysteresis = Hysteresis::new(rise, fall);
     let mut ticks = tokio::time::interval(interval.max(MIN_INTERVAL));
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut position = Positions::default();
     loop {
         ticks.tick().await;
         let check = probe.check(timeout).await;
         if let Some(m) = &metrics {
             m.health_check(check.pass);
+        }
+        if let (Some(ptx), Some(p)) = (&positions, position.read(&check)) {
+            if ptx.send(p).await.is_err() {
+                return;
+            }
         }
         let change = if !check.pass && started.elapsed() < grace {
             debug!(detail = %check.detail, "health check failed during start_grace; not counted");
@@ -641,10 +674,90 @@ async fn run_checker<P: Prober>(
     }
 }
 
+/// The positions a checker's passing checks tell (SPEC §6b), as a change at a time.
+#[derive(Debug, Default)]
+struct Positions {
+    /// The last one sent: `None` before the first, `Some(None)` for "unknown".
+    sent: Option<Option<u64>>,
+    /// Garbage was logged since the last position: said once, not at every check.
+    garbage_said: bool,
+}
+
+impl Positions {
+    /// What a check tells: `Some` when the position it gives differs from the last sent
+    /// (`Some(None)`: unknown now: nothing printed, garbage, or a failed check, which says
+    /// nothing of the data).
+    fn read(&mut self, check: &Check) -> Option<Option<u64>> {
+        let now = match check.said.as_deref().map(position_of) {
+            Some(Ok(p)) => {
+                self.garbage_said = false;
+                Some(p)
+            }
+            Some(Err(why)) => {
+                if !self.garbage_said {
+                    self.garbage_said = true;
+                    warn!(
+                        "the check's last line on stdout {why}: this node's position counts as \
+                         unknown, placed after every node that has one (SPEC §6b); said \
+                         once until it prints one"
+                    );
+                }
+                None
+            }
+            None => None,
+        };
+        if self.sent == Some(now) {
+            return None;
+        }
+        self.sent = Some(now);
+        Some(now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rustls::pki_types::ServerName;
+
+    #[test]
+    fn a_position_is_a_non_negative_integer_and_anything_else_is_unknown() {
+        assert_eq!(position_of("12345"), Ok(12345));
+        assert_eq!(position_of("  0 \r"), Ok(0));
+        assert_eq!(position_of(&u64::MAX.to_string()), Ok(u64::MAX));
+        for garbage in [
+            "",
+            "-1",
+            "+5",
+            "1.5",
+            "0x10",
+            "12 34",
+            "18446744073709551616",
+            "ok",
+        ] {
+            assert!(position_of(garbage).is_err(), "{garbage:?}");
+        }
+        let check = |said: Option<&str>| Check {
+            pass: true,
+            detail: String::new(),
+            said: said.map(str::to_string),
+        };
+        let mut p = Positions::default();
+        assert_eq!(p.read(&check(Some("7"))), Some(Some(7)));
+        assert_eq!(p.read(&check(Some("7"))), None, "no change, nothing sent");
+        assert_eq!(p.read(&check(Some("9"))), Some(Some(9)));
+        assert_eq!(p.read(&check(Some("lagging"))), Some(None));
+        assert!(p.garbage_said);
+        assert_eq!(p.read(&check(Some("lagging"))), None);
+        assert_eq!(p.read(&check(None)), None);
+        assert_eq!(p.read(&check(Some("10"))), Some(Some(10)));
+        assert!(!p.garbage_said);
+        let failed = Check {
+            pass: false,
+            detail: String::new(),
+            said: None,
+        };
+        assert_eq!(p.read(&failed), Some(None));
+    }
     use std::net::IpAddr;
 
     fn run(h: &mut Hysteresis, results: &[bool]) -> Vec<Option<Health>> {

@@ -430,6 +430,13 @@ pub struct MemberRecord {
     /// an active (`Elector::forgotten_active`; the simulation's seed 308747).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remembers: Option<Remembered>,
+    /// SPEC §6b: the node's data position as its last passing check told it (the last
+    /// stdout line of `health.standby_command`, or of `health.command` on the active), and
+    /// when that check ran (RFC 3339); absent while unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_at: Option<String>,
 }
 
 /// [`MemberRecord::remembers`]: another node's active, as this node saw it.
@@ -540,7 +547,8 @@ impl Record for NodeRecord {
 
 impl MemberRecord {
     /// `node`'s member record in `role` and `health`, none of the optional fields
-    /// (session timeout, containment, follow, priority, leftover, remembers) set.
+    /// (session timeout, containment, follow, priority, leftover, remembers, position)
+    /// set.
     pub fn bare(node: NodeRecord, role: Role, health: Health) -> MemberRecord {
         MemberRecord {
             node,
@@ -552,6 +560,8 @@ impl MemberRecord {
             priority: None,
             leftover: None,
             remembers: None,
+            position: None,
+            position_at: None,
         }
     }
 }

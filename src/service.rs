@@ -1165,6 +1165,17 @@ pub async fn run_command(
     env: &[(String, String)],
     timeout: Duration,
 ) -> Result<(), HookError> {
+    run_command_said(argv, env, timeout).await.map(|_| ())
+}
+
+/// [`run_command`], answering on success with the last non-blank line the command wrote
+/// to stdout (printable, cut as a failure's last word is), if its stdout closed within a
+/// moment of its exit: a check's way to tell its data position (SPEC §6b).
+pub async fn run_command_said(
+    argv: &[String],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<Option<String>, HookError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(HookError::Empty);
     };
@@ -1189,13 +1200,13 @@ pub async fn run_command(
     // The child is not reaped until `wait` returns, so its pid (= its group id) cannot be
     // recycled while the guard is armed.
     let mut guard = child.id().map(GroupKillGuard);
-    if let Some(out) = child.stdout.take() {
+    let stdout = child.stdout.take().map(|out| {
         tokio::spawn(forward_lines(
             out,
             Origin::Command(name.clone()),
             Stream::Stdout,
-        ));
-    }
+        ))
+    });
     let said = child.stderr.take().map(|err| {
         tokio::spawn(forward_lines(
             err,
@@ -1214,7 +1225,15 @@ pub async fn run_command(
             let exit = Exit::from(status);
             debug!(command = %name, %exit, "command finished");
             if exit.success() {
-                Ok(())
+                // Its last line on stdout, if the pipe closes soon (as for stderr below).
+                Ok(match stdout {
+                    Some(h) => tokio::time::timeout(SAID_WAIT, h)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten(),
+                    None => None,
+                })
             } else {
                 // Its last word on stderr, if the pipe closes soon (a helper it left
                 // running may hold it open: then without).

@@ -12,7 +12,6 @@ use common::*;
 use nix::sys::signal::Signal;
 use std::fs;
 use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// A pipe whose read end is closed: whatever writes to it meets EPIPE.
@@ -355,19 +354,6 @@ fn sigquit_stops_run_with_a_handover() {
 
 // ---------------------------------------------------------------------------------------
 // Class 7: commands that flood
-
-/// Sets `health.standby_command` to `check`, checked every 200 ms with a 2 s timeout.
-fn with_standby_command(node: &Node, check: &Path) {
-    let text = fs::read_to_string(&node.config).unwrap().replace(
-        "[health]\nkind = \"none\"\n",
-        &format!(
-            "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\n\
-             timeout = \"2s\"\n",
-            toml_str(&check.display().to_string())
-        ),
-    );
-    fs::write(&node.config, text).unwrap();
-}
 
 /// A `standby_command` that prints a MiB (in lines, and as one line) and exits 0 passes:
 /// the node takes over on a switchover; its log stays small.

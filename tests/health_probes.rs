@@ -20,6 +20,13 @@ const DEADLINE: Duration = Duration::from_secs(10);
 const INTERVAL: Duration = Duration::from_millis(50);
 const TIMEOUT: Duration = Duration::from_secs(1);
 
+async fn next_position(rx: &mut mpsc::Receiver<Option<u64>>) -> Option<u64> {
+    tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .expect("no position in time")
+        .expect("the checker ended")
+}
+
 async fn next_change(rx: &mut mpsc::Receiver<HealthChange>) -> HealthChange {
     tokio::time::timeout(DEADLINE, rx.recv())
         .await
@@ -192,7 +199,17 @@ async fn tcp_probe_turns_unhealthy_after_fall_failures_once_the_listener_is_gone
         address: address.clone(),
     };
     let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 2, 3, Duration::ZERO, tx, None);
+    let _checker = spawn_checker(
+        probe,
+        INTERVAL,
+        TIMEOUT,
+        2,
+        3,
+        Duration::ZERO,
+        tx,
+        None,
+        None,
+    );
 
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Healthy);
@@ -231,7 +248,17 @@ async fn exec_probe_passes_on_exit_0_only() {
 /// answers 500, healthy again on 204. Returns the head of the first request.
 async fn follows_the_status(server: &HttpServer, probe: Probe) -> String {
     let (tx, mut rx) = mpsc::channel(8);
-    let _checker = spawn_checker(probe, INTERVAL, TIMEOUT, 1, 2, Duration::ZERO, tx, None);
+    let _checker = spawn_checker(
+        probe,
+        INTERVAL,
+        TIMEOUT,
+        1,
+        2,
+        Duration::ZERO,
+        tx,
+        None,
+        None,
+    );
 
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Healthy, "{}", change.detail);
@@ -417,6 +444,7 @@ async fn failures_during_start_grace_do_not_count() {
         grace,
         tx,
         None,
+        None,
     );
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Unhealthy);
@@ -438,6 +466,7 @@ async fn no_check_is_healthy_at_once_and_the_checker_stops_when_dropped() {
         5,
         Duration::ZERO,
         tx,
+        None,
         None,
     );
     assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
@@ -467,8 +496,66 @@ async fn standby_probe_uses_the_standby_command() {
         Duration::ZERO,
         tx,
         None,
+        None,
     );
     let change = next_change(&mut rx).await;
     assert_eq!(change.health, Health::Unhealthy);
     assert_eq!(change.detail, "exec false: exit status 1");
+}
+
+/// SPEC §6b: the last line a passing check writes to stdout is the node's data position;
+/// each change is sent once, and garbage counts as unknown.
+#[tokio::test]
+async fn a_checks_last_stdout_line_is_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("position");
+    std::fs::write(&file, "42\n").unwrap();
+    let config = HealthConfig {
+        standby_command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo checking the replica; cat '{}'", file.display()),
+        ],
+        ..HealthConfig::default()
+    };
+    let (tx, mut rx) = mpsc::channel(8);
+    let (ptx, mut prx) = mpsc::channel(8);
+    let _checker = spawn_checker(
+        Probe::standby(&config, ProbeEnv::default()),
+        INTERVAL,
+        TIMEOUT,
+        1,
+        1,
+        Duration::ZERO,
+        tx,
+        None,
+        Some(ptx),
+    );
+    assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
+    assert_eq!(next_position(&mut prx).await, Some(42));
+    std::fs::write(&file, "lagging\n").unwrap();
+    assert_eq!(next_position(&mut prx).await, None, "garbage is unknown");
+    std::fs::write(&file, "  43  \n").unwrap();
+    assert_eq!(next_position(&mut prx).await, Some(43));
+    // A failing check says nothing of the data: unknown.
+    std::fs::write(&file, "44\n").unwrap();
+    assert_eq!(next_position(&mut prx).await, Some(44));
+    let config = HealthConfig {
+        standby_command: vec!["sh".into(), "-c".into(), "echo 45; exit 1".into()],
+        ..HealthConfig::default()
+    };
+    let (tx, _rx) = mpsc::channel(8);
+    let (ptx, mut prx) = mpsc::channel(8);
+    let _failing = spawn_checker(
+        Probe::standby(&config, ProbeEnv::default()),
+        INTERVAL,
+        TIMEOUT,
+        1,
+        1,
+        Duration::ZERO,
+        tx,
+        None,
+        Some(ptx),
+    );
+    assert_eq!(next_position(&mut prx).await, None);
 }

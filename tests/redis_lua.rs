@@ -597,6 +597,8 @@ async fn members_answers_what_the_snapshot_says() {
         priority: Some(3),
         leftover: None,
         remembers: None,
+        position: Some(42),
+        position_at: Some("2026-11-29T09:00:00.000Z".into()),
     };
     let a = connector.connect().await.expect("a session");
     let b = connector.connect().await.expect("another session");

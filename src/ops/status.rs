@@ -63,6 +63,8 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "epoch_seen": m.node.epoch_seen,
                 "follow": m.follow,
                 "priority": m.priority,
+                "position": m.position,
+                "position_at": m.position_at,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
                 "leftover": m.leftover.as_ref().map(|l| json!({
@@ -242,8 +244,8 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
         ));
     }
     out.push_str(&format!(
-        "\n{:<16} {:<11} {:<10} {:<12} {:<25} {:<20} {}\n",
-        "NODE", "ROLE", "HEALTH", "EPOCH", "SINCE", "HOST", "PID"
+        "\n{:<16} {:<11} {:<10} {:<12} {:<20} {:<25} {:<20} {}\n",
+        "NODE", "ROLE", "HEALTH", "EPOCH", "POSITION", "SINCE", "HOST", "PID"
     ));
     if snap.members.is_empty() {
         out.push_str("(no warden is running)\n");
@@ -251,13 +253,15 @@ pub fn to_text(cfg: &Config, snap: &ClusterSnapshot) -> String {
     for (id, m) in &snap.members {
         match m {
             Ok(m) => out.push_str(&format!(
-                "{:<16} {:<11} {:<10} {:<12} {:<25} {:<20} {}\n",
+                "{:<16} {:<11} {:<10} {:<12} {:<20} {:<25} {:<20} {}\n",
                 p(id),
                 m.role.to_string(),
                 m.health.to_string(),
                 m.node
                     .epoch
                     .map_or_else(|| "-".to_string(), |e| e.to_string()),
+                m.position
+                    .map_or_else(|| "-".to_string(), |p| p.to_string()),
                 p(m.node.since.as_deref().unwrap_or("-")),
                 p(&m.node.host),
                 m.node.pid
@@ -400,6 +404,39 @@ mod tests {
             text.contains("active:     none (the lock's record is unreadable and no member"),
             "{text}"
         );
+    }
+
+    /// SPEC §6b: each member's data position, with when it was read in the JSON; `-` and
+    /// null while unknown.
+    #[test]
+    fn positions_are_shown_and_an_unknown_one_is_a_dash() {
+        let mut m2 = member("n2", Role::Standby, "h2");
+        m2.position = Some(123_456_789);
+        m2.position_at = Some("2026-11-29T09:00:00.000Z".into());
+        let m3 = member("n3", Role::Standby, "h3");
+        let snap = ClusterSnapshot {
+            members: vec![("n2".into(), Ok(m2)), ("n3".into(), Ok(m3))],
+            ..Default::default()
+        };
+        let text = to_text(&config(), &snap);
+        assert!(text.contains("POSITION"), "{text}");
+        let row = |id: &str| {
+            text.lines()
+                .find(|l| l.starts_with(id))
+                .unwrap_or_else(|| panic!("no row of {id}: {text}"))
+                .split_whitespace()
+                .nth(4)
+                .map(str::to_string)
+        };
+        assert_eq!(row("n2").as_deref(), Some("123456789"), "{text}");
+        assert_eq!(row("n3").as_deref(), Some("-"), "{text}");
+        let json = to_json(&config(), &snap);
+        assert_eq!(json["members"][0]["position"], 123_456_789, "{json:#}");
+        assert_eq!(
+            json["members"][0]["position_at"], "2026-11-29T09:00:00.000Z",
+            "{json:#}"
+        );
+        assert!(json["members"][1]["position"].is_null(), "{json:#}");
     }
 
     /// The review of stop 39: a member's service that outlived its stop blocks every

@@ -1840,6 +1840,19 @@ pub fn active_id(status: &Value) -> Option<String> {
     status["active"]["node_id"].as_str().map(str::to_string)
 }
 
+/// Sets `health.standby_command` to `check`, checked every 200 ms with a 2 s timeout.
+pub fn with_standby_command(node: &Node, check: &Path) {
+    let text = fs::read_to_string(&node.config).unwrap().replace(
+        "[health]\nkind = \"none\"\n",
+        &format!(
+            "[health]\nkind = \"none\"\nstandby_command = [{}]\ninterval = \"200ms\"\n\
+             timeout = \"2s\"\n",
+            toml_str(&check.display().to_string())
+        ),
+    );
+    fs::write(&node.config, text).unwrap();
+}
+
 /// Waits until `node`'s `status` shows the breadcrumb naming `node` at `epoch` again:
 /// the active wrote back what the store forgot.
 pub fn breadcrumb_back(node: &Node, epoch: Option<u64>) -> Value {

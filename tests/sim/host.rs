@@ -628,6 +628,7 @@ impl Prober for SimProbe {
             return Check {
                 pass: true,
                 detail: "none".into(),
+                said: None,
             };
         };
         host.gate().await;
@@ -651,12 +652,14 @@ impl Prober for SimProbe {
             return Check {
                 pass: false,
                 detail: "sim: the service is down".into(),
+                said: None,
             };
         }
         let sick = w.unhealthy[node];
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),
+            said: None,
         }
     }
 }
