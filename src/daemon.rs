@@ -82,11 +82,20 @@ enum Input<S, R> {
     /// The service health check changed.
     ServiceHealth(HealthChange),
     /// A check told another data position (SPEC §6b; `None`: unknown now).
-    Position(Option<u64>),
+    Position(Said, Option<u64>),
     Fatal(Fatal),
     /// The task of connect attempt `n` died (panicked) without a session or an error: a
     /// new attempt is due, if `n` is still the newest.
     ConnectDied(u64),
+}
+
+/// Which command told a position (SPEC §6b): the index into [`Daemon::positions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Said {
+    /// `health.command`, the service's own check.
+    HealthCommand = 0,
+    /// `health.standby_command`.
+    StandbyCommand = 1,
 }
 
 /// A session just opened and registered, with its event stream running.
@@ -174,9 +183,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
     health: Health,
-    /// SPEC §6b: the data position the last passing check told, and when it was read (as
-    /// RFC 3339); `None` while unknown.
-    position: Option<(u64, String)>,
+    /// SPEC §6b: the data position the last passing check of each kind told, and when it
+    /// was read (as RFC 3339); `None` while unknown. See [`Daemon::position`].
+    positions: [Option<(u64, String)>; 2],
     eligibility: Option<CheckerHandle>,
     /// Hooks mode: the service's own check, which also decides eligibility; started
     /// afresh after each demotion.
@@ -343,7 +352,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             } else {
                 Health::Unknown
             },
-            position: None,
+            positions: [None, None],
             eligibility: None,
             hooks_probe,
             standby_check: None,
@@ -359,13 +368,20 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         // check with no WARDEN_* at all, 1 run in 5 under load).
         d.probe_env.set(d.standby_command_env());
         if !eligible_now {
-            d.eligibility = Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility));
+            let said = d.own_check_said();
+            d.eligibility =
+                Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility, said));
         }
         if d.cfg.service.mode == ServiceMode::Hooks && !d.cfg.health.standby_command.is_empty() {
             let probe = d.host.standby_probe(&d.cfg.health, d.probe_env.clone());
             d.standby_ok = false;
             d.health = Health::Unknown;
-            d.standby_check = Some(d.checker(probe, Duration::ZERO, Input::StandbyCheck));
+            d.standby_check = Some(d.checker(
+                probe,
+                Duration::ZERO,
+                Input::StandbyCheck,
+                Said::StandbyCommand,
+            ));
         }
         Ok(d)
     }
@@ -670,10 +686,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     detail: c.detail,
                 });
             }
-            Input::Position(p) => {
-                let now = p.map(|p| (p, record::rfc3339(self.host.wall())));
-                if now.as_ref().map(|n| n.0) != self.position.as_ref().map(|n| n.0) {
-                    self.position = now;
+            Input::Position(said, p) => {
+                let before = self.position().map(|p| p.0);
+                self.positions[said as usize] = p.map(|p| (p, record::rfc3339(self.host.wall())));
+                if self.position().map(|p| p.0) != before {
                     self.publish_member();
                 }
             }
@@ -746,8 +762,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             return;
         }
         let probe = self.service_probe.clone();
-        self.service_check =
-            Some(self.checker(probe, self.cfg.health.start_grace, Input::ServiceHealth));
+        self.service_check = Some(self.checker(
+            probe,
+            self.cfg.health.start_grace,
+            Input::ServiceHealth,
+            Said::HealthCommand,
+        ));
     }
 
     /// Starts a health checker whose changes reach the loop as `wrap(change)`.
@@ -756,6 +776,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         probe: H::Probe,
         grace: Duration,
         wrap: fn(HealthChange) -> DaemonInput<C, H>,
+        said: Said,
     ) -> CheckerHandle {
         let (htx, mut hrx) = mpsc::channel(8);
         let (ptx, mut prx) = mpsc::channel(8);
@@ -776,7 +797,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             loop {
                 let input = tokio::select! {
                     Some(c) = hrx.recv() => wrap(c),
-                    Some(p) = prx.recv() => Input::Position(p),
+                    Some(p) = prx.recv() => Input::Position(said, p),
                     else => break,
                 };
                 if tx.send(input).is_err() {
@@ -816,7 +837,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 now,
             );
         }
-        self.eligibility = Some(self.checker(probe, Duration::ZERO, Input::Eligibility));
+        let said = self.own_check_said();
+        self.eligibility = Some(self.checker(probe, Duration::ZERO, Input::Eligibility, said));
     }
 
     /// Carries out every pending action.
@@ -1022,9 +1044,36 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
             remembers: self.elector.remembered(false),
-            position: self.position.as_ref().map(|p| p.0),
-            position_at: self.position.as_ref().map(|p| p.1.clone()),
+            position: self.position().map(|p| p.0),
+            position_at: self.position().map(|p| p.1.clone()),
         }
+    }
+
+    /// The eligibility checker's kind: in spawn mode it runs `standby_command`, in hooks
+    /// mode the service's own check.
+    fn own_check_said(&self) -> Said {
+        match self.cfg.service.mode {
+            ServiceMode::Hooks => Said::HealthCommand,
+            _ => Said::StandbyCommand,
+        }
+    }
+
+    /// SPEC §6b: the position this node publishes. The active's (and a promoting, demoting
+    /// or neutral node's) from `health.command`; a standby's (and a fencing one's, not yet
+    /// promoted) from `standby_command`, or from `health.command` where no
+    /// `standby_command` is set (hooks mode, where the service's check runs on standbys
+    /// too).
+    fn position(&self) -> Option<&(u64, String)> {
+        let serving = !matches!(
+            self.elector.role(),
+            Role::Standby | Role::Ineligible | Role::Fencing
+        );
+        let said = if serving || self.cfg.health.standby_command.is_empty() {
+            Said::HealthCommand
+        } else {
+            Said::StandbyCommand
+        };
+        self.positions[said as usize].as_ref()
     }
 
     /// Runs a fence (SPEC §5) as a task of the current session: when the session is lost
@@ -1897,8 +1946,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             priority: Some(self.cfg.election.priority),
             leftover: self.advertised_leftover(),
             remembers: self.elector.remembered(true),
-            position: self.position.as_ref().map(|p| p.0),
-            position_at: self.position.as_ref().map(|p| p.1.clone()),
+            position: self.position().map(|p| p.0),
+            position_at: self.position().map(|p| p.1.clone()),
         }
     }
 
