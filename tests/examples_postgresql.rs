@@ -93,6 +93,23 @@ fn postgresql_primary_moves_with_warden_and_never_runs_twice() {
         member_role(s, "n1").as_deref() == Some("standby")
             && member_health(s, "n1").as_deref() == Some("healthy")
     });
+    // SPEC 6b: its standby-check prints the WAL it received, in bytes: its position
+    // grows with what p2 writes.
+    let received = |s: &serde_json::Value| member(s, "n1").and_then(|m| json_u64(&m["position"]));
+    let status = wait_for_status(&n1.config, secs(60), "n1 shows a position", |s| {
+        received(s).is_some()
+    });
+    let first = received(&status).unwrap();
+    let wal = |q: &str| -> u64 { p2.sql(q).trim().parse().unwrap() };
+    let p2_wal = wal("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+    assert!(
+        first <= p2_wal,
+        "n1 at {first} is past p2's WAL at {p2_wal}"
+    );
+    p2.sql("CREATE TABLE position_probe AS SELECT 1 AS x");
+    wait_for_status(&n1.config, secs(60), "n1's position grows", |s| {
+        received(s).is_some_and(|p| p > first)
+    });
 
     // p1 stops receiving (its primary_conninfo points nowhere) and p2 takes writes that
     // p1 never gets, as an asynchronous replica can miss the last writes of a primary

@@ -670,6 +670,8 @@ fn standby_check_judges_lag_by_replication_offsets() {
     };
     let out = check();
     assert!(out.status.success(), "in step: {}", describe(&out));
+    // SPEC 6b: its last line on stdout is the replica's position, its received offset.
+    let first = printed_position(&out);
 
     proxy.hold(true);
     // (Two halves: one argument of 200 kB is over the kernel's limit for one.)
@@ -696,6 +698,21 @@ fn standby_check_judges_lag_by_replication_offsets() {
         check().status.success()
     });
     assert_eq!(replica.cli(&["STRLEN", "big"]).trim(), "200000");
+    let last = printed_position(&check());
+    assert!(
+        last >= first + 200_000,
+        "the position went from {first} to {last} over 200 kB of writes"
+    );
+}
+
+/// The position a `standby-check` printed as its last line on stdout (SPEC 6b).
+fn printed_position(out: &std::process::Output) -> u64 {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no position on stdout: {}", describe(out)))
 }
 
 /// Review 2: a numeric setting of redis.env that is not a whole number (REDIS_TIMEOUT=0.5
