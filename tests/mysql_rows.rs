@@ -402,6 +402,14 @@ async fn steps(b: &mut Both<'_>) {
     assert_eq!(b.join(2, &n1_again).await, "held 7");
     assert_eq!(b.commit(2, &n1_again, 7, Some(0)).await, WriteOutcome::Done);
     assert_eq!(b.renew(2, &n1_again).await, WriteOutcome::Done);
+    // The simulation's seed 507023: an expired lock row is gone, though it names this
+    // very session: no renewal brings it back (the keepalive did, under a node of
+    // priority 0 that had seen it go and never joined again: nobody else could take it),
+    // and a join of that session takes it anew, at a new epoch.
+    b.expire_lock();
+    assert_eq!(b.renew(2, &n1_again).await, WriteOutcome::Conflict);
+    assert_eq!(b.join(2, &n1_again).await, "held 8");
+    assert_eq!(b.renew(2, &n1_again).await, WriteOutcome::Done);
 }
 
 /// The backend's whole session on the tables in memory: each transaction applied at

@@ -233,8 +233,13 @@ impl Rows for Tx {
 
     async fn renew_lock(&mut self, session: i64, record: Option<&[u8]>) -> Result<bool, Never> {
         let (now, exp) = (self.now, self.exp);
+        let live = self
+            .work
+            .lock
+            .as_ref()
+            .is_some_and(|l| self.lock_expiry(l) >= self.now);
         Ok(match self.work.lock.as_mut() {
-            Some(l) if l.session == session => {
+            Some(l) if l.session == session && live => {
                 if let Some(r) = record {
                     l.record = r.to_vec();
                 }

@@ -105,8 +105,8 @@ pub trait Rows: Send {
     ) -> impl Future<Output = Result<Option<i64>, Self::Error>> + Send;
 
     /// The lock row renewed (its expiry moved to now plus the session timeout, its
-    /// version bumped, its record replaced when given), only while `session` holds it:
-    /// whether it did.
+    /// version bumped, its record replaced when given), only while `session` holds it
+    /// and it has not expired: whether it did.
     fn renew_lock(
         &mut self,
         session: i64,
@@ -349,7 +349,9 @@ pub async fn take_lock<R: Rows>(
         return Ok((Taking::Gone, false));
     }
     match r.lock(true).await? {
-        Some(l) if l.session == id => return Ok((Taking::Held(l.epoch), false)),
+        // An expired row of ours is gone as anyone's is: taken anew below, at a new epoch
+        // (never renewed back: seed 507023).
+        Some(l) if l.session == id && !l.expired => return Ok((Taking::Held(l.epoch), false)),
         Some(l) if !l.expired => {
             let stale = stuck_lock_stale(
                 m.stuck,
