@@ -6,16 +6,21 @@ use crate::record::{Health, MemberRecord, NodeRecord, Role};
 use std::time::Instant;
 
 impl Elector {
-    /// SPEC §6 `priority`: a healthy standby of higher priority among the members makes
-    /// this node let it try first for a free lock; said once each time that changes.
-    pub(super) fn on_members(&mut self, members: &[MemberRecord]) {
+    /// SPEC §6 `priority` and §6b: a healthy standby placed above this node among the
+    /// members (a higher priority; the same or a higher one with a greater position; or,
+    /// all else equal, a smaller node id) makes this node let it try first for a free
+    /// lock; said once each time that changes. When none is left above it while it waits,
+    /// it tries at once.
+    pub(super) fn on_members(&mut self, members: &[MemberRecord], now: Instant) {
+        let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
+        let mine = (self.cfg.priority, me.and_then(|m| m.position));
         let rivals: Vec<&str> = members
             .iter()
             .filter(|m| {
                 m.node.node_id != self.cfg.node_id
                     && m.role == Role::Standby
                     && m.health == Health::Healthy
-                    && m.priority.unwrap_or(100) > self.cfg.priority
+                    && placed_above(m, mine, &self.cfg.node_id)
             })
             .map(|m| m.node.node_id.as_str())
             .collect();
@@ -24,14 +29,21 @@ impl Elector {
             self.notice(
                 false,
                 format!(
-                    "standbys of higher priority than {}: {}; they try first when the lock is \
-                     free",
+                    "standbys placed above this one (priority {}, position {}): {}; they try \
+                     first when the lock is free",
                     self.cfg.priority,
+                    mine.1.map_or("unknown".to_string(), |p| p.to_string()),
                     rivals.join(", ")
                 ),
             );
         }
+        let was = self.higher_rival;
         self.higher_rival = higher;
+        if was && !higher && self.rival_waited {
+            // The one it waited for is gone, ineligible or holds the lock: no more waiting.
+            self.retry_at = None;
+            self.try_join(now);
+        }
     }
 
     /// Why this node, holding the lock, must not promote although the cluster would let
@@ -144,5 +156,22 @@ impl Elector {
             self.follow_failed = Some(words);
             self.follow_retry_at = Some(now + self.cfg.rejoin_delay);
         }
+    }
+}
+
+/// SPEC §6b: whether member `m` is placed above a node of `mine` (priority, position) and
+/// id `id`: priority first (0 is never placed above anyone: it never takes the lock by
+/// itself), then the position (a known one above an unknown one), then the smaller node
+/// id, so that exactly one standby is best-placed.
+fn placed_above(m: &MemberRecord, mine: (u16, Option<u64>), id: &str) -> bool {
+    let theirs = m.priority.unwrap_or(100);
+    if theirs == 0 || theirs != mine.0 {
+        return theirs > mine.0;
+    }
+    match (m.position, mine.1) {
+        (Some(a), Some(b)) if a != b => a > b,
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        _ => m.node.node_id.as_str() < id,
     }
 }

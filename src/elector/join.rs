@@ -271,14 +271,15 @@ impl Elector {
             return;
         }
         if !self.must_rejoin && !self.named_target(now) {
-            // SPEC §6: priority 0 never takes the lock by itself; a lower priority lets a
-            // healthy higher one try first, once, for a renewal interval.
+            // SPEC §6: priority 0 never takes the lock by itself. §6b: a node placed below
+            // a healthy standby lets it try first, once, for up to half a session timeout,
+            // and tries at once when none is left above it (`on_members`).
             if self.cfg.priority == 0 {
                 return;
             }
             if self.higher_rival && !self.rival_waited {
                 self.rival_waited = true;
-                self.retry_at = Some(now + self.cfg.renewal_interval());
+                self.retry_at = Some(now + self.lease_len());
                 return;
             }
         }

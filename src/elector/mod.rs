@@ -885,7 +885,7 @@ impl Elector {
                 }
             }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
-            Event::Members { members } => self.on_members(&members),
+            Event::Members { members } => self.on_members(&members, now),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = Some(Reason::Eligibility(detail));

@@ -178,7 +178,7 @@ fn with_priority(priority: u16) -> H {
 }
 
 #[test]
-fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
+fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_for_half_a_session() {
     let mut h = with_priority(50);
     h.feed(Event::Members {
         members: vec![MemberRecord {
@@ -199,7 +199,7 @@ fn rule_6_a_lower_priority_lets_a_healthy_higher_one_try_first_once() {
     });
     assert!(a.is_empty(), "joined before the higher one could: {a:?}");
     assert_eq!(h.e.role(), Role::Standby);
-    h.now += T / 6 - Duration::from_millis(1);
+    h.now += T / 2 - Duration::from_millis(1);
     h.e.handle_timeout(h.now);
     assert!(h.drain().is_empty());
     h.now += Duration::from_millis(1);
@@ -426,4 +426,100 @@ fn rule_6_follow_never_runs_beside_promote() {
             }
         ]
     );
+}
+
+/// A healthy standby's member record with `priority` and `position`.
+fn standby(id: &str, priority: u16, position: Option<u64>) -> MemberRecord {
+    MemberRecord {
+        priority: Some(priority),
+        position,
+        ..MemberRecord::bare(
+            NodeRecord {
+                node_id: id.into(),
+                ..NodeRecord::default()
+            },
+            Role::Standby,
+            Health::Healthy,
+        )
+    }
+}
+
+/// This node (n1, priority 100) with `members` (its own record among them when `mine`
+/// is `Some`) sees the lock free: whether it joins at once.
+fn joins_at_once(mine: Option<Option<u64>>, members: Vec<MemberRecord>) -> bool {
+    let mut h = H::new();
+    let mut all = members;
+    if let Some(position) = mine {
+        all.push(standby("n1", 100, position));
+    }
+    h.feed(Event::Members { members: all });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    has(&a, |a| matches!(a, Action::Join { .. }))
+}
+
+#[test]
+fn rule_6b_the_best_placed_standby_tries_first() {
+    // Same priority: the greater position first; a known position above an unknown one.
+    assert!(!joins_at_once(
+        Some(Some(10)),
+        vec![standby("n2", 100, Some(20))]
+    ));
+    assert!(joins_at_once(
+        Some(Some(30)),
+        vec![standby("n2", 100, Some(20))]
+    ));
+    assert!(!joins_at_once(
+        Some(None),
+        vec![standby("n2", 100, Some(1))]
+    ));
+    assert!(joins_at_once(Some(Some(1)), vec![standby("n2", 100, None)]));
+    // Priority first, whatever the positions.
+    assert!(joins_at_once(
+        Some(Some(10)),
+        vec![standby("n2", 50, Some(99))]
+    ));
+    assert!(!joins_at_once(
+        Some(Some(99)),
+        vec![standby("n2", 200, Some(10))]
+    ));
+    // All else equal, the smaller node id: exactly one is best-placed.
+    assert!(joins_at_once(
+        Some(Some(5)),
+        vec![standby("n2", 100, Some(5))]
+    ));
+    assert!(!joins_at_once(
+        Some(Some(5)),
+        vec![standby("n0", 100, Some(5))]
+    ));
+    assert!(joins_at_once(None, vec![standby("n2", 100, None)]));
+    // Priority 0 never takes the lock by itself, so it is placed above nobody.
+    assert!(joins_at_once(Some(None), vec![standby("n0", 0, Some(99))]));
+    // Nor is a member that is not a healthy standby.
+    let mut sick = standby("n2", 100, Some(99));
+    sick.health = Health::Unhealthy;
+    assert!(joins_at_once(Some(Some(1)), vec![sick]));
+}
+
+#[test]
+fn rule_6b_a_waiting_standby_tries_at_once_when_the_better_placed_is_gone() {
+    let mut h = H::new();
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))],
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(a.is_empty(), "{a:?}");
+    h.now += T / 6;
+    h.e.handle_timeout(h.now);
+    assert!(h.drain().is_empty());
+    // n2's record is gone (its session ended): n1 does not wait out the rest.
+    let a = h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10))],
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
