@@ -28,7 +28,10 @@ fn a_free_lock_goes_to_the_healthy_standby_of_higher_priority() {
         "{s:#}"
     );
     // n2 has seen n3 (its look at the members runs once a session timeout).
-    wardens[1].wait_for_log("standbys of higher priority than 50: n3", secs(30));
+    wardens[1].wait_for_log(
+        "standbys placed above this one (priority 50, position unknown): n3",
+        secs(30),
+    );
     let old = n1.last_run().unwrap();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(old.pid as i32),
