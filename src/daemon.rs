@@ -32,8 +32,6 @@ use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalN
 /// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// `[election] priority` at its highest: nobody to wait for.
-const MAX_PRIORITY: u16 = 1000;
 /// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -560,9 +558,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         }
                     }
                 });
-                // SPEC §6 `priority`: who else could take a free lock, looked at once a
-                // session timeout; only a node below the highest priority needs to know.
-                if self.cfg.election.priority < MAX_PRIORITY {
+                // SPEC §6 `priority`, §6b: who else could take a free lock, looked at once
+                // a session timeout. Every node but one of priority 0 (which never takes
+                // it by itself): at the highest priority too, positions and ties still
+                // place one standby first (the review of stop 44).
+                if self.cfg.election.priority > 0 {
                     let (zk2, tx2) = (zk.clone(), self.tx.clone());
                     let every = self.elector.session_timeout();
                     tasks.spawn(async move {

@@ -1641,11 +1641,13 @@ impl Rows for SqlRows {
         let c = &*self.c;
         // Not once expired: an expired row is gone, though it names this session (the
         // simulation's seed 507023: the keepalive renewed it under a node that had seen it
-        // go, and that node, of priority 0, held it for ever without serving).
+        // go, and that node, of priority 0, held it for ever without serving). In
+        // parentheses: under the server's HIGH_NOT_PRECEDENCE, `NOT a < b` reads as
+        // `(NOT a) < b`, always true (the review of stop 44).
         let sql = |set_record: &str| {
             format!(
                 "UPDATE {} SET {set_record}{NEXT_VERSION}, {LOCK_RENEWED} WHERE cluster = ? AND \
-                 session = ? AND NOT {LOCK_EXPIRED}",
+                 session = ? AND NOT ({LOCK_EXPIRED})",
                 c.t.lock
             )
         };

@@ -100,6 +100,9 @@ impl Elector {
             return;
         }
         self.retry_at = None;
+        // A wait for a better-placed standby ends with the session: the next free lock
+        // waits again (the review of stop 44).
+        self.rival_waited = false;
         self.must_rejoin = false;
         self.lease.in_flight = None;
         self.lease.next_renewal = None;

@@ -523,3 +523,26 @@ fn rule_6b_a_waiting_standby_tries_at_once_when_the_better_placed_is_gone() {
     });
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
+
+#[test]
+fn rule_6b_a_wait_cut_short_by_a_lost_session_is_waited_again_in_the_next() {
+    let mut h = H::new();
+    let members = vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))];
+    h.feed(Event::Members {
+        members: members.clone(),
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(a.is_empty(), "{a:?}");
+    h.feed(Event::SessionLost);
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(
+        !has(&a, |a| matches!(a, Action::Join { .. })),
+        "joined before n2, placed above it, could: {a:?}"
+    );
+}
