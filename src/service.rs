@@ -1226,25 +1226,11 @@ pub async fn run_command_said(
             debug!(command = %name, %exit, "command finished");
             if exit.success() {
                 // Its last line on stdout, if the pipe closes soon (as for stderr below).
-                Ok(match stdout {
-                    Some(h) => tokio::time::timeout(SAID_WAIT, h)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .flatten(),
-                    None => None,
-                })
+                Ok(last_word(stdout).await)
             } else {
                 // Its last word on stderr, if the pipe closes soon (a helper it left
                 // running may hold it open: then without).
-                let said = match said {
-                    Some(h) => tokio::time::timeout(SAID_WAIT, h)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .flatten(),
-                    None => None,
-                };
+                let said = last_word(said).await;
                 Err(HookError::Failed {
                     program: program.clone(),
                     exit,
@@ -1271,6 +1257,17 @@ pub async fn run_command_said(
             })
         }
     }
+}
+
+/// The last line a forwarded stream of an exited command held, if it closes within
+/// [`SAID_WAIT`] (a helper the command left running may hold it open: then none).
+async fn last_word(stream: Option<tokio::task::JoinHandle<Option<String>>>) -> Option<String> {
+    let h = stream?;
+    tokio::time::timeout(SAID_WAIT, h)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
 }
 
 /// SIGKILLs an unreaped child's process group when dropped, unless disarmed.

@@ -518,19 +518,7 @@ async fn a_checks_last_stdout_line_is_the_position() {
         ],
         ..HealthConfig::default()
     };
-    let (tx, mut rx) = mpsc::channel(8);
-    let (ptx, mut prx) = mpsc::channel(8);
-    let _checker = spawn_checker(
-        Probe::standby(&config, ProbeEnv::default()),
-        INTERVAL,
-        TIMEOUT,
-        1,
-        1,
-        Duration::ZERO,
-        tx,
-        None,
-        Some(ptx),
-    );
+    let (mut rx, mut prx, _checker) = standby_checker(&config);
     assert_eq!(next_change(&mut rx).await.health, Health::Healthy);
     assert_eq!(next_position(&mut prx).await, Some(42));
     std::fs::write(&file, "lagging\n").unwrap();
@@ -544,10 +532,23 @@ async fn a_checks_last_stdout_line_is_the_position() {
         standby_command: vec!["sh".into(), "-c".into(), "echo 45; exit 1".into()],
         ..HealthConfig::default()
     };
-    let (tx, _rx) = mpsc::channel(8);
-    let (ptx, mut prx) = mpsc::channel(8);
-    let _failing = spawn_checker(
-        Probe::standby(&config, ProbeEnv::default()),
+    let (_rx, mut prx, _failing) = standby_checker(&config);
+    assert_eq!(next_position(&mut prx).await, None);
+}
+
+/// A checker of `config`'s `standby_command` (rise and fall 1), with its health changes
+/// and its positions.
+fn standby_checker(
+    config: &HealthConfig,
+) -> (
+    mpsc::Receiver<HealthChange>,
+    mpsc::Receiver<Option<u64>>,
+    warden::health::CheckerHandle,
+) {
+    let (tx, rx) = mpsc::channel(8);
+    let (ptx, prx) = mpsc::channel(8);
+    let checker = spawn_checker(
+        Probe::standby(config, ProbeEnv::default()),
         INTERVAL,
         TIMEOUT,
         1,
@@ -557,5 +558,5 @@ async fn a_checks_last_stdout_line_is_the_position() {
         None,
         Some(ptx),
     );
-    assert_eq!(next_position(&mut prx).await, None);
+    (rx, prx, checker)
 }
