@@ -559,10 +559,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     }
                 });
                 // SPEC §6 `priority`, §6b: who else could take a free lock, looked at once
-                // a session timeout. Every node but one of priority 0 (which never takes
-                // it by itself): at the highest priority too, positions and ties still
-                // place one standby first (the review of stop 44).
-                if self.cfg.election.priority > 0 {
+                // a session timeout: at the highest priority too, positions and ties still
+                // place one standby first (the review of stop 44). Every node, priority 0
+                // too: an active names the best-placed standby as its successor when it
+                // steps down by itself (§6b), and a priority-0 node can be named active.
+                {
                     let (zk2, tx2) = (zk.clone(), self.tx.clone());
                     let every = self.elector.session_timeout();
                     tasks.spawn(async move {

@@ -355,8 +355,8 @@ fn a_demoted_node_does_not_claim_health_its_checks_do_not_know() {
 }
 
 /// SPEC §6: a demote in a planned switchover to a named node is told the successor
-/// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`, from its member record); a demote without one
-/// (SIGTERM) is not. (`failover` without `--to` names one: SPEC §6a.3, below.)
+/// (`WARDEN_SUCCESSOR_NODE/HOST/PORT`, from its member record). (`failover` without `--to`
+/// names one: SPEC §6a.3, below; a SIGTERM names the best-placed standby: §6b, below.)
 #[test]
 fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     let zk = ZkServer::start();
@@ -387,19 +387,66 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     wait_for_status(&n1.config, secs(30), "n1 is a standby", |s| {
         member_role(s, "n1").as_deref() == Some("standby")
     });
-    // Back to n1, then SIGTERM of n1: no successor is known to that demote.
     let out = cli(&n1.config, &["failover", "--to", "n1", "--timeout", "20s"]);
     assert!(out.status.success(), "{}", describe(&out));
-    w1.sigterm();
-    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
     assert_eq!(
         lines(&env),
-        [
-            "n1 n2 127.0.0.1 7002",
-            "n2 n1 127.0.0.1 7001",
-            "n1 unset unset unset"
-        ]
+        ["n1 n2 127.0.0.1 7002", "n2 n1 127.0.0.1 7001"]
     );
+    w1.sigterm();
+    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
+}
+
+/// SPEC §6b: a node that steps down by itself (here SIGTERM) names the best-placed
+/// standby as its successor, as `failover` does, so that its demote can hand over without
+/// loss: n3, ahead of n2 at the same priority by its position (n2 would win on its node
+/// id alone); and n3 is the one that takes over.
+#[test]
+fn a_node_stepping_down_by_itself_names_the_best_placed_standby_to_its_demote() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let env = cluster.dir().join("demote-env");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
+             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
+            env.display()
+        ),
+    );
+    let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
+    for (n, port, position) in [(&n1, 7001, 0), (&n2, 7002, 100), (&n3, 7003, 500)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        with_port(n, port);
+        let check = cluster.script(&format!("{}-check.sh", n.id), &format!("echo {position}\n"));
+        with_standby_command(n, &check, "");
+    }
+    let (mut w1, w2) = start_n1_active_then_n2(&n1, &n2);
+    let w3 = n3.start();
+    // Every view settled: each standby may take the lock (SPEC §3a), n2 has seen n3
+    // placed above it, and n1 knows n3 is the best-placed.
+    for w in [&w2, &w3] {
+        w.wait_for_log("this node may take the lock", secs(60));
+    }
+    w2.wait_for_log(
+        "standbys placed above this one (priority 100, position 100): n3",
+        secs(60),
+    );
+    w1.wait_for_log(
+        "the best-placed standby besides this node is now n3 (priority 100, position 500)",
+        secs(60),
+    );
+    w1.sigterm();
+    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
+    assert_eq!(lines(&env), ["n1 n3 127.0.0.1 7003"]);
+    wait_for_status(&n2.config, secs(60), "n3 is active", |s| {
+        active_id(s).as_deref() == Some("n3")
+    });
 }
 
 /// SPEC §6 "What hooks are told": `standby_command` gets the cluster, the node, its role,

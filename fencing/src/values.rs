@@ -99,6 +99,12 @@ pub fn priority<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     int_in(d, 0, 1000).map(|n| n as u16)
 }
 
+/// A data position or a difference of two (SPEC §6b `election.max_lag`): a non-negative
+/// integer (TOML's integers end at 2^63 - 1).
+pub fn opt_position<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    int_in(d, 0, i64::MAX).map(|n| Some(n as u64))
+}
+
 /// A signal that ends a process: `"SIGTERM"`, `"TERM"` or `"15"`.
 pub fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<SignalName, D::Error> {
     d.deserialize_str(Parsed("a signal name such as \"SIGTERM\"", |s| {

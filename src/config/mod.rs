@@ -239,6 +239,14 @@ pub struct ElectionConfig {
     /// SPEC §6: 0 = never promoted by itself; higher wins the race for a free lock.
     #[serde(default = "default_priority", deserialize_with = "values::priority")]
     pub priority: u16,
+    /// SPEC §6b: `failover --to` refuses a target whose position is behind the best-placed
+    /// eligible standby's by more than this (without `--force`); `None`: no limit.
+    #[serde(
+        default,
+        deserialize_with = "values::opt_position",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_lag: Option<u64>,
 }
 
 impl Default for ElectionConfig {
@@ -246,6 +254,7 @@ impl Default for ElectionConfig {
         ElectionConfig {
             rejoin_delay: default_rejoin_delay(),
             priority: default_priority(),
+            max_lag: None,
         }
     }
 }

@@ -1837,3 +1837,23 @@ fn store_url_users_and_databases_are_checked() {
     );
     ok(&mysql("url = \"mysql://war%20den@db1/my%2Ddb\""));
 }
+
+#[test]
+fn max_lag_is_a_non_negative_integer_and_no_limit_by_default() {
+    assert_eq!(ok(BASE).election.max_lag, None);
+    let c = ok(&in_table("[election]", "max_lag = 1048576"));
+    assert_eq!(c.election.max_lag, Some(1_048_576));
+    assert_eq!(ok(&c.render_masked()), c);
+    assert!(c.render_masked().contains("max_lag = 1048576"));
+    assert_eq!(
+        ok(&in_table("[election]", "max_lag = 0")).election.max_lag,
+        Some(0)
+    );
+    let m = msg(&in_table("[election]", "max_lag = -1"));
+    assert!(m.contains("`election.max_lag`") && m.contains("-1"), "{m}");
+    let m = msg(&in_table("[election]", "max_lag = \"1MB\""));
+    assert!(
+        m.contains("`election.max_lag`") && m.contains("integer"),
+        "{m}"
+    );
+}

@@ -24,8 +24,26 @@ impl Elector {
             })
             .map(|m| m.node.node_id.as_str())
             .collect();
+        // (Kept by every node: the active names it when it steps down by itself.)
+        let best = best_placed(members, &self.cfg.node_id);
+        if best.map(|m| &m.node.node_id) != self.best_standby.as_ref() {
+            if let Some(m) = best {
+                self.notice(
+                    false,
+                    format!(
+                        "the best-placed standby besides this node is now {} (priority {}, \
+                         position {}): the successor named if this node steps down",
+                        m.node.node_id,
+                        m.priority.unwrap_or(100),
+                        m.position.map_or("unknown".to_string(), |p| p.to_string()),
+                    ),
+                );
+            }
+            self.best_standby = best.map(|m| m.node.node_id.clone());
+        }
         let higher = !rivals.is_empty();
-        if higher && !self.higher_rival {
+        // (A node of priority 0 never tries by itself: nobody is "first" for it.)
+        if higher && !self.higher_rival && self.cfg.priority > 0 {
             self.notice(
                 false,
                 format!(
@@ -165,13 +183,44 @@ impl Elector {
 /// id, so that exactly one standby is best-placed.
 fn placed_above(m: &MemberRecord, mine: (u16, Option<u64>), id: &str) -> bool {
     let theirs = m.priority.unwrap_or(100);
-    if theirs == 0 || theirs != mine.0 {
-        return theirs > mine.0;
-    }
-    match (m.position, mine.1) {
-        (Some(a), Some(b)) if a != b => a > b,
-        (Some(_), None) => true,
-        (None, Some(_)) => false,
-        _ => m.node.node_id.as_str() < id,
-    }
+    theirs != 0 && placement((theirs, m.position, &m.node.node_id), (mine.0, mine.1, id)).is_gt()
+}
+
+/// SPEC §6b: how a node of (priority, position, node id) `a` is placed against `b`:
+/// `Greater` when `a` is placed above. Priority first, then the position (a known one
+/// above an unknown one, the greater above the smaller), then the smaller node id (the
+/// one order every member and every operator sees alike), so that no two are placed
+/// alike.
+pub fn placement(a: (u16, Option<u64>, &str), b: (u16, Option<u64>, &str)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0)
+        .then_with(|| a.1.cmp(&b.1))
+        .then_with(|| b.2.cmp(a.2))
+}
+
+/// SPEC §6a.3 and §6b: the best-placed eligible standby among `members` other than
+/// `except` (a healthy `standby` not of priority 0, which is never promoted by itself):
+/// the successor a planned switchover names without `--to`, and that a node stepping down
+/// by itself names.
+pub fn best_placed<'a>(
+    members: impl IntoIterator<Item = &'a MemberRecord>,
+    except: &str,
+) -> Option<&'a MemberRecord> {
+    members
+        .into_iter()
+        .filter(|m| {
+            m.node.node_id != except
+                && m.role == Role::Standby
+                && m.health == Health::Healthy
+                && m.priority != Some(0)
+        })
+        .max_by(|a, b| {
+            let key = |m: &'a MemberRecord| {
+                (
+                    m.priority.unwrap_or(100),
+                    m.position,
+                    m.node.node_id.as_str(),
+                )
+            };
+            placement(key(a), key(b))
+        })
 }

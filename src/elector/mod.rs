@@ -38,6 +38,7 @@ mod timer;
 
 pub use crate::record::{BreadcrumbView, JoinOutcome, Version, WriteOutcome};
 use crate::record::{Epoch, HostIdentity, MemberRecord, NodeRecord, Remembered, Role};
+pub use follow::{best_placed, placement};
 use lease::Lease;
 use leave::Leave;
 pub use reason::{Reason, SWITCHOVER_CALLED_OFF};
@@ -634,6 +635,9 @@ pub struct Elector {
     /// waited for it once before the join now due.
     higher_rival: bool,
     rival_waited: bool,
+    /// SPEC §6b: the best-placed eligible standby other than this node, as the members
+    /// last read showed it: the successor this node names when it steps down by itself.
+    best_standby: Option<String>,
     stopping: bool,
     /// The reason for the next transition.
     reason: Option<Reason>,
@@ -686,6 +690,7 @@ impl Elector {
             follow_retry_at: None,
             higher_rival: false,
             rival_waited: false,
+            best_standby: None,
             forgetting: None,
             keeping: None,
             undemoted: false,
@@ -712,18 +717,22 @@ impl Elector {
         })
     }
 
-    /// The node a planned switchover hands over to while this node cedes to it (SPEC §6
-    /// `WARDEN_SUCCESSOR_*`): the request's target (`failover` names one with or without
-    /// `--to`, §6a.3; a request without one, from an older warden, names none); `None`
-    /// otherwise.
+    /// The node this node hands over to as it steps down (SPEC §6 `WARDEN_SUCCESSOR_*`):
+    /// in a planned switchover, the request's target (`failover` names one with or without
+    /// `--to`, §6a.3; a request without one, from an older warden, names none); when it
+    /// steps down by itself (a stop, its service failed), the best-placed eligible standby
+    /// as the members last read showed it (§6b), so that its `demote` can hand over
+    /// without loss; `None` otherwise (a forced demotion: another node may hold the lock).
     pub fn successor(&self) -> Option<&str> {
         match self.phase {
             Phase::Holding {
-                step: Step::Leaving {
-                    why: Leave::Cede, ..
-                },
+                step: Step::Leaving { why, .. },
                 ..
-            } => self.control.failover.as_ref()?.to.as_deref(),
+            } => match why {
+                Leave::Cede => self.control.failover.as_ref()?.to.as_deref(),
+                Leave::Stop | Leave::ServiceFailed => self.best_standby.as_deref(),
+                _ => None,
+            },
             _ => None,
         }
     }

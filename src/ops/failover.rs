@@ -14,7 +14,7 @@ use super::operator::{self, OpError};
 use crate::config::Config;
 use crate::coord::{ClusterSnapshot, StoreError};
 use crate::coord::{Connector, Session};
-use crate::elector::{Reason, SWITCHOVER_CALLED_OFF};
+use crate::elector::{best_placed, Reason, SWITCHOVER_CALLED_OFF};
 use crate::record::{self, Control, Epoch, FailoverRequest, Health, History, HistoryEntry, Role};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -46,7 +46,8 @@ pub struct FailoverArgs {
     #[arg(long, conflicts_with_all = ["to", "timeout", "force"])]
     pub cancel: bool,
     /// With --to: NODE takes over even while it is ineligible (unhealthy, a failed
-    /// `follow`, a failing `standby_command`): your word that its data will do.
+    /// `follow`, a failing `standby_command`) or behind the best-placed standby by more
+    /// than `election.max_lag`: your word that its data will do.
     #[arg(long, requires = "to")]
     pub force: bool,
 }
@@ -275,7 +276,8 @@ pub async fn request_at<S: Session>(
         (None, _, _) => return Err(OpError::Refused(no_active(cfg, &snap))),
     };
     match &args.to {
-        Some(to) => target_refusal(cfg, &snap, &from, to, args.force),
+        Some(to) => target_refusal(cfg, &snap, &from, to, args.force)
+            .or_else(|| lag_refusal(cfg.election.max_lag, &snap, &from, to, args.force)),
         None => standby_refusal(&snap, &from),
     }
     .map_or(Ok(()), |why| Err(OpError::Refused(why)))?;
@@ -457,25 +459,15 @@ fn called_off_message(req: &Requested, line: &str) -> String {
     )
 }
 
-/// SPEC §6a.3: the successor `failover` without `--to` names: the eligible standby (healthy,
-/// `standby`, not of priority 0) with the highest priority, ties to the smallest node id
-/// (positions, §6b, are not recorded yet; the node id is the one order every member and
-/// every operator sees alike).
+/// SPEC §6a.3: the successor `failover` without `--to` names: the best-placed eligible
+/// standby (§6b: healthy, `standby`, not of priority 0; the highest priority, then the
+/// greatest position, then the smallest node id), as the daemons place them.
 fn successor(snap: &ClusterSnapshot, from: &str) -> Option<String> {
-    snap.members
-        .iter()
-        .filter_map(|(id, m)| Some((id, m.as_ref().ok()?)))
-        .filter(|(id, m)| {
-            *id != from
-                && m.role == Role::Standby
-                && m.health == Health::Healthy
-                && m.priority != Some(0)
-        })
-        .max_by(|(a, ma), (b, mb)| {
-            let (pa, pb) = (ma.priority.unwrap_or(100), mb.priority.unwrap_or(100));
-            pa.cmp(&pb).then_with(|| b.cmp(a))
-        })
-        .map(|(id, _)| id.clone())
+    best_placed(
+        snap.members.iter().filter_map(|(_, m)| m.as_ref().ok()),
+        from,
+    )
+    .map(|m| m.node.node_id.clone())
 }
 
 /// The switchover's result, if `snap` shows it done.
@@ -708,6 +700,41 @@ fn target_refusal(
     }
 }
 
+/// SPEC §6b: why `--to` may not name `to` without `--force`: it is behind the best-placed
+/// eligible standby by more than `max_lag` (a position difference), or its position is
+/// unknown while that standby's is known; the refusal names both positions. Nothing is
+/// refused without a `max_lag`, with `--force`, or when no other standby has a position.
+fn lag_refusal(
+    max_lag: Option<u64>,
+    snap: &ClusterSnapshot,
+    from: &str,
+    to: &str,
+    force: bool,
+) -> Option<String> {
+    let max_lag = max_lag.filter(|_| !force)?;
+    let members = || snap.members.iter().filter_map(|(_, m)| m.as_ref().ok());
+    let best = best_placed(members(), from)?;
+    let ahead = best.position?;
+    let target = members().find(|m| m.node.node_id == to)?;
+    let (to, best) = (record::printable(to), record::printable(&best.node.node_id));
+    let why = match target.position {
+        Some(p) if ahead.saturating_sub(p) <= max_lag => return None,
+        Some(p) => format!(
+            "{to} is at position {p}, {} behind {best} at position {ahead}: more than \
+             election.max_lag = {max_lag}",
+            ahead - p
+        ),
+        None => format!(
+            "{to}'s position is unknown (its check prints none) while {best} is at position \
+             {ahead}: with election.max_lag = {max_lag}, how far behind it is cannot be told"
+        ),
+    };
+    Some(format!(
+        "{why}; it would lose what only {best} holds. Choose {best}, wait for {to} to catch \
+         up, or add --force if you accept the loss"
+    ))
+}
+
 /// Why nobody could take over from `from`, if nobody could.
 fn standby_refusal(snap: &ClusterSnapshot, from: &str) -> Option<String> {
     // Priority 0 never takes the lock by itself: only `--to` can name it.
@@ -776,7 +803,7 @@ mod tests {
     }
 
     #[test]
-    fn rule_6a_3_the_successor_is_the_eligible_standby_of_highest_priority_then_smallest_id() {
+    fn rule_6b_the_successor_is_the_best_placed_standby_priority_then_position_then_id() {
         let member = |id: &str, role: Role, health: Health, priority: Option<u16>| {
             let m = MemberRecord {
                 priority,
@@ -804,10 +831,77 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(successor(&snap, "n1").as_deref(), Some("n3"));
+        // §6b: at one priority, the greater position; a known one above an unknown one.
+        let at = |snap: &mut ClusterSnapshot, id: &str, position: Option<u64>| {
+            for (m, r) in &mut snap.members {
+                if m == id {
+                    r.as_mut().unwrap().position = position;
+                }
+            }
+        };
+        at(&mut snap, "n4", Some(7));
+        assert_eq!(successor(&snap, "n1").as_deref(), Some("n4"));
+        at(&mut snap, "n3", Some(8));
+        assert_eq!(successor(&snap, "n1").as_deref(), Some("n3"));
+        // A position never places a lower priority above a higher one.
+        at(&mut snap, "n2", Some(1_000_000));
+        assert_eq!(successor(&snap, "n1").as_deref(), Some("n3"));
         snap.members.retain(|(id, _)| id != "n3" && id != "n4");
         assert_eq!(successor(&snap, "n1").as_deref(), Some("n2"));
         snap.members.retain(|(id, _)| id != "n2");
         assert_eq!(successor(&snap, "n1"), None);
+    }
+
+    #[test]
+    fn rule_6b_failover_to_refuses_a_target_behind_by_more_than_max_lag_unless_forced() {
+        let member = |id: &str, role: Role, position: Option<u64>| {
+            let m = MemberRecord {
+                position,
+                ..MemberRecord::bare(
+                    record::NodeRecord {
+                        node_id: id.into(),
+                        ..Default::default()
+                    },
+                    role,
+                    Health::Healthy,
+                )
+            };
+            (id.to_string(), Ok(m))
+        };
+        let snap = ClusterSnapshot {
+            members: vec![
+                member("n1", Role::Active, Some(1_000)),
+                member("n2", Role::Standby, Some(990)),
+                member("n3", Role::Standby, Some(900)),
+                member("n4", Role::Standby, None),
+            ],
+            ..Default::default()
+        };
+        let refusal = |max_lag, to, force| lag_refusal(max_lag, &snap, "n1", to, force);
+        // No limit by default.
+        assert_eq!(refusal(None, "n3", false), None);
+        // Within the limit, at it, or the best-placed itself: no refusal.
+        assert_eq!(refusal(Some(90), "n3", false), None);
+        assert_eq!(refusal(Some(0), "n2", false), None);
+        // Behind by more: refused, naming both positions; --force lets it through.
+        let why = refusal(Some(89), "n3", false).unwrap();
+        assert!(
+            why.contains("n3 is at position 900, 90 behind n2 at position 990")
+                && why.contains("election.max_lag = 89")
+                && why.contains("--force"),
+            "{why}"
+        );
+        assert_eq!(refusal(Some(89), "n3", true), None);
+        // An unknown position cannot be shown to be close enough.
+        let why = refusal(Some(1_000_000), "n4", false).unwrap();
+        assert!(why.contains("n4's position is unknown"), "{why}");
+        assert_eq!(refusal(Some(1_000_000), "n4", true), None);
+        // Nobody else's position known: nothing to compare with.
+        let mut blind = snap.clone();
+        for (_, m) in &mut blind.members {
+            m.as_mut().unwrap().position = None;
+        }
+        assert_eq!(lag_refusal(Some(0), &blind, "n1", "n3", false), None);
     }
 
     #[test]

@@ -546,3 +546,42 @@ fn rule_6b_a_wait_cut_short_by_a_lost_session_is_waited_again_in_the_next() {
         "joined before n2, placed above it, could: {a:?}"
     );
 }
+
+#[test]
+fn rule_6b_a_node_stepping_down_by_itself_names_the_best_placed_standby() {
+    let members = || {
+        let mut sick = standby("n5", 900, Some(99));
+        sick.health = Health::Unhealthy;
+        vec![
+            standby("n2", 100, Some(10)),
+            standby("n3", 100, Some(20)),
+            standby("n4", 0, Some(99)),
+            sick,
+        ]
+    };
+    // A stop (SIGTERM).
+    let mut h = H::new();
+    h.active(3);
+    h.feed(Event::Members { members: members() });
+    assert_eq!(h.e.successor(), None, "named while it serves");
+    h.feed(Event::StopRequested);
+    assert_eq!(h.e.successor(), Some("n3"));
+    // Its service failed.
+    let mut h = H::new();
+    h.active(3);
+    h.feed(Event::Members { members: members() });
+    h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "tcp refused".into(),
+    });
+    assert_eq!(h.e.role(), Role::Demoting);
+    assert_eq!(h.e.successor(), Some("n3"));
+    // Nobody eligible: nobody named.
+    let mut h = H::new();
+    h.active(3);
+    h.feed(Event::Members {
+        members: vec![standby("n4", 0, Some(99))],
+    });
+    h.feed(Event::StopRequested);
+    assert_eq!(h.e.successor(), None);
+}
