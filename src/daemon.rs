@@ -177,6 +177,8 @@ pub struct Daemon<C: Connector, H: Host> {
     /// The active our member record says this node remembers
     /// ([`MemberRecord::remembers`], from `Elector::remembered`), as last published.
     published_remembers: Option<record::Remembered>,
+    /// SPEC §6b: the standby placed just above this one, as last published.
+    published_after: Option<String>,
     leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
@@ -308,6 +310,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 remembers: None,
                 position: None,
                 position_at: None,
+                after: None,
             },
             false,
         ));
@@ -343,6 +346,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             published_follow: None,
             published_leftover: None,
             published_remembers: None,
+            published_after: None,
             leftover_watch: None,
             probe_env,
             health: if eligible_now {
@@ -853,14 +857,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let follow = self.elector.follow_state();
         let leftover = self.elector.own_leftovers();
         let remembers = self.elector.remembered(false);
+        let after = self.elector.placed_after().map(str::to_string);
         if seen != self.published_epoch_seen
             || follow != self.published_follow
             || leftover != self.published_leftover
             || remembers != self.published_remembers
+            || after != self.published_after
         {
             self.published_epoch_seen = seen;
             self.published_follow = follow;
             self.published_remembers = remembers;
+            self.published_after = after;
             if leftover != self.published_leftover {
                 self.published_leftover = leftover;
                 self.watch_leftover();
@@ -1047,6 +1054,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             remembers: self.elector.remembered(false),
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
+            after: self.elector.placed_after().map(str::to_string),
         }
     }
 
@@ -1949,6 +1957,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             remembers: self.elector.remembered(true),
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
+            after: None,
         }
     }
 

@@ -437,6 +437,11 @@ pub struct MemberRecord {
     pub position: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position_at: Option<String>,
+    /// SPEC §6b: the standby placed just above this one, as this node last read the
+    /// members: it lets that one try first for a free lock. Absent for the best-placed,
+    /// the active, and a node of priority 0 (which never tries by itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// [`MemberRecord::remembers`]: another node's active, as this node saw it.
@@ -562,13 +567,16 @@ impl MemberRecord {
             remembers: None,
             position: None,
             position_at: None,
+            after: None,
         }
     }
 }
 
 impl Record for MemberRecord {
     fn check(&self) -> Result<(), RecordError> {
-        self.node.check()
+        self.node.check()?;
+        // (Shown by `status`: a node id like any other.)
+        self.after.as_deref().map_or(Ok(()), check_node_id)
     }
 }
 

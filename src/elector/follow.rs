@@ -14,7 +14,7 @@ impl Elector {
     pub(super) fn on_members(&mut self, members: &[MemberRecord], now: Instant) {
         let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
         let mine = (self.cfg.priority, me.and_then(|m| m.position));
-        let rivals: Vec<&str> = members
+        let above: Vec<&MemberRecord> = members
             .iter()
             .filter(|m| {
                 m.node.node_id != self.cfg.node_id
@@ -22,8 +22,13 @@ impl Elector {
                     && m.health == Health::Healthy
                     && placed_above(m, mine, &self.cfg.node_id)
             })
-            .map(|m| m.node.node_id.as_str())
             .collect();
+        // The lowest of those above: the one just above this node.
+        self.placed_after = above
+            .iter()
+            .min_by(|a, b| placement(key(a), key(b)))
+            .map(|m| m.node.node_id.clone());
+        let rivals: Vec<&str> = above.iter().map(|m| m.node.node_id.as_str()).collect();
         // (Kept by every node: the active names it when it steps down by itself.)
         let best = best_placed(members, &self.cfg.node_id);
         if best.map(|m| &m.node.node_id) != self.best_standby.as_ref() {
@@ -213,14 +218,14 @@ pub fn best_placed<'a>(
                 && m.health == Health::Healthy
                 && m.priority != Some(0)
         })
-        .max_by(|a, b| {
-            let key = |m: &'a MemberRecord| {
-                (
-                    m.priority.unwrap_or(100),
-                    m.position,
-                    m.node.node_id.as_str(),
-                )
-            };
-            placement(key(a), key(b))
-        })
+        .max_by(|a, b| placement(key(a), key(b)))
+}
+
+/// A member's place: (priority, position, node id).
+fn key(m: &MemberRecord) -> (u16, Option<u64>, &str) {
+    (
+        m.priority.unwrap_or(100),
+        m.position,
+        m.node.node_id.as_str(),
+    )
 }

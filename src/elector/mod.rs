@@ -638,6 +638,9 @@ pub struct Elector {
     /// SPEC §6b: the best-placed eligible standby other than this node, as the members
     /// last read showed it: the successor this node names when it steps down by itself.
     best_standby: Option<String>,
+    /// SPEC §6b: the eligible standby placed just above this one, as the members last
+    /// read showed it.
+    placed_after: Option<String>,
     stopping: bool,
     /// The reason for the next transition.
     reason: Option<Reason>,
@@ -691,6 +694,7 @@ impl Elector {
             higher_rival: false,
             rival_waited: false,
             best_standby: None,
+            placed_after: None,
             forgetting: None,
             keeping: None,
             undemoted: false,
@@ -735,6 +739,16 @@ impl Elector {
             },
             _ => None,
         }
+    }
+
+    /// SPEC §6b: the standby this node lets try first for a free lock (the one placed just
+    /// above it), for its member record: `None` while it holds the lock, for priority 0
+    /// (never tries by itself), and when none is placed above it.
+    pub fn placed_after(&self) -> Option<&str> {
+        if self.cfg.priority == 0 || matches!(self.phase, Phase::Holding { .. }) {
+            return None;
+        }
+        self.placed_after.as_deref()
     }
 
     /// SPEC §6: whether this standby follows the current active, for `status`: `None`

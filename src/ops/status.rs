@@ -65,6 +65,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "priority": m.priority,
                 "position": m.position,
                 "position_at": m.position_at,
+                "after": m.after,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
                 "leftover": m.leftover.as_ref().map(|l| json!({
@@ -413,7 +414,8 @@ mod tests {
         let mut m2 = member("n2", Role::Standby, "h2");
         m2.position = Some(123_456_789);
         m2.position_at = Some("2026-11-29T09:00:00.000Z".into());
-        let m3 = member("n3", Role::Standby, "h3");
+        let mut m3 = member("n3", Role::Standby, "h3");
+        m3.after = Some("n2".into());
         let snap = ClusterSnapshot {
             members: vec![("n2".into(), Ok(m2)), ("n3".into(), Ok(m3))],
             ..Default::default()
@@ -437,6 +439,9 @@ mod tests {
             "{json:#}"
         );
         assert!(json["members"][1]["position"].is_null(), "{json:#}");
+        // And the standby each lets try first.
+        assert!(json["members"][0]["after"].is_null(), "{json:#}");
+        assert_eq!(json["members"][1]["after"], "n2", "{json:#}");
     }
 
     /// The review of stop 39: a member's service that outlived its stop blocks every

@@ -585,3 +585,38 @@ fn rule_6b_a_node_stepping_down_by_itself_names_the_best_placed_standby() {
     h.feed(Event::StopRequested);
     assert_eq!(h.e.successor(), None);
 }
+
+#[test]
+fn rule_6b_a_standby_publishes_the_one_placed_just_above_it() {
+    let mut h = H::new();
+    let me = standby("n1", 100, Some(10));
+    let members = vec![
+        me.clone(),
+        standby("n2", 100, Some(30)),
+        standby("n3", 100, Some(20)),
+        standby("n4", 100, Some(5)),
+        standby("n5", 0, Some(99)),
+    ];
+    h.feed(Event::Members {
+        members: members.clone(),
+    });
+    // n2 and n3 are above it; n3 just above.
+    assert_eq!(h.e.placed_after(), Some("n3"));
+    // The best-placed lets nobody first.
+    let mut best = members.clone();
+    best[0].position = Some(99);
+    h.feed(Event::Members { members: best });
+    assert_eq!(h.e.placed_after(), None);
+    // The active lets nobody first.
+    let mut h = H::new();
+    h.active(3);
+    h.feed(Event::Members {
+        members: members.clone(),
+    });
+    assert_eq!(h.e.placed_after(), None);
+    // Nor does a node of priority 0, which never tries by itself.
+    let mut h = H::new();
+    h.e.cfg.priority = 0;
+    h.feed(Event::Members { members });
+    assert_eq!(h.e.placed_after(), None);
+}
