@@ -754,3 +754,131 @@ fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() 
         }
     }
 }
+
+/// Issue 33, point 4 (SPEC 6b): three nodes, one replica held behind (its replication
+/// stream held up in a proxy while its link stays up, as behind a congested link), the
+/// other with every write. `kill -9` of the primary's warden and its Redis together: the
+/// advanced replica takes over in every one of 10 runs, half of them with the lagging
+/// one's node id placed first by id alone. Then the lagging one takes over only when the
+/// advanced one is down too.
+#[test]
+fn the_replica_with_the_most_data_takes_over_after_a_crash_every_time() {
+    let mut s = Setup::new(3);
+    let mut wardens = s.start_with_n1_active();
+    let mut primary = 0usize;
+    // Holds `lagging` behind the primary by 10 kB and waits until every view is settled:
+    // both positions published, the lagging one lets the advanced one try first, and the
+    // advanced one lets nobody. Returns the proxy (released once the run is over).
+    let hold_behind = |s: &Setup, primary: usize, lagging: usize, advanced: usize, key: &str| {
+        let proxy = Proxy::start(s.redis[primary].port());
+        s.redis[lagging].cli(&["REPLICAOF", "127.0.0.1", &proxy.port.to_string()]);
+        wait_until(secs(30), "the lagging replica's link is up", || {
+            linked_to(&s.redis[lagging], proxy.port)
+        });
+        proxy.hold(true);
+        s.redis[primary].cli(&["SET", key, &"x".repeat(10_000)]);
+        wait_until(secs(30), "the advanced replica has the write", || {
+            s.redis[advanced]
+                .try_cli(&["STRLEN", key])
+                .ok()
+                .as_deref()
+                .map(str::trim)
+                == Some("10000")
+        });
+        let (lag_id, adv_id) = (&s.nodes[lagging].id, &s.nodes[advanced].id);
+        wait_for_status(
+            &s.nodes[primary].config,
+            secs(60),
+            &format!("{lag_id} lets {adv_id}, at a greater position, try first"),
+            |st| {
+                let (Some(l), Some(a)) = (member(st, lag_id), member(st, adv_id)) else {
+                    return false;
+                };
+                let (lp, ap) = (json_u64(&l["position"]), json_u64(&a["position"]));
+                lp.zip(ap).is_some_and(|(lp, ap)| ap >= lp + 10_000)
+                    && l["after"].as_str() == Some(adv_id.as_str())
+                    && a["after"].is_null()
+                    && member_health(st, lag_id).as_deref() == Some("healthy")
+                    && member_health(st, adv_id).as_deref() == Some("healthy")
+            },
+        );
+        assert_eq!(
+            s.redis[lagging]
+                .try_cli(&["EXISTS", key])
+                .ok()
+                .as_deref()
+                .map(str::trim),
+            Some("0"),
+            "the lagging replica got the write it was held from"
+        );
+        proxy
+    };
+    for run in 0..10 {
+        let others: Vec<usize> = (0..3).filter(|i| *i != primary).collect();
+        let (lagging, advanced) = if run % 2 == 0 {
+            (others[0], others[1])
+        } else {
+            (others[1], others[0])
+        };
+        let key = format!("run-{run}");
+        let proxy = hold_behind(&s, primary, lagging, advanced, &key);
+        let old = s.nodes[primary].id.clone();
+        wardens[primary].kill9();
+        s.redis[primary].kill();
+        wardens[primary].wait_exit(secs(5));
+        let (new, _) = wait_for_active_other_than(&s.nodes[advanced].config, &old, secs(60));
+        assert_eq!(
+            new, s.nodes[advanced].id,
+            "run {run}: {new} took over, not {} which had more data",
+            s.nodes[advanced].id
+        );
+        assert_eq!(
+            s.redis[advanced].cli(&["STRLEN", &key]).trim(),
+            "10000",
+            "run {run}: the new primary lacks the last write"
+        );
+        proxy.hold(false);
+        // The old primary comes back as a replica of the new one.
+        s.redis[primary].start_as_the_drop_in_does();
+        wardens[primary] = s.nodes[primary].start();
+        s.await_followers(advanced);
+        primary = advanced;
+    }
+
+    // The lagging replica takes over only when the advanced one is down too.
+    let others: Vec<usize> = (0..3).filter(|i| *i != primary).collect();
+    let (lagging, advanced) = (others[0], others[1]);
+    let proxy = hold_behind(&s, primary, lagging, advanced, "last");
+    let gone = [primary, advanced];
+    for i in gone {
+        wardens[i].kill9();
+        s.redis[i].kill();
+    }
+    for i in gone {
+        wardens[i].wait_exit(secs(5));
+    }
+    let (new, _) =
+        wait_for_active_other_than(&s.nodes[lagging].config, &s.nodes[primary].id, secs(60));
+    assert_eq!(new, s.nodes[lagging].id);
+    proxy.hold(false);
+    wardens[lagging].sigterm();
+    s.zk.stop();
+}
+
+/// Waits until a node other than `old` is active; its id and the status that showed it.
+fn wait_for_active_other_than(
+    config: &std::path::Path,
+    old: &str,
+    timeout: Duration,
+) -> (String, serde_json::Value) {
+    wait_for(
+        timeout,
+        &format!("a node other than {old} is active"),
+        || {
+            let st = status_json(config);
+            active_id(&st)
+                .filter(|id| id != old)
+                .map(|id| (id, st.clone()))
+        },
+    )
+}

@@ -455,12 +455,14 @@ impl Proxy {
                     use std::io::{Read, Write};
                     let mut buf = [0u8; 16384];
                     loop {
-                        while h.load(Ordering::SeqCst) {
-                            thread::sleep(Duration::from_millis(5));
-                        }
                         match u_in.read(&mut buf) {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
+                                // Held after the read too: what a read waiting when the
+                                // hold began returns is held with the rest.
+                                while h.load(Ordering::SeqCst) {
+                                    thread::sleep(Duration::from_millis(5));
+                                }
                                 if c_out.write_all(&buf[..n]).is_err() {
                                     break;
                                 }
