@@ -736,3 +736,116 @@ fn a_numeric_setting_that_is_not_a_whole_number_is_refused_at_the_hooks_start() 
         }
     }
 }
+
+/// Issue 33, point 4 (SPEC 6b): three PostgreSQL servers, one standby held behind (its
+/// replication cut: it receives nothing more), the other with every write. `kill -9` of
+/// the primary's warden and its server together: the advanced standby takes over in
+/// every one of 10 runs, half of them with the lagging one's node id placed first by id
+/// alone; then the lagging one takes over only when the advanced one is down too.
+#[test]
+fn the_standby_with_the_most_wal_takes_over_after_a_crash_every_time() {
+    let trio = Trio::new();
+    let mut wardens = trio.start_with_n1_active();
+    let (pg, nodes) = (&trio.pg, &trio.nodes);
+    let mut primary = 0usize;
+    // Cuts `lagging`'s replication, writes rows `base..base+1000` on the primary, and
+    // waits until every view is settled: both positions published, the lagging one lets
+    // the advanced one try first, and the advanced one lets nobody.
+    let hold_behind = |primary: usize, lagging: usize, advanced: usize, base: u64| {
+        cut_replication(&pg[lagging], &nodes[lagging].id);
+        pg[primary].sql(&format!(
+            "INSERT INTO t SELECT generate_series({base}, {})",
+            base + 999
+        ));
+        let has = |i: usize| {
+            sql_at(
+                pg[i].port(),
+                &format!("SELECT count(*) FROM t WHERE v >= {base}"),
+            )
+            .is_ok_and(|n| n.trim() == "1000")
+        };
+        wait_until(secs(30), "the advanced standby has the rows", || {
+            has(advanced)
+        });
+        let (lag_id, adv_id) = (&nodes[lagging].id, &nodes[advanced].id);
+        wait_for_status(
+            &nodes[primary].config,
+            secs(60),
+            &format!("{lag_id} lets {adv_id}, at a greater position, try first"),
+            |st| {
+                let (Some(l), Some(a)) = (member(st, lag_id), member(st, adv_id)) else {
+                    return false;
+                };
+                let (lp, ap) = (json_u64(&l["position"]), json_u64(&a["position"]));
+                lp.zip(ap).is_some_and(|(lp, ap)| ap > lp)
+                    && l["after"].as_str() == Some(adv_id.as_str())
+                    && a["after"].is_null()
+                    && member_health(st, lag_id).as_deref() == Some("healthy")
+                    && member_health(st, adv_id).as_deref() == Some("healthy")
+            },
+        );
+        assert!(!has(lagging), "the cut standby got the rows");
+    };
+    for run in 0..10u64 {
+        let others: Vec<usize> = (0..3).filter(|i| *i != primary).collect();
+        let (lagging, advanced) = if run % 2 == 0 {
+            (others[0], others[1])
+        } else {
+            (others[1], others[0])
+        };
+        let base = (run + 1) * 1_000_000;
+        hold_behind(primary, lagging, advanced, base);
+        let old = nodes[primary].id.clone();
+        wardens[primary].kill9();
+        pg[primary].kill9();
+        wardens[primary].wait_exit(secs(5));
+        pg[primary].wait_gone(secs(30));
+        let new = wait_for(
+            secs(60),
+            &format!("a node other than {old} is active"),
+            || active_id(&status_json(&nodes[advanced].config)).filter(|id| *id != old),
+        );
+        assert_eq!(
+            new, nodes[advanced].id,
+            "run {run}: {new} took over, not {} which had more WAL",
+            nodes[advanced].id
+        );
+        assert_eq!(
+            sql_at(
+                pg[advanced].port(),
+                &format!("SELECT count(*) FROM t WHERE v >= {base}")
+            )
+            .as_deref()
+            .map(str::trim),
+            Ok("1000"),
+            "run {run}: the new primary lacks the last rows"
+        );
+        // The old primary comes back as a standby of the new one (follow rewinds it).
+        pg[primary].start_as_standby();
+        wardens[primary] = nodes[primary].start();
+        trio.await_followers(advanced);
+        primary = advanced;
+    }
+
+    // The lagging standby takes over only when the advanced one is down too.
+    let others: Vec<usize> = (0..3).filter(|i| *i != primary).collect();
+    let (lagging, advanced) = (others[0], others[1]);
+    hold_behind(primary, lagging, advanced, 100_000_000);
+    for i in [primary, advanced] {
+        wardens[i].kill9();
+        pg[i].kill9();
+    }
+    for i in [primary, advanced] {
+        wardens[i].wait_exit(secs(5));
+        pg[i].wait_gone(secs(30));
+    }
+    let old = nodes[primary].id.clone();
+    let new = wait_for(
+        secs(60),
+        &format!("a node other than {old} is active"),
+        || active_id(&status_json(&nodes[lagging].config)).filter(|id| *id != old),
+    );
+    assert_eq!(new, nodes[lagging].id);
+    assert_eq!(pg[lagging].in_recovery(), Some(false));
+    wardens[lagging].sigterm();
+}

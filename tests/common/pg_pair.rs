@@ -340,9 +340,75 @@ impl Pair {
     /// Waits until `node` is a healthy standby whose follow has finished, and its server
     /// streams from `primary`.
     pub fn await_follower(&self, node: &Node, server: &PgServer, primary: &PgServer) {
+        await_follower(&self.n1.config, node, server, primary);
+    }
+}
+
+/// Three PostgreSQL servers (p1 a primary, p2 and p3 its clones), all started as
+/// standbys, each with its node config (n1, n2, n3) on one ZooKeeper; the wardens run as
+/// root.
+pub struct Trio {
+    pub pg: Vec<PgServer>,
+    pub nodes: Vec<Node>,
+    pub cluster: Cluster,
+    pub zk: ZkServer,
+}
+
+impl Trio {
+    pub fn new() -> Trio {
+        let p1 = PgServer::init();
+        let p2 = PgServer::clone_of(&p1);
+        let p3 = PgServer::clone_of(&p1);
+        p1.restart_as_standby();
+        let zk = ZkServer::start();
+        let cluster = Cluster::new(&zk);
+        let pg = vec![p1, p2, p3];
+        let nodes = pg
+            .iter()
+            .enumerate()
+            .map(|(i, p)| pg_node(&cluster, &format!("n{}", i + 1), p))
+            .collect();
+        Trio {
+            pg,
+            nodes,
+            cluster,
+            zk,
+        }
+    }
+
+    /// Starts n1's warden (n1 is promoted, table `t` is created), then the others', and
+    /// waits until each is a healthy standby streaming from p1.
+    pub fn start_with_n1_active(&self) -> Vec<Warden> {
+        let mut wardens = vec![self.nodes[0].start()];
+        assert_eq!(wait_for_active(&self.nodes[0].config, secs(60)).0, "n1");
+        assert_eq!(self.pg[0].in_recovery(), Some(false));
+        self.pg[0].sql("CREATE TABLE t (v bigint PRIMARY KEY)");
+        wardens.extend(self.nodes[1..].iter().map(Node::start));
+        self.await_followers(0);
+        wardens
+    }
+
+    /// Waits until every other node is a healthy standby whose follow has finished and
+    /// whose server streams from the one of node `primary`.
+    pub fn await_followers(&self, primary: usize) {
+        for i in (0..self.pg.len()).filter(|i| *i != primary) {
+            await_follower(
+                &self.nodes[primary].config,
+                &self.nodes[i],
+                &self.pg[i],
+                &self.pg[primary],
+            );
+        }
+    }
+}
+
+/// Waits (reading the cluster with `config`) until `node` is a healthy standby whose
+/// follow has finished, and `server` streams from `primary`.
+fn await_follower(config: &Path, node: &Node, server: &PgServer, primary: &PgServer) {
+    {
         let id = node.id.as_str();
         wait_for_status(
-            &self.n1.config,
+            config,
             secs(60),
             &format!("{id} is a healthy standby"),
             |s| {
