@@ -2250,6 +2250,10 @@ async fn read_cluster_state<S: Session>(
         remembered_alive: false,
         own_service_gone: false,
         members_epoch_seen: state.members_epoch_seen,
+        members: members
+            .iter()
+            .filter_map(|(_, m)| m.as_ref().ok().cloned())
+            .collect(),
         member_memories: members
             .iter()
             .filter_map(|(_, m)| {

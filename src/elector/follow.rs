@@ -69,6 +69,48 @@ impl Elector {
         }
     }
 
+    /// SPEC §6b: the eligible standbys that `members` (read with the cluster's state, so
+    /// fresher than the view this node joined on) place above this node, which holds the
+    /// lock and has fenced and written nothing yet; `None` when there are none, when a
+    /// switchover names this node, for priority 0 (joins only when named), or when it
+    /// stood aside for them once already in this round.
+    pub(super) fn better_placed_now(
+        &self,
+        members: &[MemberRecord],
+        now: Instant,
+    ) -> Option<String> {
+        if self.stood_aside_for_better || self.cfg.priority == 0 || self.named_target(now) {
+            return None;
+        }
+        let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
+        let mine = (self.cfg.priority, me.and_then(|m| m.position));
+        let above: Vec<String> = members
+            .iter()
+            .filter(|m| {
+                m.node.node_id != self.cfg.node_id
+                    && m.role == Role::Standby
+                    && m.health == Health::Healthy
+                    && placed_above(m, mine, &self.cfg.node_id)
+            })
+            .map(|m| {
+                format!(
+                    "{} (priority {}, position {})",
+                    m.node.node_id,
+                    m.priority.unwrap_or(100),
+                    m.position.map_or("unknown".to_string(), |p| p.to_string())
+                )
+            })
+            .collect();
+        (!above.is_empty()).then(|| {
+            format!(
+                "{}; this node: priority {}, position {}",
+                above.join(", "),
+                mine.0,
+                mine.1.map_or("unknown".to_string(), |p| p.to_string())
+            )
+        })
+    }
+
     /// Why this node, holding the lock, must not promote although the cluster would let
     /// it (SPEC §6): its follow hook failed last, or it is not eligible, and no forced
     /// switchover names it; or it is of priority 0 and no switchover names it. Checked
@@ -102,6 +144,8 @@ impl Elector {
         }
         // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
+        // A new active: the next free lock is a new round (SPEC §6b).
+        self.stood_aside_for_better = false;
         self.active_rewrite = None;
         self.active_link = self.links;
         self.active_confirmed = None;

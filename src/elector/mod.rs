@@ -149,6 +149,9 @@ pub struct ClusterState {
     pub own_service_gone: bool,
     /// The greatest `epoch_seen` in the members' records (SPEC §3a).
     pub members_epoch_seen: Option<Epoch>,
+    /// The live members' records, read alongside (SPEC §6b: their places now, fresher
+    /// than the ones read once a session timeout).
+    pub members: Vec<MemberRecord>,
     /// The services that outlived their stop, as live members' records name them
     /// ([`crate::record::MemberRecord::leftover`]): each is fenced before a commit.
     pub member_leftovers: Vec<NodeRecord>,
@@ -641,6 +644,11 @@ pub struct Elector {
     /// SPEC §6b: the eligible standby placed just above this one, as the members last
     /// read showed it.
     placed_after: Option<String>,
+    /// SPEC §6b: this node, holding the lock, stood aside once for standbys the members
+    /// read with the state placed above it; until another node's promotion is seen, or
+    /// this node's own, it does not again (a better-placed one that does not take the
+    /// lock must not keep the cluster without an active).
+    stood_aside_for_better: bool,
     stopping: bool,
     /// The reason for the next transition.
     reason: Option<Reason>,
@@ -695,6 +703,7 @@ impl Elector {
             rival_waited: false,
             best_standby: None,
             placed_after: None,
+            stood_aside_for_better: false,
             forgetting: None,
             keeping: None,
             undemoted: false,

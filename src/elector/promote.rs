@@ -82,6 +82,18 @@ impl Elector {
             self.leave(Leave::StandAside);
             return;
         }
+        if let Some(above) = self.better_placed_now(&state.members, now) {
+            // SPEC §6b: the view this node joined on is up to a session timeout old; the
+            // records read now may place another standby above it (one that received
+            // more since). It releases the lock before anything is fenced or written, and
+            // waits for that one as for any standby placed above it.
+            self.stood_aside_for_better = true;
+            self.higher_rival = true;
+            self.rival_waited = false;
+            self.reason = Some(Reason::BetterPlaced(above));
+            self.leave(Leave::StandAside);
+            return;
+        }
         let control_version = state.control_version;
         let breadcrumb_version = state.breadcrumb.version();
         // Live members' services that outlived their stop, but for one the breadcrumb
@@ -676,6 +688,7 @@ impl Elector {
 
     /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
     fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
+        self.stood_aside_for_better = false;
         self.phase = Phase::Holding {
             epoch,
             step: Step::Serving,

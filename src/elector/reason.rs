@@ -52,6 +52,10 @@ pub enum Reason {
     NotFollowing(String),
     /// Holding the lock, but not eligible any more: no promotion.
     NotEligible,
+    /// Holding the lock, but the members read with the cluster's state show eligible
+    /// standbys placed above this node (SPEC §6b; their ids and positions): it lets them
+    /// take over first, once.
+    BetterPlaced(String),
     /// Holding the lock while the `follow` hook runs: no promotion beside it.
     StillFollowing,
     /// Holding the lock with priority 0 and no switchover naming this node any more.
@@ -164,6 +168,11 @@ impl fmt::Display for Reason {
                 write!(f, "{why}: not promoting until a follow succeeds")
             }
             Reason::NotEligible => f.write_str("no longer eligible: not promoting"),
+            Reason::BetterPlaced(who) => write!(
+                f,
+                "standbys placed above this one as the members read now show them: {who}; \
+                 letting them take over first"
+            ),
             Reason::StillFollowing => {
                 f.write_str("the follow hook is still running: not promoting beside it")
             }

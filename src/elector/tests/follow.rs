@@ -270,6 +270,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
+            members: Vec::new(),
             member_leftovers: Vec::new(),
             member_memories: Vec::new(),
         })),
@@ -304,6 +305,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
+            members: Vec::new(),
             member_leftovers: Vec::new(),
             member_memories: Vec::new(),
         })),
@@ -619,4 +621,79 @@ fn rule_6b_a_standby_publishes_the_one_placed_just_above_it() {
     h.e.cfg.priority = 0;
     h.feed(Event::Members { members });
     assert_eq!(h.e.placed_after(), None);
+}
+
+#[test]
+fn rule_6b_a_winner_stands_aside_once_for_a_standby_the_fresh_members_place_above_it() {
+    let mut h = H::new();
+    let r = h.won(3);
+    // The members read with the state: n2 has received more than this node.
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))];
+    h.e.handle(
+        Event::StateRead {
+            ticket: r,
+            result: Ok(Box::new(st.clone())),
+        },
+        h.now,
+    );
+    let all = h.drain();
+    assert!(
+        has(
+            &all,
+            |a| matches!(a, Action::Transition { reason: Reason::BetterPlaced(who), .. }
+            if who.contains("n2 (priority 100, position 20)") && who.contains("position 10"))
+        ),
+        "{all:?}"
+    );
+    let a = strip(all);
+    let rel = H::ticket_of(&a);
+    assert_eq!(
+        a,
+        vec![Action::Release {
+            ticket: rel,
+            breadcrumb: None
+        }],
+        "nothing is fenced or written before it stands aside"
+    );
+    // It waits for n2 as for any standby placed above it: no join at once in the next
+    // session.
+    let a = h.feed(Event::Released { ticket: rel });
+    assert_eq!(a, vec![Action::Connect]);
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let j = H::ticket_of(&a);
+    // n2 did not take the lock: this time the node promotes, whatever the records say.
+    let r = h.held(j, 4);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_6b_a_winner_the_fresh_members_place_first_or_a_named_one_promotes_at_once() {
+    // The best-placed: nobody above it, or only priority 0 and unhealthy nodes.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut sick = standby("n3", 100, Some(99));
+    sick.health = Health::Unhealthy;
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = vec![
+        standby("n1", 100, Some(30)),
+        standby("n2", 100, Some(20)),
+        standby("n4", 0, Some(99)),
+        sick,
+    ];
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
 }

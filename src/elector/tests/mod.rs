@@ -209,6 +209,7 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
         remembered_alive: false,
         own_service_gone: false,
         members_epoch_seen: None,
+        members: Vec::new(),
         member_leftovers: Vec::new(),
         member_memories: Vec::new(),
     }
