@@ -858,12 +858,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let leftover = self.elector.own_leftovers();
         let remembers = self.elector.remembered(false);
         let after = self.elector.placed_after().map(str::to_string);
-        if seen != self.published_epoch_seen
+        let changed = seen != self.published_epoch_seen
             || follow != self.published_follow
             || leftover != self.published_leftover
-            || remembers != self.published_remembers
-            || after != self.published_after
-        {
+            || remembers != self.published_remembers;
+        // (`after` alone is not written past a takeover's held-back record, `held_back`:
+        // that write, once the commit is answered, carries it; the review of stop 45.)
+        if changed || (after != self.published_after && self.held_back.is_none()) {
             self.published_epoch_seen = seen;
             self.published_follow = follow;
             self.published_remembers = remembers;
@@ -1077,6 +1078,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             self.elector.role(),
             Role::Standby | Role::Ineligible | Role::Fencing
         );
+        self.position_of(serving)
+    }
+
+    /// SPEC §6b: the position this node has as a standby, whatever its role now.
+    fn standby_position(&self) -> Option<u64> {
+        self.position_of(false).map(|p| p.0)
+    }
+
+    fn position_of(&self, serving: bool) -> Option<&(u64, String)> {
         let said = if serving || self.cfg.health.standby_command.is_empty() {
             Said::HealthCommand
         } else {
@@ -1201,13 +1211,19 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
             Action::ReadState { ticket } => {
                 let host = self.host.clone();
+                // SPEC §6b: this node's place as a standby, as its check last told it (its
+                // member record may say otherwise by now, or not be written yet).
+                let own_position = self.standby_position();
                 self.in_session(
                     Event::StateRead {
                         ticket,
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        let result = read_cluster_state(&zk, &host).await;
+                        let result = read_cluster_state(&zk, &host).await.map(|mut s| {
+                            s.own_position = own_position;
+                            s
+                        });
                         Event::StateRead { ticket, result }
                     },
                 );
@@ -1525,14 +1541,38 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         );
                         // SPEC §6: and the active to follow, when another node is known
                         // to be one (a demotion after losing the lease to it).
-                        let active = self.elector.known_active().map(active_env);
+                        let active: Vec<(String, String)> = self
+                            .elector
+                            .known_active()
+                            .map(active_env)
+                            .into_iter()
+                            .flatten()
+                            .collect();
+                        // SPEC §6b: a successor this node named as it steps down by itself
+                        // (not a planned switchover's) is a chance to hand over without
+                        // loss, never a reason to leave the service writable: when the
+                        // hook cannot hand over to it (gone, unreachable, behind), it runs
+                        // again without one, as a step-down without a successor always did
+                        // (the review of stop 45: the recipes fail before refusing writes
+                        // when the successor has no address).
+                        let self_named =
+                            successor.is_some() && !self.elector.successor_is_planned();
                         tokio::spawn(async move {
-                            let mut extra = match successor {
-                                Some((node, zk)) => successor_env(&zk, &node, bound).await,
+                            let mut extra = match &successor {
+                                Some((node, zk)) => successor_env(zk, node, bound).await,
                                 None => Vec::new(),
                             };
-                            extra.extend(active.into_iter().flatten());
-                            let event = match hooks.demote(epoch, extra).await {
+                            extra.extend(active.iter().cloned());
+                            let mut result = hooks.demote(epoch, extra).await;
+                            if let (Err(e), true) = (&result, self_named) {
+                                warn!(
+                                    "the demote hook could not hand over to {} ({e}); running \
+                                     it again without a successor",
+                                    successor.as_ref().map_or("?", |s| s.0.as_str())
+                                );
+                                result = hooks.demote(epoch, active.clone()).await;
+                            }
+                            let event = match result {
                                 Ok(()) => Event::ServiceStopped {
                                     ticket,
                                     clean: true,
@@ -2254,6 +2294,7 @@ async fn read_cluster_state<S: Session>(
             .iter()
             .filter_map(|(_, m)| m.as_ref().ok().cloned())
             .collect(),
+        own_position: None,
         member_memories: members
             .iter()
             .filter_map(|(_, m)| {

@@ -440,8 +440,25 @@ pub struct MemberRecord {
     /// SPEC §6b: the standby placed just above this one, as this node last read the
     /// members: it lets that one try first for a free lock. Absent for the best-placed,
     /// the active, and a node of priority 0 (which never tries by itself).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "informational_node_id"
+    )]
     pub after: Option<String>,
+}
+
+/// [`MemberRecord::after`] as read: informational, so one that is not a node id (or not a
+/// string) is dropped rather than making the whole record unreadable, which would hide
+/// its `leftover` and `remembers` from a winner (the review of stop 45).
+fn informational_node_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| match v {
+        serde_json::Value::String(s) if check_node_id(&s).is_ok() => Some(s),
+        _ => None,
+    }))
 }
 
 /// [`MemberRecord::remembers`]: another node's active, as this node saw it.
@@ -574,9 +591,7 @@ impl MemberRecord {
 
 impl Record for MemberRecord {
     fn check(&self) -> Result<(), RecordError> {
-        self.node.check()?;
-        // (Shown by `status`: a node id like any other.)
-        self.after.as_deref().map_or(Ok(()), check_node_id)
+        self.node.check()
     }
 }
 
@@ -807,6 +822,31 @@ mod tests {
             parse::<NodeRecord>(&big),
             Err(RecordError::TooLarge(_))
         ));
+    }
+
+    /// The review of stop 45: a member record whose `after` is not a node id keeps the
+    /// rest (its leftover above all); only `after` is dropped.
+    #[test]
+    fn a_bad_after_is_dropped_not_the_member_record() {
+        let mut m = MemberRecord::bare(
+            NodeRecord {
+                node_id: "n1".into(),
+                ..Default::default()
+            },
+            Role::Standby,
+            Health::Healthy,
+        );
+        m.after = Some("n2".into());
+        let good = to_bytes(&m);
+        assert_eq!(parse::<MemberRecord>(&good).unwrap(), m);
+        let text = String::from_utf8(good).unwrap();
+        for bad in ["\"n2\\u001b[31m\"", "5", "{}", "\"\""] {
+            let bytes = text.replace("\"n2\"", bad);
+            assert_ne!(bytes, text, "{bad}");
+            let read = parse::<MemberRecord>(bytes.as_bytes()).unwrap();
+            assert_eq!(read.after, None, "{bad}");
+            assert_eq!(read.node.node_id, "n1");
+        }
     }
 
     #[test]

@@ -1441,3 +1441,49 @@ fn failover_cancel_during_the_old_actives_demote_is_refused_and_the_target_takes
         calls(&record)
     );
 }
+
+/// The review of stop 45: a successor named by a node stepping down by itself is a chance
+/// to hand over, never a reason to leave the service writable: a demote that cannot hand
+/// over to it runs again without one, and a clean demote needs no fencing.
+#[test]
+fn a_demote_that_cannot_hand_over_to_a_self_named_successor_runs_again_without_one() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let record = cluster.dir().join("hook-calls");
+    let env = cluster.dir().join("demote-env");
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let demote = hook(
+        &cluster,
+        "demote.sh",
+        &record,
+        "demote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}}\" >> '{}'\n\
+             if [ -n \"${{WARDEN_SUCCESSOR_NODE:-}}\" ]; then echo 'not handed over' >&2; \
+             exit 1; fi",
+            env.display()
+        ),
+    );
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    for (n, port) in [(&n1, 7001), (&n2, 7002)] {
+        hooks_mode(n, &promote, &demote, "2s");
+        with_port(n, port);
+    }
+    let (mut w1, _w2) = start_n1_active_then_n2(&n1, &n2);
+    w1.wait_for_log(
+        "the best-placed standby besides this node is now n2",
+        secs(60),
+    );
+    w1.sigterm();
+    assert_eq!(w1.wait_exit(secs(30)).code(), Some(0));
+    assert_eq!(lines(&env), ["n1 n2", "n1 unset"]);
+    w1.wait_for_log("could not hand over to n2", secs(5));
+    wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "a clean demote was fenced: {:?}",
+        cluster.fence_calls()
+    );
+}

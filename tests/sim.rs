@@ -201,6 +201,10 @@ pub struct DataOutcome {
     pub reached_lost: u64,
     pub successor_moved: u64,
     pub epoch_back_apart: u64,
+    /// Issue 33: writes takeovers lost that an eligible standby's copy held, and those
+    /// takeovers.
+    pub lost_better_held: u64,
+    pub better_held_takeovers: u64,
 }
 
 impl DataOutcome {
@@ -213,6 +217,8 @@ impl DataOutcome {
         self.resync_drops += o.resync_drops;
         self.reached_lost += o.reached_lost;
         self.successor_moved += o.successor_moved;
+        self.lost_better_held += o.lost_better_held;
+        self.better_held_takeovers += o.better_held_takeovers;
         self.epoch_back_apart += o.epoch_back_apart;
     }
 }
@@ -1058,6 +1064,8 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 reached_lost: u64::from(d.reached_lost),
                 successor_moved: u64::from(d.successor_moved),
                 epoch_back_apart: u64::from(d.epoch_back_apart),
+                lost_better_held: d.lost_better_held,
+                better_held_takeovers: u64::from(d.better_held_takeovers),
             }),
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -1224,6 +1232,8 @@ struct Sweep {
     data: DataOutcome,
     /// Seeds where a takeover lost a write that had reached the new active.
     reached_lost: Vec<u64>,
+    /// Seeds where a takeover lost writes an eligible standby held (issue 33).
+    better_held: Vec<u64>,
     /// Seeds on the Redis and on the ZooKeeper backend itself.
     redis_seeds: u64,
     zk_wire_seeds: u64,
@@ -1268,6 +1278,9 @@ impl Sweep {
         if let Some(d) = out.data {
             if d.reached_lost > 0 {
                 self.reached_lost.push(seed);
+            }
+            if d.better_held_takeovers > 0 {
+                self.better_held.push(seed);
             }
             self.data_seeds += 1;
             self.data.add(d);
@@ -1331,6 +1344,7 @@ impl Sweep {
         self.data_seeds += o.data_seeds;
         self.data.add(o.data);
         self.reached_lost.extend(o.reached_lost);
+        self.better_held.extend(o.better_held);
     }
 }
 
@@ -1447,7 +1461,8 @@ fn simulated_daemons_keep_every_invariant() {
          takeovers lost a write that had reached the new active before the old primary \
          stopped: it followed a copy with less meanwhile, issue 33; seeds {:?}); 0 \
          windows with two copies taking writes (each a failure); {} epochs went back at a \
-         service below a forgotten one (counted apart)",
+         service below a forgotten one (counted apart); {} takeovers lost {} writes that \
+         an eligible standby of the same or a higher priority held (issue 33; seeds {:?})",
         total.data_seeds,
         d.acked,
         d.handovers,
@@ -1463,7 +1478,15 @@ fn simulated_daemons_keep_every_invariant() {
             s.truncate(5);
             s
         },
-        d.epoch_back_apart
+        d.epoch_back_apart,
+        d.better_held_takeovers,
+        d.lost_better_held,
+        {
+            let mut s = total.better_held.clone();
+            s.sort();
+            s.truncate(10);
+            s
+        },
     );
     total.beyond_bound_broken.sort();
     total.accepted_limit.sort();

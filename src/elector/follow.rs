@@ -77,13 +77,19 @@ impl Elector {
     pub(super) fn better_placed_now(
         &self,
         members: &[MemberRecord],
+        own_position: Option<u64>,
         now: Instant,
     ) -> Option<String> {
         if self.stood_aside_for_better || self.cfg.priority == 0 || self.named_target(now) {
             return None;
         }
+        // Its own place from what its check told it, not from its record: that may be a
+        // newer role's by now, which tells no standby position (the review of stop 45).
         let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
-        let mine = (self.cfg.priority, me.and_then(|m| m.position));
+        let mine = (
+            self.cfg.priority,
+            own_position.or_else(|| me.and_then(|m| m.position)),
+        );
         let above: Vec<String> = members
             .iter()
             .filter(|m| {

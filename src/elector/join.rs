@@ -132,6 +132,9 @@ impl Elector {
         }
         match outcome {
             JoinOutcome::Held { epoch } => {
+                // A join that only learns whether an earlier create made the lock ours
+                // may find a hold with writes under it already.
+                self.fresh_hold = !self.must_rejoin;
                 self.must_rejoin = false;
                 self.phase = Phase::Holding {
                     epoch,

@@ -152,6 +152,9 @@ pub struct ClusterState {
     /// The live members' records, read alongside (SPEC §6b: their places now, fresher
     /// than the ones read once a session timeout).
     pub members: Vec<MemberRecord>,
+    /// This node's own position as a standby, as its check last told it (its record
+    /// among `members` may be a newer role's, without one).
+    pub own_position: Option<u64>,
     /// The services that outlived their stop, as live members' records name them
     /// ([`crate::record::MemberRecord::leftover`]): each is fenced before a commit.
     pub member_leftovers: Vec<NodeRecord>,
@@ -649,6 +652,9 @@ pub struct Elector {
     /// this node's own, it does not again (a better-placed one that does not take the
     /// lock must not keep the cluster without an active).
     stood_aside_for_better: bool,
+    /// The lock was won and its first state read is still to come: nothing has been
+    /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
+    fresh_hold: bool,
     stopping: bool,
     /// The reason for the next transition.
     reason: Option<Reason>,
@@ -704,6 +710,7 @@ impl Elector {
             best_standby: None,
             placed_after: None,
             stood_aside_for_better: false,
+            fresh_hold: false,
             forgetting: None,
             keeping: None,
             undemoted: false,
@@ -748,6 +755,21 @@ impl Elector {
             },
             _ => None,
         }
+    }
+
+    /// Whether [`Self::successor`] is a planned switchover's target (`failover`), not one
+    /// this node named as it steps down by itself.
+    pub fn successor_is_planned(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Holding {
+                step: Step::Leaving {
+                    why: Leave::Cede,
+                    ..
+                },
+                ..
+            }
+        )
     }
 
     /// SPEC §6b: the standby this node lets try first for a free lock (the one placed just

@@ -40,6 +40,15 @@ impl Elector {
                 return;
             }
         };
+        // SPEC §6b: a stand-aside for a better-placed standby only on a hold's first read,
+        // with nothing of ours under it: it releases the lock keeping the breadcrumb, and
+        // one that named this node would have the next active fence it (the review of
+        // stop 45). Any later read of this hold follows a write or a fence.
+        let fresh = std::mem::take(&mut self.fresh_hold)
+            && unknown_commit.is_none()
+            && self.own_leftovers.is_none()
+            && !matches!(&state.breadcrumb, BreadcrumbView::Record { record, .. }
+                if self.is_ours(record));
         if state.own_service_gone && self.own_leftovers.take().is_some() {
             self.notice(
                 false,
@@ -82,7 +91,10 @@ impl Elector {
             self.leave(Leave::StandAside);
             return;
         }
-        if let Some(above) = self.better_placed_now(&state.members, now) {
+        if let Some(above) = fresh
+            .then(|| self.better_placed_now(&state.members, state.own_position, now))
+            .flatten()
+        {
             // SPEC §6b: the view this node joined on is up to a session timeout old; the
             // records read now may place another standby above it (one that received
             // more since). It releases the lock before anything is fenced or written, and

@@ -128,6 +128,8 @@ pub struct Data {
     /// The last demote that handed over: (from, to).
     /// (from node, to node, the successor's copy that had everything).
     pub handover: Option<(usize, usize, u64)>,
+    /// The copy of the node that handed over, as it handed over.
+    pub handover_from: Option<u64>,
     /// Another node committed after that handover, before its successor promoted, and
     /// the successor's copy's [`Copy::dropped`] at the handover.
     pub handover_over: bool,
@@ -153,6 +155,18 @@ pub struct Data {
     /// Epochs that went back at a copy below an epoch the store forgot (SPEC §3a's
     /// accepted limit).
     pub epoch_back_apart: u32,
+    /// SPEC §6b (issue 33): whether the checks print each copy's position (its log's
+    /// length, as a replication offset grows with what a copy received), and the chance
+    /// that one prints garbage instead; drawn per seed, with a generator of their own
+    /// (the draws of seeds from before are unchanged).
+    pub positions: bool,
+    garbage: f64,
+    position_rng: SimRng,
+    /// Acknowledged writes a takeover lost that an eligible standby's copy held (its
+    /// warden alive, its service running and healthy, of the winner's priority or above):
+    /// the most data should have won (issue 33).
+    pub lost_better_held: u64,
+    pub better_held_takeovers: u32,
 }
 
 impl Data {
@@ -165,6 +179,9 @@ impl Data {
         } else {
             Recipe::Postgres
         };
+        let mut position_rng = SimRng::new(seed ^ 0x9051_7105_0000_0033);
+        let positions = position_rng.chance(0.8);
+        let garbage = if position_rng.chance(0.2) { 0.05 } else { 0.0 };
         Data {
             recipe,
             copies: BTreeMap::new(),
@@ -175,6 +192,7 @@ impl Data {
             acked: Vec::new(),
             lost: BTreeSet::new(),
             handover: None,
+            handover_from: None,
             handover_over: false,
             handover_dropped: 0,
             successor_moved: 0,
@@ -187,7 +205,31 @@ impl Data {
             reached: BTreeMap::new(),
             reached_lost: 0,
             epoch_back_apart: 0,
+            positions,
+            garbage,
+            position_rng,
+            lost_better_held: 0,
+            better_held_takeovers: 0,
         }
+    }
+
+    /// What a passing check of copy `id` prints as its last line (SPEC §6b): its position,
+    /// now and then garbage, or nothing in a seed whose checks print none.
+    pub fn said(&mut self, id: u64) -> Option<String> {
+        if !self.positions {
+            return None;
+        }
+        if self.position_rng.chance(self.garbage) {
+            return Some("offset: unknown".into());
+        }
+        Some(self.copies.get(&id)?.log.len().to_string())
+    }
+
+    /// Of `newly` lost writes, those that copy `id` holds.
+    pub fn held_of(&self, id: u64, newly: &[u64]) -> u64 {
+        self.copies
+            .get(&id)
+            .map_or(0, |c| newly.iter().filter(|w| c.holds(**w)).count() as u64)
     }
 
     /// A service of `at.node` starts (`id`) at `at`: from the data of the last service
@@ -286,6 +328,16 @@ impl Data {
         let c = self.copies.get_mut(&id).expect("read above");
         c.log = log;
         c.dropped += dropped;
+    }
+
+    /// Acknowledged writes, not counted lost yet, that copy `id` lacks.
+    pub fn would_lose(&self, id: u64) -> Vec<u64> {
+        let copy = &self.copies[&id];
+        self.acked
+            .iter()
+            .filter(|w| !copy.holds(**w) && !self.lost.contains(w))
+            .copied()
+            .collect()
     }
 
     /// Acknowledged writes, not counted lost yet, that copy `id` lacks: counted lost now.

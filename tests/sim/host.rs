@@ -656,10 +656,16 @@ impl Prober for SimProbe {
             };
         }
         let sick = w.unhealthy[node];
+        // SPEC §6b: a passing check of a node with data prints its copy's position.
+        let copy = if sick { None } else { w.db_of(host.who) };
+        let said = match (copy, &mut w.data) {
+            (Some(id), Some(d)) => d.said(id),
+            _ => None,
+        };
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),
-            said: None,
+            said,
         }
     }
 }

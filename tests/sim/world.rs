@@ -954,6 +954,50 @@ impl W {
         }
     }
 
+    /// Issue 33: of the acknowledged writes `node`'s copy `id` lacks as it is promoted by a
+    /// takeover, those another eligible standby held (its warden alive, its service
+    /// running and healthy, of `node`'s priority or above): counted, and logged.
+    fn count_better_held(&mut self, node: usize, id: u64) {
+        let Some(d) = &self.data else {
+            return;
+        };
+        let newly = d.would_lose(id);
+        if newly.is_empty() {
+            return;
+        }
+        let mine = self.plan.priorities[node];
+        let mut best: Option<(usize, u64)> = None;
+        for (who, w) in &self.wardens {
+            let other = who.0;
+            if other == node || !w.alive || self.unhealthy[other] {
+                continue;
+            }
+            if self.plan.priorities[other] < mine || self.plan.priorities[other] == 0 {
+                continue;
+            }
+            let Some(copy) = self.db_of(*who) else {
+                continue;
+            };
+            let held = d.held_of(copy, &newly);
+            if held > best.map_or(0, |b| b.1) {
+                best = Some((other, held));
+            }
+        }
+        if let Some((other, held)) = best {
+            let d = self.data.as_mut().expect("checked above");
+            d.lost_better_held += held;
+            d.better_held_takeovers += 1;
+            self.log(|| {
+                format!(
+                    "BETTER HELD: n{} promoted by a takeover lacks {held} acknowledged writes \
+                     that n{}'s copy held",
+                    node + 1,
+                    other + 1
+                )
+            });
+        }
+    }
+
     /// `promote` takes effect on `who`'s copy: a primary that accepts writes. Counts what
     /// it lacks of the acknowledged writes (none may be lost in a planned switchover), and
     /// checks that no other copy accepts writes.
@@ -987,13 +1031,29 @@ impl W {
                 });
                 Promotion::Unplanned
             }
-            Some((from, ..)) if from == node => Promotion::CalledOff,
+            Some((from, ..)) if from == node && d.handover_from == Some(id) => Promotion::CalledOff,
+            Some((from, ..)) if from == node => {
+                // Another copy of the node that handed over (its warden moved, or came
+                // back over another disk): not the one that handed over, so a takeover.
+                self.log(|| {
+                    format!(
+                        "HANDED-OVER NODE MOVED: n{} promotes service {id}, not the copy that \
+                         handed over",
+                        node + 1
+                    )
+                });
+                Promotion::Unplanned
+            }
             _ => Promotion::Unplanned,
         };
         let d = self.data.as_mut().expect("checked above");
         let c = d.copies.get_mut(&id).expect("a running service's");
         c.upstream = None;
         c.refuses = false;
+        if how == Promotion::Unplanned {
+            self.count_better_held(node, id);
+        }
+        let d = self.data.as_mut().expect("checked above");
         let reached_before = d.reached_lost;
         let lost = d.lose_at_promotion(id, how);
         if d.reached_lost > reached_before {
@@ -1136,6 +1196,7 @@ impl W {
         }
         if let Some((copy, at)) = theirs {
             d.handover = Some((who.0, successor, copy));
+            d.handover_from = mine;
             d.handover_over = false;
             d.handover_dropped = d.copies.get(&copy).map_or(0, |c| c.dropped);
             d.handovers += 1;

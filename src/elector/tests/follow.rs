@@ -271,6 +271,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             own_service_gone: false,
             members_epoch_seen: None,
             members: Vec::new(),
+            own_position: None,
             member_leftovers: Vec::new(),
             member_memories: Vec::new(),
         })),
@@ -306,6 +307,7 @@ fn rule_6_priority_0_named_by_a_request_that_lapses_before_the_read_does_not_pro
             own_service_gone: false,
             members_epoch_seen: None,
             members: Vec::new(),
+            own_position: None,
             member_leftovers: Vec::new(),
             member_memories: Vec::new(),
         })),
@@ -696,4 +698,109 @@ fn rule_6b_a_winner_the_fresh_members_place_first_or_a_named_one_promotes_at_onc
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
     );
+}
+
+/// n2 placed above this node (n1, position 10) as the fresh members show it.
+fn n2_above() -> Vec<MemberRecord> {
+    vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))]
+}
+
+fn stood_aside(actions: &[Action]) -> bool {
+    has(actions, |a| matches!(a, Action::Release { .. }))
+}
+
+#[test]
+fn rule_6b_the_fresh_check_uses_the_nodes_own_position_not_its_record() {
+    // Its record tells no standby position any more (a newer role's), but its check
+    // says 30: above n2's 20, it promotes.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = vec![standby("n1", 100, None), standby("n2", 100, Some(20))];
+    st.own_position = Some(30);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn rule_6b_a_switchover_naming_this_node_is_never_stood_aside_from() {
+    let mut h = H::new();
+    let named = ControlView {
+        paused: false,
+        failover: Some(FailoverView {
+            from: "n9".into(),
+            to: Some("n1".into()),
+            deadline: "2099-01-01T00:00:00Z".into(),
+            force: false,
+            lapses_at: h.now + Duration::from_secs(30),
+        }),
+    };
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: named.clone(),
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    let j = H::ticket_of(&a);
+    let r = h.held(j, 3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.control = named;
+    st.members = n2_above();
+    let a = h.read_all(r, st);
+    assert!(!stood_aside(&a), "{a:?}");
+}
+
+#[test]
+fn rule_6b_no_stand_aside_after_anything_was_written_under_the_hold() {
+    // A commit whose answer was lost: the re-read finds n2 above, but the commit may have
+    // landed; standing aside would leave a breadcrumb naming this node.
+    let mut h = H::new();
+    let c = h.committing(3);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Unknown,
+    });
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    let a = h.read_all(H::ticket_of(&a), st);
+    assert!(
+        !has(&a, |a| matches!(
+            a,
+            Action::Release {
+                breadcrumb: None,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+    // A first read that finds our own breadcrumb (a hold with writes under it) neither.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Record {
+        record: record("n1", "inc-1", Some(3)),
+        version: Version::new(1),
+    });
+    st.members = n2_above();
+    let a = h.read_all(r, st);
+    assert!(!stood_aside(&a), "{a:?}");
+}
+
+#[test]
+fn rule_6b_a_new_active_starts_a_new_round_of_standing_aside() {
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    assert!(stood_aside(&h.read_all(r, st)));
+    assert!(h.e.stood_aside_for_better);
+    h.feed(Event::ActiveChanged {
+        record: record("n2", "inc-2", Some(4)),
+    });
+    assert!(!h.e.stood_aside_for_better);
+    // A lost session too.
+    h.e.stood_aside_for_better = true;
+    h.feed(Event::SessionLost);
+    assert!(!h.e.stood_aside_for_better);
 }

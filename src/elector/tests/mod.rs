@@ -210,6 +210,7 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
         own_service_gone: false,
         members_epoch_seen: None,
         members: Vec::new(),
+        own_position: None,
         member_leftovers: Vec::new(),
         member_memories: Vec::new(),
     }
