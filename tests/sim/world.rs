@@ -192,6 +192,8 @@ pub struct Warden {
     pub role: Role,
     /// When it took its role.
     pub role_since: Instant,
+    /// When it last took the lock.
+    pub took_lock: Option<Instant>,
     pub task: Option<tokio::task::AbortHandle>,
 }
 
@@ -589,6 +591,7 @@ impl W {
                 gone_at: None,
                 role: Role::Ineligible,
                 role_since: Instant::now(),
+                took_lock: None,
                 task: None,
             },
         );
@@ -955,9 +958,16 @@ impl W {
     }
 
     /// Issue 33: of the acknowledged writes `node`'s copy `id` lacks as it is promoted by a
-    /// takeover, those another eligible standby held (its warden alive, its service
-    /// running and healthy, of `node`'s priority or above): counted, and logged.
+    /// takeover, those another eligible standby held (its warden alive and a standby since
+    /// before the winner took the lock, its service running and healthy, of `node`'s
+    /// priority or above): counted, and logged.
     fn count_better_held(&mut self, node: usize, id: u64) {
+        let took = self
+            .wardens
+            .iter()
+            .filter(|(k, w)| k.0 == node && w.alive)
+            .filter_map(|(_, w)| w.took_lock)
+            .max();
         let Some(d) = &self.data else {
             return;
         };
@@ -970,6 +980,9 @@ impl W {
         for (who, w) in &self.wardens {
             let other = who.0;
             if other == node || !w.alive || self.unhealthy[other] {
+                continue;
+            }
+            if w.role != Role::Standby || took.is_some_and(|t| w.role_since > t) {
                 continue;
             }
             if self.plan.priorities[other] < mine || self.plan.priorities[other] == 0 {
@@ -1517,6 +1530,9 @@ impl W {
                 node, inc, epoch, ..
             } => {
                 let who = (*node, *inc);
+                if let Some(w) = self.wardens.get_mut(&who) {
+                    w.took_lock = Some(Instant::now());
+                }
                 self.log(|| format!("LOCK taken by {} epoch {epoch}", name(who)));
             }
             Fact::RefusedRestarted { node, inc, .. } => {
