@@ -48,7 +48,12 @@ impl Elector {
         }
         let higher = !rivals.is_empty();
         // (A node of priority 0 never tries by itself: nobody is "first" for it.)
-        if higher && !self.higher_rival && self.cfg.priority > 0 {
+        // (Nor for the active: it tries for nothing.)
+        if higher
+            && !self.higher_rival
+            && self.cfg.priority > 0
+            && !matches!(self.phase, Phase::Holding { .. })
+        {
             self.notice(
                 false,
                 format!(
