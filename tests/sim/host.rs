@@ -662,6 +662,9 @@ impl Prober for SimProbe {
             (Some(id), Some(d)) => d.said(id),
             _ => None,
         };
+        if let Some(p) = said.as_deref().and_then(|s| s.parse().ok()) {
+            w.said[node].push((Instant::now(), p));
+        }
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),

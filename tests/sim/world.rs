@@ -220,6 +220,9 @@ pub struct W {
     pub place_of: Vec<usize>,
     pub services: Vec<Service>,
     pub unhealthy: Vec<bool>,
+    /// SPEC §6b: the positions each node's checks printed, with when (what its member
+    /// record published a moment later).
+    pub said: Vec<Vec<(Instant, u64)>>,
     /// Fence methods fail (false) or hang (true).
     pub fence_fault: Option<bool>,
     next_id: u64,
@@ -345,6 +348,7 @@ impl World {
                 place_of,
                 services: Vec::new(),
                 unhealthy: vec![false; nodes],
+                said: vec![Vec::new(); nodes],
                 fence_fault: None,
                 next_id: 1,
                 next_boot,
@@ -976,6 +980,17 @@ impl W {
             return;
         }
         let mine = self.plan.priorities[node];
+        // Placed by what the checks had printed when the winner took the lock (what the
+        // records could show then): a copy ahead of what its check last printed is not
+        // better-placed, only luckier.
+        let said_by = |n: usize| {
+            self.said[n]
+                .iter()
+                .rev()
+                .find(|(at, _)| took.is_none_or(|t| *at <= t))
+                .map(|(_, p)| *p)
+        };
+        let winner_said = said_by(node);
         let mut best: Option<(usize, u64)> = None;
         for (who, w) in &self.wardens {
             let other = who.0;
@@ -983,6 +998,15 @@ impl W {
                 continue;
             }
             if w.role != Role::Standby || took.is_some_and(|t| w.role_since > t) {
+                continue;
+            }
+            let placed_above = self.plan.priorities[other] > mine
+                || match (said_by(other), winner_said) {
+                    (Some(a), Some(b)) => a > b,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+            if !placed_above {
                 continue;
             }
             if self.plan.priorities[other] < mine || self.plan.priorities[other] == 0 {
