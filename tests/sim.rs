@@ -539,6 +539,7 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
                 let mut w = world.lock();
                 w.log(|| format!("FAULT partition n{} for {dur:?}", node + 1));
                 let m = w.machine_of_place(w.place_of[node]);
+                w.cut_off[node] = (true, Some(Instant::now()));
                 if !host_reachable {
                     w.machines[m].isolated = true;
                 }
@@ -547,7 +548,9 @@ async fn apply(world: World, kind: FaultKind, st: Duration, ops: OpsContext) {
             world.store.set_reachable(node, false);
             tokio::time::sleep(dur).await;
             world.store.set_reachable(node, true);
-            world.lock().machines[machine].isolated = false;
+            let mut w = world.lock();
+            w.machines[machine].isolated = false;
+            w.cut_off[node] = (false, Some(Instant::now()));
         }
         FaultKind::StoreDown { dur } => {
             world.lock().log(|| format!("FAULT store down for {dur:?}"));

@@ -223,6 +223,9 @@ pub struct W {
     /// SPEC §6b: the positions each node's checks printed, with when (what its member
     /// record published a moment later).
     pub said: Vec<Vec<(Instant, u64)>>,
+    /// Whether each node is cut off from the store (a partition), and when that last
+    /// began or ended (a new session waits a session timeout before it may join).
+    pub cut_off: Vec<(bool, Option<Instant>)>,
     /// Fence methods fail (false) or hang (true).
     pub fence_fault: Option<bool>,
     next_id: u64,
@@ -349,6 +352,7 @@ impl World {
                 services: Vec::new(),
                 unhealthy: vec![false; nodes],
                 said: vec![Vec::new(); nodes],
+                cut_off: vec![(false, None); nodes],
                 fence_fault: None,
                 next_id: 1,
                 next_boot,
@@ -998,6 +1002,17 @@ impl W {
                 continue;
             }
             if w.role != Role::Standby || took.is_some_and(|t| w.role_since > t) {
+                continue;
+            }
+            // Cut off from the store (its record may still say standby) or frozen since
+            // before the winner's turn: not a candidate.
+            let (cut, cut_at) = self.cut_off[other];
+            if cut
+                || w.frozen
+                || took
+                    .zip(cut_at)
+                    .is_some_and(|(t, c)| c + self.plan.cfg.session_timeout >= t)
+            {
                 continue;
             }
             let placed_above = self.plan.priorities[other] > mine
