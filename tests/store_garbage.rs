@@ -173,8 +173,10 @@ fn redis_keys_of_the_wrong_type_are_named_and_cleared() {
     for (key, lock_lost, commands) in cases {
         let cluster = initialized(Cluster::with_redis(&db));
         let what = format!("key {key} after {commands:?}");
-        // Keys that no running node rewrites at once: `status` must name them.
-        let named = ["control", "breadcrumb", "aside", "epoch"]
+        // Keys that no running node rewrites at once: `status` must name them. (Not the
+        // breadcrumb since stop 44: the active looks at it after every renewal and writes
+        // back one it cannot read, within a renewal interval; this raced `status`.)
+        let named = ["control", "aside", "epoch"]
             .contains(key)
             .then(|| format!("warden:{{{}}}:{key}", cluster.name));
         garbage_is_named_and_cleared(&cluster, &what, *lock_lost, named.as_deref(), || {
