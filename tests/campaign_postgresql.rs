@@ -29,7 +29,7 @@
 mod common;
 
 use common::campaign::{self, Campaign, Conn, Connect, Recipe};
-use common::pg_pair::{freeze_server, pg_node, thaw_server};
+use common::pg_pair::{freeze_server, thaw_server, Trio};
 use common::postgres::{sql_at, PgServer, PsqlSession};
 use common::*;
 use std::cell::RefCell;
@@ -257,18 +257,12 @@ fn postgresql_recipe_survives_a_seeded_fault_campaign() {
         "campaign postgresql: seed {seed}, {rounds} rounds (WARDEN_CAMPAIGN_SEED={seed} replays)"
     );
     reap_orphaned_postmasters();
-    let p1 = PgServer::init();
-    let p2 = PgServer::clone_of(&p1);
-    let p3 = PgServer::clone_of(&p1);
-    p1.restart_as_standby();
-    let zk = ZkServer::start();
-    let cluster = Cluster::new(&zk);
-    let pg = vec![p1, p2, p3];
-    let nodes = pg
-        .iter()
-        .enumerate()
-        .map(|(i, p)| pg_node(&cluster, &format!("n{}", i + 1), p))
-        .collect();
+    let Trio {
+        pg,
+        nodes,
+        cluster,
+        zk,
+    } = Trio::new();
     let recipe = PgRecipe {
         pg,
         nodes,

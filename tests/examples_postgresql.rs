@@ -767,22 +767,11 @@ fn the_standby_with_the_most_wal_takes_over_after_a_crash_every_time() {
         wait_until(secs(30), "the advanced standby has the rows", || {
             has(advanced)
         });
-        let (lag_id, adv_id) = (&nodes[lagging].id, &nodes[advanced].id);
-        wait_for_status(
+        await_placed_first(
             &nodes[primary].config,
-            secs(60),
-            &format!("{lag_id} lets {adv_id}, at a greater position, try first"),
-            |st| {
-                let (Some(l), Some(a)) = (member(st, lag_id), member(st, adv_id)) else {
-                    return false;
-                };
-                let (lp, ap) = (json_u64(&l["position"]), json_u64(&a["position"]));
-                lp.zip(ap).is_some_and(|(lp, ap)| ap > lp)
-                    && l["after"].as_str() == Some(adv_id.as_str())
-                    && a["after"].is_null()
-                    && member_health(st, lag_id).as_deref() == Some("healthy")
-                    && member_health(st, adv_id).as_deref() == Some("healthy")
-            },
+            &nodes[lagging].id,
+            &nodes[advanced].id,
+            1,
         );
         assert!(!has(lagging), "the cut standby got the rows");
     };

@@ -785,22 +785,11 @@ fn the_replica_with_the_most_data_takes_over_after_a_crash_every_time() {
                 .map(str::trim)
                 == Some("10000")
         });
-        let (lag_id, adv_id) = (&s.nodes[lagging].id, &s.nodes[advanced].id);
-        wait_for_status(
+        await_placed_first(
             &s.nodes[primary].config,
-            secs(60),
-            &format!("{lag_id} lets {adv_id}, at a greater position, try first"),
-            |st| {
-                let (Some(l), Some(a)) = (member(st, lag_id), member(st, adv_id)) else {
-                    return false;
-                };
-                let (lp, ap) = (json_u64(&l["position"]), json_u64(&a["position"]));
-                lp.zip(ap).is_some_and(|(lp, ap)| ap >= lp + 10_000)
-                    && l["after"].as_str() == Some(adv_id.as_str())
-                    && a["after"].is_null()
-                    && member_health(st, lag_id).as_deref() == Some("healthy")
-                    && member_health(st, adv_id).as_deref() == Some("healthy")
-            },
+            &s.nodes[lagging].id,
+            &s.nodes[advanced].id,
+            10_000,
         );
         assert_eq!(
             s.redis[lagging]

@@ -112,6 +112,22 @@ fn start_n1_active_then_n2(n1: &Node, n2: &Node) -> (Warden, Warden) {
     (w1, w2)
 }
 
+/// A demote hook that appends `NODE SUCCESSOR_NODE SUCCESSOR_HOST SUCCESSOR_PORT` (each
+/// `unset` when not given) to `env`.
+fn successor_recording_demote(cluster: &Cluster, record: &Path, env: &Path) -> PathBuf {
+    hook(
+        cluster,
+        "demote.sh",
+        record,
+        "demote",
+        &format!(
+            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
+             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
+            env.display()
+        ),
+    )
+}
+
 fn hook(cluster: &Cluster, name: &str, record: &Path, what: &str, then: &str) -> PathBuf {
     cluster.script(
         name,
@@ -364,17 +380,7 @@ fn a_planned_switchover_tells_the_demote_hook_its_successor() {
     let record = cluster.dir().join("hook-calls");
     let env = cluster.dir().join("demote-env");
     let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
-    let demote = hook(
-        &cluster,
-        "demote.sh",
-        &record,
-        "demote",
-        &format!(
-            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
-             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
-            env.display()
-        ),
-    );
+    let demote = successor_recording_demote(&cluster, &record, &env);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     for (n, port) in [(&n1, 7001), (&n2, 7002)] {
         hooks_mode(n, &promote, &demote, "2s");
@@ -408,17 +414,7 @@ fn a_node_stepping_down_by_itself_names_the_best_placed_standby_to_its_demote() 
     let record = cluster.dir().join("hook-calls");
     let env = cluster.dir().join("demote-env");
     let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
-    let demote = hook(
-        &cluster,
-        "demote.sh",
-        &record,
-        "demote",
-        &format!(
-            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
-             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
-            env.display()
-        ),
-    );
+    let demote = successor_recording_demote(&cluster, &record, &env);
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
     for (n, port, position) in [(&n1, 7001, 0), (&n2, 7002, 100), (&n3, 7003, 500)] {
         hooks_mode(n, &promote, &demote, "2s");
@@ -1030,17 +1026,7 @@ fn failover_without_to_names_the_standby_of_highest_priority_as_the_successor() 
     let record = cluster.dir().join("hook-calls");
     let env = cluster.dir().join("demote-env");
     let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
-    let demote = hook(
-        &cluster,
-        "demote.sh",
-        &record,
-        "demote",
-        &format!(
-            "echo \"$WARDEN_NODE_ID ${{WARDEN_SUCCESSOR_NODE:-unset}} \
-             ${{WARDEN_SUCCESSOR_HOST:-unset}} ${{WARDEN_SUCCESSOR_PORT:-unset}}\" >> '{}'",
-            env.display()
-        ),
-    );
+    let demote = successor_recording_demote(&cluster, &record, &env);
     let (n1, n2, n3) = (cluster.node("n1"), cluster.node("n2"), cluster.node("n3"));
     for (n, port, priority) in [(&n1, 7001, 100), (&n2, 7002, 300), (&n3, 7003, 200)] {
         hooks_mode(n, &promote, &demote, "2s");

@@ -14,15 +14,8 @@ impl Elector {
     pub(super) fn on_members(&mut self, members: &[MemberRecord], now: Instant) {
         let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
         let mine = (self.cfg.priority, me.and_then(|m| m.position));
-        let above: Vec<&MemberRecord> = members
-            .iter()
-            .filter(|m| {
-                m.node.node_id != self.cfg.node_id
-                    && m.role == Role::Standby
-                    && m.health == Health::Healthy
-                    && placed_above(m, mine, &self.cfg.node_id)
-            })
-            .collect();
+        let id = self.cfg.node_id.clone();
+        let above: Vec<&MemberRecord> = standbys_above(members, mine, &id).collect();
         // The lowest of those above: the one just above this node.
         self.placed_after = above
             .iter()
@@ -95,14 +88,7 @@ impl Elector {
             self.cfg.priority,
             own_position.or_else(|| me.and_then(|m| m.position)),
         );
-        let above: Vec<String> = members
-            .iter()
-            .filter(|m| {
-                m.node.node_id != self.cfg.node_id
-                    && m.role == Role::Standby
-                    && m.health == Health::Healthy
-                    && placed_above(m, mine, &self.cfg.node_id)
-            })
+        let above: Vec<String> = standbys_above(members, mine, &self.cfg.node_id)
             .map(|m| {
                 format!(
                     "{} (priority {}, position {})",
@@ -244,6 +230,21 @@ impl Elector {
 fn placed_above(m: &MemberRecord, mine: (u16, Option<u64>), id: &str) -> bool {
     let theirs = m.priority.unwrap_or(100);
     theirs != 0 && placement((theirs, m.position, &m.node.node_id), (mine.0, mine.1, id)).is_gt()
+}
+
+/// SPEC §6b: the healthy standbys among `members` placed above node `id`, whose place is
+/// `mine` (priority, position).
+fn standbys_above<'a>(
+    members: &'a [MemberRecord],
+    mine: (u16, Option<u64>),
+    id: &'a str,
+) -> impl Iterator<Item = &'a MemberRecord> + 'a {
+    members.iter().filter(move |m| {
+        m.node.node_id != id
+            && m.role == Role::Standby
+            && m.health == Health::Healthy
+            && placed_above(m, mine, id)
+    })
 }
 
 /// SPEC §6b: how a node of (priority, position, node id) `a` is placed against `b`:

@@ -1835,6 +1835,29 @@ pub fn start_active_then_standbys(first: &Node, others: &[&Node]) -> Vec<Warden>
     wardens
 }
 
+/// SPEC §6b: waits (reading the cluster with `config`) until every view is settled for a
+/// takeover by `advanced` rather than `lagging`: both healthy with positions published,
+/// `advanced`'s at least `gap` ahead, `lagging` lets `advanced` try first (`after`), and
+/// `advanced` lets nobody.
+pub fn await_placed_first(config: &Path, lagging: &str, advanced: &str, gap: u64) {
+    wait_for_status(
+        config,
+        secs(60),
+        &format!("{lagging} lets {advanced}, at a greater position, try first"),
+        |st| {
+            let (Some(l), Some(a)) = (member(st, lagging), member(st, advanced)) else {
+                return false;
+            };
+            let (lp, ap) = (json_u64(&l["position"]), json_u64(&a["position"]));
+            lp.zip(ap).is_some_and(|(lp, ap)| ap >= lp + gap)
+                && l["after"].as_str() == Some(advanced)
+                && a["after"].is_null()
+                && member_health(st, lagging).as_deref() == Some("healthy")
+                && member_health(st, advanced).as_deref() == Some("healthy")
+        },
+    );
+}
+
 /// `active.node_id` of a status.
 pub fn active_id(status: &Value) -> Option<String> {
     status["active"]["node_id"].as_str().map(str::to_string)
