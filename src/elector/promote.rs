@@ -701,6 +701,17 @@ impl Elector {
     /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
     fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
         self.stood_aside_for_better = false;
+        // An active older than this promotion is nobody to follow any more: a follow of it
+        // still owed (failed, or never run) would pass its older epoch to this node's
+        // service after a demotion (the simulation's seed 61801: the follow hook passed
+        // epoch 120 after the service had been promoted at 188). The next active is
+        // followed when it commits.
+        if self.active.as_ref().is_some_and(|a| a.epoch < Some(epoch)) {
+            self.active = None;
+            self.active_rewrite = None;
+            self.follow_failed = None;
+            self.follow_retry_at = None;
+        }
         self.phase = Phase::Holding {
             epoch,
             step: Step::Serving,

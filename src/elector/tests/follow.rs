@@ -804,3 +804,64 @@ fn rule_6b_a_new_active_starts_a_new_round_of_standing_aside() {
     h.feed(Event::SessionLost);
     assert!(!h.e.stood_aside_for_better);
 }
+
+#[test]
+fn rule_6_after_its_own_promotion_a_node_never_follows_an_older_active() {
+    // The simulation's seed 61801: a follow of n2 at epoch 7 still owed when this node
+    // was promoted at 9; after its service failed and it demoted, the follow ran with
+    // epoch 7, an epoch older than the one its service had been promoted with.
+    let mut h = H::new();
+    h.e.cfg.follow = true;
+    let old = active_record("n2", 7);
+    h.e.active = Some(old.clone());
+    // It takes over from n2 (fencing it), with the follow of n2 never run.
+    let r = h.won(9);
+    let a = h.read(
+        r,
+        BreadcrumbView::Record {
+            record: old,
+            version: Version::new(4),
+        },
+    );
+    let a = h.feed(Event::FenceDone {
+        ticket: H::ticket_of(&a),
+        fenced: true,
+        summary: "signal: fenced".into(),
+    });
+    // Its follow of n2 had failed, to be retried (a switchover with --force named it).
+    h.e.follow_failed = Some("the follow hook failed: REPLICAOF refused".into());
+    h.e.follow_retry_at = Some(h.now + Duration::from_secs(1));
+    let a = h.feed(Event::Committed {
+        ticket: H::ticket_of(&a),
+        outcome: WriteOutcome::Done,
+    });
+    let a = h.feed(Event::ServiceStarted {
+        ticket: H::ticket_of(&a),
+    });
+    h.recorded(&a);
+    assert_eq!(h.e.role(), Role::Active);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "tcp refused".into(),
+    });
+    let s = H::ticket_of(&a);
+    let a = h.feed(Event::ServiceStopped {
+        ticket: s,
+        clean: true,
+        detail: String::new(),
+    });
+    let r = H::ticket_of(&a);
+    let mut all = h.feed(Event::Released { ticket: r });
+    all.extend(h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    }));
+    all.extend(h.advance(T * 3));
+    assert!(
+        !has(
+            &all,
+            |a| matches!(a, Action::Follow { active, .. } if active.epoch < Some(9))
+        ),
+        "{all:?}"
+    );
+}
