@@ -121,6 +121,10 @@ struct SessionCtx<S> {
     /// another through the pool, and a look that read before a rewrite or a delete
     /// landed would write an older record back after it (the review of stop 44).
     crumb: Arc<tokio::sync::Mutex<()>>,
+    /// Wakes the members' reader for a read now (`Action::ReadMembers`).
+    members_due: Arc<tokio::sync::Notify>,
+    /// The member watched instead of the lock as last told to the session (SPEC §6b).
+    watched_above: Option<String>,
 }
 
 /// The driver of one warden process: generic over the store it is elected through and
@@ -554,6 +558,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::Rewritten(record) => {
                                 Input::Session(gen, Event::ActiveRewritten { record })
                             }
+                            StoreEvent::AboveChanged { id, record } => {
+                                Input::Session(gen, Event::AboveChanged { id, record })
+                            }
                             StoreEvent::Reconnected => Input::Session(gen, Event::Reconnected),
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
                         };
@@ -567,9 +574,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 // place one standby first (the review of stop 44). Every node, priority 0
                 // too: an active names the best-placed standby as its successor when it
                 // steps down by itself (§6b), and a priority-0 node can be named active.
+                // And sooner when the elector asks (herd-free succession: the standby this
+                // node watched is gone or no longer above it).
+                let members_due = Arc::new(tokio::sync::Notify::new());
                 {
                     let (zk2, tx2) = (zk.clone(), self.tx.clone());
                     let every = self.elector.session_timeout();
+                    let due = members_due.clone();
                     tasks.spawn(async move {
                         loop {
                             if let Ok(Ok(members)) =
@@ -582,7 +593,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                                     return;
                                 }
                             }
-                            tokio::time::sleep(every).await;
+                            tokio::select! {
+                                _ = tokio::time::sleep(every) => {}
+                                _ = due.notified() => {}
+                            }
                         }
                     });
                 }
@@ -595,6 +609,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     member,
                     history,
                     crumb: Arc::default(),
+                    members_due,
+                    watched_above: None,
                 });
                 self.metrics.set_connected(true);
                 // READY once registered in the election, whatever the role: a node kept
@@ -874,6 +890,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 self.watch_leftover();
             }
             self.publish_member();
+        }
+        // SPEC §6b herd-free succession: the lock, or the standby placed just above.
+        if let Some(ctx) = self.session.as_mut() {
+            let above = self.elector.watched_above(now).map(str::to_string);
+            if above != ctx.watched_above {
+                ctx.zk.watch_above(above.as_deref());
+                ctx.watched_above = above;
+            }
         }
         self.probe_env.set(self.standby_command_env());
         let serving = match self.control_svc {
@@ -1493,6 +1517,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         Event::Renewed { ticket, outcome }
                     },
                 );
+            }
+            Action::ReadMembers => {
+                if let Some(ctx) = &self.session {
+                    ctx.members_due.notify_one();
+                }
             }
             Action::Follow { ticket, active } => {
                 let ServiceControl::Hooks(hooks) = &self.control_svc else {

@@ -106,3 +106,134 @@ fn with_only_priority_0_left_the_lock_stays_free_until_the_operator_names_a_node
     );
     cluster.assert_safe();
 }
+
+/// Each session's paths in a four-letter listing of ZooKeeper's (`wchc`: the watches by
+/// session; `dump`: the ephemeral znodes by session): a line `0x...` opens a session, the
+/// indented paths below it are its.
+fn by_session(listing: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in listing.lines() {
+        let t = line.trim();
+        if t.starts_with("0x") {
+            out.push((t.trim_end_matches(':').to_string(), Vec::new()));
+        } else if t.starts_with('/') && line.starts_with(char::is_whitespace) {
+            if let Some(last) = out.last_mut() {
+                last.1.push(t.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// What each node's session watches, by node id (the session that owns its member znode),
+/// as ZooKeeper holds it: `lock`, or `members/ID` for a member, besides `control` and the
+/// breadcrumb, which every node watches.
+fn watches(zk: &ZkServer) -> std::collections::BTreeMap<String, Vec<String>> {
+    let dump = zk.four_letter("dump").unwrap_or_default();
+    let wchc = zk.four_letter("wchc").unwrap_or_default();
+    let watched: std::collections::HashMap<String, Vec<String>> =
+        by_session(&wchc).into_iter().collect();
+    let mut out = std::collections::BTreeMap::new();
+    for (session, ephemerals) in by_session(&dump) {
+        let Some(id) = ephemerals
+            .iter()
+            .find_map(|p| p.split("/members/").nth(1).map(str::to_string))
+        else {
+            continue;
+        };
+        let mut w: Vec<String> = watched
+            .get(&session)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                if p.ends_with("/lock") {
+                    Some("lock".to_string())
+                } else {
+                    p.split("/members/").nth(1).map(|m| format!("members/{m}"))
+                }
+            })
+            .collect();
+        w.sort();
+        out.insert(id, w);
+    }
+    out
+}
+
+fn expect_watches(zk: &ZkServer, what: &str, want: &[(&str, &[&str])]) {
+    let want: std::collections::BTreeMap<String, Vec<String>> = want
+        .iter()
+        .map(|(id, w)| (id.to_string(), w.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let deadline = std::time::Instant::now() + secs(30);
+    loop {
+        let got = watches(zk);
+        if want.iter().all(|(id, w)| got.get(id) == Some(w)) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the watches are {got:?}, not {want:?}\nwchc:\n{}\ndump:\n{}",
+            zk.four_letter("wchc").unwrap_or_default(),
+            zk.four_letter("dump").unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// SPEC §6b, herd-free succession (issue 33, point 3): only the best-placed standby watches
+/// the lock; each other watches the standby placed just above it, as ZooKeeper's own watch
+/// table shows; the chain moves on after each takeover; and a best-placed standby that
+/// cannot take over (frozen) holds the next one up only until its session ends.
+#[test]
+fn a_free_lock_wakes_only_the_best_placed_standby_and_the_chain_moves_on() {
+    let zk = ZkServer::start();
+    let cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let n2 = with_priority(&cluster, "n2", 400);
+    let n3 = with_priority(&cluster, "n3", 300);
+    let n4 = with_priority(&cluster, "n4", 200);
+    let n5 = with_priority(&cluster, "n5", 100);
+    let mut wardens = start_active_then_standbys(&n1, &[&n2, &n3, &n4, &n5]);
+    expect_watches(
+        &zk,
+        "n1 active; n2 best-placed",
+        &[
+            ("n1", &["lock"]),
+            ("n2", &["lock"]),
+            ("n3", &["members/n2"]),
+            ("n4", &["members/n3"]),
+            ("n5", &["members/n4"]),
+        ],
+    );
+    // A crash: n2 takes over, and the chain moves up one.
+    let old = n1.last_run().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let s = wait_for_status(&n1.config, secs(30), "another node is active", |s| {
+        matches!(active_id(s).as_deref(), Some(id) if id != "n1")
+    });
+    assert_eq!(active_id(&s).as_deref(), Some("n2"), "{s:#}");
+    expect_watches(
+        &zk,
+        "n2 active; n3 best-placed",
+        &[
+            ("n2", &["lock"]),
+            ("n3", &["lock"]),
+            ("n4", &["members/n3"]),
+            ("n5", &["members/n4"]),
+        ],
+    );
+    // n3, best-placed now, is frozen, and n2 steps down: nothing wakes n4 but n3's end.
+    // It takes over once n3's session has ended, not n5, which still waits for n4.
+    wardens[2].sigstop();
+    wardens[1].sigterm();
+    let s = wait_for_status(&n1.config, secs(60), "n4 is active", |s| {
+        matches!(active_id(s).as_deref(), Some(id) if id != "n2")
+    });
+    assert_eq!(active_id(&s).as_deref(), Some("n4"), "{s:#}");
+    wardens[2].sigcont();
+    let _ = wardens[1].wait_exit(secs(10));
+    cluster.assert_safe();
+}

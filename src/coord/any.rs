@@ -97,6 +97,10 @@ impl Session for AnySession {
         each!(self, s => s.granted_session_timeout())
     }
 
+    fn watch_above(&self, above: Option<&str>) {
+        each!(self, s => s.watch_above(above))
+    }
+
     async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
         each!(self, s => s.events(events).await)
     }

@@ -62,6 +62,12 @@ pub enum StoreEvent {
     /// the lock's record alone proves nothing: a restart can forget the breadcrumb and
     /// keep the lock (the review of stop 42).
     Confirmed(NodeRecord),
+    /// SPEC §6b herd-free succession: the member record of `id`, watched instead of the
+    /// lock ([`Session::watch_above`]), changed or went (`None`: gone or unreadable).
+    AboveChanged {
+        id: String,
+        record: Option<MemberRecord>,
+    },
     /// The connection to the store was lost and made again within the session (ZooKeeper:
     /// the client is back in its session). The store may have restarted meanwhile, and
     /// one restored from a copy, or that lost its last writes, may have forgotten what
@@ -83,6 +89,15 @@ pub trait Session: Clone + Send + Sync + 'static {
     /// The session timeout the store granted, when it tells one (SPEC §4: every interval
     /// follows the smaller of the configured and the granted one).
     fn granted_session_timeout(&self) -> Option<Duration>;
+
+    /// SPEC §6b herd-free succession: while this node waits in the lock's queue, watch the
+    /// member record of `above` (the standby placed just above it) instead of the lock,
+    /// and report its changes as [`StoreEvent::AboveChanged`]; `None`: watch the lock. The
+    /// lock's holder still reaches the events once it commits (the breadcrumb's watch
+    /// reads the lock then). A store without watches (one that polls) keeps what it does.
+    fn watch_above(&self, above: Option<&str>) {
+        let _ = above;
+    }
 
     /// Runs until the session ends, sending [`StoreEvent`]s to `events`: `control` at
     /// once and after each change, the holder's end after each [`join`](Self::join), and
@@ -808,6 +823,12 @@ impl ActiveTracker {
             out.extend(self.rewritten());
         }
         out
+    }
+
+    /// Whether `record` (a breadcrumb's) names another epoch than the active last sent:
+    /// a commit the lock's record has not shown yet.
+    pub fn is_new(&self, record: &NodeRecord) -> bool {
+        record.epoch.is_some() && record.epoch != self.sent.as_ref().and_then(|s| s.epoch)
     }
 
     /// The breadcrumb as read now (`None`: there is none, or it is unreadable).

@@ -422,6 +422,12 @@ pub struct ZkSession<W: Wire = zk::Client> {
     /// Set when our member znode was found gone while the session lives (see
     /// [`ZkSession::member_gone`]): the session ends.
     member_gone: Arc<watch::Sender<bool>>,
+    /// SPEC §6b herd-free succession: the member watched instead of the lock while joined
+    /// ([`Session::watch_above`]).
+    above: Arc<watch::Sender<Option<String>>>,
+    /// How many reads of the members found the lock gone: a node that watches a member
+    /// instead of the lock learns so of a free lock that the one above it left free.
+    lock_absent: Arc<watch::Sender<u64>>,
     /// The greatest `epoch_seen` this session has raised our entry of the floor to, so
     /// that a member record rewritten with the same one costs no second write.
     floor_raised: Arc<AtomicU64>,
@@ -462,6 +468,8 @@ impl<W: Wire> ZkSession<W> {
             lock_version: Arc::new(AtomicI32::new(ANY_VERSION)),
             joined: Arc::new(watch::Sender::new(None)),
             member_gone: Arc::new(watch::Sender::new(false)),
+            above: Arc::new(watch::Sender::new(None)),
+            lock_absent: Arc::new(watch::Sender::new(0)),
             floor_raised: Arc::new(AtomicU64::new(0)),
             established: tokio::time::Instant::now(),
             settle,
@@ -921,31 +929,51 @@ impl<W: Wire> ZkSession<W> {
     async fn member_znodes(
         &self,
     ) -> Result<Vec<(String, Option<(Vec<u8>, zk::Stat)>)>, StoreError> {
+        Ok(self.member_znodes_and_lock(false).await?.0)
+    }
+
+    /// The member znodes, and with `lock` whether the lock exists, read in the same
+    /// multi-read (no request more; `None` when there are no members to read).
+    #[allow(clippy::type_complexity)]
+    async fn member_znodes_and_lock(
+        &self,
+        lock: bool,
+    ) -> Result<(Vec<(String, Option<(Vec<u8>, zk::Stat)>)>, Option<bool>), StoreError> {
         let at = &self.paths.members;
         let mut children = match self
             .bounded("listing members", at, self.client.list_children(at))
             .await
         {
             Ok(c) => c,
-            Err(StoreError::Rejected(_)) => return Ok(Vec::new()),
+            Err(StoreError::Rejected(_)) => return Ok((Vec::new(), None)),
             Err(e) => return Err(e),
         };
         children.sort();
         if children.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
-        let paths: Vec<String> = children.iter().map(|c| self.paths.member(c)).collect();
-        let results = self
+        let mut paths: Vec<String> = children.iter().map(|c| self.paths.member(c)).collect();
+        if lock {
+            paths.push(self.paths.lock.clone());
+        }
+        let mut results = self
             .bounded("reading members", at, self.client.get_data_of(&paths))
             .await?;
-        Ok(children
+        let lock_found = lock.then(|| {
+            matches!(
+                results.pop(),
+                Some(zk::MultiReadResult::Data { .. })
+            )
+        });
+        let members = children
             .into_iter()
             .zip(results)
             .map(|(c, r)| match r {
                 zk::MultiReadResult::Data { data, stat } => (c, Some((data, stat))),
                 _ => (c, None),
             })
-            .collect())
+            .collect();
+        Ok((members, lock_found))
     }
 
     /// The greatest `epoch_seen` in the member records (SPEC §3a).
@@ -1271,7 +1299,9 @@ impl Connector for ZkConnector {
 impl<W: Wire> ZkSession<W> {
     /// The events of [`Session::events`]: the session's end from the client's state
     /// watcher, `control` from a data watch re-armed after each change, and the lock's
-    /// deletion from an exists-watch armed for the latest join.
+    /// deletion from an exists-watch armed for the latest join; or, while a standby placed
+    /// above this node is named ([`Session::watch_above`]), that standby's member record
+    /// instead of the lock (SPEC §6b herd-free succession).
     async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
         let ended = self.session_ended(&events);
         // The first event must be `control` (the daemon's open waits for it): the lock is
@@ -1284,6 +1314,11 @@ impl<W: Wire> ZkSession<W> {
         tokio::pin!(ended, control);
         let mut joined = self.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
+        let mut above_rx = self.above.subscribe();
+        let mut above = above_rx.borrow_and_update().clone();
+        // The reads of the members that found the lock gone, as counted when the lock was
+        // last watched for this join.
+        let mut absent_seen = *self.lock_absent.borrow();
         let mut following = true;
         let tracker = std::sync::Mutex::new(super::ActiveTracker::default());
         let send_all = |evs: Vec<StoreEvent>| {
@@ -1291,6 +1326,12 @@ impl<W: Wire> ZkSession<W> {
                 let _ = events.send(ev);
             }
         };
+        // Whether the lock is watched now: while it is not (herd-free succession), a new
+        // active is learned from the breadcrumb its commit wrote in the same multi-op, and
+        // the lock read once then (`lock_reads`), so that `Active` still comes from the
+        // lock's own record.
+        let lock_watched = std::sync::atomic::AtomicBool::new(true);
+        let lock_read_due = tokio::sync::Notify::new();
         // The breadcrumb, for the active's rewrites within its epoch (§4.3d): what a
         // fence of it must name should the store forget them (`StoreEvent::Rewritten`).
         let mut bc_control_seen = control_seen.clone();
@@ -1298,17 +1339,40 @@ impl<W: Wire> ZkSession<W> {
             let _ = bc_control_seen.wait_for(|sent| *sent).await;
             self.watch_data(&self.paths.breadcrumb, &mut |data| {
                 let record = data.and_then(|d| record::parse::<NodeRecord>(d).ok());
-                send_all(lock_tracker(&tracker).breadcrumb(record));
+                let mut tracker = lock_tracker(&tracker);
+                if record.as_ref().is_some_and(|r| tracker.is_new(r))
+                    && !lock_watched.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    lock_read_due.notify_one();
+                }
+                send_all(tracker.breadcrumb(record));
             })
             .await;
             std::future::pending::<()>().await
         };
         tokio::pin!(breadcrumbs);
+        let lock_reads = async {
+            loop {
+                lock_read_due.notified().await;
+                if let Ok(Some((data, _))) = self.get_optional(&self.paths.lock).await {
+                    if let Some(r) = super::committed(&data) {
+                        send_all(lock_tracker(&tracker).lock(&r));
+                    }
+                }
+            }
+        };
+        tokio::pin!(lock_reads);
         loop {
             // The lock is watched whether or not this node joined: a standby that never
             // joins (priority 0, a failed follow, paused) must still learn each new active
             // to follow it (SPEC §6). Its deletion matters only to a joined node.
             let mut control_seen = control_seen.clone();
+            // (Never for a lock of its own: its holder watches it for its loss.)
+            let herd = armed
+                .zip(above.clone())
+                .filter(|_| self.held_lock_version() == ANY_VERSION);
+            lock_watched.store(herd.is_none(), std::sync::atomic::Ordering::Relaxed);
+            let mut absent = self.lock_absent.subscribe();
             let holder = async {
                 let _ = control_seen.wait_for(|sent| *sent).await;
                 let on_record = |data: &[u8]| {
@@ -1316,9 +1380,31 @@ impl<W: Wire> ZkSession<W> {
                         send_all(lock_tracker(&tracker).lock(&r));
                     }
                 };
-                match armed {
-                    Some(join) => self.watch_lock(on_record).await.then_some(join),
-                    None => {
+                match (armed, herd) {
+                    // SPEC §6b: only the best-placed standby wakes when the lock goes.
+                    // This one hears of the standby above it; and of a free lock from the
+                    // reads of the members, should the one above not take it.
+                    (_, Some((join, id))) => {
+                        let path = self.paths.member(&id);
+                        let watched = async {
+                            self.watch_data(&path, &mut |d| {
+                                let record =
+                                    d.and_then(|d| record::parse::<MemberRecord>(d).ok());
+                                let _ = events.send(StoreEvent::AboveChanged {
+                                    id: id.clone(),
+                                    record,
+                                });
+                            })
+                            .await;
+                            std::future::pending::<()>().await
+                        };
+                        tokio::select! {
+                            _ = watched => None,
+                            _ = absent.wait_for(|n| *n > absent_seen) => Some(join),
+                        }
+                    }
+                    (Some(join), None) => self.watch_lock(on_record).await.then_some(join),
+                    (None, _) => {
                         self.watch_data(&self.paths.lock, &mut |d| {
                             if let Some(d) = d {
                                 on_record(d)
@@ -1333,6 +1419,7 @@ impl<W: Wire> ZkSession<W> {
                 biased;
                 _ = &mut ended => break,
                 _ = &mut breadcrumbs => {}
+                _ = &mut lock_reads => {}
                 _ = &mut control, if following => following = false,
                 gone = holder => {
                     if let Some(join) = gone {
@@ -1345,6 +1432,14 @@ impl<W: Wire> ZkSession<W> {
                         break;
                     }
                     armed = *joined.borrow_and_update();
+                    absent_seen = *self.lock_absent.borrow();
+                }
+                changed = above_rx.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    above = above_rx.borrow_and_update().clone();
+                    absent_seen = *self.lock_absent.borrow();
                 }
             }
         }
@@ -1373,6 +1468,16 @@ impl<W: Wire> Session for ZkSession<W> {
 
     fn granted_session_timeout(&self) -> Option<Duration> {
         (!self.granted.is_zero()).then_some(self.granted)
+    }
+
+    fn watch_above(&self, above: Option<&str>) {
+        self.above.send_if_modified(|a| {
+            let changed = a.as_deref() != above;
+            if changed {
+                *a = above.map(str::to_string);
+            }
+            changed
+        });
     }
 
     async fn events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
@@ -1839,10 +1944,15 @@ impl<W: Wire> Session for ZkSession<W> {
     async fn members(
         &self,
     ) -> Result<Vec<(String, Result<MemberRecord, record::RecordError>)>, StoreError> {
-        // Two requests (list, one multi-read) rather than a whole snapshot.
-        Ok(self
-            .member_znodes()
-            .await?
+        // Two requests (list, one multi-read) rather than a whole snapshot. The lock goes
+        // in the multi-read too: a node that watches a member instead of the lock (SPEC
+        // §6b) learns of a free lock at least once a read of the members so, whatever the
+        // one above it does.
+        let (members, lock) = self.member_znodes_and_lock(true).await?;
+        if lock == Some(false) {
+            self.lock_absent.send_modify(|n| *n += 1);
+        }
+        Ok(members
             .into_iter()
             .filter_map(|(id, found)| Some((id, record::parse::<MemberRecord>(&found?.0))))
             .collect())

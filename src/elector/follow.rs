@@ -21,6 +21,8 @@ impl Elector {
             .iter()
             .min_by(|a, b| placement(key(a), key(b)))
             .map(|m| m.node.node_id.clone());
+        self.own_place = mine.1;
+        self.members_asked = false;
         let rivals: Vec<&str> = above.iter().map(|m| m.node.node_id.as_str()).collect();
         // (Kept by every node: the active names it when it steps down by itself.)
         let best = best_placed(members, &self.cfg.node_id);
@@ -64,6 +66,27 @@ impl Elector {
             // The one it waited for is gone, ineligible or holds the lock: no more waiting.
             self.retry_at = None;
             self.try_join(now);
+        }
+    }
+
+    /// SPEC §6b herd-free succession: the record of `id`, the standby this node watches
+    /// instead of the lock, changed (`record`) or went (`None`). While it is still a
+    /// healthy standby placed above this node, nothing changes (its position moved, say);
+    /// else the members are read now to find the next one above, or none: then this node
+    /// watches the lock, and tries at once if it is free.
+    pub(super) fn on_above_changed(&mut self, id: &str, record: Option<&MemberRecord>) {
+        if self.placed_after.as_deref() != Some(id) || self.members_asked {
+            return;
+        }
+        let mine = (self.cfg.priority, self.own_place);
+        let still_above = record.is_some_and(|m| {
+            standbys_above(std::slice::from_ref(m), mine, &self.cfg.node_id)
+                .next()
+                .is_some()
+        });
+        if !still_above {
+            self.members_asked = true;
+            self.actions.push_back(Action::ReadMembers);
         }
     }
 

@@ -319,6 +319,13 @@ pub enum Event {
     Members {
         members: Vec<MemberRecord>,
     },
+    /// SPEC §6b herd-free succession: the member record of `id`, which this node watches
+    /// instead of the lock ([`Elector::watched_above`]), changed or went (`None`: gone or
+    /// unreadable).
+    AboveChanged {
+        id: String,
+        record: Option<MemberRecord>,
+    },
     /// The `follow` hook for `ticket` ended.
     Followed {
         ticket: Ticket,
@@ -475,6 +482,10 @@ pub enum Action {
     },
     /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
     Follow { ticket: Ticket, active: NodeRecord },
+    /// Read the member records now rather than at the next of their reads once a session
+    /// timeout, and report them as [`Event::Members`] (SPEC §6b: the standby this node
+    /// watched is gone or no longer placed above it).
+    ReadMembers,
     /// Something an operator should read that is not a transition.
     Notice { warn: bool, message: String },
     /// Shut down with this exit code.
@@ -647,6 +658,11 @@ pub struct Elector {
     /// SPEC §6b: the eligible standby placed just above this one, as the members last
     /// read showed it.
     placed_after: Option<String>,
+    /// This node's own position as the members last read showed it (its record's), to
+    /// place a changed record of `placed_after` against it.
+    own_place: Option<u64>,
+    /// SPEC §6b herd-free succession: a read of the members was asked for and is to come.
+    members_asked: bool,
     /// SPEC §6b: this node, holding the lock, stood aside once for standbys the members
     /// read with the state placed above it; until another node's promotion is seen, or
     /// this node's own, it does not again (a better-placed one that does not take the
@@ -709,6 +725,8 @@ impl Elector {
             rival_waited: false,
             best_standby: None,
             placed_after: None,
+            own_place: None,
+            members_asked: false,
             stood_aside_for_better: false,
             fresh_hold: false,
             forgetting: None,
@@ -777,6 +795,24 @@ impl Elector {
     /// (never tries by itself), and when none is placed above it.
     pub fn placed_after(&self) -> Option<&str> {
         if self.cfg.priority == 0 || matches!(self.phase, Phase::Holding { .. }) {
+            return None;
+        }
+        self.placed_after.as_deref()
+    }
+
+    /// SPEC §6b herd-free succession: the member whose record this node watches instead
+    /// of the lock, the standby placed just above it: only the best-placed standby
+    /// watches the lock, so that a free lock wakes one node, not every standby. `None`
+    /// (watch the lock) unless this node waits in the lock's queue (joined, another node
+    /// holds it) with a standby placed above it; for priority 0, for a node that a
+    /// switchover names, and for one that must join again, the lock is watched as before.
+    pub fn watched_above(&self, now: Instant) -> Option<&str> {
+        if self.cfg.priority == 0
+            || !matches!(self.phase, Phase::Standby)
+            || self.must_rejoin
+            || self.stopping
+            || self.named_target(now)
+        {
             return None;
         }
         self.placed_after.as_deref()
@@ -940,6 +976,7 @@ impl Elector {
             }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members, now),
+            Event::AboveChanged { id, record } => self.on_above_changed(&id, record.as_ref()),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = Some(Reason::Eligibility(detail));

@@ -717,7 +717,7 @@ impl ZkServer {
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n\
-             4lw.commands.whitelist=ruok,srvr,mntr\n\
+             4lw.commands.whitelist=ruok,srvr,mntr,wchc,dump\n\
              maxClientCnxns=0\n\
              {}",
             data.display(),

@@ -865,3 +865,141 @@ fn rule_6_after_its_own_promotion_a_node_never_follows_an_older_active() {
         "{all:?}"
     );
 }
+
+/// n1 (priority 100, position 10) in the lock's queue behind an active, with n2 placed
+/// just above it and n3 below it.
+fn queued_behind_n2() -> H {
+    let mut h = H::new();
+    h.feed(Event::Members {
+        members: vec![
+            standby("n1", 100, Some(10)),
+            standby("n2", 100, Some(20)),
+            standby("n3", 100, Some(5)),
+        ],
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    // (Placed below n2 at its first election: it lets n2 try first, then joins.)
+    assert!(a.is_empty(), "{a:?}");
+    let a = h.advance(T / 2);
+    let j = H::ticket_of(&a);
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: Some(3) },
+    });
+    h
+}
+
+#[test]
+fn rule_6b_herd_free_only_the_best_placed_standby_watches_the_lock() {
+    let mut h = queued_behind_n2();
+    assert_eq!(h.e.watched_above(h.now), Some("n2"));
+    // Best-placed: it watches the lock.
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(30)), standby("n2", 100, Some(20))],
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+    // Priority 0 and the active watch the lock (the one for a switchover naming it, the
+    // other for its loss).
+    let mut h = queued_behind_n2();
+    h.e.cfg.priority = 0;
+    assert_eq!(h.e.watched_above(h.now), None);
+    let mut h = H::new();
+    h.active(3);
+    h.feed(Event::Members {
+        members: vec![standby("n2", 100, Some(20))],
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+    // A node not in the lock's queue (waiting to join) watches the lock as before.
+    let mut h = H::new();
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))],
+    });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+}
+
+#[test]
+fn rule_6b_herd_free_a_switchover_naming_this_node_watches_the_lock() {
+    let mut h = queued_behind_n2();
+    assert_eq!(h.e.watched_above(h.now), Some("n2"));
+    h.feed(Event::ControlChanged {
+        control: ControlView {
+            failover: Some(FailoverView {
+                lapses_at: h.now + T * 5,
+                ..request_to_n1()
+            }),
+            ..ControlView::default()
+        },
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+}
+
+#[test]
+fn rule_6b_herd_free_a_change_of_the_one_above_is_looked_into_only_when_it_matters() {
+    let mut h = queued_behind_n2();
+    // n2's position moved, still above n1: nothing to do.
+    let a = h.feed(Event::AboveChanged {
+        id: "n2".into(),
+        record: Some(standby("n2", 100, Some(25))),
+    });
+    assert!(a.is_empty(), "{a:?}");
+    // Another member's record: not the one watched.
+    let a = h.feed(Event::AboveChanged {
+        id: "n3".into(),
+        record: None,
+    });
+    assert!(a.is_empty(), "{a:?}");
+    // n2 took the lock (no longer a standby): the members are read now.
+    let mut taking = standby("n2", 100, Some(20));
+    taking.role = Role::Fencing;
+    let a = h.feed(Event::AboveChanged {
+        id: "n2".into(),
+        record: Some(taking),
+    });
+    assert!(matches!(a.as_slice(), [Action::ReadMembers]), "{a:?}");
+    // Once: a second change before the read asks no second read.
+    let a = h.feed(Event::AboveChanged {
+        id: "n2".into(),
+        record: None,
+    });
+    assert!(a.is_empty(), "{a:?}");
+    // The read shows nobody above: n1 watches the lock (and tries when it is free).
+    let mut active = standby("n2", 100, Some(20));
+    active.role = Role::Active;
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), active],
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+    let a = h.feed(Event::LockDeleted);
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+}
+
+#[test]
+fn rule_6b_herd_free_the_one_above_gone_unhealthy_or_passed_is_looked_into() {
+    for record in [
+        None,
+        Some({
+            let mut m = standby("n2", 100, Some(20));
+            m.health = Health::Unhealthy;
+            m
+        }),
+        Some(standby("n2", 100, Some(9))),
+        Some(standby("n2", 0, Some(99))),
+    ] {
+        let mut h = queued_behind_n2();
+        let a = h.feed(Event::AboveChanged {
+            id: "n2".into(),
+            record: record.clone(),
+        });
+        assert!(
+            matches!(a.as_slice(), [Action::ReadMembers]),
+            "{record:?}: {a:?}"
+        );
+    }
+}
