@@ -205,7 +205,12 @@ fn a_free_lock_wakes_only_the_best_placed_standby_and_the_chain_moves_on() {
             ("n5", &["members/n4"]),
         ],
     );
-    // A crash: n2 takes over, and the chain moves up one.
+    // A crash: n2 takes over, and the chain moves up one. The floor (one znode, SPEC §3a)
+    // is written once, by the commit: the four others that see the new epoch find it held
+    // there already (each raising its own entry made them conflict, n²/2 writes tried).
+    let client = ZkClient::connect(&zk.connect_string());
+    let floor = cluster.znode("floor");
+    let floor_before = client.version(&floor).expect("the floor exists");
     let old = n1.last_run().unwrap();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(old.pid as i32),
@@ -225,6 +230,13 @@ fn a_free_lock_wakes_only_the_best_placed_standby_and_the_chain_moves_on() {
             ("n5", &["members/n4"]),
         ],
     );
+    let epoch = s["active"]["epoch"].as_u64().expect("an epoch");
+    wait_for_status(&n1.config, secs(30), "every node has seen the new epoch", |s| {
+        ["n1", "n3", "n4", "n5"]
+            .iter()
+            .all(|id| member(s, id).is_some_and(|m| m["epoch_seen"].as_u64() == Some(epoch)))
+    });
+    assert_eq!(client.version(&floor), Some(floor_before + 1));
     // n3, best-placed now, is frozen, and n2 steps down: nothing wakes n4 but n3's end.
     // It takes over once n3's session has ended, not n5, which still waits for n4.
     wardens[2].sigstop();

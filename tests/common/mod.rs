@@ -897,6 +897,18 @@ impl ZkClient {
         })
     }
 
+    /// The data version of `path` (how many times it was written since its creation), or
+    /// `None` if it does not exist.
+    pub fn version(&self, path: &str) -> Option<i32> {
+        self.rt.block_on(async {
+            match self.client.get_data(path).await {
+                Ok((_, stat)) => Some(stat.version),
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(e) => panic!("get {path}: {e}"),
+            }
+        })
+    }
+
     /// Deletes `path` (any version), as an operator's `zkCli delete` would.
     pub fn delete(&self, path: &str) {
         self.rt.block_on(async {
