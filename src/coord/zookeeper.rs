@@ -843,7 +843,15 @@ impl<W: Wire> ZkSession<W> {
             };
             let up = raised(&floor, node, seen);
             let written = match (version, up) {
-                (Some(v), None) => return Ok((floor, v)),
+                (Some(v), None) => {
+                    // The floor holds `seen` already: a later record with the same one
+                    // reads it no more (each read was on the way of the member record's
+                    // write, and of the new active's service start: 30 ms a takeover).
+                    if let Some(seen) = seen.filter(|&e| e < super::MAX_KEPT_EPOCH) {
+                        self.floor_raised.fetch_max(seen, Ordering::SeqCst);
+                    }
+                    return Ok((floor, v));
+                }
                 (Some(v), Some(up)) => self
                     .bounded(
                         "raising the floor",
@@ -1735,6 +1743,11 @@ impl<W: Wire> Session for ZkSession<W> {
         let outcome = write_outcome(self.multi("committing the promotion", &ops).await);
         if outcome == WriteOutcome::Done && lock_version != ANY_VERSION {
             self.hold_lock_version(lock_version + 1);
+        }
+        if outcome == WriteOutcome::Done && raised_floor.is_some() {
+            if let Some(e) = breadcrumb.epoch {
+                self.floor_raised.fetch_max(e, Ordering::SeqCst);
+            }
         }
         outcome
     }
