@@ -87,13 +87,15 @@ fn main() {
                 // a session timeout), so requests are counted for one session timeout from
                 // the crash, less those of the session timeout just before it (the idle
                 // load: member reads, renewals), not up to the new service's start.
-                let sizes = std::env::var("WARDEN_BENCH_STANDBYS")
-                    .unwrap_or_else(|_| "2,8,32,100".into());
-                for n in sizes.split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
+                let sizes =
+                    std::env::var("WARDEN_BENCH_STANDBYS").unwrap_or_else(|_| "2,8,32,100".into());
+                for n in sizes
+                    .split(',')
+                    .filter_map(|n| n.trim().parse::<usize>().ok())
+                {
                     let (took, reqs, idle) = scale(&zk, session, n, runs.min(20));
                     report(&format!("service crash, {n} standbys"), &took, None);
-                    let excess: Vec<f64> =
-                        reqs.iter().zip(&idle).map(|(r, i)| r - i).collect();
+                    let excess: Vec<f64> = reqs.iter().zip(&idle).map(|(r, i)| r - i).collect();
                     println!(
                         "{:<44} {:>9.1} requests per crash failover (median; p99 {:.0}; \
                          {:.0} in the window, {:.0} idle)",

@@ -315,6 +315,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 position: None,
                 position_at: None,
                 after: None,
+                failures: None,
             },
             false,
         ));
@@ -1080,6 +1081,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
             after: self.elector.placed_after().map(str::to_string),
+            failures: Some(self.elector.failures()).filter(|&n| n > 0),
         }
     }
 
@@ -2027,6 +2029,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
             after: None,
+            failures: Some(self.elector.failures()).filter(|&n| n > 0),
         }
     }
 

@@ -216,9 +216,12 @@ fn a_free_lock_wakes_only_the_best_placed_standby_and_the_chain_moves_on() {
         nix::unistd::Pid::from_raw(old.pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     );
-    let s = wait_for_status(&n1.config, secs(30), "another node is active", |s| {
-        matches!(active_id(s).as_deref(), Some(id) if id != "n1")
-    });
+    let s = wait_for_status(
+        &n1.config,
+        secs(30),
+        "another node is active",
+        |s| matches!(active_id(s).as_deref(), Some(id) if id != "n1"),
+    );
     assert_eq!(active_id(&s).as_deref(), Some("n2"), "{s:#}");
     expect_watches(
         &zk,
@@ -231,19 +234,27 @@ fn a_free_lock_wakes_only_the_best_placed_standby_and_the_chain_moves_on() {
         ],
     );
     let epoch = s["active"]["epoch"].as_u64().expect("an epoch");
-    wait_for_status(&n1.config, secs(30), "every node has seen the new epoch", |s| {
-        ["n1", "n3", "n4", "n5"]
-            .iter()
-            .all(|id| member(s, id).is_some_and(|m| m["epoch_seen"].as_u64() == Some(epoch)))
-    });
+    wait_for_status(
+        &n1.config,
+        secs(30),
+        "every node has seen the new epoch",
+        |s| {
+            ["n1", "n3", "n4", "n5"]
+                .iter()
+                .all(|id| member(s, id).is_some_and(|m| m["epoch_seen"].as_u64() == Some(epoch)))
+        },
+    );
     assert_eq!(client.version(&floor), Some(floor_before + 1));
     // n3, best-placed now, is frozen, and n2 steps down: nothing wakes n4 but n3's end.
     // It takes over once n3's session has ended, not n5, which still waits for n4.
     wardens[2].sigstop();
     wardens[1].sigterm();
-    let s = wait_for_status(&n1.config, secs(60), "n4 is active", |s| {
-        matches!(active_id(s).as_deref(), Some(id) if id != "n2")
-    });
+    let s = wait_for_status(
+        &n1.config,
+        secs(60),
+        "n4 is active",
+        |s| matches!(active_id(s).as_deref(), Some(id) if id != "n2"),
+    );
     assert_eq!(active_id(&s).as_deref(), Some("n4"), "{s:#}");
     wardens[2].sigcont();
     let _ = wardens[1].wait_exit(secs(10));

@@ -974,12 +974,8 @@ impl<W: Wire> ZkSession<W> {
         let mut results = self
             .bounded("reading members", at, self.client.get_data_of(&paths))
             .await?;
-        let lock_found = lock.then(|| {
-            matches!(
-                results.pop(),
-                Some(zk::MultiReadResult::Data { .. })
-            )
-        });
+        let lock_found =
+            lock.then(|| matches!(results.pop(), Some(zk::MultiReadResult::Data { .. })));
         let members = children
             .into_iter()
             .zip(results)
@@ -1403,8 +1399,7 @@ impl<W: Wire> ZkSession<W> {
                         let path = self.paths.member(&id);
                         let watched = async {
                             self.watch_data(&path, &mut |d| {
-                                let record =
-                                    d.and_then(|d| record::parse::<MemberRecord>(d).ok());
+                                let record = d.and_then(|d| record::parse::<MemberRecord>(d).ok());
                                 let _ = events.send(StoreEvent::AboveChanged {
                                     id: id.clone(),
                                     record,

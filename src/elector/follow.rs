@@ -92,16 +92,21 @@ impl Elector {
 
     /// SPEC §6b: the eligible standbys that `members` (read with the cluster's state, so
     /// fresher than the view this node joined on) place above this node, which holds the
-    /// lock and has fenced and written nothing yet; `None` when there are none, when a
+    /// lock and has fenced and written nothing yet, in words, with each one's failed
+    /// takeovers (kept to look at next time); `None` when there are none, when a
     /// switchover names this node, for priority 0 (joins only when named), or when it
-    /// stood aside for them once already in this round.
+    /// stood aside for them once already in this round and none of them has failed a
+    /// takeover since (seed 13358 of the simulation: the better-placed standby could not
+    /// fence the dead active, whose machine was down, and sat out; the machine came back,
+    /// and this node, which had stood aside once, promoted without the writes that one
+    /// held, a second before it would have tried again).
     pub(super) fn better_placed_now(
         &self,
         members: &[MemberRecord],
         own_position: Option<u64>,
         now: Instant,
-    ) -> Option<String> {
-        if self.stood_aside_for_better || self.cfg.priority == 0 || self.named_target(now) {
+    ) -> Option<(String, Vec<(String, u32)>)> {
+        if self.cfg.priority == 0 || self.named_target(now) {
             return None;
         }
         // Its own place from what its check told it, not from its record: that may be a
@@ -111,7 +116,19 @@ impl Elector {
             self.cfg.priority,
             own_position.or_else(|| me.and_then(|m| m.position)),
         );
-        let above: Vec<String> = standbys_above(members, mine, &self.cfg.node_id)
+        let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id).collect();
+        if let Some(before) = &self.stood_aside_for_better {
+            let failed_since = above.iter().any(|m| {
+                before
+                    .iter()
+                    .any(|(id, f)| *id == m.node.node_id && m.failures.unwrap_or(0) > *f)
+            });
+            if !failed_since {
+                return None;
+            }
+        }
+        let words: Vec<String> = above
+            .iter()
             .map(|m| {
                 format!(
                     "{} (priority {}, position {})",
@@ -121,12 +138,19 @@ impl Elector {
                 )
             })
             .collect();
+        let failures = above
+            .iter()
+            .map(|m| (m.node.node_id.clone(), m.failures.unwrap_or(0)))
+            .collect();
         (!above.is_empty()).then(|| {
-            format!(
-                "{}; this node: priority {}, position {}",
-                above.join(", "),
-                mine.0,
-                mine.1.map_or("unknown".to_string(), |p| p.to_string())
+            (
+                format!(
+                    "{}; this node: priority {}, position {}",
+                    words.join(", "),
+                    mine.0,
+                    mine.1.map_or("unknown".to_string(), |p| p.to_string())
+                ),
+                failures,
             )
         })
     }
@@ -165,7 +189,7 @@ impl Elector {
         // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
         // A new active: the next free lock is a new round (SPEC §6b).
-        self.stood_aside_for_better = false;
+        self.stood_aside_for_better = None;
         self.active_rewrite = None;
         self.active_link = self.links;
         self.active_confirmed = None;

@@ -103,7 +103,7 @@ impl Elector {
         // A wait for a better-placed standby ends with the session: the next free lock
         // waits again (the review of stop 44).
         self.rival_waited = false;
-        self.stood_aside_for_better = false;
+        self.stood_aside_for_better = None;
         self.must_rejoin = false;
         self.lease.in_flight = None;
         self.lease.next_renewal = None;

@@ -664,10 +664,13 @@ pub struct Elector {
     /// SPEC §6b herd-free succession: a read of the members was asked for and is to come.
     members_asked: bool,
     /// SPEC §6b: this node, holding the lock, stood aside once for standbys the members
-    /// read with the state placed above it; until another node's promotion is seen, or
-    /// this node's own, it does not again (a better-placed one that does not take the
-    /// lock must not keep the cluster without an active).
-    stood_aside_for_better: bool,
+    /// read with the state placed above it, with each one's failed takeovers then
+    /// ([`MemberRecord::failures`]); until another node's promotion is seen, or this
+    /// node's own, it does not again (a better-placed one that does not take the lock
+    /// must not keep the cluster without an active), unless one of them took the lock and
+    /// failed since: it tries again after its back-off, which grows with each failure,
+    /// so this node stands aside again, and its next look finds it sitting out.
+    stood_aside_for_better: Option<Vec<(String, u32)>>,
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,
@@ -727,7 +730,7 @@ impl Elector {
             placed_after: None,
             own_place: None,
             members_asked: false,
-            stood_aside_for_better: false,
+            stood_aside_for_better: None,
             fresh_hold: false,
             forgetting: None,
             keeping: None,
@@ -798,6 +801,11 @@ impl Elector {
             return None;
         }
         self.placed_after.as_deref()
+    }
+
+    /// SPEC §4.8: this node's takeovers that failed in a row, for its member record.
+    pub fn failures(&self) -> u32 {
+        self.failures
     }
 
     /// SPEC §6b herd-free succession: the member whose record this node watches instead

@@ -91,7 +91,7 @@ impl Elector {
             self.leave(Leave::StandAside);
             return;
         }
-        if let Some(above) = fresh
+        if let Some((above, failures)) = fresh
             .then(|| self.better_placed_now(&state.members, state.own_position, now))
             .flatten()
         {
@@ -99,7 +99,7 @@ impl Elector {
             // records read now may place another standby above it (one that received
             // more since). It releases the lock before anything is fenced or written, and
             // waits for that one as for any standby placed above it.
-            self.stood_aside_for_better = true;
+            self.stood_aside_for_better = Some(failures);
             self.higher_rival = true;
             self.rival_waited = false;
             self.reason = Some(Reason::BetterPlaced(above));
@@ -700,7 +700,7 @@ impl Elector {
 
     /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
     fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
-        self.stood_aside_for_better = false;
+        self.stood_aside_for_better = None;
         // An active older than this promotion is nobody to follow any more: a follow of it
         // still owed (failed, or never run) would pass its older epoch to this node's
         // service after a demotion (the simulation's seed 61801: the follow hook passed

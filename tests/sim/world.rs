@@ -301,7 +301,7 @@ pub struct W {
     /// forgot since may have forgotten the clear (seed 3305 at stop 35).
     pub must_clear_forgot: u32,
     /// Hooks mode: each incarnation's follow hooks as they ended, and whether they
-    /// succeeded (SPEC §6).
+    /// succeeded (SPEC §6); its own commits count as successes.
     pub follows: BTreeMap<Inc, Vec<(Instant, bool)>>,
     pub follows_failed: u32,
     /// Promote and demote hooks that failed or hung.
@@ -1448,6 +1448,12 @@ impl W {
                         control.failover
                     ));
                 }
+                // Its own promotion makes its copy the newest: a follow that failed before
+                // it (of an older active) keeps it out no longer (the elector drops it at
+                // the commit, seed 61801). Seed 382720: forced in after a failed follow,
+                // cut off, demoted by its lease, and nobody committed since: its next
+                // promotion is the right one, and was flagged.
+                self.follows.entry(who).or_default().push((*at, true));
                 // SPEC 8: nobody is promoted while the cluster is paused, nor against a
                 // switchover request that is still pending (its `from`, or a standby it
                 // does not name). The commit checked control's version, so the promoted

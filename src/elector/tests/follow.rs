@@ -794,15 +794,15 @@ fn rule_6b_a_new_active_starts_a_new_round_of_standing_aside() {
     let mut st = state(BreadcrumbView::Absent);
     st.members = n2_above();
     assert!(stood_aside(&h.read_all(r, st)));
-    assert!(h.e.stood_aside_for_better);
+    assert!(h.e.stood_aside_for_better.is_some());
     h.feed(Event::ActiveChanged {
         record: record("n2", "inc-2", Some(4)),
     });
-    assert!(!h.e.stood_aside_for_better);
+    assert!(h.e.stood_aside_for_better.is_none());
     // A lost session too.
-    h.e.stood_aside_for_better = true;
+    h.e.stood_aside_for_better = Some(Vec::new());
     h.feed(Event::SessionLost);
-    assert!(!h.e.stood_aside_for_better);
+    assert!(h.e.stood_aside_for_better.is_none());
 }
 
 #[test]
@@ -1002,4 +1002,48 @@ fn rule_6b_herd_free_the_one_above_gone_unhealthy_or_passed_is_looked_into() {
             "{record:?}: {a:?}"
         );
     }
+}
+
+#[test]
+fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_since() {
+    // The simulation's seed 13358: n2, better-placed, could not fence the dead active
+    // (its machine was down) and sat out; n1 had stood aside for it once, and promoted
+    // without n2's writes once the machine was back, a second before n2 tried again.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    let mut n2 = standby("n2", 100, Some(20));
+    n2.failures = Some(1);
+    st.members = vec![standby("n1", 100, Some(10)), n2.clone()];
+    let a = h.read_all(r, st.clone());
+    let rel = H::ticket_of(&a);
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    h.feed(Event::Released { ticket: rel });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    let j = H::ticket_of(&a);
+    // n2 took the lock and failed once more since: n1 stands aside again.
+    n2.failures = Some(2);
+    st.members = vec![standby("n1", 100, Some(10)), n2.clone()];
+    let r = h.held(j, 4);
+    let a = h.read_all(r, st.clone());
+    assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
+    let rel = H::ticket_of(&a);
+    h.feed(Event::Released { ticket: rel });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    let j = H::ticket_of(&a);
+    // Not since: it promotes (n2 does not keep the cluster without an active).
+    let r = h.held(j, 5);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
 }
