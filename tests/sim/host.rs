@@ -662,7 +662,11 @@ impl Prober for SimProbe {
             (Some(id), Some(d)) => d.said(id),
             _ => None,
         };
-        if let Some(p) = said.as_deref().and_then(|s| s.parse().ok()) {
+        // (Garbage, or nothing, is no position: the member counts as position unknown,
+        // placed last, as the daemon does; the simulation's seed 15994 counted a node by
+        // an older position its record no longer showed.)
+        if !sick {
+            let p = said.as_deref().and_then(|s| s.parse().ok());
             w.said[node].push((Instant::now(), p));
         }
         Check {

@@ -220,9 +220,9 @@ pub struct W {
     pub place_of: Vec<usize>,
     pub services: Vec<Service>,
     pub unhealthy: Vec<bool>,
-    /// SPEC §6b: the positions each node's checks printed, with when (what its member
-    /// record published a moment later).
-    pub said: Vec<Vec<(Instant, u64)>>,
+    /// SPEC §6b: the positions each node's passing checks printed, with when (what its
+    /// member record published a moment later); `None`: garbage or nothing, unknown.
+    pub said: Vec<Vec<(Instant, Option<u64>)>>,
     /// Whether each node is cut off from the store (a partition), and when that last
     /// began or ended (a new session waits a session timeout before it may join).
     pub cut_off: Vec<(bool, Option<Instant>)>,
@@ -992,7 +992,7 @@ impl W {
                 .iter()
                 .rev()
                 .find(|(at, _)| took.is_none_or(|t| *at <= t))
-                .map(|(_, p)| *p)
+                .and_then(|(_, p)| *p)
         };
         let winner_said = said_by(node);
         let mut best: Option<(usize, u64)> = None;
