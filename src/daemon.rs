@@ -315,7 +315,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 position: None,
                 position_at: None,
                 after: None,
-                failures: None,
+                failed_takeovers: None,
             },
             false,
         ));
@@ -504,7 +504,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     fn on_input(&mut self, input: DaemonInput<C, H>) -> Result<(), Fatal> {
         match input {
             Input::Elector(ev) => self.feed(ev),
-            Input::Session(gen, ev) => {
+            Input::Session(gen, mut ev) => {
+                if let Event::AboveChanged { own_position, .. } = &mut ev {
+                    *own_position = self.standby_position();
+                }
                 if self.session.as_ref().is_some_and(|s| s.gen == gen) {
                     if ev == Event::SessionLost {
                         warn!(
@@ -559,9 +562,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                             StoreEvent::Rewritten(record) => {
                                 Input::Session(gen, Event::ActiveRewritten { record })
                             }
-                            StoreEvent::AboveChanged { id, record } => {
-                                Input::Session(gen, Event::AboveChanged { id, record })
-                            }
+                            StoreEvent::AboveChanged { id, record } => Input::Session(
+                                gen,
+                                Event::AboveChanged {
+                                    id,
+                                    record,
+                                    own_position: None,
+                                },
+                            ),
                             StoreEvent::Reconnected => Input::Session(gen, Event::Reconnected),
                             StoreEvent::SessionLost => Input::Session(gen, Event::SessionLost),
                         };
@@ -1081,7 +1089,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
             after: self.elector.placed_after().map(str::to_string),
-            failures: Some(self.elector.failures()).filter(|&n| n > 0),
+            failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
         }
     }
 
@@ -2029,7 +2037,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position: self.position().map(|p| p.0),
             position_at: self.position().map(|p| p.1.clone()),
             after: None,
-            failures: Some(self.elector.failures()).filter(|&n| n > 0),
+            failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
         }
     }
 

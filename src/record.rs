@@ -446,12 +446,13 @@ pub struct MemberRecord {
         deserialize_with = "informational_node_id"
     )]
     pub after: Option<String>,
-    /// SPEC §4.8 and §6b: this node's takeovers that failed in a row (a fence, a
-    /// promotion): a standby that let it try first once looks at it before it does again
-    /// (a better-placed standby that took the lock and failed since will try again after
-    /// its back-off). Absent while none failed.
+    /// SPEC §4.8 and §6b: how many times this warden process (this incarnation) let go
+    /// of the lock because something failed (a fence, a promotion, its service), never
+    /// reset: a standby that let it try first once looks at it before it does again (a
+    /// better-placed standby that took the lock and failed since will try again after its
+    /// back-off). Absent while none failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failures: Option<u32>,
+    pub failed_takeovers: Option<u32>,
 }
 
 /// [`MemberRecord::after`] as read: informational, so one that is not a node id (or not a
@@ -591,7 +592,7 @@ impl MemberRecord {
             position: None,
             position_at: None,
             after: None,
-            failures: None,
+            failed_takeovers: None,
         }
     }
 }

@@ -600,7 +600,7 @@ async fn members_answers_what_the_snapshot_says() {
         position: Some(42),
         position_at: Some("2026-11-29T09:00:00.000Z".into()),
         after: Some("n2".into()),
-        failures: None,
+        failed_takeovers: None,
     };
     let a = connector.connect().await.expect("a session");
     let b = connector.connect().await.expect("another session");

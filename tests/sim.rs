@@ -205,6 +205,8 @@ pub struct DataOutcome {
     /// takeovers.
     pub lost_better_held: u64,
     pub better_held_takeovers: u64,
+    pub lost_declined: u64,
+    pub declined_takeovers: u64,
 }
 
 impl DataOutcome {
@@ -219,6 +221,8 @@ impl DataOutcome {
         self.successor_moved += o.successor_moved;
         self.lost_better_held += o.lost_better_held;
         self.better_held_takeovers += o.better_held_takeovers;
+        self.lost_declined += o.lost_declined;
+        self.declined_takeovers += o.declined_takeovers;
         self.epoch_back_apart += o.epoch_back_apart;
     }
 }
@@ -1069,6 +1073,8 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 epoch_back_apart: u64::from(d.epoch_back_apart),
                 lost_better_held: d.lost_better_held,
                 better_held_takeovers: u64::from(d.better_held_takeovers),
+                lost_declined: d.lost_declined,
+                declined_takeovers: u64::from(d.declined_takeovers),
             }),
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -1237,6 +1243,7 @@ struct Sweep {
     reached_lost: Vec<u64>,
     /// Seeds where a takeover lost writes an eligible standby held (issue 33).
     better_held: Vec<u64>,
+    declined: Vec<u64>,
     /// Seeds on the Redis and on the ZooKeeper backend itself.
     redis_seeds: u64,
     zk_wire_seeds: u64,
@@ -1284,6 +1291,9 @@ impl Sweep {
             }
             if d.better_held_takeovers > 0 {
                 self.better_held.push(seed);
+            }
+            if d.declined_takeovers > 0 {
+                self.declined.push(seed);
             }
             self.data_seeds += 1;
             self.data.add(d);
@@ -1465,7 +1475,10 @@ fn simulated_daemons_keep_every_invariant() {
          stopped: it followed a copy with less meanwhile, issue 33; seeds {:?}); 0 \
          windows with two copies taking writes (each a failure); {} epochs went back at a \
          service below a forgotten one (counted apart); {} takeovers lost {} writes that \
-         an eligible standby of the same or a higher priority held (issue 33; seeds {:?})",
+         an eligible standby of the same or a higher priority held (issue 33; seeds {:?}); \
+         {} more lost {} writes held by a standby that had let go of a lock it won in that \
+         round before fencing anything, its own look placing another above it then \
+         (counted apart; seeds {:?})",
         total.data_seeds,
         d.acked,
         d.handovers,
@@ -1486,6 +1499,14 @@ fn simulated_daemons_keep_every_invariant() {
         d.lost_better_held,
         {
             let mut s = total.better_held.clone();
+            s.sort();
+            s.truncate(10);
+            s
+        },
+        d.declined_takeovers,
+        d.lost_declined,
+        {
+            let mut s = total.declined.clone();
             s.sort();
             s.truncate(10);
             s

@@ -1114,6 +1114,11 @@ impl<W: Wire> ZkSession<W> {
                 }
                 zk::SessionState::SyncConnected if !first => {
                     tracing::info!("ZooKeeper connection re-established within the session");
+                    // The ensemble may have restarted from a copy that kept this session:
+                    // what the floor held in the session's view is known no more, and the
+                    // member record written again raises our entry once more (review of
+                    // stop 46).
+                    self.floor_raised.store(0, Ordering::SeqCst);
                     let _ = events.send(StoreEvent::Reconnected);
                 }
                 _ => {}
@@ -1365,9 +1370,21 @@ impl<W: Wire> ZkSession<W> {
         let lock_reads = async {
             loop {
                 lock_read_due.notified().await;
-                if let Ok(Some((data, _))) = self.get_optional(&self.paths.lock).await {
-                    if let Some(r) = super::committed(&data) {
-                        send_all(lock_tracker(&tracker).lock(&r));
+                // Until it is answered (a lost answer would leave this node without the
+                // new active, its `follow` not run), or a newer commit asks another.
+                loop {
+                    match self.get_optional(&self.paths.lock).await {
+                        Ok(Some((data, _))) => {
+                            if let Some(r) = super::committed(&data) {
+                                send_all(lock_tracker(&tracker).lock(&r));
+                            }
+                            break;
+                        }
+                        Ok(None) => break,
+                        Err(StoreError::SessionLost(_) | StoreError::Auth(_)) => {
+                            std::future::pending::<()>().await
+                        }
+                        Err(_) => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
                     }
                 }
             }
@@ -1382,7 +1399,13 @@ impl<W: Wire> ZkSession<W> {
             let herd = armed
                 .zip(above.clone())
                 .filter(|_| self.held_lock_version() == ANY_VERSION);
-            lock_watched.store(herd.is_none(), std::sync::atomic::Ordering::Relaxed);
+            let was_watched =
+                lock_watched.swap(herd.is_none(), std::sync::atomic::Ordering::Relaxed);
+            if was_watched && herd.is_some() {
+                // A commit seen by the lock's watch just dropped would be missed: the lock
+                // is read once now.
+                lock_read_due.notify_one();
+            }
             let mut absent = self.lock_absent.subscribe();
             let holder = async {
                 let _ = control_seen.wait_for(|sent| *sent).await;

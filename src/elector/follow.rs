@@ -21,6 +21,11 @@ impl Elector {
             .iter()
             .min_by(|a, b| placement(key(a), key(b)))
             .map(|m| m.node.node_id.clone());
+        // The one above as read now (its `after` too: see `watched_above`).
+        self.above_record = above
+            .iter()
+            .find(|m| Some(&m.node.node_id) == self.placed_after.as_ref())
+            .map(|m| (*m).clone());
         self.own_place = mine.1;
         self.members_asked = false;
         let rivals: Vec<&str> = above.iter().map(|m| m.node.node_id.as_str()).collect();
@@ -74,17 +79,26 @@ impl Elector {
     /// healthy standby placed above this node, nothing changes (its position moved, say);
     /// else the members are read now to find the next one above, or none: then this node
     /// watches the lock, and tries at once if it is free.
-    pub(super) fn on_above_changed(&mut self, id: &str, record: Option<&MemberRecord>) {
-        if self.placed_after.as_deref() != Some(id) || self.members_asked {
+    pub(super) fn on_above_changed(
+        &mut self,
+        id: &str,
+        record: Option<MemberRecord>,
+        own_position: Option<u64>,
+    ) {
+        if self.placed_after.as_deref() != Some(id) {
             return;
         }
-        let mine = (self.cfg.priority, self.own_place);
-        let still_above = record.is_some_and(|m| {
+        // Placed against what its own check says now (the review of stop 46: its record
+        // as the members last read may be older, and two standbys could each find the
+        // other above).
+        let mine = (self.cfg.priority, own_position.or(self.own_place));
+        let still_above = record.as_ref().is_some_and(|m| {
             standbys_above(std::slice::from_ref(m), mine, &self.cfg.node_id)
                 .next()
                 .is_some()
         });
-        if !still_above {
+        self.above_record = record;
+        if !still_above && !self.members_asked {
             self.members_asked = true;
             self.actions.push_back(Action::ReadMembers);
         }
@@ -105,7 +119,7 @@ impl Elector {
         members: &[MemberRecord],
         own_position: Option<u64>,
         now: Instant,
-    ) -> Option<(String, Vec<(String, u32)>)> {
+    ) -> Option<(String, Vec<(String, String, u32)>)> {
         if self.cfg.priority == 0 || self.named_target(now) {
             return None;
         }
@@ -118,10 +132,14 @@ impl Elector {
         );
         let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id).collect();
         if let Some(before) = &self.stood_aside_for_better {
+            // A count of the same warden process that grew, or another process (a restart
+            // of that node): the failures-in-a-row count would not do, reset as it is once
+            // a node has stood by long enough (the review of stop 46).
             let failed_since = above.iter().any(|m| {
-                before
-                    .iter()
-                    .any(|(id, f)| *id == m.node.node_id && m.failures.unwrap_or(0) > *f)
+                before.iter().any(|(id, inc, f)| {
+                    *id == m.node.node_id
+                        && (*inc != m.node.incarnation || m.failed_takeovers.unwrap_or(0) > *f)
+                })
             });
             if !failed_since {
                 return None;
@@ -140,7 +158,13 @@ impl Elector {
             .collect();
         let failures = above
             .iter()
-            .map(|m| (m.node.node_id.clone(), m.failures.unwrap_or(0)))
+            .map(|m| {
+                (
+                    m.node.node_id.clone(),
+                    m.node.incarnation.clone(),
+                    m.failed_takeovers.unwrap_or(0),
+                )
+            })
             .collect();
         (!above.is_empty()).then(|| {
             (

@@ -181,6 +181,7 @@ impl Elector {
         }
         if why.is_failure() {
             self.failures = self.failures.saturating_add(1);
+            self.failed_holds = self.failed_holds.saturating_add(1);
             let factor = 1u32 << (self.failures - 1).min(16);
             let delay = self
                 .cfg

@@ -325,6 +325,9 @@ pub enum Event {
     AboveChanged {
         id: String,
         record: Option<MemberRecord>,
+        /// This node's position as its last check told it (the driver's), to place
+        /// `record` against: its own record's, as the members last read, may be older.
+        own_position: Option<u64>,
     },
     /// The `follow` hook for `ticket` ended.
     Followed {
@@ -560,6 +563,8 @@ pub struct Elector {
     control: ControlView,
     /// Failures in a row (§4.8) and until when we stay out.
     failures: u32,
+    /// Holds let go because something failed, never reset (published).
+    failed_holds: u32,
     out_until: Option<Instant>,
     /// While sitting out after a failed fence: the breadcrumb that could not be fenced,
     /// looked at again every renewal interval (§4.8).
@@ -663,14 +668,17 @@ pub struct Elector {
     own_place: Option<u64>,
     /// SPEC §6b herd-free succession: a read of the members was asked for and is to come.
     members_asked: bool,
+    /// The record of `placed_after` as its watch last showed it.
+    above_record: Option<MemberRecord>,
     /// SPEC §6b: this node, holding the lock, stood aside once for standbys the members
     /// read with the state placed above it, with each one's failed takeovers then
-    /// ([`MemberRecord::failures`]); until another node's promotion is seen, or this
+    /// ([`MemberRecord::failed_takeovers`], by incarnation); until another node's
+    /// promotion is seen, or this
     /// node's own, it does not again (a better-placed one that does not take the lock
     /// must not keep the cluster without an active), unless one of them took the lock and
     /// failed since: it tries again after its back-off, which grows with each failure,
     /// so this node stands aside again, and its next look finds it sitting out.
-    stood_aside_for_better: Option<Vec<(String, u32)>>,
+    stood_aside_for_better: Option<Vec<(String, String, u32)>>,
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,
@@ -694,6 +702,7 @@ impl Elector {
             service_healthy: true,
             control: ControlView::default(),
             failures: 0,
+            failed_holds: 0,
             out_until: None,
             fence_watch: None,
             stable_since: None,
@@ -730,6 +739,7 @@ impl Elector {
             placed_after: None,
             own_place: None,
             members_asked: false,
+            above_record: None,
             stood_aside_for_better: None,
             fresh_hold: false,
             forgetting: None,
@@ -803,9 +813,10 @@ impl Elector {
         self.placed_after.as_deref()
     }
 
-    /// SPEC §4.8: this node's takeovers that failed in a row, for its member record.
-    pub fn failures(&self) -> u32 {
-        self.failures
+    /// SPEC §4.8, §6b: how many times this warden let go of the lock because something
+    /// failed, never reset, for its member record ([`MemberRecord::failed_takeovers`]).
+    pub fn failed_holds(&self) -> u32 {
+        self.failed_holds
     }
 
     /// SPEC §6b herd-free succession: the member whose record this node watches instead
@@ -823,7 +834,18 @@ impl Elector {
         {
             return None;
         }
-        self.placed_after.as_deref()
+        let above = self.placed_after.as_deref()?;
+        // Two standbys whose views of each other crossed (positions read at different
+        // times) would each watch the other, and nobody the lock (the review of stop 46):
+        // when the one above names this node as the one it lets try first, the smaller
+        // node id watches the lock.
+        let crossed = self.above_record.as_ref().is_some_and(|r| {
+            r.node.node_id == above && r.after.as_deref() == Some(self.cfg.node_id.as_str())
+        });
+        if crossed && self.cfg.node_id.as_str() < above {
+            return None;
+        }
+        Some(above)
     }
 
     /// SPEC §6: whether this standby follows the current active, for `status`: `None`
@@ -984,7 +1006,11 @@ impl Elector {
             }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members, now),
-            Event::AboveChanged { id, record } => self.on_above_changed(&id, record.as_ref()),
+            Event::AboveChanged {
+                id,
+                record,
+                own_position,
+            } => self.on_above_changed(&id, record, own_position),
             Event::EligibilityChanged { eligible, detail } => {
                 self.eligible = eligible;
                 self.reason = Some(Reason::Eligibility(detail));

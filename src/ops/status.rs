@@ -66,7 +66,7 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "position": m.position,
                 "position_at": m.position_at,
                 "after": m.after,
-                "failures": m.failures,
+                "failed_takeovers": m.failed_takeovers,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
                 "leftover": m.leftover.as_ref().map(|l| json!({
@@ -417,7 +417,7 @@ mod tests {
         m2.position_at = Some("2026-11-29T09:00:00.000Z".into());
         let mut m3 = member("n3", Role::Standby, "h3");
         m3.after = Some("n2".into());
-        m3.failures = Some(2);
+        m3.failed_takeovers = Some(2);
         let snap = ClusterSnapshot {
             members: vec![("n2".into(), Ok(m2)), ("n3".into(), Ok(m3))],
             ..Default::default()
@@ -444,8 +444,8 @@ mod tests {
         // And the standby each lets try first.
         assert!(json["members"][0]["after"].is_null(), "{json:#}");
         assert_eq!(json["members"][1]["after"], "n2", "{json:#}");
-        assert_eq!(json["members"][1]["failures"], 2, "{json:#}");
-        assert!(json["members"][0]["failures"].is_null(), "{json:#}");
+        assert_eq!(json["members"][1]["failed_takeovers"], 2, "{json:#}");
+        assert!(json["members"][0]["failed_takeovers"].is_null(), "{json:#}");
     }
 
     /// The review of stop 39: a member's service that outlived its stop blocks every

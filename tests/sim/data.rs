@@ -167,6 +167,10 @@ pub struct Data {
     /// the most data should have won (issue 33).
     pub lost_better_held: u64,
     pub better_held_takeovers: u32,
+    /// The same, where that standby had let go of a lock it won in the round, before
+    /// fencing anything (its own look placed another above it then).
+    pub lost_declined: u64,
+    pub declined_takeovers: u32,
 }
 
 impl Data {
@@ -210,6 +214,8 @@ impl Data {
             position_rng,
             lost_better_held: 0,
             better_held_takeovers: 0,
+            lost_declined: 0,
+            declined_takeovers: 0,
         }
     }
 

@@ -649,6 +649,8 @@ impl Prober for SimProbe {
                     w.db_restart_at[node] = Some(now + after);
                 }
             }
+            // (A failed check says nothing of the data: unknown, as the daemon takes it.)
+            w.said[node].push((Instant::now(), None));
             return Check {
                 pass: false,
                 detail: "sim: the service is down".into(),
@@ -662,13 +664,11 @@ impl Prober for SimProbe {
             (Some(id), Some(d)) => d.said(id),
             _ => None,
         };
-        // (Garbage, or nothing, is no position: the member counts as position unknown,
-        // placed last, as the daemon does; the simulation's seed 15994 counted a node by
-        // an older position its record no longer showed.)
-        if !sick {
-            let p = said.as_deref().and_then(|s| s.parse().ok());
-            w.said[node].push((Instant::now(), p));
-        }
+        // (Garbage, nothing, or a failed check is no position: the member counts as
+        // position unknown, placed last, as the daemon does; the simulation's seed 15994
+        // counted a node by an older position its record no longer showed.)
+        let p = said.as_deref().and_then(|s| s.parse().ok());
+        w.said[node].push((Instant::now(), p));
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),

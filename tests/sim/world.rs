@@ -194,6 +194,9 @@ pub struct Warden {
     pub role_since: Instant,
     /// When it last took the lock.
     pub took_lock: Option<Instant>,
+    /// When it last let go of a lock it had won before fencing anything (`promoting` to
+    /// `demoting`): it stood aside for a standby its own look placed above it, or refused.
+    pub declined: Option<Instant>,
     pub task: Option<tokio::task::AbortHandle>,
 }
 
@@ -208,6 +211,8 @@ pub struct Machine {
 struct Checks {
     last_start: Option<(Inc, Epoch)>,
     last_commit: Option<(Inc, Epoch)>,
+    /// When the last commit was seen: a round of a takeover starts there.
+    last_commit_at: Option<Instant>,
 }
 
 pub struct W {
@@ -600,6 +605,7 @@ impl W {
                 role: Role::Ineligible,
                 role_since: Instant::now(),
                 took_lock: None,
+                declined: None,
                 task: None,
             },
         );
@@ -995,7 +1001,8 @@ impl W {
                 .and_then(|(_, p)| *p)
         };
         let winner_said = said_by(node);
-        let mut best: Option<(usize, u64)> = None;
+        let mut best: Option<(usize, u64, bool)> = None;
+        let round = self.checks.last_commit_at;
         for (who, w) in &self.wardens {
             let other = who.0;
             if other == node || !w.alive || self.unhealthy[other] {
@@ -1031,18 +1038,35 @@ impl W {
                 continue;
             };
             let held = d.held_of(copy, &newly);
+            // It let go of a lock it had won in this round, before fencing anything: its
+            // own look placed the winner (or another) above it then, by the records of that
+            // moment (its check printed garbage; positions still moved while the old
+            // primary streamed until fenced). Counted apart.
+            let declined = w
+                .declined
+                .is_some_and(|t| round.is_none_or(|r| t > r) && took.is_none_or(|k| t <= k));
             if held > best.map_or(0, |b| b.1) {
-                best = Some((other, held));
+                best = Some((other, held, declined));
             }
         }
-        if let Some((other, held)) = best {
+        if let Some((other, held, declined)) = best {
             let d = self.data.as_mut().expect("checked above");
-            d.lost_better_held += held;
-            d.better_held_takeovers += 1;
+            if declined {
+                d.lost_declined += held;
+                d.declined_takeovers += 1;
+            } else {
+                d.lost_better_held += held;
+                d.better_held_takeovers += 1;
+            }
             self.log(|| {
                 format!(
-                    "BETTER HELD: n{} promoted by a takeover lacks {held} acknowledged writes \
+                    "BETTER HELD{}: n{} promoted by a takeover lacks {held} acknowledged writes \
                      that n{}'s copy held",
+                    if declined {
+                        " (by one that stood aside in this round)"
+                    } else {
+                        ""
+                    },
                     node + 1,
                     other + 1
                 )
@@ -1395,6 +1419,7 @@ impl W {
                 ..
             } => {
                 let who = (*node, *inc);
+                self.checks.last_commit_at = Some(*at);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
                 // A third node's commit ends a handover whose successor never promoted (the
                 // request lapsed; the successor's warden was dead). Then, if a resync drops
@@ -1607,6 +1632,9 @@ impl W {
         };
         if !w.alive || w.role == role {
             return;
+        }
+        if w.role == Role::Promoting && role == Role::Demoting {
+            w.declined = Some(Instant::now());
         }
         w.role = role;
         w.role_since = Instant::now();

@@ -947,12 +947,14 @@ fn rule_6b_herd_free_a_change_of_the_one_above_is_looked_into_only_when_it_matte
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
         record: Some(standby("n2", 100, Some(25))),
+        own_position: None,
     });
     assert!(a.is_empty(), "{a:?}");
     // Another member's record: not the one watched.
     let a = h.feed(Event::AboveChanged {
         id: "n3".into(),
         record: None,
+        own_position: None,
     });
     assert!(a.is_empty(), "{a:?}");
     // n2 took the lock (no longer a standby): the members are read now.
@@ -961,12 +963,14 @@ fn rule_6b_herd_free_a_change_of_the_one_above_is_looked_into_only_when_it_matte
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
         record: Some(taking),
+        own_position: None,
     });
     assert!(matches!(a.as_slice(), [Action::ReadMembers]), "{a:?}");
     // Once: a second change before the read asks no second read.
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
         record: None,
+        own_position: None,
     });
     assert!(a.is_empty(), "{a:?}");
     // The read shows nobody above: n1 watches the lock (and tries when it is free).
@@ -996,6 +1000,7 @@ fn rule_6b_herd_free_the_one_above_gone_unhealthy_or_passed_is_looked_into() {
         let a = h.feed(Event::AboveChanged {
             id: "n2".into(),
             record: record.clone(),
+            own_position: None,
         });
         assert!(
             matches!(a.as_slice(), [Action::ReadMembers]),
@@ -1013,7 +1018,7 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
     let r = h.won(3);
     let mut st = state(BreadcrumbView::Absent);
     let mut n2 = standby("n2", 100, Some(20));
-    n2.failures = Some(1);
+    n2.failed_takeovers = Some(1);
     st.members = vec![standby("n1", 100, Some(10)), n2.clone()];
     let a = h.read_all(r, st.clone());
     let rel = H::ticket_of(&a);
@@ -1026,7 +1031,7 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
     let a = h.advance(T / 2 + Duration::from_millis(1));
     let j = H::ticket_of(&a);
     // n2 took the lock and failed once more since: n1 stands aside again.
-    n2.failures = Some(2);
+    n2.failed_takeovers = Some(2);
     st.members = vec![standby("n1", 100, Some(10)), n2.clone()];
     let r = h.held(j, 4);
     let a = h.read_all(r, st.clone());
@@ -1046,4 +1051,50 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
         matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
         "{a:?}"
     );
+}
+
+#[test]
+fn rule_6b_herd_free_the_one_above_is_placed_against_this_nodes_own_check_now() {
+    // n1's record as the members last read said 10; its check says 30 now: n2 (20) is not
+    // above it any more, whatever the older read said.
+    let mut h = queued_behind_n2();
+    let a = h.feed(Event::AboveChanged {
+        id: "n2".into(),
+        record: Some(standby("n2", 100, Some(20))),
+        own_position: Some(30),
+    });
+    assert!(matches!(a.as_slice(), [Action::ReadMembers]), "{a:?}");
+}
+
+#[test]
+fn rule_6b_herd_free_two_standbys_whose_views_crossed_do_not_both_watch_the_other() {
+    // n1 watches n2, and n2's record names n1 as the one it lets try first (its view is
+    // older): the smaller id, n1, watches the lock, so a free lock still wakes somebody.
+    let mut h = queued_behind_n2();
+    let mut crossed = standby("n2", 100, Some(20));
+    crossed.after = Some("n1".into());
+    h.feed(Event::AboveChanged {
+        id: "n2".into(),
+        record: Some(crossed),
+        own_position: Some(10),
+    });
+    assert_eq!(h.e.watched_above(h.now), None);
+    // The larger id keeps watching: here n0 above n1, n0's record naming n1.
+    let mut h = H::new();
+    let mut n0 = standby("n0", 100, Some(20));
+    n0.after = Some("n1".into());
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), n0],
+    });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T / 2);
+    let j = H::ticket_of(&a);
+    h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Exists { epoch: Some(3) },
+    });
+    assert_eq!(h.e.watched_above(h.now), Some("n0"));
 }
