@@ -794,9 +794,15 @@ async fn writes_that_matter_on(cfg: StoreConfig) {
         }
     ));
 
-    // The operator's confirm, and a history the next takeover reads.
-    held(a.s.join(&node(0), 2).await);
+    // The operator's confirm, and a history the next takeover reads. (At the new lock's
+    // epoch: ZooKeeper's commit raises the floor to its own epoch, so the first one's
+    // again would be refused, as it must be once its breadcrumb is gone.)
+    let epoch2 = held(a.s.join(&node(0), 2).await);
     let state = a.s.read_state().await.unwrap();
+    let rec = NodeRecord {
+        epoch: Some(epoch2),
+        ..rec
+    };
     assert_eq!(
         a.s.commit_promotion(&rec, None, state.control_version)
             .await,
@@ -819,14 +825,14 @@ async fn writes_that_matter_on(cfg: StoreConfig) {
     assert_eq!(a.s.append_history(&entry).await.unwrap(), None);
     let state = a.s.read_state().await.unwrap();
     assert_eq!(state.newest_promotion, Some(epoch));
-    assert_eq!(state.history_by_node.get("n1"), Some(&epoch));
+    assert_eq!(state.history_by_node.get("n1"), Some(&epoch2));
     // The confirm is recorded as `warden fence --confirm` records it, newest first.
     let entries = a.s.read_history().await.unwrap().entries;
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert_eq!(entries[0], entry);
     assert_eq!(
         (entries[1].to.as_str(), entries[1].epoch),
-        ("confirmed down", Some(epoch))
+        ("confirmed down", Some(epoch2))
     );
 }
 

@@ -211,8 +211,8 @@ pub struct Machine {
 struct Checks {
     last_start: Option<(Inc, Epoch)>,
     last_commit: Option<(Inc, Epoch)>,
-    /// When the last commit was seen: a round of a takeover starts there.
-    last_commit_at: Option<Instant>,
+    /// When each commit was seen: a round of a takeover starts at the last before it.
+    commits_at: Vec<Instant>,
 }
 
 pub struct W {
@@ -1002,7 +1002,15 @@ impl W {
         };
         let winner_said = said_by(node);
         let mut best: Option<(usize, u64, bool)> = None;
-        let round = self.checks.last_commit_at;
+        // The round: since the last commit before the winner took the lock (its own
+        // commit, seen by now, is not the start of its round).
+        let round = self
+            .checks
+            .commits_at
+            .iter()
+            .filter(|c| took.is_none_or(|t| **c < t))
+            .max()
+            .copied();
         for (who, w) in &self.wardens {
             let other = who.0;
             if other == node || !w.alive || self.unhealthy[other] {
@@ -1419,7 +1427,7 @@ impl W {
                 ..
             } => {
                 let who = (*node, *inc);
-                self.checks.last_commit_at = Some(*at);
+                self.checks.commits_at.push(*at);
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
                 // A third node's commit ends a handover whose successor never promoted (the
                 // request lapsed; the successor's warden was dead). Then, if a resync drops
