@@ -66,7 +66,7 @@ pub enum StoreEvent {
     /// lock ([`Session::watch_above`]), changed or went (`None`: gone or unreadable).
     AboveChanged {
         id: String,
-        record: Option<MemberRecord>,
+        record: Option<Box<MemberRecord>>,
     },
     /// The connection to the store was lost and made again within the session (ZooKeeper:
     /// the client is back in its session). The store may have restarted meanwhile, and

@@ -1422,7 +1422,9 @@ impl<W: Wire> ZkSession<W> {
                         let path = self.paths.member(&id);
                         let watched = async {
                             self.watch_data(&path, &mut |d| {
-                                let record = d.and_then(|d| record::parse::<MemberRecord>(d).ok());
+                                let record = d
+                                    .and_then(|d| record::parse::<MemberRecord>(d).ok())
+                                    .map(Box::new);
                                 let _ = events.send(StoreEvent::AboveChanged {
                                     id: id.clone(),
                                     record,

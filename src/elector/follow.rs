@@ -82,7 +82,7 @@ impl Elector {
     pub(super) fn on_above_changed(
         &mut self,
         id: &str,
-        record: Option<MemberRecord>,
+        record: Option<Box<MemberRecord>>,
         own_position: Option<u64>,
     ) {
         if self.placed_after.as_deref() != Some(id) {
@@ -97,7 +97,7 @@ impl Elector {
                 .next()
                 .is_some()
         });
-        self.above_record = record;
+        self.above_record = record.map(|r| *r);
         if !still_above && !self.members_asked {
             self.members_asked = true;
             self.actions.push_back(Action::ReadMembers);
@@ -119,7 +119,7 @@ impl Elector {
         members: &[MemberRecord],
         own_position: Option<u64>,
         now: Instant,
-    ) -> Option<(String, Vec<(String, String, u32)>)> {
+    ) -> Option<(String, super::FailedTakeovers)> {
         if self.cfg.priority == 0 || self.named_target(now) {
             return None;
         }

@@ -324,7 +324,7 @@ pub enum Event {
     /// unreadable).
     AboveChanged {
         id: String,
-        record: Option<MemberRecord>,
+        record: Option<Box<MemberRecord>>,
         /// This node's position as its last check told it (the driver's), to place
         /// `record` against: its own record's, as the members last read, may be older.
         own_position: Option<u64>,
@@ -372,6 +372,10 @@ pub(crate) enum FenceOf {
     /// A live member's service that outlived its stop ([`ClusterState::member_leftovers`]).
     Leftover,
 }
+
+/// SPEC §6b: standbys a winner stood aside for, each with its process (incarnation) and
+/// its failed takeovers then (node id, incarnation, count).
+pub(super) type FailedTakeovers = Vec<(String, String, u32)>;
 
 /// An order to the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -678,7 +682,7 @@ pub struct Elector {
     /// must not keep the cluster without an active), unless one of them took the lock and
     /// failed since: it tries again after its back-off, which grows with each failure,
     /// so this node stands aside again, and its next look finds it sitting out.
-    stood_aside_for_better: Option<Vec<(String, String, u32)>>,
+    stood_aside_for_better: Option<FailedTakeovers>,
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,

@@ -946,7 +946,7 @@ fn rule_6b_herd_free_a_change_of_the_one_above_is_looked_into_only_when_it_matte
     // n2's position moved, still above n1: nothing to do.
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
-        record: Some(standby("n2", 100, Some(25))),
+        record: Some(Box::new(standby("n2", 100, Some(25)))),
         own_position: None,
     });
     assert!(a.is_empty(), "{a:?}");
@@ -962,7 +962,7 @@ fn rule_6b_herd_free_a_change_of_the_one_above_is_looked_into_only_when_it_matte
     taking.role = Role::Fencing;
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
-        record: Some(taking),
+        record: Some(Box::new(taking)),
         own_position: None,
     });
     assert!(matches!(a.as_slice(), [Action::ReadMembers]), "{a:?}");
@@ -999,7 +999,7 @@ fn rule_6b_herd_free_the_one_above_gone_unhealthy_or_passed_is_looked_into() {
         let mut h = queued_behind_n2();
         let a = h.feed(Event::AboveChanged {
             id: "n2".into(),
-            record: record.clone(),
+            record: record.clone().map(Box::new),
             own_position: None,
         });
         assert!(
@@ -1060,7 +1060,7 @@ fn rule_6b_herd_free_the_one_above_is_placed_against_this_nodes_own_check_now() 
     let mut h = queued_behind_n2();
     let a = h.feed(Event::AboveChanged {
         id: "n2".into(),
-        record: Some(standby("n2", 100, Some(20))),
+        record: Some(Box::new(standby("n2", 100, Some(20)))),
         own_position: Some(30),
     });
     assert!(matches!(a.as_slice(), [Action::ReadMembers]), "{a:?}");
@@ -1075,7 +1075,7 @@ fn rule_6b_herd_free_two_standbys_whose_views_crossed_do_not_both_watch_the_othe
     crossed.after = Some("n1".into());
     h.feed(Event::AboveChanged {
         id: "n2".into(),
-        record: Some(crossed),
+        record: Some(Box::new(crossed)),
         own_position: Some(10),
     });
     assert_eq!(h.e.watched_above(h.now), None);
