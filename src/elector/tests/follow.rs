@@ -1009,6 +1009,19 @@ fn rule_6b_herd_free_the_one_above_gone_unhealthy_or_passed_is_looked_into() {
     }
 }
 
+/// A winner that stood aside (its release `rel` out): the release answered, a new
+/// session, the wait for the better-placed one out; returns the join's ticket.
+fn rejoin_after_standing_aside(h: &mut H, rel: Ticket) -> Ticket {
+    h.feed(Event::Released { ticket: rel });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    H::ticket_of(&a)
+}
+
 #[test]
 fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_since() {
     // The simulation's seed 13358: n2, better-placed, could not fence the dead active
@@ -1023,13 +1036,7 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
     let a = h.read_all(r, st.clone());
     let rel = H::ticket_of(&a);
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
-    h.feed(Event::Released { ticket: rel });
-    h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    let a = h.advance(T / 2 + Duration::from_millis(1));
-    let j = H::ticket_of(&a);
+    let j = rejoin_after_standing_aside(&mut h, rel);
     // n2 took the lock and failed once more since: n1 stands aside again.
     n2.failed_takeovers = Some(2);
     st.members = vec![standby("n1", 100, Some(10)), n2.clone()];
@@ -1037,13 +1044,7 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
     let a = h.read_all(r, st.clone());
     assert!(matches!(a.as_slice(), [Action::Release { .. }]), "{a:?}");
     let rel = H::ticket_of(&a);
-    h.feed(Event::Released { ticket: rel });
-    h.feed(Event::SessionStarted {
-        granted: None,
-        control: ControlView::default(),
-    });
-    let a = h.advance(T / 2 + Duration::from_millis(1));
-    let j = H::ticket_of(&a);
+    let j = rejoin_after_standing_aside(&mut h, rel);
     // Not since: it promotes (n2 does not keep the cluster without an active).
     let r = h.held(j, 5);
     let a = h.read_all(r, st);
