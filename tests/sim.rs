@@ -1358,6 +1358,7 @@ impl Sweep {
         self.data.add(o.data);
         self.reached_lost.extend(o.reached_lost);
         self.better_held.extend(o.better_held);
+        self.declined.extend(o.declined);
     }
 }
 
