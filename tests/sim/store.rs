@@ -1943,6 +1943,17 @@ impl SimStore {
     }
 
     /// SPEC §3a: the floor's greatest entry as the store keeps it now.
+    /// The floor as a commit of `node` at `epoch` found it: on ZooKeeper the commit's
+    /// multi-op raises the committer's entry to its own epoch (stop 46), which is not
+    /// the floor having heard of that epoch before.
+    pub fn floor_max_before_commit(&self, node: &str, epoch: Epoch) -> Option<Epoch> {
+        let zk = self.quiet(|st, _| st.cfg.zk_wire && !st.cfg.redis && !st.cfg.mysql);
+        if zk {
+            return self.quiet(|st, _| st.zk_floor_max_but(Some((node, epoch))));
+        }
+        self.floor_max()
+    }
+
     pub fn floor_max(&self) -> Option<Epoch> {
         self.quiet(|st, now| {
             if st.cfg.redis {

@@ -459,7 +459,13 @@ impl World {
     /// Applies the store's facts to the checks. Called by the store's observer as each
     /// write is applied.
     pub fn on_fact(&self, fact: &Fact) {
-        let floor = matches!(fact, Fact::Commit { .. }).then(|| self.store.floor_max());
+        let floor = match fact {
+            Fact::Commit { node, epoch, .. } => Some(
+                self.store
+                    .floor_max_before_commit(&format!("n{}", node + 1), *epoch),
+            ),
+            _ => None,
+        };
         let mut w = self.lock();
         if let Some(floor) = floor {
             w.floor_at_commit = floor;

@@ -639,11 +639,19 @@ impl State {
 
     /// SPEC §3a: the floor's greatest entry (`<base>/floor`, by node id).
     pub(super) fn zk_floor_max(&self) -> Option<Epoch> {
+        self.zk_floor_max_but(None)
+    }
+
+    /// The floor's greatest entry, but for `committed` (node id, epoch): the committer's
+    /// entry at the epoch of its commit, which the commit's own multi-op raised it to.
+    pub(super) fn zk_floor_max_but(&self, committed: Option<(&str, Epoch)>) -> Option<Epoch> {
         let d = self.zk.tree.data(&paths().floor)?;
         let v: serde_json::Value = serde_json::from_slice(d).ok()?;
         v.as_object()?
-            .values()
-            .filter_map(serde_json::Value::as_u64)
+            .iter()
+            .filter_map(|(node, e)| Some((node, e.as_u64()?)))
+            .filter(|&(node, e)| committed != Some((node.as_str(), e)))
+            .map(|(_, e)| e)
             .max()
     }
 
