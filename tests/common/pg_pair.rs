@@ -434,7 +434,7 @@ fn await_follower(config: &Path, node: &Node, server: &PgServer, primary: &PgSer
 pub fn freeze_server(pg: &PgServer) -> Vec<u32> {
     let postmaster = pg.pid().expect("a running postmaster");
     super::freeze_pid(postmaster);
-    let pids = server_processes(pg);
+    let pids = pg.processes();
     for &pid in &pids[1..] {
         // A child that exited is a zombie now (its postmaster is stopped): still there.
         super::freeze_pid(pid);
@@ -448,35 +448,6 @@ pub fn thaw_server(pids: &[u32]) {
     for &pid in pids.iter().rev() {
         super::thaw_pid(pid);
     }
-}
-
-/// The postmaster of `pg` and every process it started: the server as a whole.
-fn server_processes(pg: &PgServer) -> Vec<u32> {
-    let Some(postmaster) = pg.pid() else {
-        return Vec::new();
-    };
-    let mut pids = vec![postmaster];
-    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // stat: "pid (comm) state ppid ...": the command may hold spaces and parens.
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(postmaster) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 /// Starts `pg`'s postmaster (stopped) as a child of this test process, not daemonized by

@@ -103,6 +103,8 @@ fn run(mut c: Command, what: &str) -> Output {
 pub struct PgServer {
     dir: TempDir,
     port: u16,
+    /// What [`kill9`](Self::kill9) killed, for [`wait_gone`](Self::wait_gone).
+    killed: std::sync::Mutex<Vec<u32>>,
 }
 
 impl PgServer {
@@ -254,6 +256,7 @@ impl PgServer {
         let pg = PgServer {
             dir,
             port: free_port(),
+            killed: Default::default(),
         };
         register_log("postgresql", &pg.log_path());
         pg
@@ -393,22 +396,92 @@ impl PgServer {
         .filter(|s| !s.is_empty())
     }
 
-    /// SIGKILL of the postmaster (its backends notice and exit).
+    /// SIGKILL of the postmaster and of every process it started, as the crash of its
+    /// machine would. (A postmaster killed alone leaves backends that hold its shared
+    /// memory until they notice, and a start in that window fails: "pre-existing shared
+    /// memory block is still in use".) [`wait_gone`](Self::wait_gone) waits for them.
     pub fn kill9(&self) {
-        if let Some(pid) = self.pid() {
+        let pids = self.processes();
+        for &pid in &pids {
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
+        self.killed.lock().expect("the killed pids").extend(pids);
     }
 
-    /// Waits until nothing of the server runs (the backends of a killed postmaster exit
-    /// on their own) and its port is free.
+    /// Waits until nothing of the server runs: its port does not answer, and each process
+    /// [`kill9`](Self::kill9) killed is gone or a zombie. A zombie postmaster (this
+    /// sandbox's pid 1 reaps orphans late) still passes PostgreSQL's `kill(pid, 0)` test
+    /// of `postmaster.pid`, and the next start would refuse ("lock file already exists"):
+    /// its pid file is removed then, as nothing of that server runs.
     pub fn wait_gone(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.try_sql("SELECT 1").is_ok() {
             assert!(Instant::now() < deadline, "PostgreSQL still answers");
             std::thread::sleep(Duration::from_millis(50));
         }
+        let killed = std::mem::take(&mut *self.killed.lock().expect("the killed pids"));
+        loop {
+            let running: Vec<u32> = killed
+                .iter()
+                .copied()
+                .filter(|&pid| matches!(process_state(pid), Some(state) if state != 'Z'))
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "killed PostgreSQL processes still run: {running:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(pid) = self.pid() {
+            if killed.contains(&pid) && process_state(pid) == Some('Z') {
+                let _ = fs::remove_file(self.pidfile());
+            }
+        }
     }
+
+    /// The postmaster and every process it started: the server as a whole.
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(postmaster) = self.pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if proc_stat(pid).is_some_and(|(_, _, ppid)| ppid == postmaster) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+/// A PostgreSQL process's state letter (`R`, `S`, `Z`, ...), or None when `pid` is gone
+/// or is now another program's.
+fn process_state(pid: u32) -> Option<char> {
+    proc_stat(pid)
+        .filter(|(comm, _, _)| comm == "postgres")
+        .map(|(_, state, _)| state)
+}
+
+/// The command, state and parent of `pid` from `/proc/<pid>/stat`.
+fn proc_stat(pid: u32) -> Option<(String, char, u32)> {
+    // "pid (comm) state ppid ...": the command may hold spaces and parens.
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_string();
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((comm, state, ppid))
 }
 
 /// One statement on the server at `port` on loopback, bounded to 5 s; the unaligned rows.
