@@ -717,10 +717,15 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 });
             }
             Input::Position(said, p) => {
-                let before = self.position().map(|p| p.0);
+                let (before, standby_before) =
+                    (self.position().map(|p| p.0), self.standby_position());
                 self.positions[said as usize] = p.map(|p| (p, record::rfc3339(self.host.wall())));
                 if self.position().map(|p| p.0) != before {
                     self.publish_member();
+                }
+                let position = self.standby_position();
+                if position != standby_before {
+                    self.feed(Event::OwnPosition { position });
                 }
             }
             Input::Fatal(f) => return Err(f),

@@ -422,7 +422,13 @@ fn start_warden(world: &World, who: Inc) {
             }
         }
     });
-    let run = world::Freezable::new(async move { daemon.run(stop_rx).await }, world.clone(), who);
+    // Each daemon's log lines name their node and incarnation (the replay of a seed).
+    let span = tracing::info_span!(target: "warden", "sim", node = %name(who));
+    let run = world::Freezable::new(
+        tracing::Instrument::instrument(async move { daemon.run(stop_rx).await }, span),
+        world.clone(),
+        who,
+    );
     let task = tokio::spawn(run);
     {
         let mut w = world.lock();

@@ -13,7 +13,15 @@ impl Elector {
     /// it tries at once.
     pub(super) fn on_members(&mut self, members: &[MemberRecord], now: Instant) {
         let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
-        let mine = (self.cfg.priority, me.and_then(|m| m.position));
+        // Its own place from what its check told it last, else from its record as read:
+        // the record may be older (the simulation's seed 110414: read before its first
+        // check printed, it said "unknown", and the node, which held the most, waited
+        // for one with nothing until a standby with nothing took the lock).
+        let mine = (
+            self.cfg.priority,
+            self.own_position.or_else(|| me.and_then(|m| m.position)),
+        );
+        self.members_view = members.to_vec();
         let id = self.cfg.node_id.clone();
         let above: Vec<&MemberRecord> = standbys_above(members, mine, &id).collect();
         // The lowest of those above: the one just above this node.
@@ -71,6 +79,19 @@ impl Elector {
             // The one it waited for is gone, ineligible or holds the lock: no more waiting.
             self.retry_at = None;
             self.try_join(now);
+        }
+    }
+
+    /// SPEC §6b: this node's check told another position: the members as last read are
+    /// placed again by it (it may be placed first now, and try at once).
+    pub(super) fn on_own_position(&mut self, position: Option<u64>, now: Instant) {
+        if position == self.own_position {
+            return;
+        }
+        self.own_position = position;
+        if !self.members_view.is_empty() {
+            let members = std::mem::take(&mut self.members_view);
+            self.on_members(&members, now);
         }
     }
 

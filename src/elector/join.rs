@@ -134,8 +134,9 @@ impl Elector {
             JoinOutcome::Held { epoch } => {
                 // A join that only learns whether an earlier create made the lock ours
                 // may find a hold with writes under it already.
-                self.fresh_hold = !self.must_rejoin;
+                self.fresh_hold = !self.must_rejoin || self.rejoin_fresh;
                 self.must_rejoin = false;
+                self.rejoin_fresh = false;
                 self.phase = Phase::Holding {
                     epoch,
                     step: Step::Serving, // replaced at once below
@@ -201,6 +202,8 @@ impl Elector {
             JoinOutcome::Unknown => {
                 // The create may have gone through: find out by joining again, even if we
                 // no longer want the lock (a held lock we do not know of would block all).
+                // A first try's lost answer leaves the hold it may find fresh.
+                self.rejoin_fresh = !self.must_rejoin || self.rejoin_fresh;
                 self.must_rejoin = true;
                 self.phase = Phase::Idle;
                 self.retry_at = Some(now + RETRY_DELAY);

@@ -59,6 +59,7 @@ impl Elector {
                 // again to learn it, whatever this node may do now. A priority-0 node
                 // kept it for ever, renewed by the keepalive, and nobody became active
                 // (the simulation's seed 135015).
+                self.rejoin_fresh = false;
                 self.must_rejoin = true;
                 self.lock_lost(now);
             }

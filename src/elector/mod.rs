@@ -319,6 +319,12 @@ pub enum Event {
     Members {
         members: Vec<MemberRecord>,
     },
+    /// SPEC §6b: this node's position as its standby check now tells it (`None`: unknown),
+    /// fresher than its record as the members were last read; the members as last read
+    /// are placed again by it.
+    OwnPosition {
+        position: Option<u64>,
+    },
     /// SPEC §6b herd-free succession: the member record of `id`, which this node watches
     /// instead of the lock ([`Elector::watched_above`]), changed or went (`None`: gone or
     /// unreadable).
@@ -670,6 +676,11 @@ pub struct Elector {
     /// This node's own position as the members last read showed it (its record's), to
     /// place a changed record of `placed_after` against it.
     own_place: Option<u64>,
+    /// SPEC §6b: this node's position as its check last told it ([`Event::OwnPosition`]).
+    own_position: Option<u64>,
+    /// The members as last read, placed again when [`own_position`](Self::own_position)
+    /// moves.
+    members_view: Vec<MemberRecord>,
     /// SPEC §6b herd-free succession: a read of the members was asked for and is to come.
     members_asked: bool,
     /// The record of `placed_after` as its watch last showed it.
@@ -686,6 +697,13 @@ pub struct Elector {
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,
+    /// `must_rejoin` only learns the outcome of a join that was this node's first try for
+    /// the lock (its answer was lost): nothing of this node's can be under a lock it finds
+    /// held, so that hold is fresh too. (The simulation's seeds 56156 and 110414: a join
+    /// lost in a store outage, learnt held by the rejoin, promoted without looking again
+    /// at a standby placed above it, which held hundreds more writes.) False when the
+    /// rejoin follows a hold of this node's (a refused renewal, rewrite or commit).
+    rejoin_fresh: bool,
     stopping: bool,
     /// The reason for the next transition.
     reason: Option<Reason>,
@@ -742,10 +760,13 @@ impl Elector {
             best_standby: None,
             placed_after: None,
             own_place: None,
+            own_position: None,
+            members_view: Vec::new(),
             members_asked: false,
             above_record: None,
             stood_aside_for_better: None,
             fresh_hold: false,
+            rejoin_fresh: false,
             forgetting: None,
             keeping: None,
             undemoted: false,
@@ -1010,6 +1031,7 @@ impl Elector {
             }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
             Event::Members { members } => self.on_members(&members, now),
+            Event::OwnPosition { position } => self.on_own_position(position, now),
             Event::AboveChanged {
                 id,
                 record,

@@ -542,6 +542,7 @@ impl Elector {
                 // node stands by.
                 self.reason = Some(Reason::StateChanged);
                 self.lease = Lease::default();
+                self.rejoin_fresh = false;
                 self.must_rejoin = true;
                 self.phase = Phase::Idle;
                 self.try_join(now);

@@ -147,6 +147,7 @@ impl Elector {
                 );
                 self.reason = Some(Reason::BreadcrumbNotOurs);
                 // As for a rewrite that found the breadcrumb not ours (`rewrite_failed`).
+                self.rejoin_fresh = false;
                 self.must_rejoin = true;
                 self.lock_lost(now);
             }
@@ -202,6 +203,7 @@ impl Elector {
             // whatever this node may do now, so that a held lock is released rather than
             // kept, renewed by the keepalive, by a node that will not serve (priority 0,
             // not eligible, paused: found in review at stop 35).
+            self.rejoin_fresh = false;
             self.must_rejoin = true;
             self.lock_lost(now);
         } else {

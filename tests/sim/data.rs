@@ -121,6 +121,9 @@ pub struct Data {
     pub tick: Duration,
     catch_up: f64,
     next_write: u64,
+    /// Each tick that took a write: (when, the first write it did not take), in order:
+    /// which writes had been acknowledged by a moment ([`Data::acked_by`]).
+    ack_marks: Vec<(Instant, u64)>,
     /// Acknowledged writes, in order (ids grow).
     pub acked: Vec<u64>,
     /// Acknowledged writes counted lost so far.
@@ -193,6 +196,7 @@ impl Data {
             tick,
             catch_up,
             next_write: 1,
+            ack_marks: Vec::new(),
             acked: Vec::new(),
             lost: BTreeSet::new(),
             handover: None,
@@ -314,7 +318,16 @@ impl Data {
             self.copies.get_mut(id).expect("listed").log.push(w);
             self.acked.push(w);
         }
+        if !takers.is_empty() {
+            self.ack_marks.push((now, self.next_write));
+        }
         takers
+    }
+
+    /// Whether write `w` had been acknowledged at `t`.
+    pub fn acked_by(&self, w: u64, t: Instant) -> bool {
+        let i = self.ack_marks.partition_point(|(at, _)| *at <= t);
+        i > 0 && w < self.ack_marks[i - 1].1
     }
 
     /// Copy `id` catches up with `src`: appends what it lacks, or is resynced whole.

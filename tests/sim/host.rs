@@ -669,6 +669,9 @@ impl Prober for SimProbe {
         // counted a node by an older position its record no longer showed.)
         let p = said.as_deref().and_then(|s| s.parse().ok());
         w.said[node].push((Instant::now(), p));
+        if std::env::var_os("WARDEN_SIM_TRACE_SAID").is_some() {
+            w.log(|| format!("CHECK n{} said {p:?}", node + 1));
+        }
         Check {
             pass: !sick,
             detail: if sick { "sim: unhealthy" } else { "sim: ok" }.into(),

@@ -977,8 +977,8 @@ impl W {
         }
     }
 
-    /// Issue 33: of the acknowledged writes `node`'s copy `id` lacks as it is promoted by a
-    /// takeover, those another eligible standby held (its warden alive and a standby since
+    /// Issue 33: of the writes acknowledged by the time it took the lock that `node`'s copy
+    /// `id` lacks as it is promoted by a takeover, those another eligible standby held (its warden alive and a standby since
     /// before the winner took the lock, its service running and healthy, of `node`'s
     /// priority or above): counted, and logged.
     fn count_better_held(&mut self, node: usize, id: u64) {
@@ -991,7 +991,16 @@ impl W {
         let Some(d) = &self.data else {
             return;
         };
-        let newly = d.would_lose(id);
+        // Only writes acknowledged by the time the winner took the lock: what an old
+        // primary, still running until fenced, acknowledged after that placed nobody
+        // (no look before the decision could have seen them; the simulation's seed 27257:
+        // two replicas streaming alike, the one whose check ran last 2 ms before the
+        // take printed more, and held one write more when the fence stopped the stream).
+        let newly: Vec<u64> = d
+            .would_lose(id)
+            .into_iter()
+            .filter(|w| took.is_none_or(|t| d.acked_by(*w, t)))
+            .collect();
         if newly.is_empty() {
             return;
         }

@@ -1099,3 +1099,78 @@ fn rule_6b_herd_free_two_standbys_whose_views_crossed_do_not_both_watch_the_othe
     });
     assert_eq!(h.e.watched_above(h.now), Some("n0"));
 }
+
+#[test]
+fn rule_6b_a_lock_learnt_held_after_a_lost_join_answer_still_stands_aside_for_the_better_placed() {
+    // The simulation's seeds 56156 and 110414: the join's answer was lost in a store
+    // outage; the rejoin that learns the outcome finds the lock this node's. Nothing of
+    // its own is under that lock: the members read with the state still count.
+    let mut h = H::new();
+    let j = h.session();
+    let a = h.feed(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Unknown,
+    });
+    assert!(a.is_empty(), "{a:?}");
+    let a = h.advance(RETRY_DELAY);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    let r = h.held(H::ticket_of(&a), 3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+
+    // A rejoin after a hold of its own (a refused renewal) is no fresh hold: it does not.
+    let mut h = H::new();
+    let r = h.won(3);
+    let a = h.read(r, BreadcrumbView::Absent);
+    let c = H::ticket_of(&a);
+    let a = h.feed(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Conflict,
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    let r = h.held(H::ticket_of(&a), 3);
+    let a = h.read_all(r, st);
+    assert!(!stood_aside(&a), "{a:?}");
+}
+
+#[test]
+fn rule_6b_a_node_is_placed_by_what_its_check_tells_now_not_its_record_as_read() {
+    // The simulation's seed 110414: n1's record, read before its first check printed,
+    // says "unknown", so n2 (position 0) was placed above it; its check now says 369.
+    let mut h = H::new();
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, None), standby("n2", 100, Some(0))],
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    // Waiting for n2: the check's position places n1 first, and it tries at once.
+    let a = h.feed(Event::OwnPosition {
+        position: Some(369),
+    });
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    // And the next members read, its record still old, keeps it first.
+    let mut h = H::new();
+    h.feed(Event::OwnPosition {
+        position: Some(369),
+    });
+    assert!(joins_at_once_after(
+        &mut h,
+        vec![standby("n1", 100, None), standby("n2", 100, Some(0))]
+    ));
+}
+
+/// `h` reads `members`, then its session starts with the lock free: whether it joins
+/// at once.
+fn joins_at_once_after(h: &mut H, members: Vec<MemberRecord>) -> bool {
+    h.feed(Event::Members { members });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    has(&a, |a| matches!(a, Action::Join { .. }))
+}
