@@ -2,7 +2,7 @@
 //! for one of higher priority or when its follow failed.
 
 use super::{service::Svc, Action, Elector, Phase, Reason, Ticket};
-use crate::record::{Health, MemberRecord, NodeRecord, Role};
+use crate::record::{Epoch, Health, MemberRecord, NodeRecord, Role};
 use std::time::Instant;
 
 impl Elector {
@@ -139,6 +139,7 @@ impl Elector {
         &self,
         members: &[MemberRecord],
         own_position: Option<u64>,
+        newest_promotion: Option<Epoch>,
         now: Instant,
     ) -> Option<(String, super::FailedTakeovers)> {
         if self.cfg.priority == 0 || self.named_target(now) {
@@ -152,7 +153,11 @@ impl Elector {
             own_position.or_else(|| me.and_then(|m| m.position)),
         );
         let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id).collect();
-        if let Some(before) = &self.stood_aside_for_better {
+        if let Some((_, before)) = self
+            .stood_aside_for_better
+            .as_ref()
+            .filter(|(at, _)| newest_promotion.is_none_or(|p| p <= *at))
+        {
             // A count of the same warden process that grew, or another process (a restart
             // of that node): the failures-in-a-row count would not do, reset as it is once
             // a node has stood by long enough (the review of stop 46).

@@ -693,7 +693,11 @@ pub struct Elector {
     /// must not keep the cluster without an active), unless one of them took the lock and
     /// failed since: it tries again after its back-off, which grows with each failure,
     /// so this node stands aside again, and its next look finds it sitting out.
-    stood_aside_for_better: Option<FailedTakeovers>,
+    /// With the epoch of the hold it let go: a promotion that history shows completed at a
+    /// later epoch is a new round too, seen or not (the simulation's seed 143244: cut off
+    /// from the store while n1 was promoted and stepped down, this node never saw it, and
+    /// promoted without the writes a standby placed above it held).
+    stood_aside_for_better: Option<(Epoch, FailedTakeovers)>,
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,

@@ -92,14 +92,21 @@ impl Elector {
             return;
         }
         if let Some((above, failures)) = fresh
-            .then(|| self.better_placed_now(&state.members, state.own_position, now))
+            .then(|| {
+                self.better_placed_now(
+                    &state.members,
+                    state.own_position,
+                    state.newest_history_epoch,
+                    now,
+                )
+            })
             .flatten()
         {
             // SPEC §6b: the view this node joined on is up to a session timeout old; the
             // records read now may place another standby above it (one that received
             // more since). It releases the lock before anything is fenced or written, and
             // waits for that one as for any standby placed above it.
-            self.stood_aside_for_better = Some(failures);
+            self.stood_aside_for_better = Some((epoch, failures));
             self.higher_rival = true;
             self.rival_waited = false;
             self.reason = Some(Reason::BetterPlaced(above));

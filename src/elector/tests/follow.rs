@@ -800,7 +800,7 @@ fn rule_6b_a_new_active_starts_a_new_round_of_standing_aside() {
     });
     assert!(h.e.stood_aside_for_better.is_none());
     // A lost session too.
-    h.e.stood_aside_for_better = Some(Vec::new());
+    h.e.stood_aside_for_better = Some((3, Vec::new()));
     h.feed(Event::SessionLost);
     assert!(h.e.stood_aside_for_better.is_none());
 }
@@ -1173,4 +1173,32 @@ fn joins_at_once_after(h: &mut H, members: Vec<MemberRecord>) -> bool {
         control: ControlView::default(),
     });
     has(&a, |a| matches!(a, Action::Join { .. }))
+}
+
+#[test]
+fn rule_6b_a_promotion_history_shows_since_the_stand_aside_starts_a_new_round_unseen() {
+    // The simulation's seed 143244: n1 stood aside at epoch 3 for n2; cut off from the
+    // store, it never saw n3 promoted at epoch 4 and step down. At epoch 5 its read shows
+    // n2 above it again: a new round, it stands aside again.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    let a = h.read_all(r, st.clone());
+    let rel = H::ticket_of(&a);
+    assert!(stood_aside(&a), "{a:?}");
+    let j = rejoin_after_standing_aside(&mut h, rel);
+    let r = h.held(j, 5);
+    st.newest_history_epoch = Some(4);
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+    // No promotion since (history's newest is the one before): it promotes.
+    let rel = H::ticket_of(&a);
+    let j = rejoin_after_standing_aside(&mut h, rel);
+    let r = h.held(j, 6);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
 }
