@@ -153,21 +153,28 @@ impl Elector {
             own_position.or_else(|| me.and_then(|m| m.position)),
         );
         let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id).collect();
-        if let Some((_, before)) = self
+        let before = self
             .stood_aside_for_better
             .as_ref()
             .filter(|(at, _)| newest_promotion.is_none_or(|p| p <= *at))
-        {
+            .map(|(_, before)| before);
+        if let Some(before) = before {
             // A count of the same warden process that grew, or another process (a restart
             // of that node): the failures-in-a-row count would not do, reset as it is once
-            // a node has stood by long enough (the review of stop 46).
-            let failed_since = above.iter().any(|m| {
-                before.iter().any(|(id, inc, f)| {
-                    *id == m.node.node_id
-                        && (*inc != m.node.incarnation || m.failed_takeovers.unwrap_or(0) > *f)
-                })
+            // a node has stood by long enough (the review of stop 46). Or one it never
+            // stood aside for in this round (the simulation's seed 282415: it stood aside
+            // for n2, which stood aside for n1, restarted meanwhile and still waiting out
+            // its new session; this node then promoted without the writes n1 held). At
+            // most once per node and failure: the cluster is not kept without an active.
+            let failed_or_new = above.iter().any(|m| {
+                before
+                    .iter()
+                    .find(|(id, _, _)| *id == m.node.node_id)
+                    .is_none_or(|(_, inc, f)| {
+                        *inc != m.node.incarnation || m.failed_takeovers.unwrap_or(0) > *f
+                    })
             });
-            if !failed_since {
+            if !failed_or_new {
                 return None;
             }
         }
@@ -182,7 +189,9 @@ impl Elector {
                 )
             })
             .collect();
-        let failures = above
+        // Those above now, and those of the round it stood aside for before (kept, so that
+        // each is stood aside for once per failure, whatever comes and goes above).
+        let mut failures: super::FailedTakeovers = above
             .iter()
             .map(|m| {
                 (
@@ -192,6 +201,11 @@ impl Elector {
                 )
             })
             .collect();
+        for old in before.into_iter().flatten() {
+            if !failures.iter().any(|(id, _, _)| *id == old.0) {
+                failures.push(old.clone());
+            }
+        }
         (!above.is_empty()).then(|| {
             (
                 format!(

@@ -1202,3 +1202,30 @@ fn rule_6b_a_promotion_history_shows_since_the_stand_aside_starts_a_new_round_un
         "{a:?}"
     );
 }
+
+#[test]
+fn rule_6b_a_winner_stands_aside_once_more_for_one_above_it_never_stood_aside_for() {
+    // The simulation's seed 282415: n1 stood aside for n2; n2 stood aside for n0, which
+    // had restarted and still waited out its new session. n1's next hold finds n0 above
+    // it too: it stands aside for n0 once, then promotes.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    st.members.push(standby("n0", 100, Some(20)));
+    let r = h.held(j, 5);
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+    // n2 gone from above meanwhile changes nothing: both were stood aside for.
+    st.members.retain(|m| m.node.node_id != "n2");
+    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    let r = h.held(j, 7);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
