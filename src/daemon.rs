@@ -316,6 +316,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 position_at: None,
                 after: None,
                 failed_takeovers: None,
+                tries_from: None,
+                tries_at: None,
             },
             false,
         ));
@@ -505,8 +507,21 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         match input {
             Input::Elector(ev) => self.feed(ev),
             Input::Session(gen, mut ev) => {
-                if let Event::AboveChanged { own_position, .. } = &mut ev {
+                if let Event::AboveChanged {
+                    own_position,
+                    record,
+                    ..
+                } = &mut ev
+                {
                     *own_position = self.standby_position();
+                    if let Some(m) = record {
+                        self.read_tries_at(m);
+                    }
+                }
+                if let Event::Members { members } = &mut ev {
+                    for m in members {
+                        self.read_tries_at(m);
+                    }
                 }
                 if self.session.as_ref().is_some_and(|s| s.gen == gen) {
                     if ev == Event::SessionLost {
@@ -1095,6 +1110,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position_at: self.position().map(|p| p.1.clone()),
             after: self.elector.placed_after().map(str::to_string),
             failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
+            tries_from: self.tries_from(),
+            tries_at: None,
         }
     }
 
@@ -2043,7 +2060,29 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position_at: self.position().map(|p| p.1.clone()),
             after: None,
             failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
+            tries_from: self.tries_from(),
+            tries_at: None,
         }
+    }
+
+    /// SPEC §6b: another member's [`MemberRecord::tries_from`] on this host's monotonic
+    /// clock (one in the past is none).
+    fn read_tries_at(&self, m: &mut MemberRecord) {
+        let (now, wall) = (self.host.now(), self.host.wall());
+        m.tries_at = m
+            .tries_from
+            .as_deref()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            .and_then(|t| t.duration_since(wall).ok())
+            .map(|left| now + left);
+    }
+
+    /// SPEC §6b: when this node's wait for a new session ends, on the wall clock, while it
+    /// lasts ([`MemberRecord::tries_from`]).
+    fn tries_from(&self) -> Option<String> {
+        let (now, wall) = (self.host.now(), self.host.wall());
+        let until = self.elector.settles_until(now)?;
+        Some(record::rfc3339(wall + (until - now)))
     }
 
     /// How the spawned service is contained, for `status` (SPEC §6); `None` in hooks mode.

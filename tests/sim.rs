@@ -207,6 +207,8 @@ pub struct DataOutcome {
     pub better_held_takeovers: u64,
     pub lost_declined: u64,
     pub declined_takeovers: u64,
+    pub lost_own_crumb: u64,
+    pub own_crumb_takeovers: u64,
 }
 
 impl DataOutcome {
@@ -223,6 +225,8 @@ impl DataOutcome {
         self.better_held_takeovers += o.better_held_takeovers;
         self.lost_declined += o.lost_declined;
         self.declined_takeovers += o.declined_takeovers;
+        self.lost_own_crumb += o.lost_own_crumb;
+        self.own_crumb_takeovers += o.own_crumb_takeovers;
         self.epoch_back_apart += o.epoch_back_apart;
     }
 }
@@ -1081,6 +1085,8 @@ fn run_plan(seed: u64, plan: Plan, store_cfg: StoreConfig, tracing: bool) -> Out
                 better_held_takeovers: u64::from(d.better_held_takeovers),
                 lost_declined: d.lost_declined,
                 declined_takeovers: u64::from(d.declined_takeovers),
+                lost_own_crumb: d.lost_own_crumb,
+                own_crumb_takeovers: u64::from(d.own_crumb_takeovers),
             }),
             virtual_time: Instant::now() - t0,
             trace: std::mem::take(&mut w.trace),
@@ -1250,6 +1256,7 @@ struct Sweep {
     /// Seeds where a takeover lost writes an eligible standby held (issue 33).
     better_held: Vec<u64>,
     declined: Vec<u64>,
+    own_crumb: Vec<u64>,
     /// Seeds on the Redis and on the ZooKeeper backend itself.
     redis_seeds: u64,
     zk_wire_seeds: u64,
@@ -1300,6 +1307,9 @@ impl Sweep {
             }
             if d.declined_takeovers > 0 {
                 self.declined.push(seed);
+            }
+            if d.own_crumb_takeovers > 0 {
+                self.own_crumb.push(seed);
             }
             self.data_seeds += 1;
             self.data.add(d);
@@ -1365,6 +1375,7 @@ impl Sweep {
         self.reached_lost.extend(o.reached_lost);
         self.better_held.extend(o.better_held);
         self.declined.extend(o.declined);
+        self.own_crumb.extend(o.own_crumb);
     }
 }
 
@@ -1485,7 +1496,9 @@ fn simulated_daemons_keep_every_invariant() {
          an eligible standby of the same or a higher priority held (issue 33; seeds {:?}); \
          {} more lost {} writes held by a standby that had let go of a lock it won in that \
          round before fencing anything, its own look placing another above it then \
-         (counted apart; seeds {:?})",
+         (counted apart; seeds {:?}); {} more lost {} writes by a winner that found its own \
+         breadcrumb under the lock, of an earlier promotion not verified stopped, and may \
+         not stand aside (counted apart; seeds {:?})",
         total.data_seeds,
         d.acked,
         d.handovers,
@@ -1514,6 +1527,14 @@ fn simulated_daemons_keep_every_invariant() {
         d.lost_declined,
         {
             let mut s = total.declined.clone();
+            s.sort();
+            s.truncate(10);
+            s
+        },
+        d.own_crumb_takeovers,
+        d.lost_own_crumb,
+        {
+            let mut s = total.own_crumb.clone();
             s.sort();
             s.truncate(10);
             s

@@ -36,6 +36,24 @@ impl Elector {
             .map(|m| (*m).clone());
         self.own_place = mine.1;
         self.members_asked = false;
+        // (The simulation's seed 304442: the best-placed had just restarted and waited out
+        // its new session when the lock went free; a standby of lower priority waited
+        // half a session timeout for it, took the lock a moment before it could, and
+        // promoted without its writes.)
+        self.above_tries_at = above
+            .iter()
+            .filter_map(|m| m.tries_at)
+            .filter(|t| *t > now)
+            .max()
+            .map(|t| t.min(now + self.session_timeout()));
+        if let (Some(t), Some(retry), true, Phase::Idle) = (
+            self.above_tries_at,
+            self.retry_at,
+            self.rival_waited,
+            &self.phase,
+        ) {
+            self.retry_at = Some(retry.max(t + self.lease_len()));
+        }
         let rivals: Vec<&str> = above.iter().map(|m| m.node.node_id.as_str()).collect();
         // (Kept by every node: the active names it when it steps down by itself.)
         let best = best_placed(members, &self.cfg.node_id);

@@ -288,8 +288,10 @@ impl Elector {
                 return;
             }
             if self.higher_rival && !self.rival_waited {
+                // From when the last of them may try, if one waits out a new session.
                 self.rival_waited = true;
-                self.retry_at = Some(now + self.lease_len());
+                let from = self.above_tries_at.filter(|t| *t > now).unwrap_or(now);
+                self.retry_at = Some(from + self.lease_len());
                 return;
             }
         }

@@ -676,6 +676,10 @@ pub struct Elector {
     /// This node's own position as the members last read showed it (its record's), to
     /// place a changed record of `placed_after` against it.
     own_place: Option<u64>,
+    /// SPEC §6b: the latest end of a new session's wait among the standbys placed above
+    /// this node ([`MemberRecord::tries_at`]), at most a session timeout from when it was
+    /// read: the wait for them counts from then.
+    above_tries_at: Option<Instant>,
     /// SPEC §6b: this node's position as its check last told it ([`Event::OwnPosition`]).
     own_position: Option<u64>,
     /// The members as last read, placed again when [`own_position`](Self::own_position)
@@ -766,6 +770,7 @@ impl Elector {
             own_place: None,
             own_position: None,
             members_view: Vec::new(),
+            above_tries_at: None,
             members_asked: false,
             above_record: None,
             stood_aside_for_better: None,
@@ -830,6 +835,13 @@ impl Elector {
                 ..
             }
         )
+    }
+
+    /// SPEC §6b: until when this node waits out its new (or re-made) session before it may
+    /// take the lock, while it does: for its member record
+    /// ([`MemberRecord::tries_from`]), so that a standby below it waits for it that long.
+    pub fn settles_until(&self, now: Instant) -> Option<Instant> {
+        self.settling(now)
     }
 
     /// SPEC §6b: the standby this node lets try first for a free lock (the one placed just

@@ -174,6 +174,10 @@ pub struct Data {
     /// fencing anything (its own look placed another above it then).
     pub lost_declined: u64,
     pub declined_takeovers: u32,
+    /// Of those, the winner found its own breadcrumb (of an earlier promotion not
+    /// verified stopped) under the lock: it could not stand aside (SPEC §6b).
+    pub lost_own_crumb: u64,
+    pub own_crumb_takeovers: u32,
 }
 
 impl Data {
@@ -220,6 +224,8 @@ impl Data {
             better_held_takeovers: 0,
             lost_declined: 0,
             declined_takeovers: 0,
+            lost_own_crumb: 0,
+            own_crumb_takeovers: 0,
         }
     }
 

@@ -81,7 +81,7 @@ pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, qui
         timeout,
         cancel: false,
     };
-    let wall = world.lock().wall();
+    let (wall, asked) = (world.lock().wall(), Instant::now());
     let requested = match failover::request_at(&zk, &cfg, &args, wall).await {
         Ok(r) => r,
         Err(e) => {
@@ -101,6 +101,9 @@ pub async fn switchover(world: World, cfg: Config, seq: u32, switch: Switch, qui
         // The request holds standbys out until it lapses: a fault until then.
         let lapses = requested.lapses_at - w.t0;
         w.ops_end = w.ops_end.max(lapses);
+        if let Some(t) = to {
+            w.named.push((t, asked, requested.lapses_at));
+        }
         w.log(|| {
             format!(
                 "OPERATOR failover: requested {} -> {:?}, deadline {}",

@@ -228,6 +228,8 @@ pub enum Fact {
         inc: u32,
         epoch: Epoch,
         at: Instant,
+        /// The breadcrumb as the lock was taken.
+        crumb: Option<NodeRecord>,
     },
     /// A join was refused because the store restarted since the joiner's session began
     /// (Redis's ACQUIRE answered `restarted`: stop 36, review F2).
@@ -864,14 +866,30 @@ impl State {
         }
     }
 
+    /// The breadcrumb as it is now, whatever the backend.
+    pub(super) fn breadcrumb_now(&self, now: Instant) -> Option<NodeRecord> {
+        if self.cfg.redis {
+            return self.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
+        }
+        if self.cfg.mysql {
+            return self.mysql_breadcrumb().and_then(|b| b.ok());
+        }
+        if self.cfg.zk_wire {
+            return self.zk_breadcrumb();
+        }
+        self.breadcrumb.as_ref().map(|(r, _)| r.clone())
+    }
+
     /// `owner` took the lock at `epoch`.
     pub(super) fn lock_taken(&mut self, owner: Option<Inc>, epoch: Epoch, at: Instant) {
         if let Some(o) = owner {
+            let crumb = self.breadcrumb_now(at);
             self.facts.push(Fact::LockTaken {
                 node: o.0,
                 inc: o.1,
                 epoch,
                 at,
+                crumb,
             });
         }
     }
@@ -1010,11 +1028,13 @@ impl State {
             version: 0,
         });
         self.fire_lock_watches(false, false, c.now);
+        let crumb = self.breadcrumb_now(c.now);
         self.facts.push(Fact::LockTaken {
             node: c.owner.0,
             inc: c.owner.1,
             epoch,
             at: c.now,
+            crumb,
         });
         Ok(Created::Taken(self.lock_stat().expect("just created")))
     }
@@ -1745,18 +1765,7 @@ impl SimStore {
 
     /// The breadcrumb as it is now.
     pub fn breadcrumb(&self) -> Option<NodeRecord> {
-        self.quiet(|st, now| {
-            if st.cfg.redis {
-                return st.redis_breadcrumb(now).and_then(|(b, _)| b.ok());
-            }
-            if st.cfg.mysql {
-                return st.mysql_breadcrumb().and_then(|b| b.ok());
-            }
-            if st.cfg.zk_wire {
-                return st.zk_breadcrumb();
-            }
-            st.breadcrumb.as_ref().map(|(r, _)| r.clone())
-        })
+        self.quiet(|st, now| st.breadcrumb_now(now))
     }
 
     /// The lock's holder (node, incarnation) and its epoch, as it is now.

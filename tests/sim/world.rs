@@ -194,6 +194,10 @@ pub struct Warden {
     pub role_since: Instant,
     /// When it last took the lock.
     pub took_lock: Option<Instant>,
+    /// The breadcrumb then was its own (of an earlier promotion whose service was not
+    /// verified stopped): it may not stand aside (SPEC §6b; the next active would fence
+    /// it).
+    pub took_over_own_crumb: bool,
     /// When it last let go of a lock it had won before fencing anything (`promoting` to
     /// `demoting`): it stood aside for a standby its own look placed above it, or refused.
     pub declined: Option<Instant>,
@@ -293,6 +297,9 @@ pub struct W {
     pub ops_busy: u32,
     /// When the last operator command ended.
     pub ops_end: Duration,
+    /// Switchover requests that named a target: (its node, asked at, lapses at). A
+    /// standby named by the operator takes over whatever the others hold (SPEC §6b).
+    pub named: Vec<(usize, Instant, Instant)>,
     /// Switchovers that ended with a new active; those of them in a quiet cluster.
     pub switched: u32,
     pub quiet_switches: u32,
@@ -391,6 +398,7 @@ impl World {
                 lease_end: BTreeMap::new(),
                 ops_busy: 0,
                 ops_end: Duration::ZERO,
+                named: Vec::new(),
                 switched: 0,
                 quiet_switches: 0,
                 quiet_lossy: 0,
@@ -611,6 +619,7 @@ impl W {
                 role: Role::Ineligible,
                 role_since: Instant::now(),
                 took_lock: None,
+                took_over_own_crumb: false,
                 declined: None,
                 task: None,
             },
@@ -982,12 +991,13 @@ impl W {
     /// before the winner took the lock, its service running and healthy, of `node`'s
     /// priority or above): counted, and logged.
     fn count_better_held(&mut self, node: usize, id: u64) {
-        let took = self
+        let (took, own_crumb) = self
             .wardens
             .iter()
             .filter(|(k, w)| k.0 == node && w.alive)
-            .filter_map(|(_, w)| w.took_lock)
-            .max();
+            .filter_map(|(_, w)| w.took_lock.map(|t| (t, w.took_over_own_crumb)))
+            .max()
+            .map_or((None, false), |(t, c)| (Some(t), c));
         let Some(d) = &self.data else {
             return;
         };
@@ -1002,6 +1012,22 @@ impl W {
             .filter(|w| took.is_none_or(|t| d.acked_by(*w, t)))
             .collect();
         if newly.is_empty() {
+            return;
+        }
+        // Named by a switchover pending when it took the lock: the operator's choice, not
+        // a better-placed standby passed over (the simulation's seed 347307: `failover
+        // --to n3 --force` named a node whose copy had just restarted with less).
+        if self.named.iter().any(|(n, asked, lapses)| {
+            *n == node && took.is_some_and(|t| *asked <= t && t <= *lapses)
+        }) {
+            self.log(|| {
+                format!(
+                    "NAMED: n{} promoted by a takeover as the switchover named it lacks {} \
+                     acknowledged writes (the operator's choice)",
+                    node + 1,
+                    newly.len()
+                )
+            });
             return;
         }
         let mine = self.plan.priorities[node];
@@ -1074,7 +1100,10 @@ impl W {
         }
         if let Some((other, held, declined)) = best {
             let d = self.data.as_mut().expect("checked above");
-            if declined {
+            if own_crumb {
+                d.lost_own_crumb += held;
+                d.own_crumb_takeovers += 1;
+            } else if declined {
                 d.lost_declined += held;
                 d.declined_takeovers += 1;
             } else {
@@ -1085,7 +1114,9 @@ impl W {
                 format!(
                     "BETTER HELD{}: n{} promoted by a takeover lacks {held} acknowledged writes \
                      that n{}'s copy held",
-                    if declined {
+                    if own_crumb {
+                        " (by one that found its own breadcrumb under the lock)"
+                    } else if declined {
                         " (by one that stood aside in this round)"
                     } else {
                         ""
@@ -1620,11 +1651,19 @@ impl W {
                 }
             }
             Fact::LockTaken {
-                node, inc, epoch, ..
+                node,
+                inc,
+                epoch,
+                crumb,
+                ..
             } => {
                 let who = (*node, *inc);
+                let own_crumb = crumb
+                    .as_ref()
+                    .is_some_and(|r| parse_incarnation(&r.incarnation) == Some(who));
                 if let Some(w) = self.wardens.get_mut(&who) {
                     w.took_lock = Some(Instant::now());
+                    w.took_over_own_crumb = own_crumb;
                 }
                 self.log(|| format!("LOCK taken by {} epoch {epoch}", name(who)));
             }

@@ -1229,3 +1229,41 @@ fn rule_6b_a_winner_stands_aside_once_more_for_one_above_it_never_stood_aside_fo
         "{a:?}"
     );
 }
+
+#[test]
+fn rule_6b_the_wait_for_a_better_placed_standby_counts_from_the_end_of_its_new_session() {
+    // The simulation's seed 304442: n2, placed above, had just restarted and waited out
+    // its new session when the lock went free; n1 must not take the lock half a session
+    // timeout later, a moment before n2 may.
+    let mut h = H::new();
+    let mut n2 = standby("n2", 100, Some(20));
+    n2.tries_at = Some(h.now + T * 4 / 5);
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), n2],
+    });
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.advance(T * 4 / 5 - Duration::from_millis(2));
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.advance(Duration::from_millis(2));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+
+    // Never more than one session timeout beyond the usual wait, whatever it says.
+    let mut h = H::new();
+    let mut n2 = standby("n2", 100, Some(20));
+    n2.tries_at = Some(h.now + T * 100);
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), n2],
+    });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T + T / 2 + Duration::from_millis(1));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+}
