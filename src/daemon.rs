@@ -190,6 +190,9 @@ pub struct Daemon<C: Connector, H: Host> {
     /// SPEC §6b: the data position the last passing check of each kind told, and when it
     /// was read (as RFC 3339); `None` while unknown. See [`Daemon::position`].
     positions: [Option<(u64, String)>; 2],
+    /// SPEC §6b: when each member's [`MemberRecord::tries_in`] ends, by (node, incarnation,
+    /// the value read), from when this node first read it ([`Daemon::read_tries_at`]).
+    tries_seen: std::collections::HashMap<(String, String, String), Instant>,
     eligibility: Option<CheckerHandle>,
     /// Hooks mode: the service's own check, which also decides eligibility; started
     /// afresh after each demotion.
@@ -316,7 +319,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 position_at: None,
                 after: None,
                 failed_takeovers: None,
-                tries_from: None,
+                tries_in: None,
                 tries_at: None,
             },
             false,
@@ -362,6 +365,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 Health::Unknown
             },
             positions: [None, None],
+            tries_seen: Default::default(),
             eligibility: None,
             hooks_probe,
             standby_check: None,
@@ -519,7 +523,18 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     }
                 }
                 if let Event::Members { members } = &mut ev {
-                    for m in members {
+                    let before = std::mem::take(&mut self.tries_seen);
+                    for m in members.iter_mut() {
+                        if let Some(t) = &m.tries_in {
+                            let key = (
+                                m.node.node_id.clone(),
+                                m.node.incarnation.clone(),
+                                t.clone(),
+                            );
+                            if let Some(at) = before.get(&key) {
+                                self.tries_seen.insert(key, *at);
+                            }
+                        }
                         self.read_tries_at(m);
                     }
                 }
@@ -1110,7 +1125,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position_at: self.position().map(|p| p.1.clone()),
             after: self.elector.placed_after().map(str::to_string),
             failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
-            tries_from: self.tries_from(),
+            tries_in: self.tries_in(),
             tries_at: None,
         }
     }
@@ -2060,29 +2075,39 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             position_at: self.position().map(|p| p.1.clone()),
             after: None,
             failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
-            tries_from: self.tries_from(),
+            tries_in: self.tries_in(),
             tries_at: None,
         }
     }
 
-    /// SPEC §6b: another member's [`MemberRecord::tries_from`] on this host's monotonic
-    /// clock (one in the past is none).
-    fn read_tries_at(&self, m: &mut MemberRecord) {
-        let (now, wall) = (self.host.now(), self.host.wall());
-        m.tries_at = m
-            .tries_from
-            .as_deref()
-            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-            .and_then(|t| t.duration_since(wall).ok())
-            .map(|left| now + left);
+    /// SPEC §6b: when another member's [`MemberRecord::tries_in`] ends on this host's
+    /// monotonic clock, from when this node first read that record's value (a record read
+    /// again unchanged is not counted again; `keep`: those of the members read now, the
+    /// others forgotten).
+    fn read_tries_at(&mut self, m: &mut MemberRecord) {
+        let now = self.host.now();
+        m.tries_at = m.tries_in.as_deref().and_then(|t| {
+            let left = humantime::parse_duration(t).ok()?;
+            let key = (
+                m.node.node_id.clone(),
+                m.node.incarnation.clone(),
+                t.to_string(),
+            );
+            Some(
+                *self
+                    .tries_seen
+                    .entry(key)
+                    .or_insert_with(|| now.checked_add(left).unwrap_or(now)),
+            )
+        });
     }
 
-    /// SPEC §6b: when this node's wait for a new session ends, on the wall clock, while it
-    /// lasts ([`MemberRecord::tries_from`]).
-    fn tries_from(&self) -> Option<String> {
-        let (now, wall) = (self.host.now(), self.host.wall());
+    /// SPEC §6b: how much of this node's wait for a new session is left, while it lasts
+    /// ([`MemberRecord::tries_in`]).
+    fn tries_in(&self) -> Option<String> {
+        let now = self.host.now();
         let until = self.elector.settles_until(now)?;
-        Some(record::rfc3339(wall + (until - now)))
+        Some(humantime::format_duration(round_ms(until - now)).to_string())
     }
 
     /// How the spawned service is contained, for `status` (SPEC §6); `None` in hooks mode.

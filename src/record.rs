@@ -454,26 +454,30 @@ pub struct MemberRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_takeovers: Option<u32>,
     /// SPEC §6b: while this node waits out a new (or re-made) session before it may take
-    /// the lock (§4.1), when that wait ends (RFC 3339): a standby placed below it lets it
-    /// try first for that much longer (at most one session timeout more). Informational:
-    /// one that is not a time is dropped.
+    /// the lock (§4.1), how much of that wait was left when the record was written (e.g.
+    /// `"2s 300ms"`): a standby placed below it lets it try first for that much longer
+    /// (at most one session timeout more). A duration, not a time of day, so that no two
+    /// hosts' clocks are compared (the review of stop 47). Informational: one that is not
+    /// a duration is dropped.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "informational_time"
+        deserialize_with = "informational_duration"
     )]
-    pub tries_from: Option<String>,
-    /// [`tries_from`](Self::tries_from) on this host's monotonic clock, as the driver
-    /// read it (never written).
+    pub tries_in: Option<String>,
+    /// When [`tries_in`](Self::tries_in) ends on this host's monotonic clock, counted
+    /// from when the driver first read that record (never written).
     #[serde(skip)]
     pub tries_at: Option<std::time::Instant>,
 }
 
-/// [`MemberRecord::tries_from`] as read: a time that does not parse is dropped.
-fn informational_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+/// [`MemberRecord::tries_in`] as read: one that is not a duration is dropped.
+fn informational_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
     let v = Option::<serde_json::Value>::deserialize(d)?;
     Ok(v.and_then(|v| match v {
-        serde_json::Value::String(s) if humantime::parse_rfc3339_weak(&s).is_ok() => Some(s),
+        serde_json::Value::String(s) if humantime::parse_duration(&s).is_ok() => Some(s),
         _ => None,
     }))
 }
@@ -616,7 +620,7 @@ impl MemberRecord {
             position_at: None,
             after: None,
             failed_takeovers: None,
-            tries_from: None,
+            tries_in: None,
             tries_at: None,
         }
     }
@@ -882,9 +886,9 @@ mod tests {
         }
     }
 
-    /// SPEC §6b: a `tries_from` that is not a time is dropped, the record kept.
+    /// SPEC §6b: a `tries_in` that is not a duration is dropped, the record kept.
     #[test]
-    fn a_bad_tries_from_is_dropped_not_the_member_record() {
+    fn a_bad_tries_in_is_dropped_not_the_member_record() {
         let mut m = MemberRecord::bare(
             NodeRecord {
                 node_id: "n1".into(),
@@ -893,15 +897,15 @@ mod tests {
             Role::Standby,
             Health::Healthy,
         );
-        m.tries_from = Some("2026-11-29T09:00:04.000Z".into());
+        m.tries_in = Some("2s 300ms".into());
         let good = to_bytes(&m);
         assert_eq!(parse::<MemberRecord>(&good).unwrap(), m);
         let text = String::from_utf8(good).unwrap();
         for bad in ["\"soon\"", "5", "{}", "\"\""] {
-            let bytes = text.replace("\"2026-11-29T09:00:04.000Z\"", bad);
+            let bytes = text.replace("\"2s 300ms\"", bad);
             assert_ne!(bytes, text, "{bad}");
             let read = parse::<MemberRecord>(bytes.as_bytes()).unwrap();
-            assert_eq!(read.tries_from, None, "{bad}");
+            assert_eq!(read.tries_in, None, "{bad}");
             assert_eq!(read.node.node_id, "n1");
         }
     }

@@ -601,7 +601,7 @@ async fn members_answers_what_the_snapshot_says() {
         position_at: Some("2026-11-29T09:00:00.000Z".into()),
         after: Some("n2".into()),
         failed_takeovers: None,
-        tries_from: Some("2026-11-29T09:00:04.000Z".into()),
+        tries_in: Some("2s 300ms".into()),
         tries_at: None,
     };
     let a = connector.connect().await.expect("a session");

@@ -13,13 +13,15 @@ impl Elector {
     /// it tries at once.
     pub(super) fn on_members(&mut self, members: &[MemberRecord], now: Instant) {
         let me = members.iter().find(|m| m.node.node_id == self.cfg.node_id);
-        // Its own place from what its check told it last, else from its record as read:
-        // the record may be older (the simulation's seed 110414: read before its first
-        // check printed, it said "unknown", and the node, which held the most, waited
-        // for one with nothing until a standby with nothing took the lock).
+        // Its own place from its record as read, as the others are placed (by records as
+        // old as its own: a fresher own position would place every streaming replica
+        // first in its own eyes, the review of stop 47); from what its check told it last
+        // when the record has none (the simulation's seed 110414: read before its first
+        // check printed, it said "unknown", and the node, which held the most, waited for
+        // one with nothing until a standby with nothing took the lock).
         let mine = (
             self.cfg.priority,
-            self.own_position.or_else(|| me.and_then(|m| m.position)),
+            me.and_then(|m| m.position).or(self.own_position),
         );
         self.members_view = members.to_vec();
         let id = self.cfg.node_id.clone();
@@ -46,13 +48,14 @@ impl Elector {
             .filter(|t| *t > now)
             .max()
             .map(|t| t.min(now + self.session_timeout()));
-        if let (Some(t), Some(retry), true, Phase::Idle) = (
+        if let (Some(t), Some(retry), Some(cap), true, Phase::Idle) = (
             self.above_tries_at,
             self.retry_at,
+            self.rival_wait_cap,
             self.rival_waited,
             &self.phase,
         ) {
-            self.retry_at = Some(retry.max(t + self.lease_len()));
+            self.retry_at = Some(retry.max(t + self.lease_len()).min(cap));
         }
         let rivals: Vec<&str> = above.iter().map(|m| m.node.node_id.as_str()).collect();
         // (Kept by every node: the active names it when it steps down by itself.)

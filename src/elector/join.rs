@@ -104,6 +104,9 @@ impl Elector {
         // waits again (the review of stop 44).
         self.rival_waited = false;
         self.stood_aside_for_better = None;
+        // The places read in that session: the next one reads them again.
+        self.members_view.clear();
+        self.above_tries_at = None;
         self.must_rejoin = false;
         self.lease.in_flight = None;
         self.lease.next_renewal = None;
@@ -290,8 +293,10 @@ impl Elector {
             if self.higher_rival && !self.rival_waited {
                 // From when the last of them may try, if one waits out a new session.
                 self.rival_waited = true;
+                let cap = now + self.lease_len() + self.session_timeout();
+                self.rival_wait_cap = Some(cap);
                 let from = self.above_tries_at.filter(|t| *t > now).unwrap_or(now);
-                self.retry_at = Some(from + self.lease_len());
+                self.retry_at = Some((from + self.lease_len()).min(cap));
                 return;
             }
         }

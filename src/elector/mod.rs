@@ -680,6 +680,11 @@ pub struct Elector {
     /// this node ([`MemberRecord::tries_at`]), at most a session timeout from when it was
     /// read: the wait for them counts from then.
     above_tries_at: Option<Instant>,
+    /// The latest this node waits for standbys placed above it, set as the wait starts:
+    /// one session timeout beyond the usual half, whatever later reads say (a node that
+    /// keeps re-making its link would otherwise push the wait for ever: the review of
+    /// stop 47).
+    rival_wait_cap: Option<Instant>,
     /// SPEC §6b: this node's position as its check last told it ([`Event::OwnPosition`]).
     own_position: Option<u64>,
     /// The members as last read, placed again when [`own_position`](Self::own_position)
@@ -771,6 +776,7 @@ impl Elector {
             own_position: None,
             members_view: Vec::new(),
             above_tries_at: None,
+            rival_wait_cap: None,
             members_asked: false,
             above_record: None,
             stood_aside_for_better: None,

@@ -93,10 +93,17 @@ impl Elector {
         }
         if let Some((above, failures)) = fresh
             .then(|| {
+                // A new round since its stand-aside: a promotion history shows, or the
+                // breadcrumb of one (history is written once, and may have failed: the
+                // review of stop 47).
+                let crumb = match &state.breadcrumb {
+                    BreadcrumbView::Record { record, .. } => record.epoch,
+                    _ => None,
+                };
                 self.better_placed_now(
                     &state.members,
                     state.own_position,
-                    state.newest_history_epoch,
+                    state.newest_history_epoch.max(crumb),
                     now,
                 )
             })

@@ -1034,14 +1034,17 @@ impl W {
         // Placed by what the checks had printed when the winner took the lock (what the
         // records could show then): a copy ahead of what its check last printed is not
         // better-placed, only luckier.
-        let said_by = |n: usize| {
+        let said_at = |n: usize, by: Option<Instant>| {
             self.said[n]
                 .iter()
                 .rev()
-                .find(|(at, _)| took.is_none_or(|t| *at <= t))
+                .find(|(at, _)| by.is_none_or(|t| *at <= t))
                 .and_then(|(_, p)| *p)
         };
-        let winner_said = said_by(node);
+        // And still by what they printed when the winner committed (its look at the
+        // members came between): one whose check printed garbage or failed meanwhile is
+        // "unknown", placed last (SPEC §6b; the simulation's seed 19181).
+        let committed = self.checks.commits_at.iter().max().copied();
         let mut best: Option<(usize, u64, bool)> = None;
         // The round: since the last commit before the winner took the lock (its own
         // commit, seen by now, is not the start of its round).
@@ -1071,12 +1074,15 @@ impl W {
             {
                 continue;
             }
-            let placed_above = self.plan.priorities[other] > mine
-                || match (said_by(other), winner_said) {
-                    (Some(a), Some(b)) => a > b,
-                    (Some(_), None) => true,
-                    _ => false,
-                };
+            let above_by = |by: Option<Instant>| {
+                self.plan.priorities[other] > mine
+                    || match (said_at(other, by), said_at(node, by)) {
+                        (Some(a), Some(b)) => a > b,
+                        (Some(_), None) => true,
+                        _ => false,
+                    }
+            };
+            let placed_above = above_by(took) && above_by(committed);
             if !placed_above {
                 continue;
             }

@@ -1192,6 +1192,19 @@ fn rule_6b_a_promotion_history_shows_since_the_stand_aside_starts_a_new_round_un
     st.newest_history_epoch = Some(4);
     let a = h.read_all(r, st.clone());
     assert!(stood_aside(&a), "{a:?}");
+    // Or the breadcrumb of one, its history entry never written (the review of stop 47).
+    let mut h2 = H::new();
+    let r = h2.won(3);
+    let mut st2 = state(BreadcrumbView::Absent);
+    st2.members = n2_above();
+    let a2 = h2.read_all(r, st2.clone());
+    let j = rejoin_after_standing_aside(&mut h2, H::ticket_of(&a2));
+    let r = h2.held(j, 5);
+    st2.breadcrumb = BreadcrumbView::Record {
+        record: record("n3", "inc-3", Some(4)),
+        version: Version::new(1),
+    };
+    assert!(stood_aside(&h2.read_all(r, st2)));
     // No promotion since (history's newest is the one before): it promotes.
     let rel = H::ticket_of(&a);
     let j = rejoin_after_standing_aside(&mut h, rel);
@@ -1265,5 +1278,35 @@ fn rule_6b_the_wait_for_a_better_placed_standby_counts_from_the_end_of_its_new_s
         control: ControlView::default(),
     });
     let a = h.advance(T + T / 2 + Duration::from_millis(1));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+
+    // Nor when each read finds it waiting out a new session again (a node that keeps
+    // re-making its link): the wait ends one session timeout beyond the usual half after
+    // it began (the review of stop 47).
+    let mut h = H::new();
+    let members = |h: &H| {
+        let mut n2 = standby("n2", 100, Some(20));
+        n2.tries_at = Some(h.now + T * 9 / 10);
+        vec![standby("n1", 100, Some(10)), n2]
+    };
+    let m = members(&h);
+    h.feed(Event::Members { members: m });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let mut joined = false;
+    for _ in 0..3 {
+        let a = h.advance(T * 2 / 5);
+        joined |= has(&a, |a| matches!(a, Action::Join { .. }));
+        let m = members(&h);
+        let a = h.feed(Event::Members { members: m });
+        joined |= has(&a, |a| matches!(a, Action::Join { .. }));
+    }
+    // 1.2 T so far; the cap is at 1.5 T.
+    let a = h.advance(T * 3 / 10 - Duration::from_millis(1));
+    joined |= has(&a, |a| matches!(a, Action::Join { .. }));
+    assert!(!joined, "not before the cap");
+    let a = h.advance(Duration::from_millis(2));
     assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
 }
