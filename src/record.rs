@@ -861,10 +861,14 @@ mod tests {
         ));
     }
 
-    /// The review of stop 45: a member record whose `after` is not a node id keeps the
-    /// rest (its leftover above all); only `after` is dropped.
-    #[test]
-    fn a_bad_after_is_dropped_not_the_member_record() {
+    /// A member record with `set` applied written, then read with its value `good`
+    /// replaced by each bad one: the record is kept, only that field dropped (`get`).
+    fn bad_values_drop_only_the_field(
+        set: impl Fn(&mut MemberRecord),
+        good: &str,
+        get: impl Fn(&MemberRecord) -> bool,
+        bad: &[&str],
+    ) {
         let mut m = MemberRecord::bare(
             NodeRecord {
                 node_id: "n1".into(),
@@ -873,41 +877,40 @@ mod tests {
             Role::Standby,
             Health::Healthy,
         );
-        m.after = Some("n2".into());
-        let good = to_bytes(&m);
-        assert_eq!(parse::<MemberRecord>(&good).unwrap(), m);
-        let text = String::from_utf8(good).unwrap();
-        for bad in ["\"n2\\u001b[31m\"", "5", "{}", "\"\""] {
-            let bytes = text.replace("\"n2\"", bad);
+        set(&mut m);
+        let good_bytes = to_bytes(&m);
+        assert_eq!(parse::<MemberRecord>(&good_bytes).unwrap(), m);
+        let text = String::from_utf8(good_bytes).unwrap();
+        for bad in bad {
+            let bytes = text.replace(good, bad);
             assert_ne!(bytes, text, "{bad}");
             let read = parse::<MemberRecord>(bytes.as_bytes()).unwrap();
-            assert_eq!(read.after, None, "{bad}");
+            assert!(!get(&read), "{bad}");
             assert_eq!(read.node.node_id, "n1");
         }
+    }
+
+    /// The review of stop 45: a member record whose `after` is not a node id keeps the
+    /// rest (its leftover above all); only `after` is dropped.
+    #[test]
+    fn a_bad_after_is_dropped_not_the_member_record() {
+        bad_values_drop_only_the_field(
+            |m| m.after = Some("n2".into()),
+            "\"n2\"",
+            |m| m.after.is_some(),
+            &["\"n2\\u001b[31m\"", "5", "{}", "\"\""],
+        );
     }
 
     /// SPEC §6b: a `tries_in` that is not a duration is dropped, the record kept.
     #[test]
     fn a_bad_tries_in_is_dropped_not_the_member_record() {
-        let mut m = MemberRecord::bare(
-            NodeRecord {
-                node_id: "n1".into(),
-                ..Default::default()
-            },
-            Role::Standby,
-            Health::Healthy,
+        bad_values_drop_only_the_field(
+            |m| m.tries_in = Some("2s 300ms".into()),
+            "\"2s 300ms\"",
+            |m| m.tries_in.is_some(),
+            &["\"soon\"", "5", "{}", "\"\""],
         );
-        m.tries_in = Some("2s 300ms".into());
-        let good = to_bytes(&m);
-        assert_eq!(parse::<MemberRecord>(&good).unwrap(), m);
-        let text = String::from_utf8(good).unwrap();
-        for bad in ["\"soon\"", "5", "{}", "\"\""] {
-            let bytes = text.replace("\"2s 300ms\"", bad);
-            assert_ne!(bytes, text, "{bad}");
-            let read = parse::<MemberRecord>(bytes.as_bytes()).unwrap();
-            assert_eq!(read.tries_in, None, "{bad}");
-            assert_eq!(read.node.node_id, "n1");
-        }
     }
 
     #[test]

@@ -221,26 +221,13 @@ fn reap_orphaned_postmasters() {
     assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
     let me = std::process::id();
     std::thread::spawn(move || loop {
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
+        for pid in common::all_pids() {
+            let Some((comm, state, ppid)) = common::postgres::proc_stat(pid) else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-                continue;
-            };
-            let comm = &stat[open + 1..close];
-            let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-            let ppid = f.get(1).and_then(|p| p.parse::<u32>().ok());
-            if comm == "postgres" && f.first() == Some(&"Z") && ppid == Some(me) {
+            if comm == "postgres" && state == 'Z' && ppid == me {
                 // SAFETY: waitpid on one pid, no memory handed over.
-                unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+                unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
             }
         }
         std::thread::sleep(ms(100));

@@ -124,17 +124,20 @@ pub fn process_cmdline(pid: u32) -> Option<String> {
     )
 }
 
+/// The pids under `/proc` now.
+pub fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
+}
+
 /// Pids of live processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<(u32, String)> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids() {
         if let Some(cmdline) = process_cmdline(pid) {
             if cmdline.contains(marker) && process_alive(pid) {
                 found.push((pid, cmdline));

@@ -448,18 +448,11 @@ impl PgServer {
             return Vec::new();
         };
         let mut pids = vec![postmaster];
-        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if proc_stat(pid).is_some_and(|(_, _, ppid)| ppid == postmaster) {
-                pids.push(pid);
-            }
-        }
+        pids.extend(
+            super::all_pids()
+                .into_iter()
+                .filter(|&pid| proc_stat(pid).is_some_and(|(_, _, ppid)| ppid == postmaster)),
+        );
         pids
     }
 }
@@ -473,7 +466,7 @@ fn process_state(pid: u32) -> Option<char> {
 }
 
 /// The command, state and parent of `pid` from `/proc/<pid>/stat`.
-fn proc_stat(pid: u32) -> Option<(String, char, u32)> {
+pub fn proc_stat(pid: u32) -> Option<(String, char, u32)> {
     // "pid (comm) state ppid ...": the command may hold spaces and parens.
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (head, rest) = stat.rsplit_once(')')?;
