@@ -178,6 +178,10 @@ pub struct Data {
     /// verified stopped) under the lock: it could not stand aside (SPEC §6b).
     pub lost_own_crumb: u64,
     pub own_crumb_takeovers: u32,
+    /// Of those, the better-placed standby's record as stored did not show it yet (a
+    /// record lags its check).
+    pub lost_record_lag: u64,
+    pub record_lag_takeovers: u32,
 }
 
 impl Data {
@@ -226,6 +230,8 @@ impl Data {
             declined_takeovers: 0,
             lost_own_crumb: 0,
             own_crumb_takeovers: 0,
+            lost_record_lag: 0,
+            record_lag_takeovers: 0,
         }
     }
 

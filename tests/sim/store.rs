@@ -201,6 +201,9 @@ pub enum Fact {
         control: Control,
         /// When the caller's last `read_state` answered: it decided on that control.
         read_at: Option<Instant>,
+        /// Each member record's position as stored at the commit: what the committer's
+        /// look at the members, a moment before, could show at most.
+        positions: BTreeMap<usize, Option<u64>>,
     },
     /// A renewal (or a commit) by the lock holder was applied; `sent` is when the caller
     /// issued the call (the start of the lease it grants).
@@ -916,6 +919,7 @@ impl State {
     ) {
         let parsed = |b: Option<&[u8]>| b.and_then(|b| warden::record::parse::<NodeRecord>(b).ok());
         if let Some(record) = parsed(after) {
+            let positions = self.positions_now(at);
             self.facts.push(Fact::Commit {
                 node: owner.0,
                 inc: owner.1,
@@ -925,8 +929,29 @@ impl State {
                 at,
                 control,
                 read_at,
+                positions,
             });
         }
+    }
+
+    /// Each member record's position as stored now, by node index, whatever the backend.
+    fn positions_now(&self, now: Instant) -> BTreeMap<usize, Option<u64>> {
+        let records: Vec<MemberRecord> = if self.cfg.redis {
+            self.redis_members(now).into_values().collect()
+        } else if self.cfg.mysql {
+            self.mysql_members(now).into_values().collect()
+        } else if self.cfg.zk_wire {
+            self.zk_members().into_values().collect()
+        } else {
+            self.members.values().map(|m| m.record.clone()).collect()
+        };
+        records
+            .into_iter()
+            .filter_map(|m| {
+                let n: usize = m.node.node_id.strip_prefix('n')?.parse().ok()?;
+                Some((n.checked_sub(1)?, m.position))
+            })
+            .collect()
     }
 
     /// A write of `owner` other than a commit changed the breadcrumb from `before` to
@@ -1282,6 +1307,7 @@ impl State {
         let version = replaced.as_ref().map_or(0, |(_, v)| v + 1);
         self.breadcrumb = Some((record.clone(), version));
         self.fire_breadcrumb_watches(c.now);
+        let positions = self.positions_now(c.now);
         self.facts.push(Fact::Commit {
             node: c.owner.0,
             inc: c.owner.1,
@@ -1291,6 +1317,7 @@ impl State {
             at: c.now,
             control: self.control_value(),
             read_at,
+            positions,
         });
         self.fire_lock_watches(true, false, c.now);
         self.facts.push(Fact::Renewed {

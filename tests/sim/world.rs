@@ -198,6 +198,8 @@ pub struct Warden {
     /// verified stopped): it may not stand aside (SPEC §6b; the next active would fence
     /// it).
     pub took_over_own_crumb: bool,
+    /// The member records' positions as stored at its last commit, by node.
+    pub commit_positions: BTreeMap<usize, Option<u64>>,
     /// When it last let go of a lock it had won before fencing anything (`promoting` to
     /// `demoting`): it stood aside for a standby its own look placed above it, or refused.
     pub declined: Option<Instant>,
@@ -620,6 +622,7 @@ impl W {
                 role_since: Instant::now(),
                 took_lock: None,
                 took_over_own_crumb: false,
+                commit_positions: BTreeMap::new(),
                 declined: None,
                 task: None,
             },
@@ -991,13 +994,16 @@ impl W {
     /// before the winner took the lock, its service running and healthy, of `node`'s
     /// priority or above): counted, and logged.
     fn count_better_held(&mut self, node: usize, id: u64) {
-        let (took, own_crumb) = self
+        let (took, own_crumb, stored) = self
             .wardens
             .iter()
             .filter(|(k, w)| k.0 == node && w.alive)
-            .filter_map(|(_, w)| w.took_lock.map(|t| (t, w.took_over_own_crumb)))
-            .max()
-            .map_or((None, false), |(t, c)| (Some(t), c));
+            .filter_map(|(_, w)| {
+                w.took_lock
+                    .map(|t| (t, w.took_over_own_crumb, w.commit_positions.clone()))
+            })
+            .max_by_key(|(t, _, _)| *t)
+            .map_or((None, false, BTreeMap::new()), |(t, c, s)| (Some(t), c, s));
         let Some(d) = &self.data else {
             return;
         };
@@ -1045,7 +1051,7 @@ impl W {
         // members came between): one whose check printed garbage or failed meanwhile is
         // "unknown", placed last (SPEC §6b; the simulation's seed 19181).
         let committed = self.checks.commits_at.iter().max().copied();
-        let mut best: Option<(usize, u64, bool)> = None;
+        let mut best: Option<(usize, u64, bool, bool)> = None;
         // The round: since the last commit before the winner took the lock (its own
         // commit, seen by now, is not the start of its round).
         let round = self
@@ -1083,6 +1089,18 @@ impl W {
                     }
             };
             let placed_above = above_by(took) && above_by(committed);
+            // And by its record as stored at the commit, which the winner's look a moment
+            // before could show at most: a record that lagged its check (a lost write held
+            // the member writer back: the simulation's seed 20357) is counted apart.
+            let record_above = self.plan.priorities[other] > mine
+                || match (
+                    stored.get(&other).copied().flatten(),
+                    said_at(node, committed),
+                ) {
+                    (Some(a), Some(b)) => a > b,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
             if !placed_above {
                 continue;
             }
@@ -1101,12 +1119,15 @@ impl W {
                 .declined
                 .is_some_and(|t| round.is_none_or(|r| t > r) && took.is_none_or(|k| t <= k));
             if held > best.map_or(0, |b| b.1) {
-                best = Some((other, held, declined));
+                best = Some((other, held, declined, !record_above));
             }
         }
-        if let Some((other, held, declined)) = best {
+        if let Some((other, held, declined, lagged)) = best {
             let d = self.data.as_mut().expect("checked above");
-            if own_crumb {
+            if lagged {
+                d.lost_record_lag += held;
+                d.record_lag_takeovers += 1;
+            } else if own_crumb {
                 d.lost_own_crumb += held;
                 d.own_crumb_takeovers += 1;
             } else if declined {
@@ -1120,7 +1141,9 @@ impl W {
                 format!(
                     "BETTER HELD{}: n{} promoted by a takeover lacks {held} acknowledged writes \
                      that n{}'s copy held",
-                    if own_crumb {
+                    if lagged {
+                        " (its record did not show it yet)"
+                    } else if own_crumb {
                         " (by one that found its own breadcrumb under the lock)"
                     } else if declined {
                         " (by one that stood aside in this round)"
@@ -1476,10 +1499,14 @@ impl W {
                 control,
                 read_at,
                 at,
+                positions,
                 ..
             } => {
                 let who = (*node, *inc);
                 self.checks.commits_at.push(*at);
+                if let Some(w) = self.wardens.get_mut(&who) {
+                    w.commit_positions = positions.clone();
+                }
                 self.log(|| format!("COMMIT by {} epoch {epoch}", name(who)));
                 // A third node's commit ends a handover whose successor never promoted (the
                 // request lapsed; the successor's warden was dead). Then, if a resync drops
