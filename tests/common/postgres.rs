@@ -437,6 +437,9 @@ impl PgServer {
         }
         if let Some(pid) = self.pid() {
             if killed.contains(&pid) && process_state(pid) == Some('Z') {
+                // Its segment's id is on that file's line 7: removed first, as the next
+                // start, finding no pid file, would not (`harness.rs`).
+                self.remove_leftover_shared_memory();
                 let _ = fs::remove_file(self.pidfile());
             }
         }
