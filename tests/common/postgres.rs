@@ -415,26 +415,19 @@ impl PgServer {
     /// its pid file is removed then, as nothing of that server runs.
     pub fn wait_gone(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        while self.try_sql("SELECT 1").is_ok() {
-            assert!(Instant::now() < deadline, "PostgreSQL still answers");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::wait_until(timeout, "PostgreSQL no longer answers", || {
+            self.try_sql("SELECT 1").is_err()
+        });
         let killed = std::mem::take(&mut *self.killed.lock().expect("the killed pids"));
-        loop {
-            let running: Vec<u32> = killed
-                .iter()
-                .copied()
-                .filter(|&pid| matches!(process_state(pid), Some(state) if state != 'Z'))
-                .collect();
-            if running.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "killed PostgreSQL processes still run: {running:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        super::wait_until(
+            deadline.saturating_duration_since(Instant::now()),
+            "the killed PostgreSQL's processes are gone (or zombies)",
+            || {
+                killed
+                    .iter()
+                    .all(|&pid| process_state(pid).is_none_or(|state| state == 'Z'))
+            },
+        );
         if let Some(pid) = self.pid() {
             if killed.contains(&pid) && process_state(pid) == Some('Z') {
                 // Its segment's id is on that file's line 7: removed first, as the next
