@@ -42,8 +42,14 @@ impl Elector {
         // its new session when the lock went free; a standby of lower priority waited
         // half a session timeout for it, took the lock a moment before it could, and
         // promoted without its writes.)
+        // Not for one whose record names this node as placed above it (crossed views: it
+        // stood aside for this node, or will; the simulation's seed 158755: waited for
+        // through its new session, it then took the lock and promoted, having stood aside
+        // for this node once already, without the writes this node held).
+        let me_id = self.cfg.node_id.clone();
         self.above_tries_at = above
             .iter()
+            .filter(|m| m.after.as_deref() != Some(me_id.as_str()))
             .filter_map(|m| m.tries_at)
             .filter(|t| *t > now)
             .max()

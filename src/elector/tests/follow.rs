@@ -1266,6 +1266,22 @@ fn rule_6b_the_wait_for_a_better_placed_standby_counts_from_the_end_of_its_new_s
     let a = h.advance(Duration::from_millis(2));
     assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
 
+    // Not for one whose record names this node as placed above it (crossed views): the
+    // usual half (the simulation's seed 158755).
+    let mut h = H::new();
+    let mut n2 = standby("n2", 100, Some(20));
+    n2.tries_at = Some(h.now + T * 4 / 5);
+    n2.after = Some("n1".into());
+    h.feed(Event::Members {
+        members: vec![standby("n1", 100, Some(10)), n2],
+    });
+    h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    let a = h.advance(T / 2 + Duration::from_millis(1));
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+
     // Never more than one session timeout beyond the usual wait, whatever it says.
     let mut h = H::new();
     let mut n2 = standby("n2", 100, Some(20));
