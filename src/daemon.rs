@@ -525,12 +525,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 if let Event::Members { members } = &mut ev {
                     let before = std::mem::take(&mut self.tries_seen);
                     for m in members.iter_mut() {
-                        if let Some(t) = &m.tries_in {
-                            let key = (
-                                m.node.node_id.clone(),
-                                m.node.incarnation.clone(),
-                                t.clone(),
-                            );
+                        if let Some(key) = tries_key(m) {
                             if let Some(at) = before.get(&key) {
                                 self.tries_seen.insert(key, *at);
                             }
@@ -2087,11 +2082,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let now = self.host.now();
         m.tries_at = m.tries_in.as_deref().and_then(|t| {
             let left = humantime::parse_duration(t).ok()?;
-            let key = (
-                m.node.node_id.clone(),
-                m.node.incarnation.clone(),
-                t.to_string(),
-            );
+            let key = tries_key(m)?;
             Some(
                 *self
                     .tries_seen
@@ -2238,6 +2229,12 @@ fn control_view(c: &Control, host: &impl Host) -> ControlView {
             }
         }),
     }
+}
+
+/// What [`Daemon::tries_seen`] keys a member's [`MemberRecord::tries_in`] by.
+fn tries_key(m: &MemberRecord) -> Option<(String, String, String)> {
+    let t = m.tries_in.clone()?;
+    Some((m.node.node_id.clone(), m.node.incarnation.clone(), t))
 }
 
 fn control_event(c: &Control, host: &impl Host) -> Event {
