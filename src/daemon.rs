@@ -183,6 +183,9 @@ pub struct Daemon<C: Connector, H: Host> {
     published_remembers: Option<record::Remembered>,
     /// SPEC §6b: the standby placed just above this one, as last published.
     published_after: Option<String>,
+    /// Whether the record last written carried [`MemberRecord::tries_in`]: the wait's end
+    /// is written too, or a settled node would look settling to each new reader.
+    published_settling: bool,
     leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
@@ -357,6 +360,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             published_leftover: None,
             published_remembers: None,
             published_after: None,
+            published_settling: false,
             leftover_watch: None,
             probe_env,
             health: if eligible_now {
@@ -913,17 +917,21 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let leftover = self.elector.own_leftovers();
         let remembers = self.elector.remembered(false);
         let after = self.elector.placed_after().map(str::to_string);
+        let settling = self.elector.settles_until(now).is_some();
         let changed = seen != self.published_epoch_seen
             || follow != self.published_follow
             || leftover != self.published_leftover
             || remembers != self.published_remembers;
-        // (`after` alone is not written past a takeover's held-back record, `held_back`:
-        // that write, once the commit is answered, carries it; the review of stop 45.)
-        if changed || (after != self.published_after && self.held_back.is_none()) {
+        // (`after` and the end of the wait for a new session alone are not written past a
+        // takeover's held-back record, `held_back`: that write, once the commit is
+        // answered, carries them; the review of stop 45.)
+        let placed = after != self.published_after || settling != self.published_settling;
+        if changed || (placed && self.held_back.is_none()) {
             self.published_epoch_seen = seen;
             self.published_follow = follow;
             self.published_remembers = remembers;
             self.published_after = after;
+            self.published_settling = settling;
             if leftover != self.published_leftover {
                 self.published_leftover = leftover;
                 self.watch_leftover();
@@ -2392,6 +2400,7 @@ async fn read_cluster_state<S: Session>(
         control_version: state.control_version,
         newest_history_epoch: state.newest_promotion,
         history_by_node: state.history_by_node,
+        confirmed_by_node: state.confirmed_by_node,
         remembered_alive: false,
         own_service_gone: false,
         members_epoch_seen: state.members_epoch_seen,

@@ -98,6 +98,8 @@ pub struct TakeoverState {
     /// The greatest epoch each node's `history` entries name (its promotion, its
     /// step-down, a `fence --confirm` of it).
     pub history_by_node: std::collections::BTreeMap<String, Epoch>,
+    /// The greatest epoch of each node's `fence --confirm` entries.
+    pub confirmed_by_node: std::collections::BTreeMap<String, Epoch>,
     /// The greatest `epoch_seen` in the member records (SPEC §3a), if any.
     pub members_epoch_seen: Option<Epoch>,
 }
@@ -544,6 +546,10 @@ impl FailoverRequest {
             .unwrap_or(false)
     }
 }
+
+/// `to` of the history entry of `warden fence --confirm`: the operator's word that the
+/// node the breadcrumb named is down.
+pub const CONFIRMED_DOWN: &str = "confirmed down";
 
 /// One entry of `history`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,6 +46,8 @@ trait TestStore: Sized {
     /// (`counter`, `lock`, `members`, `floor`, `breadcrumb`, `history`; MySQL drops the table that holds it, for
     /// every cluster; Redis deletes the cluster's keys).
     fn forget(&self, cluster: &str, what: &[&str]);
+    /// Puts `history` (a JSON array of entries) in the store as the cluster's history.
+    fn put_history(&self, cluster: &str, history: &str);
 }
 
 impl TestStore for MariaDb {
@@ -129,6 +131,12 @@ impl TestStore for MariaDb {
             };
         }
     }
+    fn put_history(&self, cluster: &str, history: &str) {
+        self.sql(&format!(
+            "REPLACE INTO warden.warden_kv (cluster, name, value, version) VALUES \
+             ('{cluster}', 'history', '{history}', 0)"
+        ));
+    }
 }
 
 impl TestStore for RedisServer {
@@ -207,6 +215,10 @@ impl TestStore for RedisServer {
             };
         }
     }
+    fn put_history(&self, cluster: &str, history: &str) {
+        let key = format!("warden:{{{cluster}}}:history");
+        self.cli(&["HSET", &key, "data", history, "version", "0"]);
+    }
 }
 
 /// Every scenario, once for each store.
@@ -237,6 +249,7 @@ on_every_store!(
     a_store_that_forgot_the_last_promotion_promotes_nobody_until_init_force,
     a_session_that_outlived_a_store_restart_takes_no_lock,
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
+    an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_started_at_once,
     an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced,
@@ -1003,6 +1016,37 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let (wardens, old) =
         freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
+    took_over_after_fencing(
+        &cluster,
+        &n2,
+        &wardens[1],
+        &old,
+        "writing its breadcrumb back",
+    );
+    wardens[0].sigcont();
+}
+
+/// The simulation's seed 255290: as above, but the history the store keeps has an entry
+/// of the frozen active's at its very epoch, as its warden writes at any change of role
+/// after the restart too (there: `neutral`, its renewal late once the store came back;
+/// its warden was then killed mid-stop, its service left running). That entry says
+/// nothing of its service being down, and the standby that remembers the commit still
+/// writes the breadcrumb back and fences it first. Before the fix it promoted beside it.
+fn an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let (wardens, old) =
+        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
+    let entry = serde_json::json!([{
+        "at": "2026-01-01T00:00:00.000Z",
+        "node_id": "n1",
+        "from": "promoting",
+        "to": "neutral",
+        "epoch": old.epoch,
+        "reason": "a lease renewal is late",
+    }]);
+    db.put_history(&cluster.name, &entry.to_string());
     took_over_after_fencing(
         &cluster,
         &n2,

@@ -136,8 +136,23 @@ pub fn newest_promotion(history: &History) -> Option<record::Epoch> {
 
 /// The greatest epoch each node's entries of `history` name.
 pub fn history_by_node(history: &History) -> std::collections::BTreeMap<String, record::Epoch> {
+    greatest_by_node(history, |_| true)
+}
+
+/// The greatest epoch of each node's `warden fence --confirm` entries in `history`: the
+/// operator's word that the node's service of that epoch is down. Unlike the node's own
+/// entries of an epoch, written whenever its warden changes role (after a store that
+/// forgot its breadcrumb too: the simulation's seed 255290), this is a trace of its end.
+pub fn confirmed_by_node(history: &History) -> std::collections::BTreeMap<String, record::Epoch> {
+    greatest_by_node(history, |h| h.to == record::CONFIRMED_DOWN)
+}
+
+fn greatest_by_node(
+    history: &History,
+    keep: impl Fn(&record::HistoryEntry) -> bool,
+) -> std::collections::BTreeMap<String, record::Epoch> {
     let mut by = std::collections::BTreeMap::new();
-    for h in &history.entries {
+    for h in history.entries.iter().filter(|h| keep(h)) {
         if let Some(e) = h.epoch {
             let cur: &mut record::Epoch = by.entry(h.node_id.clone()).or_default();
             *cur = (*cur).max(e);

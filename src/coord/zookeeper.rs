@@ -1682,6 +1682,10 @@ impl<W: Wire> Session for ZkSession<W> {
                 .as_ref()
                 .map(items::history_by_node)
                 .unwrap_or_default(),
+            confirmed_by_node: history
+                .as_ref()
+                .map(items::confirmed_by_node)
+                .unwrap_or_default(),
             newest_promotion: newest_promotion(&history?),
             members_epoch_seen: seen?,
         })

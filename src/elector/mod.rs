@@ -139,6 +139,8 @@ pub struct ClusterState {
     pub newest_history_epoch: Option<Epoch>,
     /// The greatest epoch each node's history entries name.
     pub history_by_node: std::collections::BTreeMap<String, Epoch>,
+    /// The greatest epoch of each node's `fence --confirm` entries in history.
+    pub confirmed_by_node: std::collections::BTreeMap<String, Epoch>,
     /// Set only by [`Action::RestoreBreadcrumb`]: the remembered active's warden is alive
     /// and stepping or stepped down (see `Elector::forgotten_active`), so nothing was
     /// written back. About the record that action named (`Elector::alive_checked`).

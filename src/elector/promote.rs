@@ -308,7 +308,7 @@ impl Elector {
     /// The newest active this node, or a live member (`ClusterState::member_memories`),
     /// saw commit, when the store keeps no trace of its epoch
     /// (no breadcrumb of it or of a later one, `breadcrumb` being the epoch the breadcrumb
-    /// names; no history entry of it or of a later one) and it was seen in an earlier
+    /// names; no history entry of a later epoch, nor a confirm of it) and it was seen in an earlier
     /// session than the one seeing node has now. The store forgot its commit (a restore, a crash within
     /// `appendfsync everysec`, a failover to a lagging replica) and may have kept its lock,
     /// which then expired: that active may still serve (a frozen warden in hooks mode
@@ -316,9 +316,9 @@ impl Elector {
     /// seed 33926: two copies took writes; seed 308747: only a standby remembered it). Its record goes back into the
     /// breadcrumb before anything else, so that it is fenced as any old active is, and a
     /// fence that fails leaves what `status` and `fence --confirm` go by (seed 1875:
-    /// fencing it from memory alone left the operator nothing to confirm). Not when any
-    /// history entry of that node names that epoch or a later one (its promotion, its
-    /// step-down, the operator's `fence --confirm` of it: a confirm stays done), nor when
+    /// fencing it from memory alone left the operator nothing to confirm). Not when a later
+    /// promotion is in history, or an entry of that node's at a later epoch, or the
+    /// operator's `fence --confirm` of it (a confirm stays done), nor when
     /// its warden lives and its member record says it stepped down or is stepping down
     /// (the driver reads it before writing: `remembered_alive`; stop 36's review found a
     /// planned switchover fencing a healthy old active whose history entries were trimmed).
@@ -422,11 +422,24 @@ impl Elector {
             );
             return Some((later.clone(), false));
         }
+        // A trace that the store kept past that commit, or that its service is down: a
+        // breadcrumb of it or a later one, a later promotion, an entry of that node's at a
+        // later epoch, the operator's `fence --confirm` of it. Not an entry of that node's
+        // at that very epoch: its warden writes one at each change of role (`neutral`
+        // when a renewal is late, `demoting`, even `active`), after a store that forgot
+        // its breadcrumb as well as before, and none says its service is down (the
+        // simulation's seed 255290: the store forgot the commit, the active went
+        // `neutral` and wrote that, its warden was killed mid-stop, and the winner took
+        // that entry for a trace and promoted beside the service left running).
         let kept = |a: &NodeRecord, e: Epoch| {
             breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
-                || state.newest_history_epoch.is_some_and(|h| h >= e)
+                || state.newest_history_epoch.is_some_and(|h| h > e)
                 || state
                     .history_by_node
+                    .get(&a.node_id)
+                    .is_some_and(|&h| h > e)
+                || state
+                    .confirmed_by_node
                     .get(&a.node_id)
                     .is_some_and(|&h| h >= e)
         };
@@ -467,8 +480,9 @@ impl Elector {
         self.notice(
             true,
             format!(
-                "the store keeps no breadcrumb and no history of epoch {e}, which {who} saw \
-                 {} commit: the store forgot it; writing its breadcrumb back to fence it \
+                "the store keeps no breadcrumb of epoch {e}, which {who} saw {} commit, and \
+                 no trace of its end (a later promotion, an operator's confirm): the store \
+                 forgot it; writing its breadcrumb back to fence it \
                  before promoting",
                 active.node_id
             ),

@@ -26,7 +26,7 @@ use warden_fencing::{process, FenceChain, FenceContext, FenceReport};
 /// `from` of the history entries of manual fencing: the incarnation the breadcrumb named.
 pub const BREADCRUMB: &str = "breadcrumb";
 /// `to` of a confirmation's history entry.
-pub const CONFIRMED_DOWN: &str = "confirmed down";
+pub use crate::record::CONFIRMED_DOWN;
 /// `to` of a manual fence's history entry, by its result.
 pub const FENCED: &str = "fenced";
 pub const NOT_FENCED: &str = "not fenced";

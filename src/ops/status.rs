@@ -114,16 +114,20 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
 }
 
 /// Whether the store keeps a trace of `node`'s epoch `e`: a breadcrumb of it or a later
-/// one, a promotion of it or a later one, an entry of that node's at it or later (what
-/// `Elector::forgotten_active` goes by).
+/// one, a later promotion, an entry of that node's at a later epoch, the operator's
+/// confirm of it (what `Elector::forgotten_active` goes by).
 fn store_keeps(snap: &ClusterSnapshot, node: &str, e: Epoch) -> bool {
+    use crate::coord::items;
     let crumb = snap
         .breadcrumb
         .as_ref()
         .and_then(|(b, _)| b.as_ref().ok()?.epoch);
     crumb.is_some_and(|b| b >= e)
-        || crate::coord::items::newest_promotion(&snap.history).is_some_and(|h| h >= e)
-        || crate::coord::items::history_by_node(&snap.history)
+        || items::newest_promotion(&snap.history).is_some_and(|h| h > e)
+        || items::history_by_node(&snap.history)
+            .get(node)
+            .is_some_and(|&h| h > e)
+        || items::confirmed_by_node(&snap.history)
             .get(node)
             .is_some_and(|&h| h >= e)
 }
@@ -521,6 +525,23 @@ mod tests {
             Version::new(1),
         ));
         assert!(!to_text(&config(), &kept).contains("saw n1"));
+        // Still said beside n1's own entry of epoch 7 (written at any change of role,
+        // after the store forgot too: the simulation's seed 255290); not after the
+        // operator's confirm of it.
+        let entry = |to: &str| crate::record::HistoryEntry {
+            at: "2026-01-01T00:00:00Z".into(),
+            node_id: "n1".into(),
+            from: "promoting".into(),
+            to: to.into(),
+            epoch: Some(7),
+            reason: "test".into(),
+        };
+        let mut own = snap.clone();
+        own.history.entries = vec![entry("neutral")];
+        assert!(to_text(&config(), &own).contains("n2: saw n1 commit epoch 7"));
+        let mut confirmed = snap.clone();
+        confirmed.history.entries = vec![entry(crate::record::CONFIRMED_DOWN)];
+        assert!(!to_text(&config(), &confirmed).contains("saw n1"));
         let json = to_json(&config(), &snap);
         let r = &json["members"][0]["remembers"];
         assert_eq!(

@@ -3049,6 +3049,10 @@ impl Session for ModelSession {
                 .as_ref()
                 .map(warden::coord::items::history_by_node)
                 .unwrap_or_default(),
+            confirmed_by_node: history
+                .as_ref()
+                .map(warden::coord::items::confirmed_by_node)
+                .unwrap_or_default(),
             newest_promotion: newest_promotion(&history?),
             members_epoch_seen: seen?,
         })

@@ -206,6 +206,7 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
         control_version: Version::new(0),
         newest_history_epoch: None,
         history_by_node: Default::default(),
+        confirmed_by_node: Default::default(),
         remembered_alive: false,
         own_service_gone: false,
         members_epoch_seen: None,

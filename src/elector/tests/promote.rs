@@ -92,6 +92,7 @@ fn rule_4_3a_paused_cluster_found_after_winning_releases_the_lock() {
             control_version: Version::new(3),
             newest_history_epoch: None,
             history_by_node: Default::default(),
+            confirmed_by_node: Default::default(),
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
@@ -223,6 +224,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
             r,
             ClusterState {
                 history_by_node: [("n3".to_string(), 12)].into(),
+                confirmed_by_node: [("n3".to_string(), 12)].into(),
                 ..state(BreadcrumbView::Absent)
             },
         );
@@ -301,13 +303,14 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
             "{confirmed:?}: {a:?}"
         );
     }
+    // A later promotion in history fenced it (each one fences the one before).
     let mut h = H::new();
     let j = seen_then_lost(&mut h);
     let r = h.held(j, 20);
     let a = h.read_all(
         r,
         ClusterState {
-            newest_history_epoch: Some(12),
+            newest_history_epoch: Some(13),
             ..state(BreadcrumbView::Absent)
         },
     );
@@ -553,8 +556,9 @@ fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
             if *record == again),
         "{a:?}"
     );
-    // Not written back: the store keeps its breadcrumb, or a history entry of its epoch;
-    // the memory is of this very process (its own service is its own business).
+    // Not written back: the store keeps its breadcrumb, an entry of n2's at a later
+    // epoch, or the operator's confirm of it; the memory is of this very
+    // process (its own service is its own business).
     for st in [
         ClusterState {
             breadcrumb: BreadcrumbView::Record {
@@ -564,7 +568,12 @@ fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
             ..told(of_n2.clone())
         },
         ClusterState {
+            history_by_node: [("n2".to_string(), 2)].into(),
+            ..told(of_n2.clone())
+        },
+        ClusterState {
             history_by_node: [("n2".to_string(), 1)].into(),
+            confirmed_by_node: [("n2".to_string(), 1)].into(),
             ..told(of_n2.clone())
         },
         told(Remembered {
@@ -587,6 +596,44 @@ fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
             !a.iter()
                 .any(|a| matches!(a, Action::RestoreBreadcrumb { .. })),
             "{st:?}: {a:?}"
+        );
+    }
+}
+
+/// The simulation's seed 255290. The store forgot n2's commit of epoch 1 (and the floor
+/// entry that said so) but kept its lock; n2's renewal was late, it went `neutral` and
+/// wrote that to history at epoch 1, after the restart; its warden was killed while its
+/// service's stop was under way, and one process of it ran on. That entry, or any of
+/// n2's own at that epoch (`demoting`, even `active`), is written whenever its role
+/// changes, before or after a store forgets, and says nothing of its service being down:
+/// the winner that remembers n2 still writes it back and fences it. A confirm by the
+/// operator, or an entry of a later epoch, is a trace of its end.
+#[test]
+fn rule_5_an_entry_of_the_forgotten_epoch_itself_is_no_trace_of_its_end() {
+    let n2 = record("n2", "inc-2", Some(1));
+    for entry in ["neutral", "demoting", "active"] {
+        // Seen in an earlier link, by this node and by n3.
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::ActiveChanged { record: n2.clone() });
+        h.feed(Event::Reconnected);
+        let r = h.held(j, 2);
+        let st = ClusterState {
+            history_by_node: [("n2".to_string(), 1)].into(),
+            newest_history_epoch: (entry == "active").then_some(1),
+            member_memories: vec![(
+                "n3".to_string(),
+                Remembered {
+                    active: n2.clone(),
+                    rewrite: None,
+                },
+            )],
+            ..state(BreadcrumbView::Absent)
+        };
+        let a = h.read_all(r, st);
+        assert!(
+            matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n2),
+            "an entry `{entry}` at epoch 1: {a:?}"
         );
     }
 }
@@ -1340,6 +1387,7 @@ fn rule_3_epoch_not_above_the_recorded_one_refuses_to_promote() {
             control_version: Version::new(0),
             newest_history_epoch: Some(9),
             history_by_node: Default::default(),
+            confirmed_by_node: Default::default(),
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: None,
@@ -1371,6 +1419,7 @@ fn rule_3a_an_epoch_not_above_one_a_member_has_seen_is_lost_data() {
             control_version: Version::new(0),
             newest_history_epoch: None,
             history_by_node: Default::default(),
+            confirmed_by_node: Default::default(),
             remembered_alive: false,
             own_service_gone: false,
             members_epoch_seen: Some(5),
