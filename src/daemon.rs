@@ -2373,15 +2373,23 @@ async fn fence_own_service<H: Host>(
 /// warden's record says `active` (or expired with its session): written back and fenced.
 async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord) -> bool {
     match zk.member(&active.node_id).await {
-        Ok(Some((_, Ok(m)))) => {
-            m.node.same_incarnation(active)
-                && matches!(
-                    m.role,
-                    Role::Standby | Role::Ineligible | Role::Demoting | Role::Neutral
-                )
-        }
+        Ok(Some((_, Ok(m)))) => stepped_down(&m, active),
         _ => false,
     }
+}
+
+/// [`remembered_alive`]'s verdict on the member record read. `demoting` is a step-down
+/// under way (a planned switchover's old active between its release and its next
+/// session). Not `neutral`: a warden whose renewal was late writes that before its lease
+/// ends and its service is killed, and a record outlives its warden (until its session
+/// expires, which in ZooKeeper can be after a lock the store forgot is free again; on
+/// MySQL and Redis after its lock, by up to the record's last write): a warden killed
+/// there leaves its service running and a record that looks alive (the simulation's seed
+/// 255290 had the same shape, its `neutral` written to history). SPEC §9 fences an active
+/// cut off from the store whatever it did at its lease end; so does this.
+fn stepped_down(m: &MemberRecord, active: &NodeRecord) -> bool {
+    m.node.same_incarnation(active)
+        && matches!(m.role, Role::Standby | Role::Ineligible | Role::Demoting)
 }
 
 /// SPEC §4.3a's read, as the elector takes it.
@@ -2650,6 +2658,40 @@ mod tests {
 
     fn written_back(v: &Verdict) -> bool {
         matches!(v, Verdict::WriteBack { .. })
+    }
+
+    /// The simulation's seed 255290, and SPEC §9: a remembered active whose live-looking
+    /// record says `neutral` is fenced (its warden may have died before its lease end's
+    /// kill); one stepped down or stepping down is not; another incarnation's never.
+    #[test]
+    fn a_remembered_active_counts_as_stepped_down_only_by_a_record_written_after_its_stop_began() {
+        let active = ours(5, 100, 1);
+        let record = |role, incarnation: &str| {
+            MemberRecord::bare(
+                NodeRecord {
+                    incarnation: incarnation.into(),
+                    ..active.clone()
+                },
+                role,
+                record::Health::Healthy,
+            )
+        };
+        for (role, down) in [
+            (Role::Standby, true),
+            (Role::Ineligible, true),
+            (Role::Demoting, true),
+            (Role::Neutral, false),
+            (Role::Active, false),
+            (Role::Promoting, false),
+            (Role::Fencing, false),
+        ] {
+            assert_eq!(
+                stepped_down(&record(role, "inc-1"), &active),
+                down,
+                "{role}"
+            );
+            assert!(!stepped_down(&record(role, "inc-2"), &active), "{role}");
+        }
     }
 
     #[test]

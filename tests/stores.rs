@@ -48,6 +48,9 @@ trait TestStore: Sized {
     fn forget(&self, cluster: &str, what: &[&str]);
     /// Puts `history` (a JSON array of entries) in the store as the cluster's history.
     fn put_history(&self, cluster: &str, history: &str);
+    /// Makes `node`'s member record say `role` and keeps it live for an hour, as the record
+    /// of a warden that wrote it and died would look until it expires.
+    fn hold_member_as(&self, cluster: &str, node: &str, role: &str);
 }
 
 impl TestStore for MariaDb {
@@ -137,6 +140,13 @@ impl TestStore for MariaDb {
              ('{cluster}', 'history', '{history}', 0)"
         ));
     }
+    fn hold_member_as(&self, cluster: &str, node: &str, role: &str) {
+        self.sql(&format!(
+            "UPDATE warden.warden_member SET record = JSON_SET(CAST(record AS CHAR), \
+             '$.role', '{role}'), renewed_at = NOW(6) + INTERVAL 1 HOUR WHERE cluster = \
+             '{cluster}' AND node_id = '{node}'"
+        ));
+    }
 }
 
 impl TestStore for RedisServer {
@@ -219,6 +229,15 @@ impl TestStore for RedisServer {
         let key = format!("warden:{{{cluster}}}:history");
         self.cli(&["HSET", &key, "data", history, "version", "0"]);
     }
+    fn hold_member_as(&self, cluster: &str, node: &str, role: &str) {
+        let key = format!("warden:{{{cluster}}}:member:{node}");
+        let data = self.cli(&["HGET", &key, "record"]);
+        let mut record: serde_json::Value =
+            serde_json::from_str(data.trim()).unwrap_or_else(|e| panic!("{data:?}: {e}"));
+        record["role"] = role.into();
+        self.cli(&["HSET", &key, "record", &record.to_string()]);
+        self.cli(&["PEXPIRE", &key, "3600000"]);
+    }
 }
 
 /// Every scenario, once for each store.
@@ -250,6 +269,7 @@ on_every_store!(
     a_session_that_outlived_a_store_restart_takes_no_lock,
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
     an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end,
+    a_remembered_active_whose_live_record_says_neutral_is_fenced,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_started_at_once,
     an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced,
@@ -1047,6 +1067,29 @@ fn an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end<S: TestStore>() {
         "reason": "a lease renewal is late",
     }]);
     db.put_history(&cluster.name, &entry.to_string());
+    took_over_after_fencing(
+        &cluster,
+        &n2,
+        &wardens[1],
+        &old,
+        "writing its breadcrumb back",
+    );
+    wardens[0].sigcont();
+}
+
+/// As above, with the frozen active's member record saying `neutral` and live past its
+/// lock: a warden whose renewal was late writes that before its lease end's kill, and a
+/// record outlives its warden (on MySQL and Redis after its lock, by up to its last
+/// write). The winner took that record for a warden alive and stepped down, and promoted
+/// beside the service; `neutral` is fenced now (SPEC §9: an active cut off is fenced
+/// whatever it did at its lease end).
+fn a_remembered_active_whose_live_record_says_neutral_is_fenced<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let (wardens, old) =
+        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
+    db.hold_member_as(&cluster.name, "n1", "neutral");
     took_over_after_fencing(
         &cluster,
         &n2,
