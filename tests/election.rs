@@ -166,6 +166,46 @@ fn crashed_service_hands_over_without_fencing() {
 
 /// Scenario 5: SIGTERM to the active: its service is stopped with stop_signal, it releases
 /// the lock, exits 0, and the standby takes over at once without fencing.
+/// The review of stop 48: a standby that saw the active commit, then had its link with
+/// ZooKeeper made again within its session (a dropped connection: a ZooKeeper restart, a
+/// network blip), published that active as a commit the store may have forgotten until
+/// the next promotion, since the breadcrumb was confirmed once per epoch and session.
+/// Once history stopped vouching for the active's own epoch, a clean SIGTERM step-down
+/// then had the winner write its breadcrumb back and fence it. The standby reads the
+/// breadcrumb again in the new link and confirms the active there: nothing is fenced.
+#[test]
+fn a_clean_step_down_after_a_standbys_reconnection_fences_nobody() {
+    let zk = ZkServer::start();
+    let mut cluster = Cluster::new(&zk);
+    let n1 = cluster.node("n1");
+    let link = common::proxy::TcpProxy::start(zk.port());
+    cluster.connect = format!("127.0.0.1:{}", link.port());
+    let n2 = cluster.node("n2");
+    let mut wardens = start_active_then_standbys(&n1, &[&n2]);
+    let epoch = n1.last_run().and_then(|r| r.epoch).expect("n1's epoch");
+    wait_for_status(&n1.config, secs(10), "n2 has seen n1's epoch", |s| {
+        member(s, "n2").is_some_and(|m| json_u64(&m["epoch_seen"]) == Some(epoch))
+    });
+    link.reset();
+    wardens[1].wait_for_log("re-established within the session", secs(20));
+    wardens[1].wait_for_log(
+        &format!("the breadcrumb still names n1 at epoch {epoch} in this node's new link"),
+        secs(10),
+    );
+    wardens[0].sigterm();
+    let exit = wardens[0].wait_exit(secs(10));
+    assert_eq!(exit.code(), Some(0), "warden n1 exit: {exit}");
+    wait_for_status(&n1.config, secs(20), "n2 is active", |s| {
+        active_id(s).as_deref() == Some("n2")
+    });
+    assert!(
+        cluster.fence_calls().is_empty(),
+        "a clean step-down after a reconnection fenced: {:?}\n{}",
+        cluster.fence_calls(),
+        wardens[1].log()
+    );
+}
+
 #[test]
 fn sigterm_to_active_hands_over_cleanly_and_exits_0() {
     let zk = ZkServer::start();

@@ -839,6 +839,15 @@ impl ActiveTracker {
         out
     }
 
+    /// The client is in a new link with the store (a reconnection within the session):
+    /// the next breadcrumb read that names the active confirms it again, in that link.
+    /// Without it an active confirmed once stayed unconfirmed after any reconnection until
+    /// the next promotion, and a clean step-down it made later looked like a commit the
+    /// store forgot: the winner fenced it (the review of stop 48).
+    pub fn relinked(&mut self) {
+        self.confirmed = None;
+    }
+
     fn confirmed(&mut self) -> Option<StoreEvent> {
         let (sent, b) = (self.sent.as_ref()?, self.breadcrumb.as_ref()?);
         if !sent.same_incarnation(b) || sent.epoch != b.epoch || self.confirmed == sent.epoch {

@@ -438,6 +438,10 @@ pub struct ZkSession<W: Wire = zk::Client> {
     /// The greatest `epoch_seen` this session has raised our entry of the floor to, so
     /// that a member record rewritten with the same one costs no second write.
     floor_raised: Arc<AtomicU64>,
+    /// How many times the client was connected again within this session, counted after
+    /// each [`StoreEvent::Reconnected`] is sent: the breadcrumb is read again then, so
+    /// that an active it still names is confirmed in the new link (`ActiveTracker::relinked`).
+    relinked: Arc<watch::Sender<u64>>,
     /// When this session was established, and how long it lives before it may make the
     /// epoch counter (see [`ZkSession::try_lock`]).
     established: tokio::time::Instant,
@@ -478,6 +482,7 @@ impl<W: Wire> ZkSession<W> {
             above: Arc::new(watch::Sender::new(None)),
             lock_absent: Arc::new(watch::Sender::new(0)),
             floor_raised: Arc::new(AtomicU64::new(0)),
+            relinked: Arc::new(watch::Sender::new(0)),
             established: tokio::time::Instant::now(),
             settle,
         }
@@ -1028,6 +1033,16 @@ impl<W: Wire> ZkSession<W> {
     /// across deletions and creations, until the session ends: the lock for a node that
     /// has not joined, the breadcrumb for every node.
     async fn watch_data(&self, path: &str, on_data: &mut impl FnMut(Option<&[u8]>)) {
+        self.watch_data_again(path, None, on_data).await
+    }
+
+    /// [`watch_data`](Self::watch_data), also read again each time `again` changes.
+    async fn watch_data_again(
+        &self,
+        path: &str,
+        mut again: Option<watch::Receiver<u64>>,
+        on_data: &mut impl FnMut(Option<&[u8]>),
+    ) {
         loop {
             let watcher = match self.client.get_and_watch_data(path).await {
                 Ok((data, _, watcher)) => {
@@ -1059,8 +1074,24 @@ impl<W: Wire> ZkSession<W> {
                     }
                 },
             };
-            if watcher.changed().await.event_type == zk::EventType::Session {
-                return;
+            let relinked = async {
+                match again.as_mut() {
+                    Some(rx) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                event = watcher.changed() => {
+                    if event.event_type == zk::EventType::Session {
+                        return;
+                    }
+                }
+                _ = relinked => {}
             }
         }
     }
@@ -1120,6 +1151,8 @@ impl<W: Wire> ZkSession<W> {
                     // stop 46).
                     self.floor_raised.store(0, Ordering::SeqCst);
                     let _ = events.send(StoreEvent::Reconnected);
+                    // After it: the breadcrumb read again is of the new link.
+                    self.relinked.send_modify(|n| *n += 1);
                 }
                 _ => {}
             }
@@ -1353,9 +1386,19 @@ impl<W: Wire> ZkSession<W> {
         let mut bc_control_seen = control_seen.clone();
         let breadcrumbs = async {
             let _ = bc_control_seen.wait_for(|sent| *sent).await;
-            self.watch_data(&self.paths.breadcrumb, &mut |data| {
+            let mut link = self.relinked.subscribe();
+            let mut read_in = *link.borrow_and_update();
+            let again = self.relinked.subscribe();
+            self.watch_data_again(&self.paths.breadcrumb, Some(again), &mut |data| {
                 let record = data.and_then(|d| record::parse::<NodeRecord>(d).ok());
                 let mut tracker = lock_tracker(&tracker);
+                // The first read in a new link confirms the active again (SPEC §3a: what
+                // this link saw of its breadcrumb, `Elector::remembered`).
+                let now_in = *link.borrow_and_update();
+                if now_in != read_in {
+                    read_in = now_in;
+                    tracker.relinked();
+                }
                 if record.as_ref().is_some_and(|r| tracker.is_new(r))
                     && !lock_watched.load(std::sync::atomic::Ordering::Relaxed)
                 {

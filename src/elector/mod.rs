@@ -943,11 +943,14 @@ impl Elector {
     }
 
     /// Whether the store could have forgotten `active`'s commit without a trace this node
-    /// would call a clean step-down: it was seen in an earlier link than the current one,
-    /// or this link never saw its breadcrumb (only the lock's record, which a restart can
-    /// keep while it forgets the breadcrumb: the review of stop 42).
+    /// would call a clean step-down: this link never saw its breadcrumb (it was seen in an
+    /// earlier link than the current one and not read again since, or only the lock's
+    /// record was, which a restart can keep while it forgets the breadcrumb: the review of
+    /// stop 42). A breadcrumb read again in a new link that still names it proves it in
+    /// that link (the review of stop 48: without that, one reconnection while an active
+    /// served made its later clean step-down look forgotten, and it was fenced).
     fn active_unproven(&self) -> bool {
-        self.active_link < self.links || self.active_confirmed != Some(self.links)
+        self.active_confirmed != Some(self.links)
     }
 
     /// What the member record publishes as [`crate::record::MemberRecord::remembers`]:
@@ -1050,6 +1053,17 @@ impl Elector {
                     .as_ref()
                     .is_some_and(|a| a.same_incarnation(&record) && a.epoch == record.epoch)
                 {
+                    if self.active_link < self.links && self.active_confirmed != Some(self.links) {
+                        self.notice(
+                            false,
+                            format!(
+                                "the breadcrumb still names {} at epoch {} in this node's new \
+                                 link with the store: the store kept that commit",
+                                record.node_id,
+                                record.epoch.unwrap_or_default()
+                            ),
+                        );
+                    }
                     self.active_confirmed = Some(self.links);
                 }
             }

@@ -23,6 +23,8 @@ type Matcher = Box<dyn Fn(&str) -> bool + Send + Sync>;
 struct Shared {
     /// Every connection stops forwarding while this is true.
     cut: watch::Sender<bool>,
+    /// Counted up by [`TcpProxy::reset`]: every connection open then is closed.
+    resets: watch::Sender<u64>,
     /// Armed by `blackhole_after`, consumed by the first statement it matches.
     matcher: Mutex<Option<Matcher>>,
     /// The statements that blackholed a connection, in order.
@@ -56,8 +58,10 @@ impl TcpProxy {
             .build()
             .expect("a tokio runtime for the proxy");
         let (cut, _) = watch::channel(false);
+        let (resets, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             cut,
+            resets,
             matcher: Mutex::new(None),
             blackholed: Mutex::new(Vec::new()),
             as_mysql: std::sync::atomic::AtomicBool::new(false),
@@ -101,6 +105,12 @@ impl TcpProxy {
         self.shared.cut.send_replace(false);
     }
 
+    /// Closes every connection open now, both ways (new ones are forwarded as before):
+    /// the client sees its link drop and makes it again, within its session.
+    pub fn reset(&self) {
+        self.shared.resets.send_modify(|n| *n += 1);
+    }
+
     /// The next statement (on any connection) whose text `matches` reaches the server,
     /// and then that connection forwards nothing more, either way, and stays open.
     pub fn blackhole_after(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static) {
@@ -135,6 +145,8 @@ impl Drop for TcpProxy {
 use super::wait_for;
 
 async fn forward(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
+    let mut resets = shared.resets.subscribe();
+    resets.borrow_and_update();
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     let (hole, _) = watch::channel(false);
@@ -142,7 +154,11 @@ async fn forward(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let state = Arc::new(Mutex::new(ConnState::default()));
     let up = pump(cr, sw, true, shared.clone(), hole.clone(), state.clone());
     let down = pump(sr, cw, false, shared, hole, state);
-    tokio::join!(up, down);
+    // A reset drops both pumps, and with them both sockets.
+    tokio::select! {
+        _ = async { tokio::join!(up, down) } => {}
+        _ = resets.changed() => {}
+    }
 }
 
 /// Waits until neither the proxy is cut nor this connection blackholed.

@@ -2695,7 +2695,11 @@ impl ModelSession {
 
     /// `ZkSession::watch_data` on the breadcrumb: hands it to `each` now and after every
     /// change (polling: every change a look finds), until the session ends.
-    async fn follow_breadcrumb(&self, mut each: impl FnMut(Option<NodeRecord>)) {
+    async fn follow_breadcrumb(
+        &self,
+        mut again: watch::Receiver<u64>,
+        mut each: impl FnMut(Option<NodeRecord>),
+    ) {
         let read = |watch: bool| {
             self.call("watching the breadcrumb", move |st, c| {
                 if watch {
@@ -2709,12 +2713,20 @@ impl ModelSession {
                 match read(true).await {
                     Ok(found) => {
                         each(found);
-                        if self
-                            .note(|n| (*n == Note::BreadcrumbChanged).then_some(true))
-                            .await
-                            .is_none()
-                        {
-                            return;
+                        // `ZkSession::watch_data_again`: read again in a new link too.
+                        let relinked = async {
+                            if again.changed().await.is_err() {
+                                std::future::pending::<()>().await
+                            }
+                        };
+                        tokio::select! {
+                            biased;
+                            note = self.note(|n| (*n == Note::BreadcrumbChanged).then_some(true)) => {
+                                if note.is_none() {
+                                    return;
+                                }
+                            }
+                            _ = relinked => {}
                         }
                     }
                     Err(StoreError::SessionLost(_)) => return,
@@ -2733,8 +2745,13 @@ impl ModelSession {
     }
 
     /// `ZkSession::client_session_ended`'s reconnections: a `Reconnected` each time the
-    /// client is back in its session. Never returns.
-    async fn reconnections(&self, events: &mpsc::UnboundedSender<StoreEvent>) {
+    /// client is back in its session, then `relinked` counted up (`ZkSession::relinked`).
+    /// Never returns.
+    async fn reconnections(
+        &self,
+        events: &mpsc::UnboundedSender<StoreEvent>,
+        relinked: &watch::Sender<u64>,
+    ) {
         let (sid, mut seen) = (self.h.sid, 0);
         loop {
             seen = self
@@ -2747,6 +2764,7 @@ impl ModelSession {
                 .await;
             self.h.store.gate(self.h.owner).await;
             let _ = events.send(StoreEvent::Reconnected);
+            relinked.send_modify(|n| *n += 1);
         }
     }
 
@@ -2754,7 +2772,8 @@ impl ModelSession {
     async fn run_events(&self, events: mpsc::UnboundedSender<StoreEvent>) {
         let ended = self.lost();
         let control = self.follow_control(|c| events.send(StoreEvent::Control(c.clone())).is_ok());
-        let reconnected = self.reconnections(&events);
+        let relinked = watch::Sender::new(0u64);
+        let reconnected = self.reconnections(&events, &relinked);
         tokio::pin!(ended, control, reconnected);
         let mut joined = self.h.joined.subscribe();
         let mut armed = *joined.borrow_and_update();
@@ -2766,8 +2785,17 @@ impl ModelSession {
             }
         };
         let breadcrumbs = async {
-            self.follow_breadcrumb(|found| {
-                send_all(tracker.lock().unwrap().breadcrumb(found));
+            let mut link = relinked.subscribe();
+            let mut read_in = *link.borrow_and_update();
+            self.follow_breadcrumb(relinked.subscribe(), |found| {
+                let mut tracker = tracker.lock().unwrap();
+                // `ZkSession::run_events`: the first read in a new link confirms again.
+                let now_in = *link.borrow_and_update();
+                if now_in != read_in {
+                    read_in = now_in;
+                    tracker.relinked();
+                }
+                send_all(tracker.breadcrumb(found));
             })
             .await;
             std::future::pending::<()>().await

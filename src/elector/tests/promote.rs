@@ -735,8 +735,15 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
     });
     assert_eq!(
         h.e.remembered(false).and_then(|m| m.rewrite),
-        Some(later),
+        Some(later.clone()),
         "with the latest rewrite"
+    );
+    // Its breadcrumb read again in the new link (the review of stop 48): proven there.
+    h.feed(Event::ActiveConfirmed { record: later });
+    assert_eq!(
+        h.e.remembered(false),
+        None,
+        "confirmed again after the reconnection"
     );
     // A newer active seen in this link with its breadcrumb: nothing to say again.
     h.feed(Event::ActiveChanged {
@@ -746,6 +753,44 @@ fn rule_5_a_member_publishes_an_active_it_saw_in_an_earlier_link_only() {
         record: record("n2", "inc-2", Some(13)),
     });
     assert_eq!(h.e.remembered(false), None);
+}
+
+/// The review of stop 48: an active seen commit, then a reconnection within the session,
+/// then its breadcrumb read again in the new link naming it: its clean step-down later
+/// (no breadcrumb, no history of its end) is no forgotten commit, and the winner fences
+/// nobody. Without the read again, it is one (written back and fenced).
+#[test]
+fn rule_5_an_active_confirmed_again_after_a_reconnection_is_no_forgotten_commit() {
+    let n3 = record("n3", "inc-3", Some(12));
+    for again in [true, false] {
+        let mut h = H::new();
+        let j = h.session();
+        h.feed(Event::ActiveChanged { record: n3.clone() });
+        h.feed(Event::ActiveConfirmed { record: n3.clone() });
+        h.feed(Event::Reconnected);
+        if again {
+            let all = h.feed_all(Event::ActiveConfirmed { record: n3.clone() });
+            assert!(
+                all.iter()
+                    .any(|a| matches!(a, Action::Notice { message, .. }
+                    if message.contains("still names n3 at epoch 12"))),
+                "{all:?}"
+            );
+        }
+        let r = h.held(j, 20);
+        let a = h.read(r, BreadcrumbView::Absent);
+        if again {
+            assert!(
+                matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+                "{a:?}"
+            );
+        } else {
+            assert!(
+                matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n3),
+                "{a:?}"
+            );
+        }
+    }
 }
 
 #[test]
