@@ -1309,13 +1309,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 check_alive,
             } => {
                 let host = self.host.clone();
+                let settle = self.elector.session_timeout();
                 self.in_session(
                     Event::StateRead {
                         ticket,
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        if check_alive && remembered_alive(&zk, &record).await {
+                        if check_alive && remembered_alive(&zk, &record, settle).await {
                             let result = read_cluster_state(&zk, &host).await.map(|mut s| {
                                 s.remembered_alive = true;
                                 s
@@ -2371,25 +2372,50 @@ async fn fence_own_service<H: Host>(
 /// took its service down, and its breadcrumb is not written back (a clean step-down whose
 /// history entries are gone, trimmed or never appended, is no forgotten commit). A frozen
 /// warden's record says `active` (or expired with its session): written back and fenced.
-async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord) -> bool {
-    match zk.member(&active.node_id).await {
-        Ok(Some((_, Ok(m)))) => stepped_down(&m, active),
-        _ => false,
+///
+/// A record that says `demoting` is looked at again, every [`ALIVE_POLL`] for up to
+/// `within` (the session timeout): a planned switchover's old active shows it between
+/// its release and its next session's registration (then `ineligible` or `standby`, the
+/// same incarnation: alive and stepped down), but so does a warden killed during its
+/// stop, whose record outlives it until its session expires (then gone: fenced). One
+/// still `demoting` by then is fenced too. Bounded by `within` and the store's own
+/// timeouts; the lock is ours meanwhile, and nothing runs under it.
+async fn remembered_alive<S: Session>(zk: &S, active: &NodeRecord, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let verdict = match zk.member(&active.node_id).await {
+            Ok(Some((_, Ok(m)))) => stepped_down(&m, active),
+            _ => Some(false),
+        };
+        match verdict {
+            Some(alive) => return alive,
+            None if tokio::time::Instant::now() >= deadline => return false,
+            None => tokio::time::sleep(ALIVE_POLL).await,
+        }
     }
 }
 
-/// [`remembered_alive`]'s verdict on the member record read. `demoting` is a step-down
-/// under way (a planned switchover's old active between its release and its next
-/// session). Not `neutral`: a warden whose renewal was late writes that before its lease
+/// How often [`remembered_alive`] reads a `demoting` record again.
+const ALIVE_POLL: Duration = Duration::from_millis(50);
+
+/// [`remembered_alive`]'s verdict on the member record read: `Some(true)` stepped down,
+/// `Some(false)` not (fence it), `None` not known yet (`demoting`, a step-down under way:
+/// read it again). Not `neutral`: a warden whose renewal was late writes that before its lease
 /// ends and its service is killed, and a record outlives its warden (until its session
 /// expires, which in ZooKeeper can be after a lock the store forgot is free again; on
 /// MySQL and Redis after its lock, by up to the record's last write): a warden killed
 /// there leaves its service running and a record that looks alive (the simulation's seed
 /// 255290 had the same shape, its `neutral` written to history). SPEC §9 fences an active
 /// cut off from the store whatever it did at its lease end; so does this.
-fn stepped_down(m: &MemberRecord, active: &NodeRecord) -> bool {
-    m.node.same_incarnation(active)
-        && matches!(m.role, Role::Standby | Role::Ineligible | Role::Demoting)
+fn stepped_down(m: &MemberRecord, active: &NodeRecord) -> Option<bool> {
+    if !m.node.same_incarnation(active) {
+        return Some(false);
+    }
+    match m.role {
+        Role::Standby | Role::Ineligible => Some(true),
+        Role::Demoting => None,
+        _ => Some(false),
+    }
 }
 
 /// SPEC §4.3a's read, as the elector takes it.
@@ -2662,9 +2688,11 @@ mod tests {
 
     /// The simulation's seed 255290, and SPEC §9: a remembered active whose live-looking
     /// record says `neutral` is fenced (its warden may have died before its lease end's
-    /// kill); one stepped down or stepping down is not; another incarnation's never.
+    /// kill); one stepped down is not; one stepping down is read again (stop 48's
+    /// review); another incarnation's record is no sign of that one's warden.
     #[test]
-    fn a_remembered_active_counts_as_stepped_down_only_by_a_record_written_after_its_stop_began() {
+    fn a_remembered_active_is_stepped_down_by_its_record_after_its_stop_and_read_again_while_demoting(
+    ) {
         let active = ours(5, 100, 1);
         let record = |role, incarnation: &str| {
             MemberRecord::bare(
@@ -2677,20 +2705,24 @@ mod tests {
             )
         };
         for (role, down) in [
-            (Role::Standby, true),
-            (Role::Ineligible, true),
-            (Role::Demoting, true),
-            (Role::Neutral, false),
-            (Role::Active, false),
-            (Role::Promoting, false),
-            (Role::Fencing, false),
+            (Role::Standby, Some(true)),
+            (Role::Ineligible, Some(true)),
+            (Role::Demoting, None),
+            (Role::Neutral, Some(false)),
+            (Role::Active, Some(false)),
+            (Role::Promoting, Some(false)),
+            (Role::Fencing, Some(false)),
         ] {
             assert_eq!(
                 stepped_down(&record(role, "inc-1"), &active),
                 down,
                 "{role}"
             );
-            assert!(!stepped_down(&record(role, "inc-2"), &active), "{role}");
+            assert_eq!(
+                stepped_down(&record(role, "inc-2"), &active),
+                Some(false),
+                "{role}"
+            );
         }
     }
 

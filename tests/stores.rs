@@ -270,6 +270,7 @@ on_every_store!(
     an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory,
     an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end,
     a_remembered_active_whose_live_record_says_neutral_is_fenced,
+    a_remembered_active_whose_live_record_stays_demoting_is_fenced,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_that_never_saw_it,
     an_active_only_a_standby_remembers_is_fenced_by_a_winner_started_at_once,
     an_active_learned_from_a_lock_that_outlived_its_breadcrumb_is_fenced,
@@ -1016,8 +1017,9 @@ fn took_over_after_fencing(
     });
     assert!(
         !process_alive(old.pid),
-        "the old service (pid {}) still runs beside {id}'s",
-        old.pid
+        "the old service (pid {}) still runs beside {id}'s; {id}'s log:\n{}",
+        old.pid,
+        warden.log()
     );
     warden.wait_for_log(why, secs(1));
     cluster.assert_safe();
@@ -1090,6 +1092,28 @@ fn a_remembered_active_whose_live_record_says_neutral_is_fenced<S: TestStore>() 
     let (wardens, old) =
         freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
     db.hold_member_as(&cluster.name, "n1", "neutral");
+    took_over_after_fencing(
+        &cluster,
+        &n2,
+        &wardens[1],
+        &old,
+        "writing its breadcrumb back",
+    );
+    wardens[0].sigcont();
+}
+
+/// Stop 48's review: as above, with the record saying `demoting`, which a warden killed
+/// during its stop leaves as it is (its service may run on), and which a planned
+/// switchover's old active shows only until its next session registers (`ineligible` or
+/// `standby`). The winner reads it again for up to a session timeout; one that stays
+/// `demoting` is fenced. Before, `demoting` counted as stepped down at once.
+fn a_remembered_active_whose_live_record_stays_demoting_is_fenced<S: TestStore>() {
+    let mut db = S::start();
+    let cluster = cluster_on(&db);
+    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
+    let (wardens, old) =
+        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
+    db.hold_member_as(&cluster.name, "n1", "demoting");
     took_over_after_fencing(
         &cluster,
         &n2,

@@ -12,10 +12,16 @@ impl Elector {
             // Or waiting for a standby of higher priority to try first.
             // Or waiting for its follow hook to end before it tries.
             // Or a new session waiting one session timeout before its first try.
+            // Or joining again after a join whose answer was lost: still in the election,
+            // and a standby placed below must still let it try first (SPEC §6b; the
+            // simulation's seed 98757: a store answering late made the best-placed
+            // standby look `ineligible` for the 200 ms before its next try, and a standby
+            // of a lower priority with less data took the lock then).
             Phase::Idle
                 if (self.cfg.priority == 0
                     || self.rival_waited
                     || self.following.is_some()
+                    || self.must_rejoin
                     || self.settling(now).is_some())
                     && self.svc == Svc::Down
                     && self.may_join(now) =>

@@ -165,6 +165,29 @@ fn rule_4_2_node_exists_means_standby_and_a_deleted_lock_means_join_again() {
     assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
 }
 
+/// The simulation's seed 98757 (SPEC §6b): a join whose answer was lost leaves the node a
+/// standby while it joins again, not `ineligible`: the standbys placed below it read its
+/// record and let it try first; `ineligible` for the retry's 200 ms let one of a lower
+/// priority and less data take the lock. No transition is reported at all.
+#[test]
+fn rule_4_2_a_join_whose_answer_was_lost_stays_standby_while_it_joins_again() {
+    let mut h = H::new();
+    let j = h.session();
+    assert_eq!(h.e.role(), Role::Standby);
+    let all = h.feed_all(Event::Joined {
+        ticket: j,
+        outcome: JoinOutcome::Unknown,
+    });
+    assert!(
+        !all.iter().any(|a| matches!(a, Action::Transition { .. })),
+        "{all:?}"
+    );
+    assert_eq!(h.e.role(), Role::Standby);
+    let a = h.advance(RETRY_DELAY);
+    assert!(matches!(a.as_slice(), [Action::Join { .. }]), "{a:?}");
+    assert_eq!(h.e.role(), Role::Standby);
+}
+
 #[test]
 fn rule_4_2_unknown_create_outcome_is_resolved_by_joining_again_even_if_ineligible() {
     let mut h = H::new();
