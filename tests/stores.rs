@@ -989,8 +989,12 @@ fn freeze_active_and_forget<S: TestStore>(
     let ids: Vec<&str> = standbys.iter().map(|n| n.id.as_str()).collect();
     wait_seen(active, &ids, old.epoch.unwrap());
     wardens[0].sigstop();
-    db.restart();
+    // Forgotten before the restart, not after: a store forgets at its restart, and no
+    // client ever sees the new run with what it lost (a warden that reads the breadcrumb
+    // again in its new link would see it there and rightly call its later absence a
+    // clean step-down, stop 48).
     db.forget(&cluster.name, forget);
+    db.restart();
     (wardens, old)
 }
 
@@ -1033,11 +1037,19 @@ fn took_over_after_fencing(
 /// fencing it: two services up. The standby saw that commit in a session the restart
 /// ended: it writes the active's record back as the breadcrumb and fences it first.
 fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: TestStore>() {
+    forgot_then_fenced_from_memory::<S>(|_, _, _| {});
+}
+
+/// n1 promoted with n2 behind it, frozen; the store restarted having forgotten its
+/// breadcrumb and history; then `meanwhile` (the store, the cluster's name, n1's service);
+/// n2 writes n1's breadcrumb back, fences it, and takes over.
+fn forgot_then_fenced_from_memory<S: TestStore>(meanwhile: impl FnOnce(&S, &str, &Run)) {
     let mut db = S::start();
     let cluster = cluster_on(&db);
     let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
     let (wardens, old) =
         freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
+    meanwhile(&db, &cluster.name, &old);
     took_over_after_fencing(
         &cluster,
         &n2,
@@ -1055,28 +1067,17 @@ fn an_active_whose_commit_a_restarted_store_forgot_is_fenced_from_memory<S: Test
 /// nothing of its service being down, and the standby that remembers the commit still
 /// writes the breadcrumb back and fences it first. Before the fix it promoted beside it.
 fn an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end<S: TestStore>() {
-    let mut db = S::start();
-    let cluster = cluster_on(&db);
-    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let (wardens, old) =
-        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
-    let entry = serde_json::json!([{
-        "at": "2026-01-01T00:00:00.000Z",
-        "node_id": "n1",
-        "from": "promoting",
-        "to": "neutral",
-        "epoch": old.epoch,
-        "reason": "a lease renewal is late",
-    }]);
-    db.put_history(&cluster.name, &entry.to_string());
-    took_over_after_fencing(
-        &cluster,
-        &n2,
-        &wardens[1],
-        &old,
-        "writing its breadcrumb back",
-    );
-    wardens[0].sigcont();
+    forgot_then_fenced_from_memory::<S>(|db, cluster, old| {
+        let entry = serde_json::json!([{
+            "at": "2026-01-01T00:00:00.000Z",
+            "node_id": "n1",
+            "from": "promoting",
+            "to": "neutral",
+            "epoch": old.epoch,
+            "reason": "a lease renewal is late",
+        }]);
+        db.put_history(cluster, &entry.to_string());
+    });
 }
 
 /// As above, with the frozen active's member record saying `neutral` and live past its
@@ -1086,20 +1087,9 @@ fn an_entry_of_the_forgotten_epoch_is_no_trace_of_its_end<S: TestStore>() {
 /// beside the service; `neutral` is fenced now (SPEC §9: an active cut off is fenced
 /// whatever it did at its lease end).
 fn a_remembered_active_whose_live_record_says_neutral_is_fenced<S: TestStore>() {
-    let mut db = S::start();
-    let cluster = cluster_on(&db);
-    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let (wardens, old) =
-        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
-    db.hold_member_as(&cluster.name, "n1", "neutral");
-    took_over_after_fencing(
-        &cluster,
-        &n2,
-        &wardens[1],
-        &old,
-        "writing its breadcrumb back",
-    );
-    wardens[0].sigcont();
+    forgot_then_fenced_from_memory::<S>(|db, cluster, _| {
+        db.hold_member_as(cluster, "n1", "neutral")
+    });
 }
 
 /// Stop 48's review: as above, with the record saying `demoting`, which a warden killed
@@ -1108,20 +1098,9 @@ fn a_remembered_active_whose_live_record_says_neutral_is_fenced<S: TestStore>() 
 /// `standby`). The winner reads it again for up to a session timeout; one that stays
 /// `demoting` is fenced. Before, `demoting` counted as stepped down at once.
 fn a_remembered_active_whose_live_record_stays_demoting_is_fenced<S: TestStore>() {
-    let mut db = S::start();
-    let cluster = cluster_on(&db);
-    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let (wardens, old) =
-        freeze_active_and_forget(&mut db, &cluster, &n1, &[&n2], &["breadcrumb", "history"]);
-    db.hold_member_as(&cluster.name, "n1", "demoting");
-    took_over_after_fencing(
-        &cluster,
-        &n2,
-        &wardens[1],
-        &old,
-        "writing its breadcrumb back",
-    );
-    wardens[0].sigcont();
+    forgot_then_fenced_from_memory::<S>(|db, cluster, _| {
+        db.hold_member_as(cluster, "n1", "demoting")
+    });
 }
 
 /// The simulation's seed 308747: as above, the store restarted and forgot the active's
