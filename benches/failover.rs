@@ -558,6 +558,16 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
     for k in 0..runs {
         let (from, old) = nodes[k % 2];
         let (to, new) = nodes[(k + 1) % 2];
+        // The target (the last run's old active, or a node just started) waits one
+        // session timeout in a new session before it may take the lock (SPEC §4.1): a
+        // switchover asked sooner times that wait, not the handover. Its member record
+        // says `tries_in` until the wait is over.
+        wait_for_status(
+            &from.config,
+            secs(30),
+            "the target's new session settled",
+            |s| member(s, &to.id).is_some_and(|m| m.get("tries_in").is_none_or(|t| t.is_null())),
+        );
         let asked = Instant::now();
         let done = cli(
             &from.config,

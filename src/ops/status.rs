@@ -67,6 +67,9 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
                 "position_at": m.position_at,
                 "after": m.after,
                 "failed_takeovers": m.failed_takeovers,
+                // A new session's wait before it may take the lock, as its record last
+                // said it (SPEC §6b; null once the wait is over).
+                "tries_in": m.tries_in,
                 "session_timeout": m.session_timeout,
                 "containment": m.containment,
                 "leftover": m.leftover.as_ref().map(|l| json!({
