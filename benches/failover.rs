@@ -546,7 +546,7 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
     use common::pg_pair::{Pair, Writer};
     use std::time::Instant;
     let pair = Pair::new_as_postgres();
-    let _wardens = pair.start_with_n1_active();
+    let wardens = pair.start_with_n1_active();
     let writer = Writer::paced(pair.ports(), 0, every);
     wait_until(secs(30), "the writer wrote", || writer.acked() >= 20);
     let fresh = Reconnector::start(pair.ports(), RECONNECT_EVERY);
@@ -569,6 +569,7 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
             |s| member(s, &to.id).is_some_and(|m| m.get("tries_in").is_none_or(|t| t.is_null())),
         );
         let asked = Instant::now();
+        let asked_wall = std::time::SystemTime::now();
         let done = cli(
             &from.config,
             &["failover", "--to", &to.id, "--timeout", "30s"],
@@ -590,6 +591,29 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
         out.kept.push(first - asked);
         out.fresh.push(fresh_first - asked);
         out.command.push(returned - asked);
+        // The steps, from the wardens' own logs (wall clock, as is `asked_wall`): the old
+        // active's demote hook starts; its breadcrumb is deleted with the lock (the hook
+        // and the release done); the successor wins the lock; its promote hook returns;
+        // then the fresh connection's first insert.
+        let (old_log, new_log) = (wardens[k % 2].log(), wardens[(k + 1) % 2].log());
+        let at = |log: &str, needle: &str| logged_at(log, needle, asked_wall);
+        let marks = [
+            at(&old_log, "running the demote hook"),
+            at(&old_log, "deleted our breadcrumb"),
+            at(&new_log, "reason=won the lock"),
+            at(&new_log, "the promote hook succeeded"),
+        ];
+        if let [Some(a), Some(b), Some(c), Some(d)] = marks {
+            let since = |t: std::time::SystemTime, from: std::time::SystemTime| {
+                t.duration_since(from).unwrap_or_default()
+            };
+            let fresh_wall = asked_wall + (fresh_first - asked);
+            out.steps[0].push(since(a, asked_wall));
+            out.steps[1].push(since(b, a));
+            out.steps[2].push(since(c, b));
+            out.steps[3].push(since(d, c));
+            out.steps[4].push(since(fresh_wall, d));
+        }
         pair.await_follower(from, old, new);
     }
     writer.finish();
@@ -613,6 +637,30 @@ struct PgSwitchovers {
     fresh: Vec<Duration>,
     /// To the command's exit.
     command: Vec<Duration>,
+    /// Each step, in [`STEPS`]' order (runs whose log lacked a mark are left out).
+    steps: [Vec<Duration>; 5],
+}
+
+/// The steps of a switchover that [`pg_switchover`] times from the wardens' logs.
+const STEPS: [&str; 5] = [
+    "command -> demote hook starts",
+    "demote hook + release",
+    "release -> successor wins the lock",
+    "lock won -> promote hook returns",
+    "promote hook -> fresh conn. ack",
+];
+
+/// When the first line of `log` that holds `needle` and is stamped at or after `since`
+/// was written (the RFC 3339 time the line starts with).
+fn logged_at(
+    log: &str,
+    needle: &str,
+    since: std::time::SystemTime,
+) -> Option<std::time::SystemTime> {
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
+        .find(|t| *t >= since)
 }
 
 impl PgSwitchovers {
@@ -632,6 +680,9 @@ impl PgSwitchovers {
             &self.command,
             None,
         );
+        for (name, samples) in STEPS.iter().zip(&self.steps) {
+            report(&format!("  step: {name}"), samples, None);
+        }
     }
 }
 
