@@ -1309,14 +1309,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 check_alive,
             } => {
                 let host = self.host.clone();
-                let settle = self.elector.session_timeout();
+                let within = self.elector.session_timeout();
                 self.in_session(
                     Event::StateRead {
                         ticket,
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        if check_alive && remembered_alive(&zk, &record, settle).await {
+                        if check_alive && remembered_alive(&zk, &record, within).await {
                             let result = read_cluster_state(&zk, &host).await.map(|mut s| {
                                 s.remembered_alive = true;
                                 s

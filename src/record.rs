@@ -551,6 +551,35 @@ impl FailoverRequest {
 /// node the breadcrumb named is down.
 pub const CONFIRMED_DOWN: &str = "confirmed down";
 
+/// What the store keeps of a node's epoch `e`, as the greatest epochs it names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeptOf {
+    /// The breadcrumb's epoch.
+    pub breadcrumb: Option<Epoch>,
+    /// The newest completed promotion in history.
+    pub newest_promotion: Option<Epoch>,
+    /// The greatest epoch of that node's own history entries.
+    pub node_entries: Option<Epoch>,
+    /// The greatest epoch of the operator's `fence --confirm` entries of that node.
+    pub node_confirmed: Option<Epoch>,
+}
+
+impl KeptOf {
+    /// SPEC §3a: whether the store keeps a trace of the *end* of that node's commit of
+    /// epoch `e`: a breadcrumb of it or a later one, a later promotion, an entry of that
+    /// node's at a later epoch, the operator's confirm of it. Not an entry of that node's
+    /// at that very epoch: its warden writes one at each change of role (`neutral` when a
+    /// renewal is late, `demoting`, even `active`), after a store that forgot its
+    /// breadcrumb as well as before, and none says its service is down (the simulation's
+    /// seed 255290). One rule for the winner (`Elector::forgotten_active`) and `status`.
+    pub fn ended(&self, e: Epoch) -> bool {
+        self.breadcrumb.is_some_and(|b| b >= e)
+            || self.newest_promotion.is_some_and(|h| h > e)
+            || self.node_entries.is_some_and(|h| h > e)
+            || self.node_confirmed.is_some_and(|h| h >= e)
+    }
+}
+
 /// One entry of `history`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {

@@ -422,26 +422,16 @@ impl Elector {
             );
             return Some((later.clone(), false));
         }
-        // A trace that the store kept past that commit, or that its service is down: a
-        // breadcrumb of it or a later one, a later promotion, an entry of that node's at a
-        // later epoch, the operator's `fence --confirm` of it. Not an entry of that node's
-        // at that very epoch: its warden writes one at each change of role (`neutral`
-        // when a renewal is late, `demoting`, even `active`), after a store that forgot
-        // its breadcrumb as well as before, and none says its service is down (the
-        // simulation's seed 255290: the store forgot the commit, the active went
-        // `neutral` and wrote that, its warden was killed mid-stop, and the winner took
-        // that entry for a trace and promoted beside the service left running).
+        // A trace of that commit's end (`KeptOf::ended`; the simulation's seed 255290: an
+        // entry of the active's own epoch, written after the store forgot, is none).
         let kept = |a: &NodeRecord, e: Epoch| {
-            breadcrumb.and_then(|b| b.epoch).is_some_and(|b| b >= e)
-                || state.newest_history_epoch.is_some_and(|h| h > e)
-                || state
-                    .history_by_node
-                    .get(&a.node_id)
-                    .is_some_and(|&h| h > e)
-                || state
-                    .confirmed_by_node
-                    .get(&a.node_id)
-                    .is_some_and(|&h| h >= e)
+            crate::record::KeptOf {
+                breadcrumb: breadcrumb.and_then(|b| b.epoch),
+                newest_promotion: state.newest_history_epoch,
+                node_entries: state.history_by_node.get(&a.node_id).copied(),
+                node_confirmed: state.confirmed_by_node.get(&a.node_id).copied(),
+            }
+            .ended(e)
         };
         // The newest forgotten one (each promotion fenced the one before it); this node's
         // own memory on a tie.

@@ -121,18 +121,16 @@ pub fn to_json(cfg: &Config, snap: &ClusterSnapshot) -> Value {
 /// confirm of it (what `Elector::forgotten_active` goes by).
 fn store_keeps(snap: &ClusterSnapshot, node: &str, e: Epoch) -> bool {
     use crate::coord::items;
-    let crumb = snap
-        .breadcrumb
-        .as_ref()
-        .and_then(|(b, _)| b.as_ref().ok()?.epoch);
-    crumb.is_some_and(|b| b >= e)
-        || items::newest_promotion(&snap.history).is_some_and(|h| h > e)
-        || items::history_by_node(&snap.history)
-            .get(node)
-            .is_some_and(|&h| h > e)
-        || items::confirmed_by_node(&snap.history)
-            .get(node)
-            .is_some_and(|&h| h >= e)
+    crate::record::KeptOf {
+        breadcrumb: snap
+            .breadcrumb
+            .as_ref()
+            .and_then(|(b, _)| b.as_ref().ok()?.epoch),
+        newest_promotion: items::newest_promotion(&snap.history),
+        node_entries: items::history_by_node(&snap.history).get(node).copied(),
+        node_confirmed: items::confirmed_by_node(&snap.history).get(node).copied(),
+    }
+    .ended(e)
 }
 
 /// The view for people: who is active, then a table of members.
