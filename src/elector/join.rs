@@ -82,6 +82,15 @@ impl Elector {
             return;
         }
         self.session_since = Some(now);
+        // The store may have forgotten the round this node stood aside in: the better-
+        // placed standby's hold of the lock and the failure its record counted (the
+        // simulation's seed 27238: n1, placed above, took the lock and lost it to the
+        // store's restart, which forgot both; n2, which had stood aside for n1 before,
+        // took the lock and promoted without n1's writes as n1's own wait after the
+        // re-made link ended). Every node waits out a re-made link as a new session, so
+        // the next free lock is a new round, as after a new session.
+        self.rival_waited = false;
+        self.stood_aside_for_better = None;
         if self.cfg.settle && std::mem::take(&mut self.settle_said) {
             self.notice(
                 false,

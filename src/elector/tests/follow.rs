@@ -1219,6 +1219,33 @@ fn rule_6b_a_promotion_history_shows_since_the_stand_aside_starts_a_new_round_un
 }
 
 #[test]
+fn rule_6b_a_link_made_again_with_the_store_starts_a_new_round() {
+    // The simulation's seed 27238: n1 stood aside for n2; n2 took the lock and lost it to
+    // the store's restart, which forgot that hold and the failure n2's record counted.
+    // n1, its link made again, held the lock as n2's own wait ended: it stands aside once
+    // more, although nothing the store kept shows a new round.
+    let mut h = H::new();
+    let r = h.won(3);
+    let mut st = state(BreadcrumbView::Absent);
+    st.members = n2_above();
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    h.feed(Event::Reconnected);
+    let r = h.held(j, 5);
+    let a = h.read_all(r, st.clone());
+    assert!(stood_aside(&a), "{a:?}");
+    // Once per link: the next hold in that link promotes.
+    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    let r = h.held(j, 7);
+    let a = h.read_all(r, st);
+    assert!(
+        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
+        "{a:?}"
+    );
+}
+
+#[test]
 fn rule_6b_a_winner_stands_aside_once_more_for_one_above_it_never_stood_aside_for() {
     // The simulation's seed 282415: n1 stood aside for n2; n2 stood aside for n0, which
     // had restarted and still waited out its new session. n1's next hold finds n0 above
