@@ -555,6 +555,8 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
     });
     let nodes = [(&pair.n1, &pair.p1), (&pair.n2, &pair.p2)];
     let mut out = PgSwitchovers::default();
+    // What each `warden failover` printed on stderr (its log with `RUST_LOG` set).
+    let mut commands = String::new();
     for k in 0..runs {
         let (from, old) = nodes[k % 2];
         let (to, new) = nodes[(k + 1) % 2];
@@ -580,6 +582,7 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
             "warden failover: {}",
             describe(&done)
         );
+        commands.push_str(&String::from_utf8_lossy(&done.stderr));
         let first = wait_for(secs(30), "a write acknowledged by the new primary", || {
             writer.first_on(new.port(), asked)
         });
@@ -591,33 +594,66 @@ fn pg_switchover(runs: usize, every: Option<Duration>) -> PgSwitchovers {
         out.kept.push(first - asked);
         out.fresh.push(fresh_first - asked);
         out.command.push(returned - asked);
-        // The steps, from the wardens' own logs (wall clock, as is `asked_wall`): the old
-        // active's demote hook starts; its breadcrumb is deleted with the lock (the hook
-        // and the release done); the successor wins the lock; its promote hook returns;
-        // then the fresh connection's first insert.
-        let (old_log, new_log) = (wardens[k % 2].log(), wardens[(k + 1) % 2].log());
-        let at = |log: &str, needle: &str| logged_at(log, needle, asked_wall);
-        let marks = [
-            at(&old_log, "running the demote hook"),
-            at(&old_log, "deleted our breadcrumb"),
-            at(&new_log, "reason=won the lock"),
-            at(&new_log, "the promote hook succeeded"),
+        // The steps, from the wardens' own logs and the servers' (wall clock, as is
+        // `asked_wall`), in the order of [`MARKS`]; then the fresh connection's insert.
+        let logs = [
+            wardens[k % 2].log(),
+            wardens[(k + 1) % 2].log(),
+            old.log(),
+            new.log(),
         ];
-        if let [Some(a), Some(b), Some(c), Some(d)] = marks {
-            let since = |t: std::time::SystemTime, from: std::time::SystemTime| {
-                t.duration_since(from).unwrap_or_default()
-            };
-            let fresh_wall = asked_wall + (fresh_first - asked);
-            out.steps[0].push(since(a, asked_wall));
-            out.steps[1].push(since(b, a));
-            out.steps[2].push(since(c, b));
-            out.steps[3].push(since(d, c));
-            out.steps[4].push(since(fresh_wall, d));
+        let mut at = vec![Some(asked_wall)];
+        at.extend(MARKS.iter().map(|(_, source, needle)| match source {
+            Source::OldWarden | Source::NewWarden => {
+                logged_at(&logs[*source as usize], needle, asked_wall)
+            }
+            Source::OldServer | Source::NewServer => {
+                pg_logged_at(&logs[*source as usize], needle, asked_wall)
+            }
+        }));
+        at.push(Some(asked_wall + (fresh_first - asked)));
+        let mut steps = Vec::new();
+        if at.iter().all(Option::is_some) {
+            let at: Vec<std::time::SystemTime> = at.into_iter().flatten().collect();
+            for (i, w) in at.windows(2).enumerate() {
+                let step = w[1].duration_since(w[0]).unwrap_or_default();
+                out.steps[i].push(step);
+                steps.push(step.as_secs_f64() * 1000.0);
+            }
+        }
+        // Each run's figures, to pool the runs of several batches (alternated builds).
+        if std::env::var_os("WARDEN_BENCH_RAW").is_some() {
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            println!(
+                "RAW fresh={:.1} kept={:.1} command={:.1} steps={}",
+                ms(fresh_first - asked),
+                ms(first - asked),
+                ms(returned - asked),
+                steps
+                    .iter()
+                    .map(|s| format!("{s:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
         }
         pair.await_follower(from, old, new);
     }
     writer.finish();
     fresh.finish();
+    // To look at one step closely: the four logs, kept in the directory named.
+    if let Some(dir) = std::env::var_os("WARDEN_BENCH_KEEP_LOGS") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("WARDEN_BENCH_KEEP_LOGS: create the directory");
+        for (name, log) in [
+            ("n1-warden.log", wardens[0].log()),
+            ("n2-warden.log", wardens[1].log()),
+            ("p1-postgresql.log", pair.p1.log()),
+            ("p2-postgresql.log", pair.p2.log()),
+            ("failover-commands.log", commands),
+        ] {
+            std::fs::write(dir.join(name), log).expect("WARDEN_BENCH_KEEP_LOGS: write a log");
+        }
+    }
     out
 }
 
@@ -637,18 +673,89 @@ struct PgSwitchovers {
     fresh: Vec<Duration>,
     /// To the command's exit.
     command: Vec<Duration>,
-    /// Each step, in [`STEPS`]' order (runs whose log lacked a mark are left out).
-    steps: [Vec<Duration>; 5],
+    /// Each step, in [`step_names`]' order (runs whose logs lacked a mark are left out).
+    steps: [Vec<Duration>; MARKS.len() + 1],
 }
 
-/// The steps of a switchover that [`pg_switchover`] times from the wardens' logs.
-const STEPS: [&str; 5] = [
-    "command -> demote hook starts",
-    "demote hook + release",
-    "release -> successor wins the lock",
-    "lock won -> promote hook returns",
-    "promote hook -> fresh conn. ack",
+/// Whose log a mark of [`MARKS`] is read from (the index into `pg_switchover`'s logs).
+#[derive(Clone, Copy)]
+enum Source {
+    OldWarden = 0,
+    NewWarden = 1,
+    OldServer = 2,
+    NewServer = 3,
+}
+
+/// The marks of a switchover that [`pg_switchover`] times, in order, each the end of the
+/// step named: the first line at or after the command's start of that log that holds the
+/// text. The step before the first starts at the command; one after the last ends at the
+/// fresh connection's first acknowledged insert.
+const MARKS: [(&str, Source, &str); 8] = [
+    (
+        "command -> demote hook starts",
+        Source::OldWarden,
+        "running the demote hook",
+    ),
+    (
+        "  demote: successor checked, stop asked",
+        Source::OldServer,
+        "received fast shutdown request",
+    ),
+    (
+        "  demote: fast shutdown",
+        Source::OldServer,
+        "database system is shut down",
+    ),
+    (
+        "  demote: successor has the WAL",
+        Source::OldWarden,
+        "demote: PostgreSQL",
+    ),
+    (
+        "  demote: hook ends, lock released",
+        Source::OldWarden,
+        "deleted our breadcrumb",
+    ),
+    (
+        "release -> successor wins the lock",
+        Source::NewWarden,
+        "reason=won the lock",
+    ),
+    (
+        "  promote: promotion asked",
+        Source::NewServer,
+        "received promote request",
+    ),
+    (
+        "  promote: server takes writes",
+        Source::NewServer,
+        "database system is ready to accept connections",
+    ),
 ];
+
+/// The steps' names: [`MARKS`]', then the last one's.
+fn step_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = MARKS.iter().map(|(name, _, _)| *name).collect();
+    names.push("  promote: writes taken -> fresh conn. ack");
+    names
+}
+
+/// As [`logged_at`], for a PostgreSQL server's log (`log_line_prefix = '%m '`: the
+/// date, the time to the millisecond and the zone, UTC here).
+fn pg_logged_at(
+    log: &str,
+    needle: &str,
+    since: std::time::SystemTime,
+) -> Option<std::time::SystemTime> {
+    log.lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let stamp = format!("{}T{}Z", w.next()?, w.next()?);
+            humantime::parse_rfc3339_weak(&stamp).ok()
+        })
+        .find(|t| *t >= since)
+}
 
 /// When the first line of `log` that holds `needle` and is stamped at or after `since`
 /// was written (the RFC 3339 time the line starts with).
@@ -680,7 +787,7 @@ impl PgSwitchovers {
             &self.command,
             None,
         );
-        for (name, samples) in STEPS.iter().zip(&self.steps) {
+        for (name, samples) in step_names().iter().zip(&self.steps) {
             report(&format!("  step: {name}"), samples, None);
         }
     }

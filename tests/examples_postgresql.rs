@@ -397,6 +397,60 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     }
 }
 
+/// Issue 40: the switchover's demote carries the handover in one psql session whose
+/// answers come back through a FIFO beside PG_LOG. Where that cannot be made or opened
+/// (here a file of another kind holds its name), the demote fails before anything stops,
+/// saying why and what to do, and the primary stays the primary with its data: the two
+/// ends of the session never wait for each other.
+#[test]
+fn a_switchover_demote_that_cannot_open_its_fifo_stops_nothing() {
+    let p1 = PgServer::init();
+    let p2 = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE kept (v int)");
+    p1.sql("INSERT INTO kept VALUES (1)");
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
+    give(dir.path());
+    give(&env_file);
+    let fifo = format!("{}.fifo", p1.log_path().display());
+    fs::write(&fifo, "not a FIFO").unwrap();
+    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("cannot make or open the FIFO {fifo}"))
+            && last.contains("is still the primary")
+            && last.contains("set PG_LOG"),
+        "the demote does not say why in its last line: {}",
+        describe(&out)
+    );
+    assert_eq!(p1.in_recovery(), Some(false), "p1 changed its role");
+    p1.sql("INSERT INTO kept VALUES (2)");
+    assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "2");
+    // Its name free again, the FIFO is made and the handover goes through: p2 has every
+    // row, and p1 is left to start as p2's standby.
+    fs::remove_file(&fifo).unwrap();
+    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        fs::metadata(&fifo)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
+            .unwrap_or(false),
+        "no FIFO at {fifo}"
+    );
+    p2.sql("SELECT pg_promote()");
+    wait_until(secs(30), "p2 is a primary", || {
+        p2.in_recovery() == Some(false)
+    });
+    assert_eq!(p2.sql("SELECT count(*) FROM kept").trim(), "2");
+    // (The demote's detached start: waited for, so that no server outlives the test.)
+    wait_until(secs(30), "p1 runs as p2's standby", || {
+        p1.in_recovery() == Some(true)
+    });
+}
+
 /// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
 /// stalls (every process of the server SIGSTOPped) as a switchover to it starts, under a
 /// steady writer. The old primary's demote finds that the successor does not answer
