@@ -747,14 +747,10 @@ fn pg_logged_at(
     needle: &str,
     since: std::time::SystemTime,
 ) -> Option<std::time::SystemTime> {
-    log.lines()
-        .filter(|l| l.contains(needle))
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let stamp = format!("{}T{}Z", w.next()?, w.next()?);
-            humantime::parse_rfc3339_weak(&stamp).ok()
-        })
-        .find(|t| *t >= since)
+    stamped_at(log, needle, since, |l| {
+        let mut w = l.split_whitespace();
+        humantime::parse_rfc3339_weak(&format!("{}T{}Z", w.next()?, w.next()?)).ok()
+    })
 }
 
 /// When the first line of `log` that holds `needle` and is stamped at or after `since`
@@ -764,9 +760,22 @@ fn logged_at(
     needle: &str,
     since: std::time::SystemTime,
 ) -> Option<std::time::SystemTime> {
+    stamped_at(log, needle, since, |l| {
+        humantime::parse_rfc3339(l.split_whitespace().next()?).ok()
+    })
+}
+
+/// The first stamp (`stamp` of a line) at or after `since` of the lines of `log` that
+/// hold `needle`.
+fn stamped_at(
+    log: &str,
+    needle: &str,
+    since: std::time::SystemTime,
+    stamp: impl Fn(&str) -> Option<std::time::SystemTime>,
+) -> Option<std::time::SystemTime> {
     log.lines()
         .filter(|l| l.contains(needle))
-        .filter_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
+        .filter_map(stamp)
         .find(|t| *t >= since)
 }
 

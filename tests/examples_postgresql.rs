@@ -8,9 +8,10 @@
 mod common;
 
 use common::pg_pair::*;
-use common::postgres::{give, sql_at, PgServer};
+use common::postgres::{give, sql_at, PgServer, BIN};
 use common::*;
 use std::fs;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Cuts `standby`'s replication (its primary_conninfo cleared, the configuration
@@ -21,6 +22,17 @@ fn cut_replication(standby: &PgServer, who: &str) {
     wait_until(secs(30), &format!("{who} streams from nobody"), || {
         standby.streams_from().is_none()
     });
+}
+
+/// The hooks' env file for `pg` in a temp dir of its own (kept while the dir lives),
+/// fast stops bounded by `stop_timeout` seconds, both readable by the hooks' user.
+fn env_file_of(pg: &PgServer, stop_timeout: u32) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let env_file = dir.path().join("hooks.env");
+    fs::write(&env_file, hooks_env(pg, stop_timeout)).unwrap();
+    give(dir.path());
+    give(&env_file);
+    (dir, env_file)
 }
 
 /// Stops `writer` and asserts that every write it saw acknowledged is in the table of the
@@ -354,11 +366,7 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     assert_eq!(detached.in_recovery(), Some(true));
     p1.sql("CREATE TABLE kept (v int)");
     p1.sql("INSERT INTO kept VALUES (1)");
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
-    give(dir.path());
-    give(&env_file);
+    let (_dir, env_file) = env_file_of(&p1, 1);
     let closed = free_port();
     for (port, why, stopped) in [
         (stranger.port(), "is not a standby", false),
@@ -398,48 +406,53 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
 }
 
 /// Issue 40: the switchover's demote carries the handover in one psql session whose
-/// answers come back through a FIFO beside PG_LOG. Where that cannot be made or opened
-/// (here a file of another kind holds its name), the demote fails before anything stops,
-/// saying why and what to do, and the primary stays the primary with its data: the two
-/// ends of the session never wait for each other.
+/// answers come back through a FIFO of the run's own, in a new directory under TMPDIR.
+/// Where none can be made (here TMPDIR does not exist), the demote fails before anything
+/// stops, saying why and what to do, and the primary stays the primary with its data.
+/// With a TMPDIR it can use, the handover goes through and leaves nothing in it.
 #[test]
-fn a_switchover_demote_that_cannot_open_its_fifo_stops_nothing() {
+fn a_switchover_demote_that_cannot_make_its_fifo_stops_nothing() {
     let p1 = PgServer::init();
     let p2 = PgServer::clone_of(&p1);
     p1.sql("CREATE TABLE kept (v int)");
     p1.sql("INSERT INTO kept VALUES (1)");
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
-    give(dir.path());
-    give(&env_file);
-    let fifo = format!("{}.fifo", p1.log_path().display());
-    fs::write(&fifo, "not a FIFO").unwrap();
-    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30));
+    let (dir, env_file) = env_file_of(&p1, 1);
+    let missing = dir.path().join("no-such-dir");
+    let out = run_switchover_demote_with(
+        &hooks_script(),
+        &env_file,
+        p2.port(),
+        secs(60),
+        &[("TMPDIR", &missing)],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        last.contains(&format!("cannot make or open the FIFO {fifo}"))
+        last.contains("cannot make a FIFO in")
             && last.contains("is still the primary")
-            && last.contains("set PG_LOG"),
+            && last.contains("set TMPDIR"),
         "the demote does not say why in its last line: {}",
         describe(&out)
     );
     assert_eq!(p1.in_recovery(), Some(false), "p1 changed its role");
     p1.sql("INSERT INTO kept VALUES (2)");
     assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "2");
-    // Its name free again, the FIFO is made and the handover goes through: p2 has every
-    // row, and p1 is left to start as p2's standby.
-    fs::remove_file(&fifo).unwrap();
-    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(30));
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert!(
-        fs::metadata(&fifo)
-            .map(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
-            .unwrap_or(false),
-        "no FIFO at {fifo}"
+    // A TMPDIR it can use: p2 has every row, p1 is left to start as p2's standby, and
+    // the FIFO's directory is gone.
+    let tmp = dir.path().join("tmp");
+    fs::create_dir(&tmp).unwrap();
+    give(&tmp);
+    let out = run_switchover_demote_with(
+        &hooks_script(),
+        &env_file,
+        p2.port(),
+        secs(60),
+        &[("TMPDIR", &tmp)],
     );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let left: Vec<_> = fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
     p2.sql("SELECT pg_promote()");
     wait_until(secs(30), "p2 is a primary", || {
         p2.in_recovery() == Some(false)
@@ -449,6 +462,62 @@ fn a_switchover_demote_that_cannot_open_its_fifo_stops_nothing() {
     wait_until(secs(30), "p1 runs as p2's standby", || {
         p1.in_recovery() == Some(true)
     });
+}
+
+/// The review of stop 49: a switchover's fast shutdown that does not end cleanly (an
+/// operator's `pg_ctl stop -m immediate` meanwhile, a killed checkpointer) leaves
+/// pg_control naming an older checkpoint, which the successor is past whatever it lacks.
+/// Here PostgreSQL's programs are the real ones but for `pg_controldata`, whose report says
+/// the cluster is still "in production" after the stop. The demote must not claim the
+/// handover: it fails, saying so, and leaves p1 a standby of nobody with its rows.
+#[test]
+fn a_switchover_demote_whose_stop_did_not_end_cleanly_hands_nothing_over() {
+    let p1 = PgServer::init();
+    let p2 = PgServer::clone_of(&p1);
+    p1.sql("CREATE TABLE kept (v int)");
+    p1.sql("INSERT INTO kept VALUES (1)");
+    let (dir, env_file) = env_file_of(&p1, 5);
+    let bin = dir.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    for program in ["psql", "pg_ctl", "pg_rewind"] {
+        std::os::unix::fs::symlink(Path::new(BIN).join(program), bin.join(program)).unwrap();
+    }
+    let fake = bin.join("pg_controldata");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n# pg_controldata, as after a stop that did not end cleanly.\n\
+             {BIN}/pg_controldata \"$@\" | sed 's/^Database cluster state:.*/Database \
+             cluster state:               in production/'\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    give(&bin);
+    give(&fake);
+    let env = fs::read_to_string(&env_file).unwrap();
+    fs::write(
+        &env_file,
+        env.replace(&format!("PGBIN={BIN}"), &format!("PGBIN={}", bin.display())),
+    )
+    .unwrap();
+    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("did not stop cleanly (pg_control: in production)")
+            && last.contains("not handed over")
+            && last.contains("is a standby of nobody"),
+        "the demote does not say why in its last line: {}",
+        describe(&out)
+    );
+    assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
+    p1.sql("SELECT pg_promote()");
+    wait_until(secs(30), "p1 is a primary again", || {
+        p1.in_recovery() == Some(false)
+    });
+    assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "1");
 }
 
 /// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
@@ -584,11 +653,7 @@ fn a_switchover_demote_of_a_crashed_primary_does_not_claim_the_successor_has_its
     p1.kill9();
     postmaster.wait().expect("reap p1's postmaster");
     p1.wait_gone(secs(30));
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    fs::write(&env_file, hooks_env(&p1, 1)).unwrap();
-    give(dir.path());
-    give(&env_file);
+    let (_dir, env_file) = env_file_of(&p1, 1);
     let out = run_switchover_demote(&hooks_script(), &env_file, lagging.port(), secs(30));
     eprintln!("the demote: {}", describe(&out));
     // (The demote may start p1 in the background: let that finish first.)
@@ -624,11 +689,7 @@ fn a_switchover_demote_of_a_stopped_primary_hands_over_only_to_a_successor_with_
     let streaming = PgServer::clone_of(&p1);
     p1.sql("CREATE TABLE acked (v int)");
     p1.sql("INSERT INTO acked VALUES (1)");
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    fs::write(&env_file, hooks_env(&p1, 5)).unwrap();
-    give(dir.path());
-    give(&env_file);
+    let (_dir, env_file) = env_file_of(&p1, 5);
 
     // To a successor without the last WAL: called off.
     p1.stop_fast();
@@ -722,11 +783,7 @@ fn follow_restarts_a_standby_stuck_before_consistency_toward_the_active() {
         not_yet(&refused),
         "the stuck clone answered otherwise: {refused}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let env_file = dir.path().join("hooks.env");
-    fs::write(&env_file, hooks_env(&s, 5)).unwrap();
-    give(dir.path());
-    give(&env_file);
+    let (_dir, env_file) = env_file_of(&s, 5);
     let out = run_standby_hook(&hooks_script(), "follow", &env_file, p1.port(), secs(120));
     assert!(out.status.success(), "follow failed: {}", describe(&out));
     wait_until(secs(30), "the clone streams from p1", || {
@@ -742,9 +799,7 @@ fn follow_restarts_a_standby_stuck_before_consistency_toward_the_active() {
     wait_until(secs(30), "the second clone waits for WAL", || {
         t.try_sql("SELECT 1").is_err_and(|e| not_yet(&e))
     });
-    let env_t = dir.path().join("hooks-t.env");
-    fs::write(&env_t, hooks_env(&t, 5)).unwrap();
-    give(&env_t);
+    let (_dir_t, env_t) = env_file_of(&t, 5);
     let pid = t.pid().expect("the second clone runs");
     let out = run_standby_hook(&hooks_script(), "follow", &env_t, upstream, secs(120));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -281,6 +281,7 @@ impl Elector {
         self.active = Some(record);
         // A new active: the next free lock is a new round (SPEC §6b).
         self.stood_aside_for_better = None;
+        self.round_relinked = false;
         self.active_rewrite = None;
         self.active_link = self.links;
         self.active_confirmed = None;

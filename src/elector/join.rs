@@ -88,9 +88,13 @@ impl Elector {
         // store's restart, which forgot both; n2, which had stood aside for n1 before,
         // took the lock and promoted without n1's writes as n1's own wait after the
         // re-made link ended). Every node waits out a re-made link as a new session, so
-        // the next free lock is a new round, as after a new session.
-        self.rival_waited = false;
-        self.stood_aside_for_better = None;
+        // the next free lock is a new round, as after a new session: once per round, so
+        // that a link that keeps breaking cannot keep this node standing aside for a
+        // better-placed one that does not take the lock (the review of stop 49).
+        if !std::mem::replace(&mut self.round_relinked, true) {
+            self.rival_waited = false;
+            self.stood_aside_for_better = None;
+        }
         if self.cfg.settle && std::mem::take(&mut self.settle_said) {
             self.notice(
                 false,
@@ -113,6 +117,7 @@ impl Elector {
         // waits again (the review of stop 44).
         self.rival_waited = false;
         self.stood_aside_for_better = None;
+        self.round_relinked = false;
         // The places read in that session: the next one reads them again.
         self.members_view.clear();
         self.above_tries_at = None;

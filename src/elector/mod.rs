@@ -709,6 +709,10 @@ pub struct Elector {
     /// from the store while n1 was promoted and stepped down, this node never saw it, and
     /// promoted without the writes a standby placed above it held).
     stood_aside_for_better: Option<(Epoch, FailedTakeovers)>,
+    /// A link made again with the store started this round anew already (the stand-aside
+    /// and the wait for a better-placed standby, forgotten with what the store may have
+    /// forgotten): not again until a new active, a commit or a new session.
+    round_relinked: bool,
     /// The lock was won and its first state read is still to come: nothing has been
     /// fenced, restored or committed under it yet (the only time to stand aside, §6b).
     fresh_hold: bool,
@@ -782,6 +786,7 @@ impl Elector {
             members_asked: false,
             above_record: None,
             stood_aside_for_better: None,
+            round_relinked: false,
             fresh_hold: false,
             rejoin_fresh: false,
             forgetting: None,

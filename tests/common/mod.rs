@@ -1636,14 +1636,29 @@ pub fn run_switchover_demote(
     port: u16,
     timeout: Duration,
 ) -> Output {
-    let args = [
+    run_switchover_demote_with(script, env_file, port, timeout, &[])
+}
+
+/// [`run_switchover_demote`] with variables of its own set (`TMPDIR`, `PATH`, ...).
+pub fn run_switchover_demote_with(
+    script: &Path,
+    env_file: &Path,
+    port: u16,
+    timeout: Duration,
+    vars: &[(&str, &Path)],
+) -> Output {
+    let mut args: Vec<String> = vars
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.display()))
+        .collect();
+    args.extend([
         "WARDEN_SUCCESSOR_NODE=n2".to_string(),
         "WARDEN_SUCCESSOR_HOST=127.0.0.1".to_string(),
         format!("WARDEN_SUCCESSOR_PORT={port}"),
         script.display().to_string(),
         "demote".to_string(),
         env_file.display().to_string(),
-    ];
+    ]);
     run_bounded("env", &args, timeout)
 }
 

@@ -675,10 +675,7 @@ fn rule_6b_a_winner_stands_aside_once_for_a_standby_the_fresh_members_place_abov
     // n2 did not take the lock: this time the node promotes, whatever the records say.
     let r = h.held(j, 4);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]
@@ -696,10 +693,7 @@ fn rule_6b_a_winner_the_fresh_members_place_first_or_a_named_one_promotes_at_onc
         sick,
     ];
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 /// n2 placed above this node (n1, position 10) as the fresh members show it.
@@ -721,10 +715,7 @@ fn rule_6b_the_fresh_check_uses_the_nodes_own_position_not_its_record() {
     st.members = vec![standby("n1", 100, None), standby("n2", 100, Some(20))];
     st.own_position = Some(30);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]
@@ -1050,10 +1041,7 @@ fn rule_6b_a_winner_stands_aside_again_for_one_that_took_the_lock_and_failed_sin
     // Not since: it promotes (n2 does not keep the cluster without an active).
     let r = h.held(j, 5);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]
@@ -1212,37 +1200,40 @@ fn rule_6b_a_promotion_history_shows_since_the_stand_aside_starts_a_new_round_un
     let j = rejoin_after_standing_aside(&mut h, rel);
     let r = h.held(j, 6);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
-#[test]
-fn rule_6b_a_link_made_again_with_the_store_starts_a_new_round() {
-    // The simulation's seed 27238: n1 stood aside for n2; n2 took the lock and lost it to
-    // the store's restart, which forgot that hold and the failure n2's record counted.
-    // n1, its link made again, held the lock as n2's own wait ended: it stands aside once
-    // more, although nothing the store kept shows a new round.
-    let mut h = H::new();
+/// A winner at epoch 3 that stood aside for n2, placed above it, and joined again after
+/// its wait: the join's ticket, and the state it read.
+fn stood_aside_for_n2_once(h: &mut H) -> (Ticket, ClusterState) {
     let r = h.won(3);
     let mut st = state(BreadcrumbView::Absent);
     st.members = n2_above();
     let a = h.read_all(r, st.clone());
     assert!(stood_aside(&a), "{a:?}");
-    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    (rejoin_after_standing_aside(h, H::ticket_of(&a)), st)
+}
+
+#[test]
+fn rule_6b_a_link_made_again_with_the_store_starts_a_new_round() {
+    // The simulation's seed 27238 (there n2 and n1 the other way round): this node (n1)
+    // stood aside for n2, placed above it; n2 took the lock and lost it to the store's
+    // restart, which forgot that hold and the failure n2's record counted. n1, its link
+    // made again, held the lock as n2's own wait ended: it stands aside once more,
+    // although nothing the store kept shows a new round.
+    let mut h = H::new();
+    let (j, st) = stood_aside_for_n2_once(&mut h);
     h.feed(Event::Reconnected);
     let r = h.held(j, 5);
     let a = h.read_all(r, st.clone());
     assert!(stood_aside(&a), "{a:?}");
-    // Once per link: the next hold in that link promotes.
+    // Once per round, however often the link breaks (the review of stop 49: a flapping
+    // link must not keep the cluster without an active): the next hold promotes.
     let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    h.feed(Event::Reconnected);
     let r = h.held(j, 7);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]
@@ -1251,12 +1242,7 @@ fn rule_6b_a_winner_stands_aside_once_more_for_one_above_it_never_stood_aside_fo
     // had restarted and still waited out its new session. n1's next hold finds n0 above
     // it too: it stands aside for n0 once, then promotes.
     let mut h = H::new();
-    let r = h.won(3);
-    let mut st = state(BreadcrumbView::Absent);
-    st.members = n2_above();
-    let a = h.read_all(r, st.clone());
-    assert!(stood_aside(&a), "{a:?}");
-    let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
+    let (j, mut st) = stood_aside_for_n2_once(&mut h);
     st.members.push(standby("n0", 100, Some(20)));
     let r = h.held(j, 5);
     let a = h.read_all(r, st.clone());
@@ -1266,10 +1252,7 @@ fn rule_6b_a_winner_stands_aside_once_more_for_one_above_it_never_stood_aside_fo
     let j = rejoin_after_standing_aside(&mut h, H::ticket_of(&a));
     let r = h.held(j, 7);
     let a = h.read_all(r, st);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]

@@ -160,10 +160,7 @@ impl H {
     fn committing(&mut self, epoch: Epoch) -> Ticket {
         let r = self.won(epoch);
         let a = self.read(r, BreadcrumbView::Absent);
-        assert!(
-            matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-            "{a:?}"
-        );
+        assert!(commits(&a), "{a:?}");
         H::ticket_of(&a)
     }
 
@@ -256,4 +253,9 @@ fn assert_forced_stop(h: &H, actions: &[Action]) {
 
 fn has(actions: &[Action], f: impl Fn(&Action) -> bool) -> bool {
     actions.iter().any(f)
+}
+
+/// The actions are the commit of a promotion, and nothing else.
+fn commits(actions: &[Action]) -> bool {
+    matches!(actions, [Action::CommitPromotion { .. }])
 }

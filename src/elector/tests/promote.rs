@@ -228,10 +228,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
                 ..state(BreadcrumbView::Absent)
             },
         );
-        assert!(
-            matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-            "{a:?}"
-        );
+        assert!(commits(&a), "{a:?}");
     }
     // Its warden lives and stepped down (its member record says so, read before the
     // write-back): its lease took its service down; nothing is written back.
@@ -252,10 +249,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
             ..state(BreadcrumbView::Absent)
         },
     );
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
     // Seen before a reconnection within this session (ZooKeeper's client back in its
     // session after a restore: the simulation's seed 300191): an earlier link, written
     // back.
@@ -278,10 +272,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
     h.feed(Event::ActiveConfirmed { record: n3.clone() });
     let r = h.held(j, 20);
     let a = h.read(r, BreadcrumbView::Absent);
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
     // But seen in this session from the lock's record alone (its breadcrumb never seen,
     // or another epoch's or incarnation's confirmed): a restart may have forgotten the breadcrumb and kept
     // the lock (the review of stop 42), written back.
@@ -314,10 +305,7 @@ fn rule_5_an_active_whose_commit_the_store_forgot_is_written_back_and_fenced() {
             ..state(BreadcrumbView::Absent)
         },
     );
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 /// The simulation's seed 392502: the active's lease came back and it started its service
@@ -518,10 +506,7 @@ fn rule_5_an_active_only_a_member_remembers_is_written_back_and_fenced() {
             ..told(of_n2.clone())
         },
     );
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
     // A later rewrite a member saw, over an older one the store kept: written back.
     let first = NodeRecord {
         rewrite: Some(1),
@@ -692,10 +677,7 @@ fn rule_5_members_memories_are_checked_one_by_one() {
             ..told(vec![("n3", x.clone()), ("n5", y.clone())])
         },
     );
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 /// What a standby publishes for that: an active seen in an earlier link than its current
@@ -780,10 +762,7 @@ fn rule_5_an_active_confirmed_again_after_a_reconnection_is_no_forgotten_commit(
         let r = h.held(j, 20);
         let a = h.read(r, BreadcrumbView::Absent);
         if again {
-            assert!(
-                matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-                "{a:?}"
-            );
+            assert!(commits(&a), "{a:?}");
         } else {
             assert!(
                 matches!(a.as_slice(), [Action::RestoreBreadcrumb { record, .. }] if *record == n3),
@@ -1262,10 +1241,7 @@ fn rule_5_a_stuck_service_the_breadcrumb_names_is_fenced_once() {
         fenced: true,
         summary: "gone".into(),
     });
-    assert!(
-        matches!(a.as_slice(), [Action::CommitPromotion { .. }]),
-        "{a:?}"
-    );
+    assert!(commits(&a), "{a:?}");
 }
 
 #[test]
