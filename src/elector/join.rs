@@ -311,6 +311,21 @@ impl Elector {
                 self.rival_wait_cap = Some(cap);
                 let from = self.above_tries_at.filter(|t| *t > now).unwrap_or(now);
                 self.retry_at = Some((from + self.lease_len()).min(cap));
+                // Placed by members read a while ago: read them again now (a look at the
+                // fresh records that finds none above ends the wait: `on_members`). The
+                // simulation's seed 158755: when the lock went free, a standby placed
+                // itself by members read 2.3 s before (a tie, lost by its id), while the
+                // records then placed it first; it waited for the other, which stood aside
+                // for it (unseen: it watched nothing but the lock while it waited), and
+                // promoted once its new session had settled, without 11 writes this node
+                // held.
+                let stale = self
+                    .members_read_at
+                    .is_none_or(|t| now.saturating_duration_since(t) > self.renewal_interval());
+                if stale && !self.members_asked {
+                    self.members_asked = true;
+                    self.actions.push_back(Action::ReadMembers);
+                }
                 return;
             }
         }

@@ -694,6 +694,8 @@ pub struct Elector {
     members_view: Vec<MemberRecord>,
     /// SPEC §6b herd-free succession: a read of the members was asked for and is to come.
     members_asked: bool,
+    /// When the members were last read (not placed again by a check of its own).
+    members_read_at: Option<Instant>,
     /// The record of `placed_after` as its watch last showed it.
     above_record: Option<MemberRecord>,
     /// SPEC §6b: this node, holding the lock, stood aside once for standbys the members
@@ -784,6 +786,7 @@ impl Elector {
             above_tries_at: None,
             rival_wait_cap: None,
             members_asked: false,
+            members_read_at: None,
             above_record: None,
             stood_aside_for_better: None,
             round_relinked: false,
@@ -1073,7 +1076,10 @@ impl Elector {
                 }
             }
             Event::Followed { ticket, ok, detail } => self.on_followed(ticket, ok, detail, now),
-            Event::Members { members } => self.on_members(&members, now),
+            Event::Members { members } => {
+                self.members_read_at = Some(now);
+                self.on_members(&members, now)
+            }
             Event::OwnPosition { position } => self.on_own_position(position, now),
             Event::AboveChanged {
                 id,

@@ -886,6 +886,38 @@ fn queued_behind_n2() -> H {
 }
 
 #[test]
+fn rule_6b_a_free_lock_is_waited_for_by_fresh_records_not_old_ones() {
+    // The simulation's seed 158755: queued behind n2 by members read long ago, this node
+    // (n1) finds the lock free. Before it lets n2 try first it reads the members again,
+    // and the records now place it first: it joins at once.
+    let mut h = queued_behind_n2();
+    h.advance(T);
+    let a = h.feed(Event::LockDeleted);
+    assert!(has(&a, |a| matches!(a, Action::ReadMembers)), "{a:?}");
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.feed(Event::Members {
+        members: vec![
+            standby("n1", 100, Some(30)),
+            standby("n2", 100, Some(20)),
+            standby("n3", 100, Some(5)),
+        ],
+    });
+    assert!(has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+    // Still placed below n2 by the fresh records: it waits for n2 as before.
+    let mut h = queued_behind_n2();
+    h.advance(T);
+    h.feed(Event::LockDeleted);
+    let a = h.feed(Event::Members {
+        members: vec![
+            standby("n1", 100, Some(10)),
+            standby("n2", 100, Some(20)),
+            standby("n3", 100, Some(5)),
+        ],
+    });
+    assert!(!has(&a, |a| matches!(a, Action::Join { .. })), "{a:?}");
+}
+
+#[test]
 fn rule_6b_herd_free_only_the_best_placed_standby_watches_the_lock() {
     let mut h = queued_behind_n2();
     assert_eq!(h.e.watched_above(h.now), Some("n2"));
