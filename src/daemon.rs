@@ -1574,6 +1574,25 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     ctx.members_due.notify_one();
                 }
             }
+            Action::ReadAbove { id } => {
+                let gone = Event::AboveChanged {
+                    id: id.clone(),
+                    record: None,
+                    own_position: None,
+                };
+                // (Unreadable reads as gone: the elector then reads every member.)
+                self.in_session(gone, move |zk| async move {
+                    let record = match zk.member(&id).await {
+                        Ok(Some((_, Ok(m)))) => Some(Box::new(m)),
+                        _ => None,
+                    };
+                    Event::AboveChanged {
+                        id,
+                        record,
+                        own_position: None,
+                    }
+                });
+            }
             Action::Follow { ticket, active } => {
                 let ServiceControl::Hooks(hooks) = &self.control_svc else {
                     return;

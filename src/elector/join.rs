@@ -118,8 +118,10 @@ impl Elector {
         self.rival_waited = false;
         self.stood_aside_for_better = None;
         self.round_relinked = false;
-        // The places read in that session: the next one reads them again.
+        // The places read in that session: the next one reads them again (a read asked
+        // for in it never comes: the review of stop 49).
         self.members_view.clear();
+        self.members_asked = false;
         self.above_tries_at = None;
         self.must_rejoin = false;
         self.lease.in_flight = None;
@@ -311,8 +313,10 @@ impl Elector {
                 self.rival_wait_cap = Some(cap);
                 let from = self.above_tries_at.filter(|t| *t > now).unwrap_or(now);
                 self.retry_at = Some((from + self.lease_len()).min(cap));
-                // Placed by members read a while ago: read them again now (a look at the
-                // fresh records that finds none above ends the wait: `on_members`). The
+                // Placed by members read a while ago: look again now at the record of the
+                // one just above (one request per waiting node; one that is not above any
+                // more has the members read, and a look at them that finds none above ends
+                // the wait: `on_above_changed`, `on_members`). The
                 // simulation's seed 158755: when the lock went free, a standby placed
                 // itself by members read 2.3 s before (a tie, lost by its id), while the
                 // records then placed it first; it waited for the other, which stood aside
@@ -323,8 +327,13 @@ impl Elector {
                     .members_read_at
                     .is_none_or(|t| now.saturating_duration_since(t) > self.renewal_interval());
                 if stale && !self.members_asked {
-                    self.members_asked = true;
-                    self.actions.push_back(Action::ReadMembers);
+                    match self.placed_after.clone() {
+                        Some(id) => self.actions.push_back(Action::ReadAbove { id }),
+                        None => {
+                            self.members_asked = true;
+                            self.actions.push_back(Action::ReadMembers);
+                        }
+                    }
                 }
                 return;
             }

@@ -501,6 +501,11 @@ pub enum Action {
     /// timeout, and report them as [`Event::Members`] (SPEC §6b: the standby this node
     /// watched is gone or no longer placed above it).
     ReadMembers,
+    /// Read the member record of `id` (the standby placed just above this node) once, and
+    /// report it as [`Event::AboveChanged`] (`None` when gone or unreadable): SPEC §6b, a
+    /// node about to let it try first for a free lock looks whether it still is above,
+    /// its view being old (one request, not a read of every member: no herd).
+    ReadAbove { id: String },
     /// Something an operator should read that is not a transition.
     Notice { warn: bool, message: String },
     /// Shut down with this exit code.
