@@ -538,11 +538,13 @@ fn a_member_znode_gone_under_a_live_session_ends_the_session() {
             Err(format!("{s:#}"))
         }
     });
-    assert_eq!(
-        n1.runs().len(),
-        1,
-        "n1 won the lock again after its member znode was gone: {:?}",
-        n1.runs()
+    // No flapping: n1 may win again once, in its new session (first by node id, no
+    // positions: SPEC §6b has n2 wait for it through that session's wait, since stop 49
+    // by fresh records), and then keeps it; or n2 took over and n1 never ran again.
+    let runs = n1.runs();
+    assert!(
+        runs.len() == 1 || (runs.len() == 2 && !runs[1].stopped && runs[1].epoch == epoch),
+        "n1 lost the lock and won it again after its member znode was gone: {runs:?}"
     );
     wardens[0].wait_for_log("the member znode of n1 is gone", secs(1));
     cluster.assert_safe();
