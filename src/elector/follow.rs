@@ -280,8 +280,7 @@ impl Elector {
         // Kept without a follow hook too: every hook is told the active (SPEC §6).
         self.active = Some(record);
         // A new active: the next free lock is a new round (SPEC §6b).
-        self.stood_aside_for_better = None;
-        self.round_relinked = false;
+        self.new_round();
         self.active_rewrite = None;
         self.active_link = self.links;
         self.active_confirmed = None;

@@ -108,6 +108,14 @@ impl Elector {
         }
     }
 
+    /// SPEC §6b: the next free lock is a new round (a new active, a commit of this
+    /// node's, a new session): no stand-aside of the last one counts, and a re-made link
+    /// may start the round anew once more.
+    pub(super) fn new_round(&mut self) {
+        self.stood_aside_for_better = None;
+        self.round_relinked = false;
+    }
+
     pub(super) fn on_session_lost(&mut self, now: Instant) {
         if matches!(self.phase, Phase::Connecting | Phase::Exited) {
             return;
@@ -116,8 +124,7 @@ impl Elector {
         // A wait for a better-placed standby ends with the session: the next free lock
         // waits again (the review of stop 44).
         self.rival_waited = false;
-        self.stood_aside_for_better = None;
-        self.round_relinked = false;
+        self.new_round();
         // The places read in that session: the next one reads them again (a read asked
         // for in it never comes: the review of stop 49).
         self.members_view.clear();

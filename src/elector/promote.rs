@@ -719,8 +719,7 @@ impl Elector {
 
     /// The breadcrumb write was acknowledged: the lease starts at its send time (§4.3c).
     fn committed(&mut self, epoch: Epoch, sent: Instant, now: Instant) {
-        self.stood_aside_for_better = None;
-        self.round_relinked = false;
+        self.new_round();
         // An active older than this promotion is nobody to follow any more: a follow of it
         // still owed (failed, or never run) would pass its older epoch to this node's
         // service after a demotion (the simulation's seed 61801: the follow hook passed
