@@ -704,20 +704,9 @@ impl<W: Wire> ZkSession<W> {
                 self.raise_floor(&me.node_id, me.epoch_seen),
                 self.read_counter()
             );
-            let (Ok((floor, floor_version)), Ok(mut counter)) = (floor, counter) else {
+            let (Ok((floor, floor_version)), Ok(counter)) = (floor, counter) else {
                 return JoinOutcome::Unknown;
             };
-            if lost(counter.epoch, floor_max(&floor)).is_some() {
-                // Read beside the floor's raise, the counter may have been answered by a
-                // follower from before it, behind the epoch this node raised the floor to:
-                // before any verdict of lost data it is read again, after the raise, as
-                // the join always read it (the review of this change: a false "the store
-                // lost data" on a failover, not an unsafe commit).
-                let Ok(again) = self.read_counter().await else {
-                    return JoinOutcome::Unknown;
-                };
-                counter = again;
-            }
             if let Some(why) = lost(counter.epoch, floor_max(&floor)) {
                 // Never sit on a lock this node may not promote under (a create of an
                 // earlier try whose answer was lost): `init --force` waits for none.

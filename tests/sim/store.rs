@@ -1065,9 +1065,8 @@ impl State {
     }
 
     /// `zookeeper.rs` `raise_floor` (one read and one conditional write there; one step
-    /// here, which is what the version check makes of it) and what `read_counter`
-    /// returns (sent beside the raise there, read again after it before any verdict of
-    /// lost data; one step here, one server with no follower behind): the floor's greatest entry and whose, its version, the counter (the
+    /// here, which is what the version check makes of it), then what `read_counter`
+    /// returns: the floor's greatest entry and whose, its version, the counter (the
     /// greatest epoch the store remembers: the counter's, the lock's, the breadcrumb's,
     /// history's newest) and the counter's version.
     fn raise_floor(&mut self, node: &str, seen: Option<u64>) -> JoinRead {
@@ -2842,8 +2841,7 @@ impl ModelSession {
         let _ = events.send(StoreEvent::SessionLost);
     }
 
-    /// `ZkSession::try_lock`: raise this node's entry of the floor and read the counter
-    /// (together there);
+    /// `ZkSession::try_lock`: raise this node's entry of the floor and read the counter;
     /// refuse, before the counter moves, when the counter is below the floor (SPEC §3a);
     /// then the multi-op (floor and counter at the versions read, create the lock); on
     /// NodeExists, the lock is ours iff this session owns it (a create whose reply was
