@@ -696,15 +696,11 @@ impl<W: Wire> ZkSession<W> {
     /// nodes that saw the forgotten epoch, stays above it until `init --force`.
     async fn try_lock(&self, me: &NodeRecord) -> JoinOutcome {
         for _ in 0..JOIN_TRIES {
-            // The floor's look (and raise) and the counter's reads go out together: one
-            // round trip fewer on every takeover's way (issue 40). Nothing read here is
-            // trusted at the write: its multi-op checks the floor and the counter at the
-            // versions read, and anything that moved in between sends it round again.
-            let (floor, counter) = tokio::join!(
-                self.raise_floor(&me.node_id, me.epoch_seen),
-                self.read_counter()
-            );
-            let (Ok((floor, floor_version)), Ok(counter)) = (floor, counter) else {
+            let Ok((floor, floor_version)) = self.raise_floor(&me.node_id, me.epoch_seen).await
+            else {
+                return JoinOutcome::Unknown;
+            };
+            let Ok(counter) = self.read_counter().await else {
                 return JoinOutcome::Unknown;
             };
             if let Some(why) = lost(counter.epoch, floor_max(&floor)) {
