@@ -382,22 +382,7 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
     ] {
         assert_eq!(p1.in_recovery(), Some(false), "p1 is not the primary");
         let out = run_switchover_demote(&hooks_script(), &env_file, port, secs(30));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-        let last = stderr.lines().last().unwrap_or_default();
-        assert!(
-            last.contains(&format!("n2 (127.0.0.1:{port}) {why}"))
-                && last.contains("not handed over"),
-            "the demote does not say why in its last line: {}",
-            describe(&out)
-        );
-        assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "1");
-        assert!(last.contains("is a standby of nobody"), "{last}");
-        assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
-        p1.sql("SELECT pg_promote()");
-        wait_until(secs(30), "p1 is a primary again", || {
-            p1.in_recovery() == Some(false)
-        });
+        not_handed_over(&p1, &out, &[&format!("n2 (127.0.0.1:{port}) {why}")]);
     }
 }
 
@@ -409,42 +394,64 @@ fn a_switchover_demote_fails_when_the_successor_cannot_confirm_the_last_wal() {
 /// a standby of nobody with its data.
 #[test]
 fn a_successor_answer_that_forges_a_report_line_hands_nothing_over() {
+    demote_with_program_hands_nothing_over(
+        "psql",
+        "#!/bin/sh\n# psql, whose first answer holds a backslash-n.\n\
+         printf '%s\\n' 'x\\nlast received'\ncat >/dev/null\n",
+        "did not answer as a standby",
+    );
+}
+
+/// The switchover's demote of a primary (one row in `kept`) to its streaming standby,
+/// with PostgreSQL's programs the real ones but for `name`, the shell script `script`: it
+/// must hand nothing over, its last line saying `why` ([`not_handed_over`]).
+fn demote_with_program_hands_nothing_over(name: &str, script: &str, why: &str) {
     let p1 = PgServer::init();
     let p2 = PgServer::clone_of(&p1);
     p1.sql("CREATE TABLE kept (v int)");
     p1.sql("INSERT INTO kept VALUES (1)");
     let (dir, env_file) = env_file_of(&p1, 5);
-    let bin = dir.path().join("bin");
+    with_program(dir.path(), &env_file, name, script);
+    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(60));
+    not_handed_over(&p1, &out, &[why]);
+}
+
+/// Points `env_file`'s PGBIN at a new directory in `dir` of PostgreSQL's programs, the
+/// real ones but for `name`, which is the shell script `script` there.
+fn with_program(dir: &Path, env_file: &Path, name: &str, script: &str) {
+    let bin = dir.join("bin");
     fs::create_dir(&bin).unwrap();
-    for program in ["pg_controldata", "pg_ctl", "pg_rewind"] {
-        std::os::unix::fs::symlink(Path::new(BIN).join(program), bin.join(program)).unwrap();
+    for program in ["psql", "pg_ctl", "pg_rewind", "pg_controldata"] {
+        if program != name {
+            std::os::unix::fs::symlink(Path::new(BIN).join(program), bin.join(program)).unwrap();
+        }
     }
-    let fake = bin.join("psql");
-    fs::write(
-        &fake,
-        "#!/bin/sh\n# psql, whose first answer holds a backslash-n.\n\
-         printf '%s\\n' 'x\\nlast received'\ncat >/dev/null\n",
-    )
-    .unwrap();
+    let fake = bin.join(name);
+    fs::write(&fake, script).unwrap();
     fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     give(&bin);
     give(&fake);
-    let env = fs::read_to_string(&env_file).unwrap();
+    let env = fs::read_to_string(env_file).unwrap();
     fs::write(
-        &env_file,
+        env_file,
         env.replace(&format!("PGBIN={BIN}"), &format!("PGBIN={}", bin.display())),
     )
     .unwrap();
-    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(60));
+}
+
+/// A switchover's demote of `p1` (table `kept`, one row) that `out` ran failed, not handed
+/// over, its last line saying each of `why`, and left p1 a running standby of nobody;
+/// promoted again, p1 still has its row.
+fn not_handed_over(p1: &PgServer, out: &std::process::Output, why: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(out));
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        last.contains("did not answer as a standby")
+        why.iter().all(|w| last.contains(w))
             && last.contains("not handed over")
             && last.contains("is a standby of nobody"),
         "the demote does not say why in its last line: {}",
-        describe(&out)
+        describe(out)
     );
     assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
     p1.sql("SELECT pg_promote()");
@@ -521,52 +528,15 @@ fn a_switchover_demote_that_cannot_make_its_fifo_stops_nothing() {
 /// handover: it fails, saying so, and leaves p1 a standby of nobody with its rows.
 #[test]
 fn a_switchover_demote_whose_stop_did_not_end_cleanly_hands_nothing_over() {
-    let p1 = PgServer::init();
-    let p2 = PgServer::clone_of(&p1);
-    p1.sql("CREATE TABLE kept (v int)");
-    p1.sql("INSERT INTO kept VALUES (1)");
-    let (dir, env_file) = env_file_of(&p1, 5);
-    let bin = dir.path().join("bin");
-    fs::create_dir(&bin).unwrap();
-    for program in ["psql", "pg_ctl", "pg_rewind"] {
-        std::os::unix::fs::symlink(Path::new(BIN).join(program), bin.join(program)).unwrap();
-    }
-    let fake = bin.join("pg_controldata");
-    fs::write(
-        &fake,
-        format!(
+    demote_with_program_hands_nothing_over(
+        "pg_controldata",
+        &format!(
             "#!/bin/sh\n# pg_controldata, as after a stop that did not end cleanly.\n\
              {BIN}/pg_controldata \"$@\" | sed 's/^Database cluster state:.*/Database \
              cluster state:               in production/'\n"
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    give(&bin);
-    give(&fake);
-    let env = fs::read_to_string(&env_file).unwrap();
-    fs::write(
-        &env_file,
-        env.replace(&format!("PGBIN={BIN}"), &format!("PGBIN={}", bin.display())),
-    )
-    .unwrap();
-    let out = run_switchover_demote(&hooks_script(), &env_file, p2.port(), secs(60));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("did not stop cleanly (pg_control: in production)")
-            && last.contains("not handed over")
-            && last.contains("is a standby of nobody"),
-        "the demote does not say why in its last line: {}",
-        describe(&out)
+        "did not stop cleanly (pg_control: in production)",
     );
-    assert_eq!(p1.in_recovery(), Some(true), "p1 is not a running standby");
-    p1.sql("SELECT pg_promote()");
-    wait_until(secs(30), "p1 is a primary again", || {
-        p1.in_recovery() == Some(false)
-    });
-    assert_eq!(p1.sql("SELECT count(*) FROM kept").trim(), "1");
 }
 
 /// Issue 30, point 5 (needs warden's side, SPEC §6a.2): the successor's PostgreSQL
