@@ -179,7 +179,14 @@ impl Elector {
             self.cfg.priority,
             own_position.or_else(|| me.and_then(|m| m.position)),
         );
-        let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id).collect();
+        // Placed above by priority or by data, not by the node id alone: the id orders who
+        // tries first for a free lock (herd-free), but a winner that stood aside for a
+        // standby of the same priority and position gained no data, and handed the role
+        // back to a node whose service had just failed and came back a standby
+        // (`crashed_service_hands_over_without_fencing`, 3 runs in 16).
+        let above: Vec<&MemberRecord> = standbys_above(members, mine, &self.cfg.node_id)
+            .filter(|m| (m.priority.unwrap_or(100), m.position) > mine)
+            .collect();
         let before = self
             .stood_aside_for_better
             .as_ref()

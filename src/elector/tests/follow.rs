@@ -696,6 +696,25 @@ fn rule_6b_a_winner_the_fresh_members_place_first_or_a_named_one_promotes_at_onc
     assert!(commits(&a), "{a:?}");
 }
 
+#[test]
+fn rule_6b_a_winner_never_stands_aside_for_a_place_the_node_id_alone_gives() {
+    // tests/election.rs `crashed_service_hands_over_without_fencing`, 3 runs in 16 since
+    // issue 33: n0's service had just crashed, and n0 was a standby again 200 ms later,
+    // before this node's read with the state. No position on either side (a check that
+    // prints none), or the same one: placed above by its smaller node id alone, n0 is no
+    // better a successor, and standing aside for it handed the role back to the node
+    // whose service had just failed.
+    for (theirs, mine) in [(None, None), (Some(20), Some(20))] {
+        let mut h = H::new();
+        let r = h.won(3);
+        let mut st = state(BreadcrumbView::Absent);
+        st.members = vec![standby("n0", 100, theirs), standby("n1", 100, mine)];
+        st.own_position = mine;
+        let a = h.read_all(r, st);
+        assert!(commits(&a), "{theirs:?} / {mine:?}: {a:?}");
+    }
+}
+
 /// n2 placed above this node (n1, position 10) as the fresh members show it.
 fn n2_above() -> Vec<MemberRecord> {
     vec![standby("n1", 100, Some(10)), standby("n2", 100, Some(20))]
