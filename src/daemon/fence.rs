@@ -1,0 +1,209 @@
+//! Fencing as the driver runs it (SPEC §5): the chain as a task of the session, and this
+//! node's own service.
+
+use super::*;
+
+impl<C: Connector, H: Host> Daemon<C, H> {
+    /// Runs a fence (SPEC §5) as a task of the current session: when the session is lost
+    /// or released, or warden stops, the task is aborted with it, which kills a fence
+    /// script's process group and closes an ssh channel, so an abandoned fence can never
+    /// act after a later election.
+    pub(super) fn fence(&mut self, ticket: Ticket, order: FenceOrder) {
+        let done = |fenced: bool, summary: String| Event::FenceDone {
+            ticket,
+            fenced,
+            summary,
+        };
+        let Some(ctx) = &mut self.session else {
+            let _ = self.tx.send(Input::Elector(done(
+                false,
+                "no coordination session to fence under".into(),
+            )));
+            return;
+        };
+        let label = match &order {
+            FenceOrder::Node(r) | FenceOrder::OwnLeftovers(r) | FenceOrder::OwnService(r) => {
+                r.node_id.clone()
+            }
+            FenceOrder::Unreadable => "<unreadable breadcrumb>".into(),
+        };
+        info!(target = %label, ?order, "fencing");
+        let tx = self.tx.clone();
+        let metrics = self.metrics.clone();
+        let chain = self.chain.clone();
+        let own_chain = self.own_chain.clone();
+        let warden_only = self.warden_only_chain.clone();
+        let control = self.control_svc.clone();
+        let hooks = match &control {
+            ServiceControl::Hooks(h) => Some(h.clone()),
+            ServiceControl::Spawn(_) => None,
+        };
+        let own_service = self.stopping.clone();
+        let zk = ctx.zk.clone();
+        let host_id = record::HostIdentity::of(&self.me);
+        let run = async move {
+            let (fenced, summary) = match order {
+                FenceOrder::Node(r) => {
+                    let mut target = r.fence_target();
+                    target.reboot_contradicted = reboot_contradicted(&zk, &host_id, &r).await;
+                    run_chain(&chain, &target, &metrics).await
+                }
+                FenceOrder::Unreadable => {
+                    let (fenced, mut summary) =
+                        run_chain(&chain, &Default::default(), &metrics).await;
+                    if !fenced {
+                        summary.push_str(
+                            "; the breadcrumb is unreadable, so no method could identify the \
+                             old active: once it is certainly down, run `warden fence \
+                             --confirm --unreadable`",
+                        );
+                    }
+                    (fenced, summary)
+                }
+                FenceOrder::OwnLeftovers(r) => {
+                    // §5: in hooks mode the service of an earlier warden process on this
+                    // boot is ours and nobody was promoted since: demote it rather than
+                    // kill it, then still end that earlier warden process.
+                    let demoted = match &hooks {
+                        Some(h) => match h.demote(r.epoch, Vec::new()).await {
+                            Ok(()) => true,
+                            Err(e) => {
+                                warn!("the demote hook failed ({e}); fencing by signal");
+                                false
+                            }
+                        },
+                        None => false,
+                    };
+                    if demoted {
+                        let (fenced, summary) =
+                            run_chain(&warden_only, &warden_of(&r), &metrics).await;
+                        let summary = format!(
+                            "demoted the earlier process's service with the demote hook; {summary}"
+                        );
+                        (fenced, summary)
+                    } else {
+                        run_chain(&own_chain, &r.fence_target(), &metrics).await
+                    }
+                }
+                FenceOrder::OwnService(_) => fence_own_service(control, own_service).await,
+            };
+            let _ = tx.send(Input::Elector(Event::FenceDone {
+                ticket,
+                fenced,
+                summary,
+            }));
+        };
+        ctx.tasks.spawn(run);
+    }
+}
+
+/// Runs a fence chain and records its attempts in the metrics.
+pub(super) async fn run_chain<M: warden_fencing::Methods>(
+    chain: &FenceChain<M>,
+    target: &warden_fencing::Target,
+    metrics: &Metrics,
+) -> (bool, String) {
+    let report = chain.fence(target).await;
+    metrics.fence_report(&report);
+    (report.is_fenced(), report.summary())
+}
+
+/// How long a fence waits for the member records that may contradict a reboot: one read
+/// of a handful of small records, which a working store answers in milliseconds; a fence
+/// that gets none goes on without taking the reboot on trust.
+pub(super) const MEMBERS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SPEC §5: a record with this machine's id and another boot id reads as "this machine
+/// before a reboot", which `signal` takes as fenced. A live member that runs that boot
+/// says otherwise (a clone with the same `/etc/machine-id`), and so does silence: when the
+/// member records cannot be read, the reboot is not taken on trust either.
+pub(super) async fn reboot_contradicted<S: Session>(
+    session: &S,
+    host: &record::HostIdentity,
+    target: &NodeRecord,
+) -> Option<String> {
+    if !host.same_machine_other_boot(target) {
+        return None;
+    }
+    match tokio::time::timeout(MEMBERS_READ_TIMEOUT, session.members())
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Unknown(format!(
+                "no answer within {}",
+                humantime::format_duration(MEMBERS_READ_TIMEOUT)
+            )))
+        }) {
+        Ok(members) => {
+            let live: Vec<MemberRecord> = members.into_iter().filter_map(|(_, m)| m.ok()).collect();
+            host.reboot_contradicted_by(target, &live)
+        }
+        Err(e) => Some(format!(
+            "the record of {} names this machine's id with another boot id, but the member \
+             records could not be read ({e}) to make sure no live member (a clone with the \
+             same machine id) still runs that boot",
+            record::printable(&target.node_id)
+        )),
+    }
+}
+
+/// An earlier warden process of this node whose service the demote hook already took care
+/// of: only that warden process is to be ended (its service is left demoted, running).
+pub(super) fn warden_of(r: &NodeRecord) -> warden_fencing::Target {
+    let mut t = r.fence_target();
+    t.service_pid = None;
+    t.service_pgid = None;
+    t.service_start_time = None;
+    t.service_cgroup = None;
+    t.port = None;
+    // Not a promoted service's record any more: the service was demoted by hook.
+    t.epoch = None;
+    t
+}
+
+/// Fences this very process's own service, which an earlier stop could not verify gone
+/// (SPEC §5): never warden itself. Spawn mode: kill it and wait; hooks mode: demote it by
+/// hook, else kill the pinned pidfile process.
+pub(super) async fn fence_own_service<H: Host>(
+    control: ServiceControl<H>,
+    service: Option<ServiceIdentity>,
+) -> (bool, String) {
+    let spawner = match control {
+        ServiceControl::Spawn(spawner) => spawner,
+        ServiceControl::Hooks(h) => {
+            return match h.demote(None, Vec::new()).await {
+                Ok(()) => (
+                    true,
+                    "demoted this node's own service with the demote hook".into(),
+                ),
+                Err(e) => {
+                    let killed = h.kill();
+                    (
+                        false,
+                        format!(
+                            "the demote hook failed ({e}){}; the service's role is unknown",
+                            if killed {
+                                "; killed the pidfile process"
+                            } else {
+                                ""
+                            }
+                        ),
+                    )
+                }
+            };
+        }
+    };
+    let Some(id) = service else {
+        return (true, "no service of this process is known to run".into());
+    };
+    let signal = SignalName(nix::sys::signal::Signal::SIGKILL);
+    match spawner.stop(id, signal, OWN_LEFTOVERS_TIMEOUT).await {
+        StopOutcome::Stopped { .. } => (true, "this node's own service is gone".into()),
+        StopOutcome::StillRunning { pids } => (
+            false,
+            format!(
+                "this node's own service still runs after SIGKILL (pids {pids:?}); processes \
+                 stuck in the kernel (a hung mount?) must end before this node may serve again"
+            ),
+        ),
+    }
+}
