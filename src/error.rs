@@ -30,13 +30,30 @@ pub fn end_as_for_sigpipe() -> ! {
     std::process::exit(128 + Signal::SIGPIPE as i32)
 }
 
-/// A fatal start-up or run-time error, with the exit code of SPEC §7.
+/// A fatal start-up or run-time error of the daemon; its kind is its exit code (SPEC §7).
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Fatal {
-    /// The exit code (SPEC §7): [`EXIT_USAGE`], [`EXIT_FAILED`] or [`EXIT_UNREACHABLE`]
-    pub code: u8,
-    pub message: String,
+pub enum Fatal {
+    /// The configuration cannot be used, or the store is not one warden can use as it
+    /// is: [`EXIT_USAGE`] (systemd does not restart it).
+    #[error("{0}")]
+    Usage(String),
+    /// The store is unreachable or refused authentication: [`EXIT_UNREACHABLE`].
+    #[error("{0}")]
+    Unreachable(String),
+    /// Anything else: [`EXIT_FAILED`].
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Fatal {
+    /// The exit code of SPEC §7.
+    pub fn code(&self) -> u8 {
+        match self {
+            Fatal::Usage(_) => EXIT_USAGE,
+            Fatal::Unreachable(_) => EXIT_UNREACHABLE,
+            Fatal::Failed(_) => EXIT_FAILED,
+        }
+    }
 }
 
 /// Why an operator command did not do what it was asked.
@@ -135,7 +152,7 @@ impl Error {
             Error::Op(e) => e.exit_code(),
             Error::Store(e) if e.is_unreachable() => EXIT_UNREACHABLE,
             Error::Store(e) if e.is_unsuitable() => EXIT_USAGE,
-            Error::Fatal(f) => f.code,
+            Error::Fatal(f) => f.code(),
             Error::Stopped(code) => *code,
             Error::Store(_) | Error::Local(_) | Error::NotFenced(_) => EXIT_FAILED,
         }
@@ -176,10 +193,7 @@ mod tests {
         assert_eq!(Error::Local("runtime".into()).exit_code(), 1);
         assert_eq!(Error::NotFenced("x".into()).exit_code(), 1);
         assert_eq!(Error::FenceLocalArguments("x".into()).exit_code(), 2);
-        let fatal = Fatal {
-            code: 2,
-            message: "bad listen address".into(),
-        };
+        let fatal = Fatal::Usage("bad listen address".into());
         assert_eq!(Error::Fatal(fatal).exit_code(), 2);
         assert_eq!(Error::Stopped(1).report(), None);
         assert_eq!(

@@ -3,10 +3,9 @@
 //! ([`crate::daemon::Daemon`]), which knows none of them by name.
 
 use crate::api;
-use crate::config::Config;
+use crate::config::{Config, ServiceMode};
 use crate::coord::any::AnyConnector;
-use crate::daemon::{Daemon, Fatal};
-use crate::error::{EXIT_FAILED, EXIT_USAGE};
+use crate::daemon::{Daemon, Fatal, Hooked, ServiceRole, Spawned};
 use crate::host::{self, ThisHost};
 use tokio::sync::mpsc;
 
@@ -14,28 +13,40 @@ use tokio::sync::mpsc;
 /// hands over first); returns the exit code. Every other signal that would end the
 /// process by default and that only `kill` sends is logged and ignored (`stray_signals`).
 pub async fn run(cfg: Config) -> Result<i32, Fatal> {
-    use tokio::signal::unix::{signal, SignalKind};
     // First of all: from here on no `kill -HUP` ends the daemon without a handover.
     let _stray = AbortOnDrop(stray_signals()?);
     // The backend the config names, with its credentials read: an unreadable or too open
     // credentials file is a configuration error (exit 2).
-    let connector = AnyConnector::from_config(&cfg).map_err(|message| Fatal {
-        code: EXIT_USAGE,
-        message,
-    })?;
+    let connector = AnyConnector::from_config(&cfg).map_err(Fatal::Usage)?;
     // Bound before anything else, so a taken port is a start-up error (exit 2).
     let listener = match &cfg.api {
-        Some(a) => Some(api::bind(a.listen).await.map_err(|e| Fatal {
-            code: EXIT_USAGE,
-            message: e.to_string(),
-        })?),
+        Some(a) => Some(
+            api::bind(a.listen)
+                .await
+                .map_err(|e| Fatal::Usage(e.to_string()))?,
+        ),
         None => None,
     };
-    let me = host::identity(&cfg).map_err(|message| Fatal {
-        code: EXIT_FAILED,
-        message,
-    })?;
-    let mut d = Daemon::new(cfg, me, connector, ThisHost)?;
+    let me = host::identity(&cfg).map_err(Fatal::Failed)?;
+    // The one place the service's mode is chosen: the driver knows only its role.
+    match cfg.service.mode {
+        ServiceMode::Spawn => {
+            let d = Daemon::<_, _, Spawned<_>>::new(cfg, me, connector, ThisHost)?;
+            serve(d, listener).await
+        }
+        ServiceMode::Hooks => {
+            let d = Daemon::<_, _, Hooked<_>>::new(cfg, me, connector, ThisHost)?;
+            serve(d, listener).await
+        }
+    }
+}
+
+/// Runs `d` with its HTTP face on `listener`, until a stop signal ends it.
+async fn serve<R: ServiceRole<ThisHost>>(
+    mut d: Daemon<AnyConnector, ThisHost, R>,
+    listener: Option<api::ApiListener>,
+) -> Result<i32, Fatal> {
+    use tokio::signal::unix::{signal, SignalKind};
     let _api = listener.map(|l| {
         AbortOnDrop(tokio::spawn(api::serve(
             l,
@@ -43,19 +54,13 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
             d.metrics.clone(),
         )))
     });
-    let mut term = signal(SignalKind::terminate()).map_err(|e| Fatal {
-        code: EXIT_FAILED,
-        message: format!("cannot install the SIGTERM handler: {e}"),
-    })?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| Fatal {
-        code: EXIT_FAILED,
-        message: format!("cannot install the SIGINT handler: {e}"),
-    })?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Fatal::Failed(format!("cannot install the SIGTERM handler: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| Fatal::Failed(format!("cannot install the SIGINT handler: {e}")))?;
     // SIGQUIT (Ctrl-\) would dump core with no handover; it stops as SIGTERM does.
-    let mut quit = signal(SignalKind::quit()).map_err(|e| Fatal {
-        code: EXIT_FAILED,
-        message: format!("cannot install the SIGQUIT handler: {e}"),
-    })?;
+    let mut quit = signal(SignalKind::quit())
+        .map_err(|e| Fatal::Failed(format!("cannot install the SIGQUIT handler: {e}")))?;
     let (stop_tx, stops) = mpsc::unbounded_channel();
     let _signals = AbortOnDrop(tokio::spawn(async move {
         loop {
@@ -157,9 +162,11 @@ fn stray_signals() -> Result<tokio::task::JoinHandle<()>, Fatal> {
     let (tx, mut rx) = mpsc::unbounded_channel::<libc::c_int>();
     let mut listeners = Vec::new();
     for signo in signos {
-        let mut stream = signal(SignalKind::from_raw(signo)).map_err(|e| Fatal {
-            code: EXIT_FAILED,
-            message: format!("cannot install the {} handler: {e}", signal_name(signo)),
+        let mut stream = signal(SignalKind::from_raw(signo)).map_err(|e| {
+            Fatal::Failed(format!(
+                "cannot install the {} handler: {e}",
+                signal_name(signo)
+            ))
         })?;
         let tx = tx.clone();
         listeners.push(AbortOnDrop(tokio::spawn(async move {

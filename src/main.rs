@@ -145,7 +145,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 // Said in the log already (a second stop signal).
                 Ok(code) => Err(Error::Stopped(u8::try_from(code).unwrap_or(1))),
                 Err(fatal) => {
-                    tracing::error!("{}", fatal.message);
+                    tracing::error!("{fatal}");
                     Err(fatal.into())
                 }
             }

@@ -94,7 +94,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant as WallInstant};
 use store::{SimStore, StoreConfig};
 use tokio::time::Instant;
-use warden::daemon::Daemon;
+use warden::config::ServiceMode;
+use warden::daemon::{Daemon, Fatal, Hooked, ServiceRole, Spawned};
 use warden::record::{Epoch, Role};
 use world::{name, Inc, Reach, World};
 
@@ -414,45 +415,26 @@ fn start_warden(world: &World, who: Inc) {
         world: world.clone(),
         who,
     };
-    let mut daemon = match Daemon::new(cfg, me, connector, host) {
-        Ok(d) => d,
-        Err(e) => panic!("the daemon does not start: {e}"),
+    // The mode is chosen here, as `warden run` chooses it (`launch.rs`).
+    let task = match cfg.service.mode {
+        ServiceMode::Spawn => launch(
+            world,
+            who,
+            Daemon::<_, _, Spawned<_>>::new(cfg, me, connector, host),
+        ),
+        ServiceMode::Hooks => launch(
+            world,
+            who,
+            Daemon::<_, _, Hooked<_>>::new(cfg, me, connector, host),
+        ),
     };
-    let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut view = daemon.subscribe();
-    let w2 = world.clone();
-    tokio::spawn(async move {
-        loop {
-            let role = view.borrow_and_update().member.role;
-            w2.lock().set_role(who, role);
-            if view.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-    // Each daemon's log lines name their node and incarnation (the replay of a seed).
-    let span = tracing::info_span!(target: "warden", "sim", node = %name(who));
-    let run = world::Freezable::new(
-        tracing::Instrument::instrument(async move { daemon.run(stop_rx).await }, span),
-        world.clone(),
-        who,
-    );
-    let task = tokio::spawn(run);
-    {
-        let mut w = world.lock();
-        w.stops.insert(who, stop_tx);
-        if let Some(x) = w.wardens.get_mut(&who) {
-            x.task = Some(task.abort_handle());
-        }
-        w.log(|| format!("{} started", name(who)));
-    }
     // When this incarnation ends, by itself or killed, its node starts again later.
     let world = world.clone();
     tokio::spawn(async move {
         let result = task.await;
         let code = match &result {
             Ok(Ok(code)) => Some(*code),
-            Ok(Err(f)) => Some(i32::from(f.code)),
+            Ok(Err(f)) => Some(i32::from(f.code())),
             Err(_) => None,
         };
         if code.is_some() {
@@ -487,6 +469,47 @@ fn start_warden(world: &World, who: Inc) {
         }
         start_warden(&world, (who.0, who.1 + 1));
     });
+}
+
+/// Runs incarnation `who`'s daemon as a task of the world, with role `R`.
+fn launch<R: ServiceRole<SimHost>>(
+    world: &World,
+    who: Inc,
+    daemon: Result<Daemon<store::SimConnector, SimHost, R>, Fatal>,
+) -> tokio::task::JoinHandle<Result<i32, Fatal>> {
+    let mut daemon = match daemon {
+        Ok(d) => d,
+        Err(e) => panic!("the daemon does not start: {e}"),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut view = daemon.subscribe();
+    let w2 = world.clone();
+    tokio::spawn(async move {
+        loop {
+            let role = view.borrow_and_update().member.role;
+            w2.lock().set_role(who, role);
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    // Each daemon's log lines name their node and incarnation (the replay of a seed).
+    let span = tracing::info_span!(target: "warden", "sim", node = %name(who));
+    let run = world::Freezable::new(
+        tracing::Instrument::instrument(async move { daemon.run(stop_rx).await }, span),
+        world.clone(),
+        who,
+    );
+    let task = tokio::spawn(run);
+    {
+        let mut w = world.lock();
+        w.stops.insert(who, stop_tx);
+        if let Some(x) = w.wardens.get_mut(&who) {
+            x.task = Some(task.abort_handle());
+        }
+        w.log(|| format!("{} started", name(who)));
+    }
+    task
 }
 
 fn current(world: &World, node: usize) -> Inc {

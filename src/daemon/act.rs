@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl<C: Connector, H: Host> Daemon<C, H> {
+impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     pub(super) fn act(&mut self, action: Action, now: Instant) {
         match action {
             Action::Connect => self.connect(),
@@ -85,15 +85,14 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             } => {
                 let record = self.leftover_breadcrumb(epoch);
                 let host = self.host.clone();
-                let control = self.control_svc.clone();
-                let own_service = self.stopping.clone();
+                let fence_own = self.role.fence_own();
                 self.in_session(
                     Event::StateRead {
                         ticket,
                         result: Err("no session".into()),
                     },
                     move |zk| async move {
-                        let (gone, summary) = fence_own_service(control, own_service).await;
+                        let (gone, summary) = fence_own.await;
                         if gone {
                             info!("{summary}: nothing to write back");
                             let result = read_cluster_state(&zk, &host).await.map(|mut s| {
@@ -122,38 +121,12 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 control_version,
             } => {
                 let mut rec = self.record(Some(epoch));
-                match &self.control_svc {
-                    ServiceControl::Spawn(spawner) => {
-                        // Not started yet: no process of it to name, but its cgroup is
-                        // made now and recorded, so fencing finds every process the start
-                        // will make even before the start's own record lands.
-                        rec.service_pid = None;
-                        rec.service_pgid = None;
-                        rec.service_start_time = None;
-                        let prepared = spawner.prepare(epoch);
-                        rec.service_cgroup = prepared.cgroup().map(str::to_string);
-                        self.committed_cgroup = rec.service_cgroup.clone();
-                        self.prepared = Some(prepared);
-                    }
-                    ServiceControl::Hooks(hooks) => {
-                        // The always-running service's pidfile identity goes into the
-                        // commit itself (SPEC §4.3c); without it, no promotion.
-                        match hooks.pin() {
-                            Ok(Some(p)) => {
-                                rec.service_pid = Some(p.pid);
-                                rec.service_start_time = Some(p.start_time);
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                error!("cannot promote: {e}");
-                                let _ = self.tx.send(Input::Elector(Event::CommitAborted {
-                                    ticket,
-                                    reason: e.to_string(),
-                                }));
-                                return;
-                            }
-                        }
-                    }
+                if let Err(e) = self.role.commit(epoch, &mut rec) {
+                    error!("cannot promote: {e}");
+                    let _ = self
+                        .tx
+                        .send(Input::Elector(Event::CommitAborted { ticket, reason: e }));
+                    return;
                 }
                 rec.since = Some(record::rfc3339(self.host.wall()));
                 self.epoch = Some(epoch);
@@ -175,55 +148,21 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 epoch,
                 lease_valid_until,
             } => {
-                let control = self.control_svc.clone();
                 let tx = self.tx.clone();
                 let host = self.host.clone();
-                // The start the commit prepared, or a restart within the same epoch in the
-                // cgroup the breadcrumb already names.
-                let start = match (
-                    self.prepared.take().filter(|p| p.epoch() == epoch),
-                    self.committed_cgroup.clone(),
-                ) {
-                    (Some(p), _) => Start::Prepared(p),
-                    (None, Some(cgroup)) => Start::Again { epoch, cgroup },
-                    (None, None) => Start::Fresh(epoch),
-                };
+                let start = self.role.start(ticket, epoch);
                 tokio::spawn(async move {
                     // SPEC §4.3d: the lease is checked right before the start or hook.
                     if host.now() >= lease_valid_until {
                         let why = "the lease ran out before the service could be promoted";
-                        let _ = tx.send(Input::Started(ticket, Err((why.to_string(), false))));
+                        let _ = tx.send(Input::Elector(Event::StartFailed {
+                            ticket,
+                            reason: why.to_string(),
+                            ran: false,
+                        }));
                         return;
                     }
-                    match control {
-                        ServiceControl::Spawn(spawner) => {
-                            let result = spawner.start(start).await.map(Some);
-                            let _ = tx.send(Input::Started(ticket, result.map_err(|e| (e, true))));
-                        }
-                        ServiceControl::Hooks(hooks) => {
-                            // Only the process pinned at the commit is named by the
-                            // breadcrumb, so only it may be promoted under this lock: once
-                            // it is gone (it died while the cluster was paused, and runs
-                            // again in its demoted role), its successor needs a commit of
-                            // its own, which pins it.
-                            if let Some(pinned) = hooks
-                                .pinned()
-                                .filter(|_| hooks.pinned_running() == Some(false))
-                            {
-                                let why = format!(
-                                    "the service process pinned at promotion (pid {}) is \
-                                     gone; the next promotion pins the one running now",
-                                    pinned.pid
-                                );
-                                let _ = tx.send(Input::Started(ticket, Err((why, false))));
-                                return;
-                            }
-                            let result = hooks.promote(epoch).await.map(|_| None);
-                            let result =
-                                result.map_err(|e| (format!("the promote hook failed: {e}"), true));
-                            let _ = tx.send(Input::Started(ticket, result));
-                        }
-                    }
+                    let _ = tx.send(Input::Role(start.await));
                 });
             }
             Action::RecordService { ticket, epoch } => {
@@ -269,21 +208,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
             Action::ForgetService { ticket, epoch } | Action::RepinService { ticket, epoch } => {
                 if matches!(action, Action::RepinService { .. }) {
-                    self.repin();
+                    self.role.repin();
                 }
                 let mut rec = self.record(Some(epoch));
-                // In hooks mode the service is the always-running process pinned at the
-                // commit: a demote leaves it running, so the record keeps naming it (it is
-                // all a fencer has; without it no one can fence this node, and the
-                // cluster stays without an active: found by the PostgreSQL example with
-                // ZooKeeper frozen). A spawned service's processes are gone once stopped.
-                if matches!(self.control_svc, ServiceControl::Spawn(_)) {
-                    rec.service_pid = None;
-                    rec.service_pgid = None;
-                    rec.service_start_time = None;
-                }
-                // A start again reuses the cgroup the commit named: it still finds it.
-                rec.service_cgroup = self.committed_cgroup.clone();
+                self.role.name_stopped(&mut rec);
                 rec.rewrite = Some(self.next_rewrite(epoch));
                 let crumb = self.crumb_writer();
                 self.in_session(
@@ -336,182 +264,60 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 });
             }
             Action::Follow { ticket, active } => {
-                let ServiceControl::Hooks(hooks) = &self.control_svc else {
-                    return;
-                };
-                let hooks = hooks.clone();
-                let tx = self.tx.clone();
-                let env = active_env(&active);
-                info!(
-                    active = %active.node_id,
-                    epoch = active.epoch,
-                    "running the follow hook"
-                );
-                tokio::spawn(async move {
-                    let (ok, detail) = match hooks.follow(active.epoch, env).await {
-                        Ok(()) => (true, format!("following {}", active.node_id)),
-                        Err(e) => (false, e),
-                    };
-                    let _ = tx.send(Input::Elector(Event::Followed { ticket, ok, detail }));
-                });
+                if let Some(follow) = self.role.follow(ticket, &active) {
+                    let tx = self.tx.clone();
+                    tokio::spawn(async move {
+                        let _ = tx.send(Input::Elector(follow.await));
+                    });
+                }
             }
             Action::StopService { ticket, cause } => {
+                // SPEC §6: a planned switchover to a named node tells the demote hook
+                // where to hand over (its member record: host and port).
+                let bound = crate::coord::op_timeout(
+                    self.elector.session_timeout(),
+                    self.cfg.connect_timeout(),
+                );
+                let successor = self
+                    .elector
+                    .successor()
+                    .map(str::to_string)
+                    .zip(self.session.as_ref().map(|c| c.zk.clone()))
+                    .map(|(node, zk)| {
+                        let named = node.clone();
+                        let env: BoxFuture<HookEnv> =
+                            Box::pin(async move { successor_env(&zk, &named, bound).await });
+                        (node, env)
+                    });
+                let demotion = Demotion {
+                    cause,
+                    epoch: self.epoch,
+                    // SPEC §6b: a successor this node named as it steps down by itself
+                    // (not a planned switchover's) is a chance to hand over without loss,
+                    // never a reason to leave the service writable: when the hook cannot
+                    // hand over to it (gone, unreachable, behind), it runs again without
+                    // one, as a step-down without a successor always did (the review of
+                    // stop 45: the recipes fail before refusing writes when the successor
+                    // has no address).
+                    retry_without_successor: !self.elector.successor_is_planned(),
+                    successor,
+                    // SPEC §6: and the active to follow, when another node is known to be
+                    // one (a demotion after losing the lease to it).
+                    active: self
+                        .elector
+                        .known_active()
+                        .map(active_env)
+                        .into_iter()
+                        .flatten()
+                        .collect(),
+                };
+                let stop = self.role.stop(ticket, demotion);
                 let tx = self.tx.clone();
-                let spawner = match &self.control_svc {
-                    ServiceControl::Spawn(spawner) => spawner.clone(),
-                    ServiceControl::Hooks(hooks) => {
-                        let hooks = hooks.clone();
-                        let epoch = self.epoch;
-                        info!(?cause, "running the demote hook");
-                        if let Some(h) = self.pin_watch.take() {
-                            h.abort();
-                        }
-                        // The service changes role: what its checks said before no longer holds, so
-                        // the node is not "healthy" again until `rise` checks of the demoted service pass.
-                        self.recheck_after_demotion();
-                        // SPEC §6: a planned switchover to a named node tells the demote
-                        // hook where to hand over (its member record: host and port).
-                        let successor = self
-                            .elector
-                            .successor()
-                            .map(str::to_string)
-                            .zip(self.session.as_ref().map(|c| c.zk.clone()));
-                        let bound = crate::coord::op_timeout(
-                            self.elector.session_timeout(),
-                            self.cfg.connect_timeout(),
-                        );
-                        // SPEC §6: and the active to follow, when another node is known
-                        // to be one (a demotion after losing the lease to it).
-                        let active: Vec<(String, String)> = self
-                            .elector
-                            .known_active()
-                            .map(active_env)
-                            .into_iter()
-                            .flatten()
-                            .collect();
-                        // SPEC §6b: a successor this node named as it steps down by itself
-                        // (not a planned switchover's) is a chance to hand over without
-                        // loss, never a reason to leave the service writable: when the
-                        // hook cannot hand over to it (gone, unreachable, behind), it runs
-                        // again without one, as a step-down without a successor always did
-                        // (the review of stop 45: the recipes fail before refusing writes
-                        // when the successor has no address).
-                        let self_named =
-                            successor.is_some() && !self.elector.successor_is_planned();
-                        tokio::spawn(async move {
-                            let mut extra = match &successor {
-                                Some((node, zk)) => successor_env(zk, node, bound).await,
-                                None => Vec::new(),
-                            };
-                            extra.extend(active.iter().cloned());
-                            let mut result = hooks.demote(epoch, extra).await;
-                            if let (Err(e), true) = (&result, self_named) {
-                                warn!(
-                                    "the demote hook could not hand over to {} ({e}); running \
-                                     it again without a successor",
-                                    successor.as_ref().map_or("?", |s| s.0.as_str())
-                                );
-                                result = hooks.demote(epoch, active.clone()).await;
-                            }
-                            let event = match result {
-                                Ok(()) => Event::ServiceStopped {
-                                    ticket,
-                                    clean: true,
-                                    detail: "the demote hook succeeded".to_string(),
-                                },
-                                // §6: after a forced demotion, a service whose role is
-                                // unknown must not keep serving.
-                                Err(e)
-                                    if cause == crate::elector::StopCause::Forced
-                                        && hooks.kill() =>
-                                {
-                                    Event::ServiceStopped {
-                                        ticket,
-                                        clean: false,
-                                        detail: format!(
-                                            "the demote hook failed: {e}; killed the pidfile \
-                                             process"
-                                        ),
-                                    }
-                                }
-                                // Nothing was killed: the elector decides whether a planned
-                                // switchover is called off (SPEC §6a.2).
-                                Err(e) => Event::DemoteFailed {
-                                    ticket,
-                                    detail: format!("the demote hook failed: {e}"),
-                                    said: e.said,
-                                },
-                            };
-                            let _ = tx.send(Input::Elector(event));
-                        });
-                        return;
-                    }
-                };
-                self.service_check = None;
-                let signal = self.cfg.service.stop_signal;
-                let grace = self.cfg.service.stop_timeout;
-                match self.service.clone() {
-                    None => {
-                        let _ = tx.send(Input::Elector(Event::ServiceStopped {
-                            ticket,
-                            clean: true,
-                            detail: "not running".into(),
-                        }));
-                    }
-                    Some(id) => {
-                        info!(pid = id.pid, ?cause, "stopping the service");
-                        tokio::spawn(async move {
-                            let (clean, detail) = match spawner.stop(id, signal, grace).await {
-                                StopOutcome::Stopped { forced, elapsed } => (
-                                    true,
-                                    format!(
-                                        "stopped in {}{}",
-                                        humantime::format_duration(round_ms(elapsed)),
-                                        if forced {
-                                            " (killed after stop_timeout)"
-                                        } else {
-                                            ""
-                                        }
-                                    ),
-                                ),
-                                StopOutcome::StillRunning { pids } => {
-                                    (false, format!("still running after SIGKILL: pids {pids:?}"))
-                                }
-                            };
-                            let _ = tx.send(Input::Elector(Event::ServiceStopped {
-                                ticket,
-                                clean,
-                                detail,
-                            }));
-                        });
-                    }
-                }
-                // From here on the service is being stopped, no longer ours to report.
-                if let Some(id) = self.service.take() {
-                    self.stopping = Some(id);
-                }
+                tokio::spawn(async move {
+                    let _ = tx.send(Input::Elector(stop.await));
+                });
             }
-            Action::KillService => {
-                let spawner = match &self.control_svc {
-                    ServiceControl::Spawn(spawner) => spawner,
-                    ServiceControl::Hooks(hooks) => {
-                        warn!(
-                            "the lease ended before the demote hook finished: killing the service"
-                        );
-                        hooks.kill();
-                        return;
-                    }
-                };
-                // kill_group checks the leader's start time, so a group that is already
-                // gone (or recycled) is left alone.
-                for id in [&self.stopping, &self.service].into_iter().flatten() {
-                    warn!(
-                        pid = id.pid,
-                        "the lease ended: killing the service's process group"
-                    );
-                    spawner.kill(id);
-                }
-            }
+            Action::KillService => self.role.kill_at_lease_end(),
             Action::PeekBreadcrumb { ticket } => {
                 self.in_session(
                     Event::BreadcrumbPeeked {

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl<C: Connector, H: Host> Daemon<C, H> {
+impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     /// Runs a fence (SPEC §5) as a task of the current session: when the session is lost
     /// or released, or warden stops, the task is aborted with it, which kills a fence
     /// script's process group and closes an ssh channel, so an abandoned fence can never
@@ -33,12 +33,13 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let chain = self.chain.clone();
         let own_chain = self.own_chain.clone();
         let warden_only = self.warden_only_chain.clone();
-        let control = self.control_svc.clone();
-        let hooks = match &control {
-            ServiceControl::Hooks(h) => Some(h.clone()),
-            ServiceControl::Spawn(_) => None,
+        // (Futures: they run only for their own kind of order.)
+        let fence_own = self.role.fence_own();
+        let earlier = match &order {
+            FenceOrder::OwnLeftovers(r) => r.epoch,
+            _ => None,
         };
-        let own_service = self.stopping.clone();
+        let demote_earlier = self.role.demote_earlier(earlier);
         let zk = ctx.zk.clone();
         let host_id = record::HostIdentity::of(&self.me);
         let run = async move {
@@ -64,16 +65,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                     // §5: in hooks mode the service of an earlier warden process on this
                     // boot is ours and nobody was promoted since: demote it rather than
                     // kill it, then still end that earlier warden process.
-                    let demoted = match &hooks {
-                        Some(h) => match h.demote(r.epoch, Vec::new()).await {
-                            Ok(()) => true,
-                            Err(e) => {
-                                warn!("the demote hook failed ({e}); fencing by signal");
-                                false
-                            }
-                        },
-                        None => false,
-                    };
+                    let demoted = demote_earlier.await;
                     if demoted {
                         let (fenced, summary) =
                             run_chain(&warden_only, &warden_of(&r), &metrics).await;
@@ -85,7 +77,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         run_chain(&own_chain, &r.fence_target(), &metrics).await
                     }
                 }
-                FenceOrder::OwnService(_) => fence_own_service(control, own_service).await,
+                FenceOrder::OwnService(_) => fence_own.await,
             };
             let _ = tx.send(Input::Elector(Event::FenceDone {
                 ticket,
@@ -158,52 +150,4 @@ pub(super) fn warden_of(r: &NodeRecord) -> warden_fencing::Target {
     // Not a promoted service's record any more: the service was demoted by hook.
     t.epoch = None;
     t
-}
-
-/// Fences this very process's own service, which an earlier stop could not verify gone
-/// (SPEC §5): never warden itself. Spawn mode: kill it and wait; hooks mode: demote it by
-/// hook, else kill the pinned pidfile process.
-pub(super) async fn fence_own_service<H: Host>(
-    control: ServiceControl<H>,
-    service: Option<ServiceIdentity>,
-) -> (bool, String) {
-    let spawner = match control {
-        ServiceControl::Spawn(spawner) => spawner,
-        ServiceControl::Hooks(h) => {
-            return match h.demote(None, Vec::new()).await {
-                Ok(()) => (
-                    true,
-                    "demoted this node's own service with the demote hook".into(),
-                ),
-                Err(e) => {
-                    let killed = h.kill();
-                    (
-                        false,
-                        format!(
-                            "the demote hook failed ({e}){}; the service's role is unknown",
-                            if killed {
-                                "; killed the pidfile process"
-                            } else {
-                                ""
-                            }
-                        ),
-                    )
-                }
-            };
-        }
-    };
-    let Some(id) = service else {
-        return (true, "no service of this process is known to run".into());
-    };
-    let signal = SignalName(nix::sys::signal::Signal::SIGKILL);
-    match spawner.stop(id, signal, OWN_LEFTOVERS_TIMEOUT).await {
-        StopOutcome::Stopped { .. } => (true, "this node's own service is gone".into()),
-        StopOutcome::StillRunning { pids } => (
-            false,
-            format!(
-                "this node's own service still runs after SIGKILL (pids {pids:?}); processes \
-                 stuck in the kernel (a hung mount?) must end before this node may serve again"
-            ),
-        ),
-    }
 }

@@ -7,13 +7,12 @@
 //! where this file decides something, it is how to carry out an action, never whether.
 
 use crate::api::NodeView;
-use crate::config::{Config, ServiceMode};
+use crate::config::Config;
 use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
     Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
     KeptBreadcrumb, Reason, Ticket, WriteOutcome,
 };
-use crate::error::{EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
 use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
 use crate::metrics::Metrics;
@@ -35,33 +34,21 @@ const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
 const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How the service's role is changed (SPEC §6).
-enum ServiceControl<H: Host> {
-    /// warden starts the service on promotion and stops it on demotion.
-    Spawn(H::Spawner),
-    /// The service always runs; hooks change its role.
-    Hooks(H::Hooks),
-}
-
-impl<H: Host> Clone for ServiceControl<H> {
-    fn clone(&self) -> Self {
-        match self {
-            ServiceControl::Spawn(s) => ServiceControl::Spawn(s.clone()),
-            ServiceControl::Hooks(h) => ServiceControl::Hooks(h.clone()),
-        }
-    }
-}
-
 pub use crate::error::Fatal;
 
 mod act;
 mod fence;
+mod hooked;
+mod role;
+mod spawned;
 mod store;
-use fence::*;
+pub use hooked::{HookReport, Hooked};
+pub use role::{BoxFuture, Demotion, HookEnv, RoleCtx, Said, ServiceRole, Tell, Told};
+pub use spawned::{SpawnReport, Spawned};
 use store::*;
 
 /// What reaches the loop.
-enum Input<S, R> {
+enum Input<S, M> {
     /// A result or an event for the elector, valid whatever the session.
     Elector(Event),
     /// An event of session `gen`; dropped if that session is no longer current.
@@ -71,35 +58,14 @@ enum Input<S, R> {
     /// A new session is open and registered: the session, `control` as it was first
     /// read, the task that runs its events and the channel they arrive on.
     Connected(Box<Opened<S>>),
-    /// The service started (spawn mode: the process; hooks mode: promoted) for `ticket`;
-    /// or it failed: why, and whether the start or hook ran at all.
-    Started(Ticket, Result<Option<R>, (String, bool)>),
-    /// The service with this identity exited by itself.
-    Exited(ServiceIdentity, String),
-    /// Hooks mode: the service process pinned at promotion is gone.
-    PinnedExited(PinnedService),
-    /// The standby eligibility check changed.
-    Eligibility(HealthChange),
-    /// Hooks mode: `health.standby_command` changed (SPEC §6: the place for a replication
-    /// lag check; a node is eligible only while it and the service's check pass).
-    StandbyCheck(HealthChange),
-    /// The service health check changed.
-    ServiceHealth(HealthChange),
+    /// A report of the service role's tasks.
+    Role(M),
     /// A check told another data position (SPEC §6b; `None`: unknown now).
     Position(Said, Option<u64>),
     Fatal(Fatal),
     /// The task of connect attempt `n` died (panicked) without a session or an error: a
     /// new attempt is due, if `n` is still the newest.
     ConnectDied(u64),
-}
-
-/// Which command told a position (SPEC §6b): the index into [`Daemon::positions`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Said {
-    /// `health.command`, the service's own check.
-    HealthCommand = 0,
-    /// `health.standby_command`.
-    StandbyCommand = 1,
 }
 
 /// A session just opened and registered, with its event stream running.
@@ -133,9 +99,10 @@ struct SessionCtx<S> {
     watched_above: Option<String>,
 }
 
-/// The driver of one warden process: generic over the store it is elected through and
-/// the host it runs on, so the simulation runs this very code.
-pub struct Daemon<C: Connector, H: Host> {
+/// The driver of one warden process: generic over the store it is elected through, the
+/// host it runs on and how the service's role is changed, so the simulation runs this very
+/// code.
+pub struct Daemon<C: Connector, H: Host, R: ServiceRole<H>> {
     host: H,
     pub(crate) metrics: Metrics,
     /// What the HTTP face shows; replaced after every drain.
@@ -149,9 +116,10 @@ pub struct Daemon<C: Connector, H: Host> {
     /// `signal` without the pidfile: ends an earlier warden process of this node whose
     /// service the demote hook already demoted.
     warden_only_chain: FenceChain<H::Methods>,
-    control_svc: ServiceControl<H>,
-    tx: mpsc::UnboundedSender<DaemonInput<C, H>>,
-    rx: mpsc::UnboundedReceiver<DaemonInput<C, H>>,
+    /// The service, spawned or hooked.
+    role: R,
+    tx: mpsc::UnboundedSender<DaemonInput<C, H, R>>,
+    rx: mpsc::UnboundedReceiver<DaemonInput<C, H, R>>,
     session: Option<SessionCtx<C::Session>>,
     next_gen: u64,
     /// The join whose lock watch counts.
@@ -159,12 +127,6 @@ pub struct Daemon<C: Connector, H: Host> {
     connecting: Option<AbortHandle>,
     /// The number of the newest connect attempt (see [`Input::ConnectDied`]).
     connect_attempt: u64,
-    /// The running service, if any.
-    service: Option<ServiceIdentity>,
-    /// Spawn mode: the start the last commit prepared (its cgroup is in the breadcrumb),
-    /// and that cgroup, where a restart within the same epoch runs again.
-    prepared: Option<<H::Spawner as SpawnControl>::Prepared>,
-    committed_cgroup: Option<String>,
     /// The last breadcrumb rewrite within an epoch (§4.3d): the epoch and its number
     /// ([`NodeRecord::rewrite`]).
     rewrites: Option<(Epoch, u64)>,
@@ -173,16 +135,13 @@ pub struct Daemon<C: Connector, H: Host> {
     /// ZooKeeper answers a session's reads after its earlier writes, and the takeover's
     /// reads and commit waited for these (a disk sync each on a busy machine).
     held_back: Option<Option<HistoryEntry>>,
-    /// The service being stopped, so the lease end can still kill it.
-    stopping: Option<ServiceIdentity>,
     epoch: Option<Epoch>,
     role_since: Instant,
     /// The `epoch_seen` in the member record last published.
     published_epoch_seen: Option<Epoch>,
     /// The `follow` state in the member record last published.
     published_follow: Option<String>,
-    /// The leftover our member record names, as last published, and the task that
-    /// watches for its end (spawn mode).
+    /// The leftover our member record names, as last published.
     published_leftover: Option<Epoch>,
     /// The active our member record says this node remembers
     /// ([`MemberRecord::remembers`], from `Elector::remembered`), as last published.
@@ -192,44 +151,44 @@ pub struct Daemon<C: Connector, H: Host> {
     /// Whether the record last written carried [`MemberRecord::tries_in`]: the wait's end
     /// is written too, or a settled node would look settling to each new reader.
     published_settling: bool,
-    leftover_watch: Option<tokio::task::JoinHandle<()>>,
     /// What `standby_command` is told (SPEC §6), kept current by [`Self::drain`].
     probe_env: ProbeEnv,
-    health: Health,
     /// SPEC §6b: the data position the last passing check of each kind told, and when it
     /// was read (as RFC 3339); `None` while unknown. See [`Daemon::position`].
     positions: [Option<(u64, String)>; 2],
     /// SPEC §6b: when each member's [`MemberRecord::tries_in`] ends, by (node, incarnation,
     /// the value read), from when this node first read it ([`Daemon::read_tries_at`]).
     tries_seen: std::collections::HashMap<(String, String, String), Instant>,
-    eligibility: Option<CheckerHandle>,
-    /// Hooks mode: the service's own check, which also decides eligibility; started
-    /// afresh after each demotion.
-    hooks_probe: Option<H::Probe>,
-    /// Hooks mode with `health.standby_command`: its checker, and whether it passes.
-    standby_check: Option<CheckerHandle>,
-    standby_ok: bool,
-    /// Hooks mode: whether the service's own check says healthy.
-    service_ok: bool,
-    /// The check of the service itself (`health.kind`), built once at start so that a
-    /// probe that cannot be built (an unreadable `health.ca_file`) stops warden there.
-    service_probe: H::Probe,
-    service_check: Option<CheckerHandle>,
-    /// Hooks mode: the task that looks, every health interval, whether the promoted
-    /// service's pinned process still runs.
-    pin_watch: Option<AbortHandle>,
     exit_code: Option<i32>,
 }
 
-/// What reaches the loop of a daemon on store `C` and host `H`.
-type DaemonInput<C, H> =
-    Input<<C as Connector>::Session, <<H as Host>::Spawner as SpawnControl>::Running>;
+/// What reaches the loop of a daemon on store `C`, host `H` and role `R`.
+type DaemonInput<C, H, R> = Input<<C as Connector>::Session, <R as ServiceRole<H>>::Report>;
 
-impl<C: Connector, H: Host> Daemon<C, H> {
+/// A [`Tell`] into the loop's channel.
+struct LoopSink<S, M>(mpsc::UnboundedSender<Input<S, M>>);
+
+impl<S: Send + 'static, M: Send + 'static> role::Sink<M> for LoopSink<S, M> {
+    fn send(&self, told: Told<M>) -> bool {
+        let input = match told {
+            Told::Event(e) => Input::Elector(e),
+            Told::Report(m) => Input::Role(m),
+            Told::Position(said, p) => Input::Position(said, p),
+        };
+        self.0.send(input).is_ok()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     /// A daemon for `cfg`, this warden process being `me`; nothing runs until
     /// [`run`](Self::run).
     pub fn new(cfg: Config, me: NodeRecord, connector: C, host: H) -> Result<Self, Fatal> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let metrics = Metrics::new();
         let ctx = FenceContext {
             cluster: cfg.cluster.name.clone(),
             node_id: cfg.cluster.node_id.clone(),
@@ -255,50 +214,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             methods.clone(),
         );
         let own_chain = FenceChain::with_methods(own_signal, ctx, methods);
-        let control_svc: ServiceControl<H> = match cfg.service.mode {
-            ServiceMode::Spawn => {
-                ServiceControl::Spawn(host.spawner(&cfg).map_err(|message| Fatal {
-                    code: EXIT_USAGE,
-                    message,
-                })?)
-            }
-            ServiceMode::Hooks => ServiceControl::Hooks(host.hooks(&cfg)),
-        };
-        if let ServiceControl::Hooks(hooks) = &control_svc {
-            // SPEC §6: an unreadable pidfile is said at start, not found out at the first
-            // fence; a missing one is only warned about by the check (the service may
-            // still be starting), and a promotion refuses either.
-            match hooks.check_pidfile() {
-                Err(e) if e.refuses_start => {
-                    return Err(Fatal {
-                        code: EXIT_USAGE,
-                        message: e.message,
-                    })
-                }
-                Err(e) => error!(
-                    "{}; this node cannot be promoted until the pidfile names the running service",
-                    e.message
-                ),
-                Ok(()) => {}
-            }
-        }
-        // Spawn mode: a standby's eligibility comes from `standby_command` (§4.6). Hooks
-        // mode: the service always runs, so its own health check decides both.
         let probe_env = ProbeEnv::default();
-        let service_probe = host.service_probe(&cfg.health).map_err(|e| Fatal {
-            code: EXIT_USAGE,
-            message: e.to_string(),
-        })?;
-        let standby_probe = match cfg.service.mode {
-            ServiceMode::Spawn => host.standby_probe(&cfg.health, probe_env.clone()),
-            ServiceMode::Hooks => service_probe.clone(),
-        };
-        let eligible_now = standby_probe.is_none();
-        let hooks_probe = (cfg.service.mode == ServiceMode::Hooks && !eligible_now)
-            .then(|| standby_probe.clone());
-        // Hooks mode with `standby_command`: not eligible before its first check passes.
-        let standby_checked =
-            cfg.service.mode == ServiceMode::Hooks && !cfg.health.standby_command.is_empty();
+        let role = R::new(
+            &cfg,
+            RoleCtx {
+                host: host.clone(),
+                tell: Tell::new(LoopSink(tx.clone())),
+                metrics: metrics.clone(),
+                health: cfg.health.clone(),
+                probe_env: probe_env.clone(),
+            },
+        )?;
         let elector = Elector::new(
             ElectorConfig {
                 node_id: cfg.cluster.node_id.clone(),
@@ -307,11 +233,11 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 rejoin_delay: cfg.election.rejoin_delay,
                 demote_grace: cfg.demote_grace(),
                 host: record::HostIdentity::of(&me),
-                follow: cfg.service.mode == ServiceMode::Hooks && !cfg.service.follow.is_empty(),
+                follow: role.follows(),
                 priority: cfg.election.priority,
                 settle: true,
             },
-            eligible_now && !standby_checked,
+            role.eligible_at_start(),
         );
         let (view, _) = tokio::sync::watch::channel(NodeView::new(
             MemberRecord {
@@ -336,7 +262,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         let role_since = host.now();
         let mut d = Daemon {
             host,
-            metrics: Metrics::new(),
+            metrics,
             view,
             cfg,
             me,
@@ -345,7 +271,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             chain,
             own_chain,
             warden_only_chain,
-            control_svc,
+            role,
             tx,
             rx,
             session: None,
@@ -353,12 +279,8 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             join_ticket: 0,
             connecting: None,
             connect_attempt: 0,
-            service: None,
-            prepared: None,
-            committed_cgroup: None,
             rewrites: None,
             held_back: None,
-            stopping: None,
             epoch: None,
             role_since,
             published_epoch_seen: None,
@@ -367,45 +289,16 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             published_remembers: None,
             published_after: None,
             published_settling: false,
-            leftover_watch: None,
             probe_env,
-            health: if eligible_now {
-                Health::Healthy
-            } else {
-                Health::Unknown
-            },
             positions: [None, None],
             tries_seen: Default::default(),
-            eligibility: None,
-            hooks_probe,
-            standby_check: None,
-            standby_ok: true,
-            service_ok: eligible_now,
-            service_probe,
-            service_check: None,
-            pin_watch: None,
             exit_code: None,
         };
         // The checkers below look at once: their first `standby_command` is told the
         // cluster, the node and its role too, not nothing (`tests/hooks.rs` saw a first
         // check with no WARDEN_* at all, 1 run in 5 under load).
         d.probe_env.set(d.standby_command_env());
-        if !eligible_now {
-            let said = d.own_check_said();
-            d.eligibility =
-                Some(d.checker(standby_probe, Duration::ZERO, Input::Eligibility, said));
-        }
-        if d.cfg.service.mode == ServiceMode::Hooks && !d.cfg.health.standby_command.is_empty() {
-            let probe = d.host.standby_probe(&d.cfg.health, d.probe_env.clone());
-            d.standby_ok = false;
-            d.health = Health::Unknown;
-            d.standby_check = Some(d.checker(
-                probe,
-                Duration::ZERO,
-                Input::StandbyCheck,
-                Said::StandbyCommand,
-            ));
-        }
+        d.role.begin();
         Ok(d)
     }
 
@@ -493,11 +386,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             // A stop signal.
             if stop_signals >= 2 {
                 warn!("second stop signal: exiting at once");
-                if let (Some(id), ServiceControl::Spawn(spawner)) =
-                    (&self.service, &self.control_svc)
-                {
-                    spawner.kill(id);
-                }
+                self.role.kill_at_exit();
                 return Ok(1);
             }
             info!("stop requested: handing over cleanly");
@@ -517,7 +406,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         self.drain(now);
     }
 
-    fn on_input(&mut self, input: DaemonInput<C, H>) -> Result<(), Fatal> {
+    fn on_input(&mut self, input: DaemonInput<C, H, R>) -> Result<(), Fatal> {
         match input {
             Input::Elector(ev) => self.feed(ev),
             Input::Session(gen, mut ev) => {
@@ -668,88 +557,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                 // if no role change follows soon.
                 self.publish_member();
             }
-            Input::Started(ticket, result) => match result {
-                Ok(None) => {
-                    info!("the promote hook succeeded");
-                    self.watch_pinned();
-                    self.feed(Event::ServiceStarted { ticket });
+            Input::Role(report) => {
+                for event in self.role.on_report(report) {
+                    self.feed(event);
                 }
-                Ok(Some(running)) => {
-                    let id = running.identity();
-                    self.service = Some(id.clone());
-                    info!(pid = id.pid, pgid = id.pgid, "service started");
-                    let tx = self.tx.clone();
-                    tokio::spawn(async move {
-                        let how = running.exited().await;
-                        let _ = tx.send(Input::Exited(id, how));
-                    });
-                    self.start_service_check();
-                    self.feed(Event::ServiceStarted { ticket });
-                }
-                Err((reason, ran)) => self.feed(Event::StartFailed {
-                    ticket,
-                    reason,
-                    ran,
-                }),
-            },
-            Input::Exited(id, how) => {
-                if self.service.as_ref() == Some(&id) {
-                    warn!(pid = id.pid, "the service exited: {how}");
-                    self.feed(Event::ServiceExited { reason: how });
-                }
-            }
-            Input::PinnedExited(pinned) => {
-                let current = match &self.control_svc {
-                    ServiceControl::Hooks(h) => h.pinned() == Some(pinned),
-                    ServiceControl::Spawn(_) => false,
-                };
-                if current {
-                    let how = format!(
-                        "the service process pinned at promotion (pid {}) is gone",
-                        pinned.pid
-                    );
-                    warn!(pid = pinned.pid, "{how}");
-                    self.feed(Event::ServiceExited { reason: how });
-                }
-            }
-            Input::Eligibility(c) => {
-                let hooks = matches!(self.control_svc, ServiceControl::Hooks(_));
-                if hooks {
-                    self.service_ok = c.health == Health::Healthy;
-                    self.health = self.hooks_health(c.health);
-                    self.feed(Event::ServiceHealthChanged {
-                        healthy: c.health != Health::Unhealthy,
-                        detail: c.detail.clone(),
-                    });
-                } else if self.service.is_none() {
-                    self.health = c.health;
-                }
-                self.feed(Event::EligibilityChanged {
-                    eligible: c.health == Health::Healthy && (!hooks || self.standby_ok),
-                    detail: c.detail,
-                });
-            }
-            Input::StandbyCheck(c) => {
-                self.standby_ok = c.health == Health::Healthy;
-                let service = if self.service_ok {
-                    Health::Healthy
-                } else {
-                    Health::Unknown
-                };
-                self.health = self.hooks_health(service);
-                self.feed(Event::EligibilityChanged {
-                    eligible: self.service_ok && self.standby_ok,
-                    detail: format!("standby_command: {}", c.detail),
-                });
-            }
-            Input::ServiceHealth(c) => {
-                if self.service.is_some() {
-                    self.health = c.health;
-                }
-                self.feed(Event::ServiceHealthChanged {
-                    healthy: c.health != Health::Unhealthy,
-                    detail: c.detail,
-                });
             }
             Input::Position(said, p) => {
                 let (before, standby_before) =
@@ -772,143 +583,6 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
         }
         Ok(())
-    }
-
-    /// Hooks mode: a promoted service whose process is gone may be back in its demoted
-    /// role by now (systemd restarts it, as the examples' units do, as a replica) while
-    /// its checks pass again: its exit is the service's exit, as in spawn mode. Looked at
-    /// every health interval, since nothing reports it.
-    fn watch_pinned(&mut self) {
-        if let Some(h) = self.pin_watch.take() {
-            h.abort();
-        }
-        let ServiceControl::Hooks(hooks) = &self.control_svc else {
-            return;
-        };
-        let Some(pinned) = hooks.pinned() else {
-            return;
-        };
-        let (hooks, tx, every) = (hooks.clone(), self.tx.clone(), self.cfg.health.interval);
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                if hooks.pinned() != Some(pinned) || tx.is_closed() {
-                    return;
-                }
-                if hooks.pinned_running() == Some(false) {
-                    let _ = tx.send(Input::PinnedExited(pinned));
-                    return;
-                }
-            }
-        });
-        self.pin_watch = Some(task.abort_handle());
-    }
-
-    /// SPEC §6a.2, a called-off switchover: the demote may have restarted the service
-    /// under another pid. The process pinned at promotion is gone, so the promote again
-    /// would be refused and the breadcrumb would name nothing a fencer could find: pin
-    /// the process the pidfile names now, which the breadcrumb rewrite that follows
-    /// records before the promote hook runs.
-    fn repin(&mut self) {
-        let ServiceControl::Hooks(hooks) = &self.control_svc else {
-            return;
-        };
-        if let Some((gone, now)) = hooks.repin() {
-            warn!(
-                gone = gone.pid,
-                pid = now.pid,
-                start_time = now.start_time,
-                "the service process pinned at promotion (pid {}) is gone and the pidfile \
-                 names pid {} now (the service restarted in its demote): pinned it, and \
-                 the breadcrumb names it before the promote hook runs again",
-                gone.pid,
-                now.pid
-            );
-        }
-    }
-
-    fn start_service_check(&mut self) {
-        if self.service_probe.is_none() {
-            return;
-        }
-        let probe = self.service_probe.clone();
-        self.service_check = Some(self.checker(
-            probe,
-            self.cfg.health.start_grace,
-            Input::ServiceHealth,
-            Said::HealthCommand,
-        ));
-    }
-
-    /// Starts a health checker whose changes reach the loop as `wrap(change)`.
-    fn checker(
-        &self,
-        probe: H::Probe,
-        grace: Duration,
-        wrap: fn(HealthChange) -> DaemonInput<C, H>,
-        said: Said,
-    ) -> CheckerHandle {
-        let (htx, mut hrx) = mpsc::channel(8);
-        let (ptx, mut prx) = mpsc::channel(8);
-        let h = &self.cfg.health;
-        let handle = health::spawn_checker(
-            probe,
-            h.interval,
-            h.timeout,
-            h.rise,
-            h.fall,
-            grace,
-            htx,
-            Some(self.metrics.clone()),
-            Some(ptx),
-        );
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            loop {
-                let input = tokio::select! {
-                    Some(c) = hrx.recv() => wrap(c),
-                    Some(p) = prx.recv() => Input::Position(said, p),
-                    else => break,
-                };
-                if tx.send(input).is_err() {
-                    break;
-                }
-            }
-        });
-        handle
-    }
-
-    /// Hooks mode: the health a node reports, from its service's check and, where set,
-    /// `standby_command`: healthy only when both pass.
-    fn hooks_health(&self, service: Health) -> Health {
-        match (service, self.standby_check.is_some(), self.standby_ok) {
-            (Health::Healthy, true, false) => Health::Unhealthy,
-            (h, _, _) => h,
-        }
-    }
-
-    /// Hooks mode: health starts over after a demotion (a fresh checker, `unknown` until
-    /// `rise` checks pass), so that a node never reports more than its checks know.
-    fn recheck_after_demotion(&mut self) {
-        let Some(probe) = self.hooks_probe.clone() else {
-            return;
-        };
-        self.eligibility = None;
-        self.service_ok = false;
-        if self.health != Health::Unknown {
-            self.health = Health::Unknown;
-            // Within an action: the drain under way carries out what follows.
-            let now = self.host.now();
-            self.elector.handle(
-                Event::EligibilityChanged {
-                    eligible: false,
-                    detail: "checking the service again after its demotion".into(),
-                },
-                now,
-            );
-        }
-        let said = self.own_check_said();
-        self.eligibility = Some(self.checker(probe, Duration::ZERO, Input::Eligibility, said));
     }
 
     /// Carries out every pending action.
@@ -940,7 +614,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             self.published_settling = settling;
             if leftover != self.published_leftover {
                 self.published_leftover = leftover;
-                self.watch_leftover();
+                self.role.watch_leftover(leftover.is_some());
             }
             self.publish_member();
         }
@@ -953,10 +627,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             }
         }
         self.probe_env.set(self.standby_command_env());
-        let serving = match self.control_svc {
-            ServiceControl::Hooks(_) => self.elector.is_serving(),
-            _ => self.service.is_some(),
-        };
+        let serving = self.role.serving(self.elector.is_serving());
         self.view
             .send_replace(NodeView::new(self.member(), serving));
     }
@@ -1016,19 +687,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     fn record(&self, epoch: Option<Epoch>) -> NodeRecord {
         let mut r = self.me.clone();
         r.epoch = epoch;
-        if let Some(s) = &self.service {
-            r.service_pid = Some(s.pid);
-            r.service_pgid = Some(s.pgid);
-            r.service_start_time = Some(s.start_time);
-            r.service_cgroup = s.cgroup.clone();
-        }
-        if let ServiceControl::Hooks(h) = &self.control_svc {
-            // The always-running service, from the pidfile; its group is its own business.
-            if let Some(pinned) = h.pinned() {
-                r.service_pid = Some(pinned.pid);
-                r.service_start_time = Some(pinned.start_time);
-            }
-        }
+        self.role.name_running(&mut r);
         r
     }
 
@@ -1041,13 +700,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
     }
 
     /// The member record's [`MemberRecord::leftover`]: the service that outlived its stop
-    /// while the elector counts it as running, with no warden process to fence. Spawn
-    /// mode only: there [`Daemon::watch_leftover`] takes it back once its processes are
-    /// gone. In hooks mode the server runs on whatever its failed demote left, so that
-    /// no end can be watched for, and every winner would kill it again (the review of
-    /// stop 39); the breadcrumb, kept and written back, names it there.
+    /// while the elector counts it as running, with no warden process to fence, where the
+    /// role names it there ([`ServiceRole::advertises_leftover`]).
     fn advertised_leftover(&self) -> Option<NodeRecord> {
-        if !matches!(self.control_svc, ServiceControl::Spawn(_)) {
+        if !self.role.advertises_leftover() {
             return None;
         }
         let mut r = self.leftover(self.elector.own_leftovers()?);
@@ -1057,47 +713,10 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         Some(r)
     }
 
-    /// While our service outlived its stop (spawn mode), looks every second whether its
-    /// processes are gone, and tells the elector when they are ([`Event::OwnServiceGone`]):
-    /// the member record then stops naming it, so that winners stop fencing a service
-    /// that is over (a fence of a member's leftover names no warden pid and is never
-    /// verified by `signal` or ssh: the review of stop 39).
-    fn watch_leftover(&mut self) {
-        if let Some(h) = self.leftover_watch.take() {
-            h.abort();
-        }
-        let (Some(_), ServiceControl::Spawn(spawner), Some(id)) = (
-            self.elector.own_leftovers(),
-            &self.control_svc,
-            self.stopping.clone(),
-        ) else {
-            return;
-        };
-        let (tx, spawner) = (self.tx.clone(), spawner.clone());
-        self.leftover_watch = Some(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if spawner.gone(id.clone()).await {
-                    let _ = tx.send(Input::Elector(Event::OwnServiceGone));
-                }
-            }
-        }));
-    }
-
     /// Our record of `epoch` naming the service that outlived its stop.
     fn leftover(&self, epoch: Epoch) -> NodeRecord {
         let mut r = self.record(Some(epoch));
-        if matches!(self.control_svc, ServiceControl::Spawn(_)) {
-            if let Some(s) = &self.stopping {
-                r.service_pid = Some(s.pid);
-                r.service_pgid = Some(s.pgid);
-                r.service_start_time = Some(s.start_time);
-                r.service_cgroup = s.cgroup.clone();
-            }
-            if r.service_cgroup.is_none() {
-                r.service_cgroup = self.committed_cgroup.clone();
-            }
-        }
+        self.role.name_leftover(&mut r);
         r
     }
 
@@ -1121,7 +740,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         MemberRecord {
             node,
             role: self.elector.role(),
-            health: self.health,
+            health: self.role.health(),
             session_timeout: Some(
                 humantime::format_duration(round_ms(self.elector.session_timeout())).to_string(),
             ),
@@ -1136,15 +755,6 @@ impl<C: Connector, H: Host> Daemon<C, H> {
             failed_takeovers: Some(self.elector.failed_holds()).filter(|&n| n > 0),
             tries_in: self.tries_in(),
             tries_at: None,
-        }
-    }
-
-    /// The eligibility checker's kind: in spawn mode it runs `standby_command`, in hooks
-    /// mode the service's own check.
-    fn own_check_said(&self) -> Said {
-        match self.cfg.service.mode {
-            ServiceMode::Hooks => Said::HealthCommand,
-            _ => Said::StandbyCommand,
         }
     }
 
@@ -1293,26 +903,17 @@ impl<C: Connector, H: Host> Daemon<C, H> {
                         return;
                     }
                     Err(RegisterError::Duplicate(message)) => {
-                        let _ = tx.send(Input::Fatal(Fatal {
-                            code: EXIT_USAGE,
-                            message,
-                        }));
+                        let _ = tx.send(Input::Fatal(Fatal::Usage(message)));
                         return;
                     }
                     Err(RegisterError::Store(
                         StoreError::NotInitialized(message) | StoreError::Unsuitable(message),
                     )) if first_start => {
-                        let _ = tx.send(Input::Fatal(Fatal {
-                            code: EXIT_USAGE,
-                            message,
-                        }));
+                        let _ = tx.send(Input::Fatal(Fatal::Usage(message)));
                         return;
                     }
                     Err(RegisterError::Store(e @ StoreError::Auth(_))) => {
-                        let _ = tx.send(Input::Fatal(Fatal {
-                            code: EXIT_UNREACHABLE,
-                            message: e.to_string(),
-                        }));
+                        let _ = tx.send(Input::Fatal(Fatal::Unreachable(e.to_string())));
                         return;
                     }
                     Err(RegisterError::Store(e)) => {
@@ -1363,7 +964,7 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         MemberRecord {
             node,
             role: Role::Ineligible,
-            health: self.health,
+            health: self.role.health(),
             session_timeout: None,
             containment: self.containment(),
             follow: None,
@@ -1404,12 +1005,9 @@ impl<C: Connector, H: Host> Daemon<C, H> {
         Some(humantime::format_duration(round_ms(until - now)).to_string())
     }
 
-    /// How the spawned service is contained, for `status` (SPEC §6); `None` in hooks mode.
+    /// How the service is contained, for `status` (SPEC §6).
     fn containment(&self) -> Option<String> {
-        match &self.control_svc {
-            ServiceControl::Spawn(spawner) => Some(spawner.containment().to_string()),
-            ServiceControl::Hooks(_) => None,
-        }
+        self.role.containment()
     }
 }
 
