@@ -3,13 +3,20 @@
 //! elector in virtual time.
 
 mod control;
+mod fencing;
 mod follow;
+mod forgotten_commit;
+mod herd_free;
 mod join;
 mod lease;
 mod leave;
+mod leftovers;
+mod placement;
+mod priority;
 mod promote;
 mod reason;
 mod service;
+mod stand_aside;
 
 use super::*;
 use crate::record::{Health, Remembered};
@@ -41,6 +48,33 @@ fn record(node: &str, inc: &str, epoch: Option<Epoch>) -> NodeRecord {
         incarnation: inc.into(),
         epoch,
         ..Default::default()
+    }
+}
+
+/// A switchover request from n2 naming this node (n1).
+fn request_to_n1() -> FailoverView {
+    FailoverView {
+        from: "n2".into(),
+        to: Some("n1".into()),
+        deadline: "2026-01-01T00:00:30Z".into(),
+        force: false,
+        lapses_at: Instant::now(),
+    }
+}
+
+/// A healthy standby's member record with `priority` and `position`.
+fn standby(id: &str, priority: u16, position: Option<u64>) -> MemberRecord {
+    MemberRecord {
+        priority: Some(priority),
+        position,
+        ..MemberRecord::bare(
+            NodeRecord {
+                node_id: id.into(),
+                ..NodeRecord::default()
+            },
+            Role::Standby,
+            Health::Healthy,
+        )
     }
 }
 
