@@ -5,7 +5,8 @@
 
 use super::StoreError;
 use crate::record::{
-    self, BreadcrumbView, Control, History, HistoryEntry, NodeRecord, Version, WriteOutcome,
+    self, BreadcrumbView, Control, History, HistoryEntry, NodeRecord, TakeoverState, Version,
+    WriteOutcome,
 };
 use std::future::Future;
 
@@ -332,6 +333,27 @@ pub async fn takeover_control(items: &impl Items) -> Result<(Control, i64), Stor
             },
         }
     }
+}
+
+/// The takeover state a store's `read_state` returns, from what it read: the breadcrumb,
+/// `control` at `control_version`, `history`, and the greatest epoch the members have seen.
+/// A failed read of `history` is returned before one of `members_epoch_seen`.
+pub fn takeover_state(
+    breadcrumb: BreadcrumbView,
+    control: Control,
+    control_version: i64,
+    history: Result<History, StoreError>,
+    members_epoch_seen: Result<Option<record::Epoch>, StoreError>,
+) -> Result<TakeoverState, StoreError> {
+    Ok(TakeoverState {
+        breadcrumb,
+        control,
+        control_version: Version::new(control_version),
+        history_by_node: history.as_ref().map(history_by_node).unwrap_or_default(),
+        confirmed_by_node: history.as_ref().map(confirmed_by_node).unwrap_or_default(),
+        newest_promotion: newest_promotion(&history?),
+        members_epoch_seen: members_epoch_seen?,
+    })
 }
 
 /// `control` as `status` shows it: the value (the default when unreadable), its version,

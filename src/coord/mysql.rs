@@ -20,7 +20,7 @@
 //! broken connection, no answer within the operation timeout) is an unknown outcome,
 //! resolved by reading the rows.
 
-use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::items::{self, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
 use super::polled::{self, Polled, Touched};
 use super::{ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings};
 use crate::record::{

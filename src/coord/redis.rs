@@ -24,7 +24,7 @@
 //! A release publishes on `:events`, as does every change of `control`, so standbys act
 //! at once; they also poll every `poll_interval`, which covers a lost message.
 
-use super::items::{self, newest_promotion, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
+use super::items::{self, Items, BREADCRUMB, CONTROL, HISTORY, SET_ASIDE_PREFIX};
 use super::polled::{self, Polled, Touched};
 use super::{
     ClusterSnapshot, Connector, Item, Session, StoreError, StoreEvent, StoreSettings,

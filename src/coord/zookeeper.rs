@@ -18,8 +18,8 @@ use super::{
 };
 use crate::config::{AclMode, ZooKeeperConfig};
 use crate::record::{
-    self, BreadcrumbView, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord,
-    NodeRecord, SessionId, TakeoverState, Version, WriteOutcome,
+    self, Control, Epoch, History, HistoryEntry, JoinOutcome, MemberRecord, NodeRecord, SessionId,
+    TakeoverState, Version, WriteOutcome,
 };
 use std::future::Future;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};

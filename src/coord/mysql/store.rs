@@ -173,21 +173,7 @@ impl<W: Wire> Session for MysqlSession<W> {
         );
         let breadcrumb = items::breadcrumb_view(breadcrumb?);
         let (control, control_version) = items::takeover_control(self).await?;
-        Ok(TakeoverState {
-            breadcrumb,
-            control,
-            control_version: Version::new(control_version),
-            history_by_node: history
-                .as_ref()
-                .map(items::history_by_node)
-                .unwrap_or_default(),
-            confirmed_by_node: history
-                .as_ref()
-                .map(items::confirmed_by_node)
-                .unwrap_or_default(),
-            newest_promotion: newest_promotion(&history?),
-            members_epoch_seen: seen?,
-        })
+        items::takeover_state(breadcrumb, control, control_version, history, seen)
     }
 
     async fn commit_promotion(

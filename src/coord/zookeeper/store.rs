@@ -138,19 +138,8 @@ impl<W: Wire> Session for ZkSession<W> {
                 self.hold_lock_version(stat.version);
             }
         }
-        let breadcrumb = match breadcrumb? {
-            None => BreadcrumbView::Absent,
-            Some((data, stat)) => match record::parse::<NodeRecord>(&data) {
-                Ok(record) => BreadcrumbView::Record {
-                    record,
-                    version: Version::new(stat.version.into()),
-                },
-                Err(e) => BreadcrumbView::Unreadable {
-                    reason: e.to_string(),
-                    version: Version::new(stat.version.into()),
-                },
-            },
-        };
+        let breadcrumb =
+            items::breadcrumb_view(breadcrumb?.map(|(data, stat)| (data, stat.version.into())));
         // A missing control is created (empty) so the promotion can check its version.
         let mut control = control?;
         let (control, control_version) = loop {
@@ -181,21 +170,7 @@ impl<W: Wire> Session for ZkSession<W> {
                 }
             }
         };
-        Ok(TakeoverState {
-            breadcrumb,
-            control,
-            control_version: Version::new(control_version.into()),
-            history_by_node: history
-                .as_ref()
-                .map(items::history_by_node)
-                .unwrap_or_default(),
-            confirmed_by_node: history
-                .as_ref()
-                .map(items::confirmed_by_node)
-                .unwrap_or_default(),
-            newest_promotion: newest_promotion(&history?),
-            members_epoch_seen: seen?,
-        })
+        items::takeover_state(breadcrumb, control, control_version.into(), history, seen)
     }
 
     async fn commit_promotion(
