@@ -587,41 +587,52 @@ impl Drop for CheckerHandle {
     }
 }
 
-/// Starts a task that probes every `interval` (each probe bounded by `timeout`) and sends
-/// a [`HealthChange`] on `tx` whenever the health changes, starting from `Unknown`.
-/// Failures in the first `grace` do not count (see the module docs). The task ends when
-/// the handle is dropped or the receiver is gone. With `metrics`, every probe is counted
-/// in `warden_health_checks_total`. Must be called within a tokio runtime.
-#[allow(clippy::too_many_arguments)]
+/// How a checker probes, and when its health changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckerSettings {
+    /// A probe every `interval` (raised to a 10 ms floor).
+    pub interval: Duration,
+    /// Each probe bounded by `timeout`.
+    pub timeout: Duration,
+    /// Passes in a row that make the node healthy.
+    pub rise: u32,
+    /// Failures in a row that make it unhealthy.
+    pub fall: u32,
+    /// Failures in the first `grace` after the checker starts do not count (see the module
+    /// docs).
+    pub grace: Duration,
+}
+
+/// Starts a task that probes as `settings` say and sends a [`HealthChange`] on `tx`
+/// whenever the health changes, starting from `Unknown`. The task ends when the handle is
+/// dropped or the receiver is gone. With `metrics`, every probe is counted in
+/// `warden_health_checks_total`; with `positions`, each change of the position the checks
+/// tell (SPEC §6b; `None`: unknown) is sent there. Must be called within a tokio runtime.
 pub fn spawn_checker<P: Prober>(
     probe: P,
-    interval: Duration,
-    timeout: Duration,
-    rise: u32,
-    fall: u32,
-    grace: Duration,
+    settings: CheckerSettings,
     tx: mpsc::Sender<HealthChange>,
     metrics: Option<crate::metrics::Metrics>,
     positions: Option<mpsc::Sender<Option<u64>>>,
 ) -> CheckerHandle {
-    let task = tokio::spawn(run_checker(
-        probe, interval, timeout, rise, fall, grace, tx, metrics, positions,
-    ));
+    let task = tokio::spawn(run_checker(probe, settings, tx, metrics, positions));
     CheckerHandle { task }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_checker<P: Prober>(
     probe: P,
-    interval: Duration,
-    timeout: Duration,
-    rise: u32,
-    fall: u32,
-    grace: Duration,
+    settings: CheckerSettings,
     tx: mpsc::Sender<HealthChange>,
     metrics: Option<crate::metrics::Metrics>,
     positions: Option<mpsc::Sender<Option<u64>>>,
 ) {
+    let CheckerSettings {
+        interval,
+        timeout,
+        rise,
+        fall,
+        grace,
+    } = settings;
     if probe.is_none() {
         // Nothing to probe: healthy at once rather than after `rise` intervals.
         let change = HealthChange {

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use warden::config::{HealthConfig, HealthKind};
-use warden::health::{spawn_checker, HealthChange, HttpProbe, Probe, ProbeEnv};
+use warden::health::{spawn_checker, CheckerSettings, HealthChange, HttpProbe, Probe, ProbeEnv};
 use warden::record::Health;
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -201,11 +201,13 @@ async fn tcp_probe_turns_unhealthy_after_fall_failures_once_the_listener_is_gone
     let (tx, mut rx) = mpsc::channel(8);
     let _checker = spawn_checker(
         probe,
-        INTERVAL,
-        TIMEOUT,
-        2,
-        3,
-        Duration::ZERO,
+        CheckerSettings {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+            rise: 2,
+            fall: 3,
+            grace: Duration::ZERO,
+        },
         tx,
         None,
         None,
@@ -250,11 +252,13 @@ async fn follows_the_status(server: &HttpServer, probe: Probe) -> String {
     let (tx, mut rx) = mpsc::channel(8);
     let _checker = spawn_checker(
         probe,
-        INTERVAL,
-        TIMEOUT,
-        1,
-        2,
-        Duration::ZERO,
+        CheckerSettings {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+            rise: 1,
+            fall: 2,
+            grace: Duration::ZERO,
+        },
         tx,
         None,
         None,
@@ -437,11 +441,13 @@ async fn failures_during_start_grace_do_not_count() {
     let started = Instant::now();
     let _checker = spawn_checker(
         Probe::Tcp { address },
-        INTERVAL,
-        TIMEOUT,
-        2,
-        1,
-        grace,
+        CheckerSettings {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+            rise: 2,
+            fall: 1,
+            grace,
+        },
         tx,
         None,
         None,
@@ -460,11 +466,13 @@ async fn no_check_is_healthy_at_once_and_the_checker_stops_when_dropped() {
     let (tx, mut rx) = mpsc::channel(8);
     let checker = spawn_checker(
         Probe::None,
-        Duration::from_secs(3600),
-        TIMEOUT,
-        5,
-        5,
-        Duration::ZERO,
+        CheckerSettings {
+            interval: Duration::from_secs(3600),
+            timeout: TIMEOUT,
+            rise: 5,
+            fall: 5,
+            grace: Duration::ZERO,
+        },
         tx,
         None,
         None,
@@ -489,11 +497,13 @@ async fn standby_probe_uses_the_standby_command() {
     let (tx, mut rx) = mpsc::channel(8);
     let _checker = spawn_checker(
         Probe::standby(&config, ProbeEnv::default()),
-        INTERVAL,
-        TIMEOUT,
-        1,
-        1,
-        Duration::ZERO,
+        CheckerSettings {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+            rise: 1,
+            fall: 1,
+            grace: Duration::ZERO,
+        },
         tx,
         None,
         None,
@@ -549,11 +559,13 @@ fn standby_checker(
     let (ptx, prx) = mpsc::channel(8);
     let checker = spawn_checker(
         Probe::standby(config, ProbeEnv::default()),
-        INTERVAL,
-        TIMEOUT,
-        1,
-        1,
-        Duration::ZERO,
+        CheckerSettings {
+            interval: INTERVAL,
+            timeout: TIMEOUT,
+            rise: 1,
+            fall: 1,
+            grace: Duration::ZERO,
+        },
         tx,
         None,
         Some(ptx),

@@ -109,11 +109,13 @@ impl<H: Host, M: Send + 'static> RoleCtx<H, M> {
         let h = &self.health;
         let handle = health::spawn_checker(
             probe,
-            h.interval,
-            h.timeout,
-            h.rise,
-            h.fall,
-            grace,
+            health::CheckerSettings {
+                interval: h.interval,
+                timeout: h.timeout,
+                rise: h.rise,
+                fall: h.fall,
+                grace,
+            },
             htx,
             Some(self.metrics.clone()),
             Some(ptx),
