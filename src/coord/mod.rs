@@ -33,6 +33,13 @@ use tracing::warn;
 /// ended (SPEC §4.9).
 const PREDECESSOR_POLL: Duration = Duration::from_millis(250);
 
+/// How long a store's watch loop waits before it reads or arms its watch again after a
+/// request failed without ending the session (a connection blip, a timeout). Short,
+/// because the client reconnects by itself within the session and the elector waits on
+/// what the watch reports; long enough not to spin on a dead connection. The same 200 ms
+/// as the elector's own retry of a store call, but the store layer's.
+const WATCH_RETRY_DELAY: Duration = Duration::from_millis(200);
+
 /// Opens sessions to one cluster's state in the store.
 pub trait Connector: Clone + Send + Sync + 'static {
     type Session: Session;

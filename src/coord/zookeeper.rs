@@ -576,7 +576,7 @@ impl<W: Wire> ZkSession<W> {
                         Err(StoreError::SessionLost(_) | StoreError::Auth(_)) => {
                             std::future::pending::<()>().await
                         }
-                        Err(_) => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
+                        Err(_) => tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await,
                     }
                 }
             }

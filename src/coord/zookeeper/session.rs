@@ -571,7 +571,7 @@ impl<W: Wire> ZkSession<W> {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return false,
                     // A connection blip: the client reconnects within the session.
                     _ => {
-                        tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                        tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await;
                         continue;
                     }
                 },
@@ -617,7 +617,7 @@ impl<W: Wire> ZkSession<W> {
                         Err(e) => match classify(e, path) {
                             StoreError::SessionLost(_) | StoreError::Auth(_) => return,
                             _ => {
-                                tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                                tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await;
                                 continue;
                             }
                         },
@@ -626,7 +626,7 @@ impl<W: Wire> ZkSession<W> {
                 Err(e) => match classify(e, path) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return,
                     _ => {
-                        tokio::time::sleep(crate::elector::RETRY_DELAY).await;
+                        tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await;
                         continue;
                     }
                 },
@@ -750,13 +750,13 @@ impl<W: Wire> ZkSession<W> {
                         Ok((Some(_), _)) => continue,
                         Err(e) => match classify(e, &self.paths.control) {
                             StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
-                            _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
+                            _ => tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await,
                         },
                     }
                 }
                 Err(e) => match classify(e, &self.paths.control) {
                     StoreError::SessionLost(_) | StoreError::Auth(_) => return None,
-                    _ => tokio::time::sleep(crate::elector::RETRY_DELAY).await,
+                    _ => tokio::time::sleep(crate::coord::WATCH_RETRY_DELAY).await,
                 },
             }
         }
