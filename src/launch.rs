@@ -4,7 +4,8 @@
 
 use crate::api;
 use crate::config::{Config, ServiceMode};
-use crate::coord::any::AnyConnector;
+use crate::coord::configured::{Configured, StoreJob};
+use crate::coord::Connector;
 use crate::daemon::{Daemon, Fatal, Hooked, ServiceRole, Spawned};
 use crate::host::{self, ThisHost};
 use tokio::sync::mpsc;
@@ -17,7 +18,7 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
     let _stray = AbortOnDrop(stray_signals()?);
     // The backend the config names, with its credentials read: an unreadable or too open
     // credentials file is a configuration error (exit 2).
-    let connector = AnyConnector::from_config(&cfg).map_err(Fatal::Usage)?;
+    let store = Configured::from_config(&cfg).map_err(Fatal::Usage)?;
     // Bound before anything else, so a taken port is a start-up error (exit 2).
     let listener = match &cfg.api {
         Some(a) => Some(
@@ -28,22 +29,38 @@ pub async fn run(cfg: Config) -> Result<i32, Fatal> {
         None => None,
     };
     let me = host::identity(&cfg).map_err(Fatal::Failed)?;
-    // The one place the service's mode is chosen: the driver knows only its role.
-    match cfg.service.mode {
-        ServiceMode::Spawn => {
-            let d = Daemon::<_, _, Spawned<_>>::new(cfg, me, connector, ThisHost)?;
-            serve(d, listener).await
-        }
-        ServiceMode::Hooks => {
-            let d = Daemon::<_, _, Hooked<_>>::new(cfg, me, connector, ThisHost)?;
-            serve(d, listener).await
+    store.run(Run { cfg, me, listener }).await
+}
+
+/// `warden run` on the configured store.
+struct Run {
+    cfg: Config,
+    me: crate::record::NodeRecord,
+    listener: Option<api::ApiListener>,
+}
+
+impl StoreJob for Run {
+    type Output = Result<i32, Fatal>;
+
+    async fn run<C: Connector>(self, connector: C) -> Result<i32, Fatal> {
+        let Run { cfg, me, listener } = self;
+        // The one place the service's mode is chosen: the driver knows only its role.
+        match cfg.service.mode {
+            ServiceMode::Spawn => {
+                let d = Daemon::<_, _, Spawned<_>>::new(cfg, me, connector, ThisHost)?;
+                serve(d, listener).await
+            }
+            ServiceMode::Hooks => {
+                let d = Daemon::<_, _, Hooked<_>>::new(cfg, me, connector, ThisHost)?;
+                serve(d, listener).await
+            }
         }
     }
 }
 
 /// Runs `d` with its HTTP face on `listener`, until a stop signal ends it.
-async fn serve<R: ServiceRole<ThisHost>>(
-    mut d: Daemon<AnyConnector, ThisHost, R>,
+async fn serve<C: Connector, R: ServiceRole<ThisHost>>(
+    mut d: Daemon<C, ThisHost, R>,
     listener: Option<api::ApiListener>,
 ) -> Result<i32, Fatal> {
     use tokio::signal::unix::{signal, SignalKind};

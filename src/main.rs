@@ -7,6 +7,8 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use warden::config::{self, Config, LogFormat};
+use warden::coord::configured::{Configured, StoreJob};
+use warden::coord::{Connector, StoreError};
 use warden::ops::{self, operator::OpError};
 use warden::{errln, out, outln, Error};
 
@@ -150,41 +152,13 @@ fn run(cli: Cli) -> Result<(), Error> {
                 }
             }
         }
-        Command::Status { json } => operator(&cli.config, |cfg| async move {
-            let snap = ops::status::snapshot(&cfg).await?;
-            if json {
-                outln!("{}", ops::status::to_json(&cfg, &snap));
-            } else {
-                out!("{}", ops::status::to_text(&cfg, &snap));
-            }
-            Ok(())
-        }),
-        Command::Init { force } => operator(&cli.config, |cfg| async move {
-            match ops::init::init(&cfg, force).await? {
-                ops::init::InitOutcome::Done(lines) => {
-                    for l in lines {
-                        outln!("{l}");
-                    }
-                    Ok(())
-                }
-                ops::init::InitOutcome::Refused(why) => Err(OpError::Refused(why).into()),
-            }
-        }),
-        Command::Failover(args) => operator(&cli.config, |cfg| async move {
-            Ok(ops::failover::failover(&cfg, &args).await?)
-        }),
-        Command::Pause(args) => operator(&cli.config, |cfg| async move {
-            Ok(ops::pause::pause(&cfg, &args).await?)
-        }),
-        Command::Resume(args) => operator(&cli.config, |cfg| async move {
-            Ok(ops::pause::resume(&cfg, &args).await?)
-        }),
-        Command::History(args) => operator(&cli.config, |cfg| async move {
-            Ok(ops::history::history(&cfg, &args).await?)
-        }),
-        Command::Fence(args) => operator(&cli.config, |cfg| async move {
-            Ok(ops::fence::fence(&cfg, &args).await?)
-        }),
+        Command::Status { json } => operator(&cli.config, OpCommand::Status { json }),
+        Command::Init { force } => operator(&cli.config, OpCommand::Init { force }),
+        Command::Failover(args) => operator(&cli.config, OpCommand::Failover(args)),
+        Command::Pause(args) => operator(&cli.config, OpCommand::Pause(args)),
+        Command::Resume(args) => operator(&cli.config, OpCommand::Resume(args)),
+        Command::History(args) => operator(&cli.config, OpCommand::History(args)),
+        Command::Fence(args) => operator(&cli.config, OpCommand::Fence(args)),
         // Both are made in memory and written through `out`: clap_complete panics on a
         // write error of its own.
         Command::Completions { shell } => {
@@ -205,14 +179,73 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// Loads the config and runs an operator command on a runtime of its own.
-fn operator<F, Fut>(config: &std::path::Path, f: F) -> Result<(), Error>
-where
-    F: FnOnce(Config) -> Fut,
-    Fut: std::future::Future<Output = Result<(), Error>>,
-{
+/// The commands that run on the configured store.
+enum OpCommand {
+    Status { json: bool },
+    Init { force: bool },
+    Failover(ops::failover::FailoverArgs),
+    Pause(ops::pause::PauseArgs),
+    Resume(ops::pause::ResumeArgs),
+    History(ops::history::HistoryArgs),
+    Fence(ops::fence::FenceArgs),
+}
+
+/// Loads the config and runs an operator command on a runtime of its own, on the store it
+/// names.
+fn operator(config: &std::path::Path, command: OpCommand) -> Result<(), Error> {
     let cfg = config::load(config)?;
-    runtime()?.block_on(f(cfg))
+    let store = match Configured::from_config(&cfg) {
+        Ok(store) => store,
+        // A store that cannot be used as configured (an unreadable credentials file) is
+        // said as the store's refusal; `status` and `init` have no words of their own.
+        Err(why) => {
+            let refused = StoreError::Auth(why);
+            return Err(match command {
+                OpCommand::Status { .. } | OpCommand::Init { .. } => refused.into(),
+                _ => OpError::store("reach the cluster")(refused).into(),
+            });
+        }
+    };
+    runtime()?.block_on(store.run(OnStore { cfg, command }))
+}
+
+/// An operator command with its config, as a job on the store.
+struct OnStore {
+    cfg: Config,
+    command: OpCommand,
+}
+
+impl StoreJob for OnStore {
+    type Output = Result<(), Error>;
+
+    async fn run<C: Connector>(self, store: C) -> Result<(), Error> {
+        let cfg = &self.cfg;
+        match self.command {
+            OpCommand::Status { json } => {
+                let snap = ops::status::snapshot(&store).await?;
+                if json {
+                    outln!("{}", ops::status::to_json(cfg, &snap));
+                } else {
+                    out!("{}", ops::status::to_text(cfg, &snap));
+                }
+                Ok(())
+            }
+            OpCommand::Init { force } => match ops::init::init(cfg, &store, force).await? {
+                ops::init::InitOutcome::Done(lines) => {
+                    for l in lines {
+                        outln!("{l}");
+                    }
+                    Ok(())
+                }
+                ops::init::InitOutcome::Refused(why) => Err(OpError::Refused(why).into()),
+            },
+            OpCommand::Failover(args) => Ok(ops::failover::failover(cfg, &store, &args).await?),
+            OpCommand::Pause(args) => Ok(ops::pause::pause(cfg, &store, &args).await?),
+            OpCommand::Resume(args) => Ok(ops::pause::resume(cfg, &store, &args).await?),
+            OpCommand::History(args) => Ok(ops::history::history(cfg, &store, &args).await?),
+            OpCommand::Fence(args) => Ok(ops::fence::fence(cfg, &store, &args).await?),
+        }
+    }
 }
 
 /// Logs go to stderr (journald), one line per event; `RUST_LOG` overrides `log.level`.

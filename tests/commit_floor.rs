@@ -16,7 +16,9 @@ mod common;
 use common::mariadb::MariaDb;
 use common::redis::RedisServer;
 use common::*;
-use warden::coord::any::{AnyConnector, AnySession};
+use warden::coord::configured::{Configured, StoreJob};
+use warden::coord::mysql::MysqlConnector;
+use warden::coord::StoreSettings;
 use warden::coord::{Connector, Session};
 use warden::record::{
     BreadcrumbView, Epoch, Health, JoinOutcome, MemberRecord, NodeRecord, Role, WriteOutcome,
@@ -37,20 +39,15 @@ fn member(node: NodeRecord) -> MemberRecord {
     MemberRecord::bare(node, Role::Standby, Health::Healthy)
 }
 
-/// A session of the store `node`'s config names, as `warden run` opens it.
-async fn session(node: &Node) -> AnySession {
-    let cfg = warden::config::load(&node.config).expect("the node's config");
-    let s = AnyConnector::from_config(&cfg)
-        .expect("a connector")
-        .connect()
-        .await
-        .expect("a session");
+/// A session of the store, as `warden run` opens it.
+async fn session<C: Connector>(store: &C) -> C::Session {
+    let s = store.connect().await.expect("a session");
     s.ensure_cluster().await.expect("the cluster's state");
     s
 }
 
 /// `me` registers and takes the lock; its epoch.
-async fn held(s: &AnySession, me: &NodeRecord) -> Epoch {
+async fn held<S: Session>(s: &S, me: &NodeRecord) -> Epoch {
     s.create_member(&member(me.clone()))
         .await
         .expect("registering");
@@ -63,8 +60,8 @@ async fn held(s: &AnySession, me: &NodeRecord) -> Epoch {
 /// The commit `s` makes for `me` at `epoch` from what `read_state` says now, as the
 /// elector makes it (the breadcrumb at the version read, control at the version read),
 /// with `between` run after the read and before the commit.
-async fn commit_after(
-    s: &AnySession,
+async fn commit_after<S: Session>(
+    s: &S,
     me: &NodeRecord,
     epoch: Epoch,
     between: impl std::future::Future<Output = ()>,
@@ -90,17 +87,16 @@ async fn commit_after(
 }
 
 /// Sessions of n1 and n2; n1 registered and holding the lock, at the epoch returned.
-async fn n1_holds_n2_waits(cluster: &Cluster) -> (AnySession, AnySession, NodeRecord, Epoch) {
-    let (n1, n2) = (cluster.node("n1"), cluster.node("n2"));
-    let a = session(&n1).await;
-    let b = session(&n2).await;
+async fn n1_holds_n2_waits<C: Connector>(store: &C) -> (C::Session, C::Session, NodeRecord, Epoch) {
+    let a = session(store).await;
+    let b = session(store).await;
     let me = record("n1", None);
     let epoch = held(&a, &me).await;
     (a, b, me, epoch)
 }
 
-async fn floor_raised_between_read_and_commit(cluster: &Cluster) {
-    let (a, b, me, epoch) = n1_holds_n2_waits(cluster).await;
+async fn floor_raised_between_read_and_commit<C: Connector>(store: &C) {
+    let (a, b, me, epoch) = n1_holds_n2_waits(store).await;
 
     let late = record("n2", Some(epoch + 5));
     let outcome = commit_after(&a, &me, epoch, async {
@@ -142,9 +138,8 @@ async fn floor_raised_between_read_and_commit(cluster: &Cluster) {
 }
 
 /// The control: with nothing raised in between, the same commit goes through.
-async fn nothing_raised_between_read_and_commit(cluster: &Cluster) {
-    let n1 = cluster.node("n1");
-    let a = session(&n1).await;
+async fn nothing_raised_between_read_and_commit<C: Connector>(store: &C) {
+    let a = session(store).await;
     let me = record("n1", None);
     let epoch = held(&a, &me).await;
     let outcome = commit_after(&a, &me, epoch, async {}).await;
@@ -156,8 +151,8 @@ async fn nothing_raised_between_read_and_commit(cluster: &Cluster) {
 /// epoch as seen, which raised the floor to that epoch. That commit must go through (else
 /// the holder reads and commits again for ever, and nobody else can take its lock); a
 /// floor *above* the epoch still refuses it.
-async fn our_breadcrumb_committed_again_at_our_published_epoch(cluster: &Cluster) {
-    let (a, b, me, epoch) = n1_holds_n2_waits(cluster).await;
+async fn our_breadcrumb_committed_again_at_our_published_epoch<C: Connector>(store: &C) {
+    let (a, b, me, epoch) = n1_holds_n2_waits(store).await;
     assert_eq!(
         commit_after(&a, &me, epoch, async {}).await,
         WriteOutcome::Done
@@ -196,14 +191,25 @@ fn on(make: impl Fn() -> Cluster) {
         let cluster = make();
         let out = cli(&cluster.node("init").config, &["init"]);
         assert!(out.status.success(), "warden init: {}", describe(&out));
+        let cfg = warden::config::load(&cluster.node("n1").config).expect("the node's config");
+        let store = Configured::from_config(&cfg).expect("the store's settings");
         let rt = tokio::runtime::Runtime::new().expect("a runtime");
-        rt.block_on(async {
-            match scenario {
-                0 => nothing_raised_between_read_and_commit(&cluster).await,
-                1 => floor_raised_between_read_and_commit(&cluster).await,
-                _ => our_breadcrumb_committed_again_at_our_published_epoch(&cluster).await,
-            }
-        });
+        rt.block_on(store.run(Scenario(scenario)));
+    }
+}
+
+/// Scenario `.0` of [`on`], on the cluster's store.
+struct Scenario(u8);
+
+impl StoreJob for Scenario {
+    type Output = ();
+
+    async fn run<C: Connector>(self, store: C) {
+        match self.0 {
+            0 => nothing_raised_between_read_and_commit(&store).await,
+            1 => floor_raised_between_read_and_commit(&store).await,
+            _ => our_breadcrumb_committed_again_at_our_published_epoch(&store).await,
+        }
     }
 }
 
@@ -246,9 +252,12 @@ fn a_mysql_join_that_waited_on_the_lock_row_sees_the_floor_raised_meanwhile() {
     let out = cli(&cluster.node("init").config, &["init"]);
     assert!(out.status.success(), "warden init: {}", describe(&out));
     let name = cluster.name.clone();
+    let cfg = warden::config::load(&cluster.node("n1").config).expect("the node's config");
+    let store = MysqlConnector::new(StoreSettings::from_config(&cfg).expect("the settings"))
+        .expect("a connector");
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     rt.block_on(async {
-        let (a, b, _, epoch) = n1_holds_n2_waits(&cluster).await;
+        let (a, b, _, epoch) = n1_holds_n2_waits(&store).await;
         let n2 = record("n2", None);
         b.create_member(&member(n2.clone()))
             .await

@@ -17,8 +17,8 @@ use futures_util::FutureExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tables::{Never, Rowset, Tables, Tx};
-use warden::coord::any::{AnyConnector, AnySession};
 use warden::coord::mysql::decide::{self, Memory, ServerRun, StuckLock, Taking};
+use warden::coord::mysql::MysqlConnector;
 use warden::coord::mysql::{MysqlSession, Wire, Work};
 use warden::coord::{Connector, Session, StoreError, StoreSettings};
 use warden::record::{
@@ -52,7 +52,7 @@ struct Remembered {
 struct Both<'a> {
     db: &'a MariaDb,
     cluster: String,
-    real: Vec<AnySession>,
+    real: Vec<MysqlSession>,
     tables: Tables,
     memory: Vec<Remembered>,
     server: ServerRun,
@@ -329,7 +329,9 @@ fn the_tables_in_memory_decide_as_mariadb_does() {
     tokio::runtime::Runtime::new()
         .expect("a runtime")
         .block_on(async {
-            let connector = AnyConnector::from_config(&cfg).expect("a connector");
+            let connector =
+                MysqlConnector::new(StoreSettings::from_config(&cfg).expect("the settings"))
+                    .expect("a connector");
             let mut real = Vec::new();
             for _ in 0..3 {
                 real.push(connector.connect().await.expect("a session"));
@@ -465,7 +467,9 @@ fn the_backends_sessions_answer_on_the_tables_as_on_mariadb() {
     tokio::runtime::Runtime::new()
         .expect("a runtime")
         .block_on(async {
-            let connector = AnyConnector::from_config(&cfg).expect("a connector");
+            let connector =
+                MysqlConnector::new(StoreSettings::from_config(&cfg).expect("the settings"))
+                    .expect("a connector");
             let rows = server_rows(&db, &name);
             let mem = Mem {
                 tables: Arc::new(Mutex::new(Tables {

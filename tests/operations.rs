@@ -14,6 +14,8 @@ use common::*;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 use warden::config::Config;
+use warden::coord::configured::Configured;
+use warden::coord::zookeeper::ZkConnector;
 use warden::ops::failover::{self, FailoverArgs};
 use warden::ops::fence::{self, FenceArgs};
 use warden::ops::history::{self, HistoryArgs};
@@ -32,6 +34,14 @@ fn block<F: Future>(f: F) -> F::Output {
         .build()
         .expect("build a tokio runtime")
         .block_on(f)
+}
+
+/// The node's ZooKeeper, as `main.rs` hands it to the commands.
+fn store(cfg: &Config) -> ZkConnector {
+    match Configured::from_config(cfg).expect("the store's settings") {
+        Configured::Zookeeper(c) => *c,
+        _ => panic!("these tests run on ZooKeeper"),
+    }
 }
 
 fn config(node: &Node) -> Config {
@@ -58,43 +68,43 @@ fn any_standby(timeout: Duration) -> FailoverArgs {
 
 /// `warden failover` as the CLI runs it: the exit code.
 fn failover_code(cfg: &Config, args: &FailoverArgs) -> i32 {
-    exit_code(block(failover::failover(cfg, args)))
+    exit_code(block(failover::failover(cfg, &store(cfg), args)))
 }
 
 /// A switchover through the library: the request, then the wait.
 fn switch_over(cfg: &Config, args: &FailoverArgs) -> Result<failover::Switched, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         let req = failover::request(&zk, cfg, args).await?;
-        failover::await_new_active(cfg, zk, &req).await
+        failover::await_switch(&store(cfg), zk, &req).await
     })
 }
 
 /// Only the request, as a `failover` killed right after writing it leaves it.
 fn request_only(cfg: &Config, args: &FailoverArgs) -> Result<failover::Requested, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         failover::request(&zk, cfg, args).await
     })
 }
 
 fn set_paused(cfg: &Config, reason: Option<&str>) -> Result<Change, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         pause::set_paused(&zk, reason).await
     })
 }
 
 fn clear_paused(cfg: &Config) -> Result<Change, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         pause::clear_paused(&zk).await
     })
 }
 
 fn read_history(cfg: &Config) -> Vec<HistoryEntry> {
     block(async {
-        let zk = warden::ops::session(cfg).await.expect("a session");
+        let zk = store(cfg).connect().await.expect("a session");
         zk.read_history().await.expect("history reads").entries
     })
 }
@@ -135,7 +145,7 @@ fn assert_nobody_fenced(cluster: &Cluster) {
 /// `fence NODE --dry-run` through the library: the plan, or why not.
 fn plan(cfg: &Config, node: &str, force: bool) -> Result<fence::Plan, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         fence::plan(&zk, cfg, node, force).await
     })
 }
@@ -143,7 +153,7 @@ fn plan(cfg: &Config, node: &str, force: bool) -> Result<fence::Plan, OpError> {
 /// `fence NODE` through the library: the report, or why it was refused.
 fn fence_node(cfg: &Config, node: &str, force: bool) -> Result<fence::Fenced, OpError> {
     block(async {
-        let zk = warden::ops::operator::session(cfg).await?;
+        let zk = warden::ops::operator::session(&store(cfg)).await?;
         fence::fence_node(&zk, cfg, node, force).await
     })
 }
@@ -287,19 +297,31 @@ fn failover_refusals_say_why_and_change_nothing() {
     let d1 = config(&down.node("d1"));
     assert_eq!(failover_code(&d1, &any_standby(secs(5))), 3);
     assert_eq!(
-        exit_code(block(pause::pause(&d1, &PauseArgs::default()))),
+        exit_code(block(pause::pause(&d1, &store(&d1), &PauseArgs::default()))),
         3
     );
     assert_eq!(
-        exit_code(block(pause::resume(&d1, &ResumeArgs::default()))),
+        exit_code(block(pause::resume(
+            &d1,
+            &store(&d1),
+            &ResumeArgs::default()
+        ))),
         3
     );
     assert_eq!(
-        exit_code(block(history::history(&d1, &HistoryArgs::default()))),
+        exit_code(block(history::history(
+            &d1,
+            &store(&d1),
+            &HistoryArgs::default()
+        ))),
         3
     );
     assert_eq!(
-        exit_code(block(fence::fence(&d1, &fence_args(Some("n1"))))),
+        exit_code(block(fence::fence(
+            &d1,
+            &store(&d1),
+            &fence_args(Some("n1"))
+        ))),
         3
     );
 
@@ -389,6 +411,7 @@ fn paused_cluster_promotes_nobody_until_resumed() {
     assert_eq!(
         exit_code(block(pause::pause(
             &cfg,
+            &store(&cfg),
             &PauseArgs {
                 reason: Some("disk swap".into())
             }
@@ -436,7 +459,11 @@ fn paused_cluster_promotes_nobody_until_resumed() {
     );
 
     assert_eq!(
-        exit_code(block(pause::resume(&cfg, &ResumeArgs::default()))),
+        exit_code(block(pause::resume(
+            &cfg,
+            &store(&cfg),
+            &ResumeArgs::default()
+        ))),
         0
     );
     assert_eq!(
@@ -482,11 +509,19 @@ fn paused_cluster_promotes_nobody_until_resumed() {
         &["running → paused", "paused → running", "disk swap"],
     );
     assert_eq!(
-        exit_code(block(history::history(&cfg, &HistoryArgs { json: true }))),
+        exit_code(block(history::history(
+            &cfg,
+            &store(&cfg),
+            &HistoryArgs { json: true }
+        ))),
         0
     );
     assert_eq!(
-        exit_code(block(history::history(&cfg, &HistoryArgs { json: false }))),
+        exit_code(block(history::history(
+            &cfg,
+            &store(&cfg),
+            &HistoryArgs { json: false }
+        ))),
         0
     );
     cluster.assert_safe();
@@ -535,35 +570,46 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
         dry_run: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(exit_code(block(fence::fence(&cfg, &dry))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &store(&cfg), &dry))), 0);
     assert_eq!(client.get(&breadcrumb_path).as_ref(), Some(&breadcrumb));
 
     // The breadcrumb names n1, not n2.
     let why = refused("fence n2", plan(&cfg, "n2", false));
     assert_mentions(&why, &["the breadcrumb names n1", "not n2"]);
     assert_eq!(
-        exit_code(block(fence::fence(&cfg, &fence_args(Some("n2"))))),
+        exit_code(block(fence::fence(
+            &cfg,
+            &store(&cfg),
+            &fence_args(Some("n2"))
+        ))),
         1
     );
     let confirm_n2 = FenceArgs {
         confirm: true,
         ..fence_args(Some("n2"))
     };
-    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm_n2))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &confirm_n2))),
+        1
+    );
     let unreadable = FenceArgs {
         confirm: true,
         unreadable: true,
         ..fence_args(None)
     };
     assert_eq!(
-        exit_code(block(fence::fence(&cfg, &unreadable))),
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &unreadable))),
         1,
         "the breadcrumb is readable"
     );
 
     // A real manual fence with this chain fails: exit 1, breadcrumb kept.
     assert_eq!(
-        exit_code(block(fence::fence(&cfg, &fence_args(Some("n1"))))),
+        exit_code(block(fence::fence(
+            &cfg,
+            &store(&cfg),
+            &fence_args(Some("n1"))
+        ))),
         1
     );
     assert_eq!(client.get(&breadcrumb_path).as_ref(), Some(&breadcrumb));
@@ -575,7 +621,10 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
         ..fence_args(Some("n1"))
     };
     let confirmed_at = Instant::now();
-    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm))), 0);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &confirm))),
+        0
+    );
     wardens[1].wait_for_log("joining the election again now", secs(30));
     wait_for_status(&n2.config, secs(60), "n2 is active", |s| {
         active_id(s).as_deref() == Some("n2")
@@ -623,7 +672,10 @@ fn confirm_lets_a_stuck_standby_promote_without_fencing() {
     );
 
     // Nothing left to confirm.
-    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &confirm))),
+        1
+    );
     cluster.assert_safe();
 }
 
@@ -642,7 +694,11 @@ fn manual_fence_refuses_the_lock_holder_unless_forced() {
     let why = refused("fence the active", fence_node(&cfg, "n1", false));
     assert_mentions(&why, &["n1 holds the lock", "--force"]);
     assert_eq!(
-        exit_code(block(fence::fence(&cfg, &fence_args(Some("n1"))))),
+        exit_code(block(fence::fence(
+            &cfg,
+            &store(&cfg),
+            &fence_args(Some("n1"))
+        ))),
         1
     );
     let dry = FenceArgs {
@@ -650,7 +706,7 @@ fn manual_fence_refuses_the_lock_holder_unless_forced() {
         force: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(exit_code(block(fence::fence(&cfg, &dry))), 0);
+    assert_eq!(exit_code(block(fence::fence(&cfg, &store(&cfg), &dry))), 0);
     assert!(wardens[0].is_running() && process_alive(service.pid));
     assert!(cluster.fence_calls().is_empty(), "the dry run ran a method");
 
@@ -696,7 +752,10 @@ fn confirm_unreadable_deletes_only_a_garbage_breadcrumb() {
     };
 
     // Absent: nothing to delete.
-    assert_eq!(exit_code(block(fence::fence(&cfg, &unreadable))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &unreadable))),
+        1
+    );
 
     client.put(&breadcrumb, b"\xff\xfe{ not a record");
     let why = refused("fence n1 over garbage", plan(&cfg, "n1", true));
@@ -705,10 +764,16 @@ fn confirm_unreadable_deletes_only_a_garbage_breadcrumb() {
         confirm: true,
         ..fence_args(Some("n1"))
     };
-    assert_eq!(exit_code(block(fence::fence(&cfg, &confirm_n1))), 1);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &confirm_n1))),
+        1
+    );
     assert!(client.exists(&breadcrumb));
 
-    assert_eq!(exit_code(block(fence::fence(&cfg, &unreadable))), 0);
+    assert_eq!(
+        exit_code(block(fence::fence(&cfg, &store(&cfg), &unreadable))),
+        0
+    );
     assert!(!client.exists(&breadcrumb));
     let entries = read_history(&cfg);
     assert_eq!(entries[0].to, fence::CONFIRMED_DOWN, "{entries:#?}");

@@ -13,7 +13,7 @@
 //! a [`Connector`]; `main` picks the backend once from the config, and each backend gets
 //! its own copy of the (small) driver at compile time.
 
-pub mod any;
+pub mod configured;
 pub mod items;
 pub mod mysql;
 pub mod polled;

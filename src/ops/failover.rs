@@ -99,8 +99,12 @@ pub struct Switched {
 
 /// Runs `warden failover`: prints the request and then the new active and the time taken;
 /// returns the exit code (SPEC §7).
-pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> {
-    let zk = operator::session(cfg).await?;
+pub async fn failover<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    args: &FailoverArgs,
+) -> Result<(), OpError> {
+    let zk = operator::session(connector).await?;
     if args.cancel {
         match cancel(&zk).await? {
             Some(r) => crate::outln!(
@@ -130,7 +134,7 @@ pub async fn failover(cfg: &Config, args: &FailoverArgs) -> Result<(), OpError> 
         r.deadline,
         humantime::format_duration(requested.timeout)
     );
-    let s = await_new_active(cfg, zk, &requested).await?;
+    let s = await_switch(connector, zk, &requested).await?;
     crate::outln!(
         "new active: {} (epoch {}) after {} ms",
         s.to,
@@ -335,18 +339,8 @@ pub async fn request_at<S: Session>(
 }
 
 /// Waits, reading the cluster every [`POLL`], until a node other than `from` is active
-/// (the target, if the request names one), or the request lapses.
-pub async fn await_new_active(
-    cfg: &Config,
-    zk: super::StoreSession,
-    req: &Requested,
-) -> Result<Switched, OpError> {
-    let connector = super::connector(cfg).map_err(OpError::store("open a session"))?;
-    await_switch(&connector, zk, req).await
-}
-
-/// [`await_new_active`] on any backend: `connector` opens a fresh session when the
-/// command's own one is lost during the wait.
+/// (the target, if the request names one), or the request lapses. `connector` opens a
+/// fresh session when the command's own one (`zk`) is lost during the wait.
 pub async fn await_switch<C: Connector>(
     connector: &C,
     zk: C::Session,

@@ -18,8 +18,8 @@
 
 use super::operator::{self, OpError};
 use crate::config::Config;
-use crate::coord::Session;
 use crate::coord::{ClusterSnapshot, StoreError};
+use crate::coord::{Connector, Session};
 use crate::record::{printable, HistoryEntry, MemberRecord, NodeRecord, Role};
 use warden_fencing::{process, FenceChain, FenceContext, FenceReport};
 
@@ -82,8 +82,12 @@ pub struct Confirmed {
 
 /// Runs `warden fence`; prints what it did and returns the exit code (SPEC §7): 0 only
 /// if NODE was fenced, the plan printed, or the breadcrumb deleted.
-pub async fn fence(cfg: &Config, args: &FenceArgs) -> Result<(), OpError> {
-    let zk = operator::session(cfg).await?;
+pub async fn fence<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    args: &FenceArgs,
+) -> Result<(), OpError> {
+    let zk = operator::session(connector).await?;
     let node = args.node.as_deref();
     match (args.confirm, args.unreadable, node) {
         (true, true, None) => print_confirmed(&confirm_unreadable(&zk).await?),

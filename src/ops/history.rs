@@ -8,7 +8,7 @@
 
 use super::operator::{self, OpError};
 use crate::config::Config;
-use crate::coord::Session;
+use crate::coord::{Connector, Session};
 use crate::record::{printable, History, HistoryEntry};
 use serde::Serialize;
 
@@ -22,9 +22,13 @@ pub struct HistoryArgs {
 }
 
 /// Runs `warden history`.
-pub async fn history(cfg: &Config, args: &HistoryArgs) -> Result<(), OpError> {
+pub async fn history<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    args: &HistoryArgs,
+) -> Result<(), OpError> {
     let read = async {
-        let zk = operator::session(cfg).await?;
+        let zk = operator::session(connector).await?;
         let history = zk
             .read_history()
             .await

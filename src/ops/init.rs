@@ -20,7 +20,7 @@
 //! old active still serves.
 
 use crate::config::Config;
-use crate::coord::{Item, Session, StoreError};
+use crate::coord::{Connector, Item, Session, StoreError};
 use crate::record::printable;
 
 /// What `init` did, or why it refused.
@@ -32,8 +32,12 @@ pub enum InitOutcome {
 /// Creates the missing parent znodes and repairs the ACLs of the cluster's own; with
 /// `force`, also deletes the breadcrumb and control and moves a history that would block
 /// every promotion aside, but only while no node holds the lock or is a member.
-pub async fn init(cfg: &Config, force: bool) -> Result<InitOutcome, StoreError> {
-    let zk = super::session(cfg).await?;
+pub async fn init<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    force: bool,
+) -> Result<InitOutcome, StoreError> {
+    let zk = connector.connect().await?;
     let before = zk.snapshot().await?;
     // A store that never held this cluster has no members and no marker: a new cluster.
     // ZooKeeper keeps a counter and a floor too (`epoch`, `floor`): a restored ensemble
@@ -156,9 +160,9 @@ fn changed(cfg: &Config) -> InitOutcome {
 /// `init --force` on a store that lost data (SPEC §3a): refuses while a lock is held;
 /// makes the tables, waits for the running wardens to register what they have seen, then
 /// raises the epoch counter above every epoch seen and writes the marker.
-async fn restore(
+async fn restore<S: Session>(
     cfg: &Config,
-    zk: &super::StoreSession,
+    zk: &S,
     before: crate::coord::ClusterSnapshot,
 ) -> Result<InitOutcome, StoreError> {
     if let Some(holder) = held_by(&before) {

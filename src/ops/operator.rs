@@ -2,8 +2,7 @@
 //! who runs them, how they end (SPEC §7 exit codes), and how they record what they did in
 //! `history`.
 
-use crate::config::Config;
-use crate::coord::Session;
+use crate::coord::{Connector, Session};
 use crate::record::{self, Epoch, HistoryEntry};
 use std::time::SystemTime;
 
@@ -11,8 +10,9 @@ use std::time::SystemTime;
 pub use crate::error::OpError;
 
 /// Opens the command's session to the cluster, bounded by `connect_timeout`.
-pub async fn session(cfg: &Config) -> Result<super::StoreSession, OpError> {
-    super::session(cfg)
+pub async fn session<C: Connector>(connector: &C) -> Result<C::Session, OpError> {
+    connector
+        .connect()
         .await
         .map_err(OpError::store("reach the cluster"))
 }

@@ -8,7 +8,7 @@
 
 use super::operator::{self, OpError};
 use crate::config::Config;
-use crate::coord::Session;
+use crate::coord::{Connector, Session};
 use crate::record::{self, Control};
 use std::time::SystemTime;
 
@@ -43,10 +43,14 @@ pub enum Change {
 }
 
 /// Runs `warden pause`.
-pub async fn pause(cfg: &Config, args: &PauseArgs) -> Result<(), OpError> {
+pub async fn pause<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    args: &PauseArgs,
+) -> Result<(), OpError> {
     let name = &cfg.cluster.name;
     let change = async {
-        let zk = operator::session(cfg).await?;
+        let zk = operator::session(connector).await?;
         set_paused(&zk, args.reason.as_deref()).await
     };
     match change.await? {
@@ -68,10 +72,14 @@ pub async fn pause(cfg: &Config, args: &PauseArgs) -> Result<(), OpError> {
 }
 
 /// Runs `warden resume`.
-pub async fn resume(cfg: &Config, _args: &ResumeArgs) -> Result<(), OpError> {
+pub async fn resume<C: Connector>(
+    cfg: &Config,
+    connector: &C,
+    _args: &ResumeArgs,
+) -> Result<(), OpError> {
     let name = &cfg.cluster.name;
     let change = async {
-        let zk = operator::session(cfg).await?;
+        let zk = operator::session(connector).await?;
         let change = clear_paused(&zk).await?;
         // What else holds the election back, so "nothing changed" is never the whole story.
         let pending = zk

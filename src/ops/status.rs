@@ -7,13 +7,13 @@
 //! no such care (JSON escapes control characters).
 
 use crate::config::Config;
-use crate::coord::{ClusterSnapshot, Session, StoreError};
+use crate::coord::{ClusterSnapshot, Connector, Session, StoreError};
 use crate::record::{printable, Epoch};
 use serde_json::{json, Value};
 
 /// Reads the cluster.
-pub async fn snapshot(cfg: &Config) -> Result<ClusterSnapshot, StoreError> {
-    super::session(cfg).await?.snapshot().await
+pub async fn snapshot<C: Connector>(connector: &C) -> Result<ClusterSnapshot, StoreError> {
+    connector.connect().await?.snapshot().await
 }
 
 /// The active's epoch: the lock record's, else the member's, else the lock's czxid, which

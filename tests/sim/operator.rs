@@ -259,10 +259,10 @@ pub fn quiet(faults: &[Fault], me: usize, st: Duration, needs: Duration) -> bool
 /// it says the store lost data, check that no old active still serves (here: wait until no
 /// service runs as primary), then `warden init --force`.
 ///
-/// `ops::init::init` opens its own connection from the config (`ops::session`), so it
-/// cannot run on the simulated store: this is its lost-data path (`restore`) step for
-/// step, on an operator session through the same `Session` trait: refused while a lock
-/// is held, a session timeout and two join retries for running wardens to register
+/// This is `ops::init::init`'s lost-data path (`restore`) step for step, on an operator
+/// session through the same `Session` trait, with the operator's own looks between its
+/// steps (an old primary powered off, a forgotten `resume` given again): refused while a
+/// lock is held, a session timeout and two join retries for running wardens to register
 /// what they have seen, then the counter raised above every epoch seen.
 pub async fn recover_lost_data(world: World, cfg: Config, seq: u32, st: Duration) {
     let _busy = Busy::new(&world);
