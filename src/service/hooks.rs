@@ -576,7 +576,7 @@ pub(super) fn kill_pinned(pinned: PinnedService, pidfile: &str) -> bool {
         Some(_) => {}
     }
     let sent = match &pidfd {
-        Some(fd) => pidfd_send_signal(fd, Signal::SIGKILL),
+        Some(fd) => pidfd_kill(fd),
         None => nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL),
     };
     match sent {
@@ -600,30 +600,20 @@ pub(super) fn kill_pinned(pinned: PinnedService, pidfile: &str) -> bool {
 
 /// pidfd_open(2): a descriptor that refers to process `pid` as it is now.
 pub(super) fn pidfd_open(pid: u32) -> Result<OwnedFd, Errno> {
-    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or(Errno::EINVAL)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(errno)
 }
 
-/// pidfd_send_signal(2) without siginfo: like kill(2), to exactly that process.
-pub(super) fn pidfd_send_signal(pidfd: &OwnedFd, signal: Signal) -> Result<(), Errno> {
-    // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal as libc::c_int,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if rc < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(())
-    }
+/// pidfd_send_signal(2) without siginfo: like kill(2), to exactly that process. SIGKILL
+/// only: the one signal this module sends by pidfd.
+pub(super) fn pidfd_kill(pidfd: &OwnedFd) -> Result<(), Errno> {
+    rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL).map_err(errno)
+}
+
+/// rustix's error as the `nix` one the rest of this module speaks.
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_raw(e.raw_os_error())
 }
