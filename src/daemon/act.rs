@@ -317,7 +317,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                     let _ = tx.send(Input::Elector(stop.await));
                 });
             }
-            Action::KillService => self.role.kill_at_lease_end(),
+            Action::KillService { cause } => self.role.kill(cause),
             Action::PeekBreadcrumb { ticket } => {
                 self.in_session(
                     Event::BreadcrumbPeeked {
@@ -430,7 +430,8 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 to,
                 epoch,
                 reason,
-            } => self.transition(from, to, epoch, reason, now),
+                history,
+            } => self.transition(from, to, epoch, reason, history, now),
             Action::Notice {
                 warn: true,
                 message,

@@ -5,6 +5,7 @@
 
 use super::role::{Demotion, RoleCtx, Said, ServiceRole};
 use super::*;
+use crate::elector::KillCause;
 use std::future::Future;
 
 /// What hooks mode's tasks report.
@@ -360,7 +361,7 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
         self.recheck_after_demotion();
         async move {
             let Demotion {
-                cause,
+                cause: _,
                 epoch,
                 successor,
                 active,
@@ -386,17 +387,8 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                     clean: true,
                     detail: "the demote hook succeeded".to_string(),
                 },
-                // §6: after a forced demotion, a service whose role is unknown must not
-                // keep serving.
-                Err(e) if cause == crate::elector::StopCause::Forced && hooks.kill() => {
-                    Event::ServiceStopped {
-                        ticket,
-                        clean: false,
-                        detail: format!("the demote hook failed: {e}; killed the pidfile process"),
-                    }
-                }
-                // Nothing was killed: the elector decides whether a planned switchover is
-                // called off (SPEC §6a.2).
+                // The elector decides what follows: a planned switchover called off (SPEC
+                // §6a.2), or after a forced demotion the kill (§6).
                 Err(e) => Event::DemoteFailed {
                     ticket,
                     detail: format!("the demote hook failed: {e}"),
@@ -406,8 +398,16 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
         }
     }
 
-    fn kill_at_lease_end(&mut self) {
-        warn!("the lease ended before the demote hook finished: killing the service");
+    fn kill(&mut self, cause: KillCause) {
+        match cause {
+            KillCause::LeaseEnd => {
+                warn!("the lease ended before the demote hook finished: killing the service")
+            }
+            KillCause::DemoteFailed => warn!(
+                "the demote hook of a forced demotion failed: killing the pidfile process, \
+                 whose role nobody knows"
+            ),
+        }
         self.hooks.kill();
     }
 

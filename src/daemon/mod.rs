@@ -791,6 +791,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         to: Role,
         epoch: Option<Epoch>,
         reason: Reason,
+        history: bool,
         now: Instant,
     ) {
         let took = now.duration_since(self.role_since);
@@ -828,16 +829,12 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
             epoch,
             reason: reason.to_string(),
         };
-        let significant = !matches!(
-            (from, to),
-            (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
-        );
         // What an earlier transition held back lands first, in order.
         self.write_held_back();
         if to == Role::Promoting {
-            self.held_back = Some(significant.then_some(entry));
+            self.held_back = Some(history.then_some(entry));
         } else {
-            self.write_transition(m, significant.then_some(entry));
+            self.write_transition(m, history.then_some(entry));
         }
     }
 

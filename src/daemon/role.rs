@@ -14,7 +14,7 @@
 
 use super::*;
 use crate::config::HealthConfig;
-use crate::elector::StopCause;
+use crate::elector::{KillCause, StopCause};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -213,8 +213,9 @@ pub trait ServiceRole<H: Host>: Sized + Send + 'static {
         ticket: Ticket,
         demotion: Demotion,
     ) -> impl Future<Output = Event> + Send + 'static;
-    /// The lease ended before the stop did: the service must not serve on.
-    fn kill_at_lease_end(&mut self);
+    /// The service must not serve on (the lease ended before its stop did, or a forced
+    /// demotion's hook failed): kill it now.
+    fn kill(&mut self, cause: KillCause);
     /// A second stop signal: warden exits at once.
     fn kill_at_exit(&mut self);
     /// Fences this very process's own service, which an earlier stop could not verify

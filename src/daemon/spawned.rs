@@ -3,6 +3,7 @@
 
 use super::role::{Demotion, RoleCtx, Said, ServiceRole};
 use super::*;
+use crate::elector::KillCause;
 use std::future::Future;
 
 /// What spawn mode's tasks report.
@@ -293,14 +294,16 @@ impl<H: Host> ServiceRole<H> for Spawned<H> {
         }
     }
 
-    fn kill_at_lease_end(&mut self) {
+    fn kill(&mut self, cause: KillCause) {
+        let why = match cause {
+            KillCause::LeaseEnd => "the lease ended",
+            // (A spawned service is stopped by signals, not by a hook: not asked.)
+            KillCause::DemoteFailed => "the stop failed",
+        };
         // kill_group checks the leader's start time, so a group that is already gone (or
         // recycled) is left alone.
         for id in [&self.stopping, &self.service].into_iter().flatten() {
-            warn!(
-                pid = id.pid,
-                "the lease ended: killing the service's process group"
-            );
+            warn!(pid = id.pid, "{why}: killing the service's process group");
             self.spawner.kill(id);
         }
     }

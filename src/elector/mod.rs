@@ -360,6 +360,16 @@ pub enum Event {
     StopRequested,
 }
 
+/// Why [`Action::KillService`] kills the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillCause {
+    /// The lease ended with the service still up.
+    LeaseEnd,
+    /// SPEC §6: the demote hook of a forced demotion failed; the service, in a role nobody
+    /// knows, must not keep serving.
+    DemoteFailed,
+}
+
 /// Why the service is being stopped; decides what follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopCause {
@@ -471,8 +481,9 @@ pub enum Action {
     /// Demote: stop the service (stop signal, `stop_timeout`, SIGKILL of the group), or run
     /// the `demote` hook.
     StopService { ticket: Ticket, cause: StopCause },
-    /// The lease has ended with the service still up: SIGKILL its process group now.
-    KillService,
+    /// The service must not serve on: kill it now (its process group, or in hooks mode the
+    /// pinned pidfile process).
+    KillService { cause: KillCause },
     /// Delete `lock` from the holding session, then drop the session. With `breadcrumb`,
     /// first compare-and-delete our breadcrumb (node id, incarnation, this epoch) while
     /// the lock is ours, so that nobody needs to fence us: in the lock's deletion where
@@ -488,12 +499,16 @@ pub enum Action {
     /// Clear the `failover` request in `control` once promoted: compare-and-delete, only
     /// if `control` still holds this very request; retried until acknowledged.
     ClearFailover { request: FailoverView },
-    /// The role changed: log it, publish the member record, append to history, notify.
+    /// The role changed: log it, publish the member record, append to history (where
+    /// `history` says so), notify.
     Transition {
         from: Role,
         to: Role,
         epoch: Option<Epoch>,
         reason: Reason,
+        /// Whether the transition is one for `warden history`: every one but a standby's
+        /// eligibility coming and going.
+        history: bool,
     },
     /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
     Follow { ticket: Ticket, active: NodeRecord },

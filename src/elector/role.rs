@@ -97,6 +97,10 @@ impl Elector {
             to: role,
             epoch: self.epoch(),
             reason,
+            history: !matches!(
+                (from, role),
+                (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
+            ),
         });
     }
 }

@@ -2,8 +2,8 @@
 //! holds, record its identity, stop it, and what its exit or ill health means.
 
 use super::{
-    leave::Leave, Action, Elector, KeptBreadcrumb, Phase, Reason, Step, StopCause, Ticket,
-    RETRY_DELAY,
+    leave::Leave, Action, Elector, KeptBreadcrumb, KillCause, Phase, Reason, Step, StopCause,
+    Ticket, RETRY_DELAY,
 };
 use crate::record::{Epoch, Role, WriteOutcome};
 use std::time::Instant;
@@ -456,6 +456,13 @@ impl Elector {
         let may_call_off =
             cede && self.svc == Svc::Stopping(ticket, StopCause::Demote) && self.may_serve_on(now);
         if !may_call_off {
+            // SPEC §6: after a forced demotion, a service whose role is unknown must not
+            // keep serving.
+            if self.svc == Svc::Stopping(ticket, StopCause::Forced) {
+                self.actions.push_back(Action::KillService {
+                    cause: KillCause::DemoteFailed,
+                });
+            }
             self.on_service_stopped(ticket, false, detail, now);
             return;
         }

@@ -8,7 +8,7 @@
 //! a stored copy would have to follow each of them. An armed timer's instant is always one
 //! its step acts on once passed: any other would spin the driver.
 
-use super::{service::Svc, Action, Elector, Phase, Reason, Step, StopCause};
+use super::{service::Svc, Action, Elector, KillCause, Phase, Reason, Step, StopCause};
 use std::time::Instant;
 
 /// One deadline of the elector. [`Timer::ALL`] is the order in which passed ones are acted
@@ -184,7 +184,9 @@ impl Elector {
                     true,
                     "the lease ended with the service still running; killing it".into(),
                 );
-                self.actions.push_back(Action::KillService);
+                self.actions.push_back(Action::KillService {
+                    cause: KillCause::LeaseEnd,
+                });
             }
         }
     }

@@ -227,6 +227,7 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
                 to: Role::Promoting,
                 epoch: Some(3),
                 reason: Reason::SwitchoverCalledOff("n2 is behind".into()),
+                history: true,
             },
         ]
     );
@@ -461,7 +462,12 @@ fn rule_6a_2_a_step_down_before_the_promotion_again_keeps_the_breadcrumb() {
     let mut h = H::new();
     let _ = called_off(&mut h);
     let a = h.advance(T);
-    assert!(a.contains(&Action::KillService), "{a:?}");
+    assert!(
+        a.contains(&Action::KillService {
+            cause: KillCause::LeaseEnd
+        }),
+        "{a:?}"
+    );
 }
 
 /// A called-off switchover whose next renewal finds the lock not this session's, before

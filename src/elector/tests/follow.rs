@@ -269,6 +269,7 @@ fn rule_6_follow_never_runs_beside_promote() {
                 to: Role::Demoting,
                 epoch: None,
                 reason: Reason::StillFollowing,
+                history: true,
             }
         ]
     );

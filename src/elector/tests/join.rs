@@ -291,7 +291,7 @@ fn every_role_change_is_a_transition_with_epoch_and_reason() {
     });
     assert!(
         has(&all, |a| matches!(a,
-        Action::Transition { from: Role::Standby, to: Role::Promoting, epoch: Some(8), reason }
+        Action::Transition { from: Role::Standby, to: Role::Promoting, epoch: Some(8), reason, .. }
         if reason.to_string() == "won the lock")),
         "{all:?}"
     );

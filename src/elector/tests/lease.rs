@@ -54,7 +54,12 @@ fn rule_4_4_late_renewal_means_neutral_demotion_before_and_kill_at_lease_end() {
     );
     // The stop hangs: at the lease end the service is killed.
     let a = h.advance(GRACE);
-    assert_eq!(a, vec![Action::KillService]);
+    assert_eq!(
+        a,
+        vec![Action::KillService {
+            cause: KillCause::LeaseEnd
+        }]
+    );
     assert_eq!(h.now, lease_end);
 }
 

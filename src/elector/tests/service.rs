@@ -292,7 +292,14 @@ fn demotes_and_kills(a: &[Action]) -> bool {
                 ..
             }
         )
-    }) && has(a, |a| matches!(a, Action::KillService))
+    }) && has(a, |a| {
+        matches!(
+            a,
+            Action::KillService {
+                cause: KillCause::LeaseEnd
+            }
+        )
+    })
 }
 
 #[test]
@@ -328,7 +335,10 @@ fn a_start_that_fails_after_the_lease_end_is_demoted_and_killed() {
     assert!(
         !has(&a, |a| matches!(
             a,
-            Action::StopService { .. } | Action::KillService
+            Action::StopService { .. }
+                | Action::KillService {
+                    cause: KillCause::LeaseEnd
+                }
         )),
         "{a:?}"
     );
@@ -357,7 +367,9 @@ fn an_unkillable_service_is_never_joined_by_a_second_copy() {
                     });
                 }
                 Action::StopService { ticket, .. } => stop = Some(ticket),
-                Action::KillService => {}
+                Action::KillService {
+                    cause: KillCause::LeaseEnd,
+                } => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -510,4 +522,44 @@ fn rule_4_3d_one_look_at_the_breadcrumb_at_a_time_until_a_lease_passes_unanswere
     });
     assert_eq!(a, vec![]);
     assert_eq!(h.e.role(), Role::Active);
+}
+
+/// SPEC §6: the demote hook of a forced demotion (here the session lost) fails: the
+/// service, in a role nobody knows, is killed before anything else follows; a voluntary
+/// demotion's failed hook kills nothing (it may be called off, or the breadcrumb is kept).
+#[test]
+fn rule_6_a_failed_demote_hook_of_a_forced_demotion_kills_the_service() {
+    let failed = |ticket| Event::DemoteFailed {
+        ticket,
+        detail: "the demote hook failed: exit 1".into(),
+        said: None,
+    };
+    let kill = Action::KillService {
+        cause: KillCause::DemoteFailed,
+    };
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::SessionLost);
+    assert!(
+        has(&a, |a| matches!(
+            a,
+            Action::StopService {
+                cause: StopCause::Forced,
+                ..
+            }
+        )),
+        "{a:?}"
+    );
+    let a = h.feed(failed(H::ticket_of(&a)));
+    assert_eq!(a.first(), Some(&kill), "{a:?}");
+    assert_eq!(a.iter().filter(|x| **x == kill).count(), 1, "{a:?}");
+
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "down".into(),
+    });
+    let a = h.feed(failed(H::ticket_of(&a)));
+    assert!(!a.contains(&kill), "{a:?}");
 }
