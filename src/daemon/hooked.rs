@@ -3,10 +3,18 @@
 //! process the pidfile names is pinned at each commit, and only it may be promoted under
 //! that lock.
 
-use super::role::{Demotion, RoleCtx, Said, ServiceRole};
-use super::*;
-use crate::elector::KillCause;
+use super::role::{active_env, Demotion, RoleCtx, Said, ServiceRole};
+use crate::config::Config;
+use crate::elector::{Event, KillCause, Ticket};
+use crate::error::Fatal;
+use crate::health::{CheckerHandle, HealthChange, Prober};
+use crate::host::{HookControl, Host};
+use crate::record::{Epoch, Health, NodeRecord};
+use crate::service::PinnedService;
 use std::future::Future;
+use std::time::Duration;
+use tokio::task::AbortHandle;
+use tracing::{error, info, warn};
 
 /// What hooks mode's tasks report.
 pub enum HookReport {

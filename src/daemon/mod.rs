@@ -10,17 +10,13 @@ use crate::api::NodeView;
 use crate::config::Config;
 use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
 use crate::elector::{
-    Action, ClusterState, ControlView, Elector, ElectorConfig, Event, FailoverView, FenceOrder,
-    KeptBreadcrumb, Reason, Ticket, WriteOutcome,
+    Action, Elector, ElectorConfig, Event, FenceOrder, KeptBreadcrumb, Reason, Ticket, WriteOutcome,
 };
-use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv, Prober};
-use crate::host::{HookControl, Host, PreparedStart, RunningService, SpawnControl, Start};
+use crate::health::ProbeEnv;
+use crate::host::Host;
 use crate::metrics::Metrics;
 use crate::notify;
-use crate::record::{
-    self, Control, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role, Version,
-};
-use crate::service::{PinnedService, ServiceIdentity, StopOutcome};
+use crate::record::{self, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -31,8 +27,6 @@ use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalN
 /// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
-const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub use crate::error::Fatal;
 
@@ -43,6 +37,7 @@ mod role;
 mod spawned;
 mod store;
 pub use hooked::{HookReport, Hooked};
+use role::{active_env, round_ms, OWN_LEFTOVERS_TIMEOUT};
 pub use role::{BoxFuture, Demotion, HookEnv, RoleCtx, Said, ServiceRole, Tell, Told};
 pub use spawned::{SpawnReport, Spawned};
 use store::*;
@@ -66,14 +61,6 @@ enum Input<S, M> {
     /// The task of connect attempt `n` died (panicked) without a session or an error: a
     /// new attempt is due, if `n` is still the newest.
     ConnectDied(u64),
-}
-
-/// A session just opened and registered, with its event stream running.
-struct Opened<S> {
-    session: S,
-    control: Control,
-    tasks: JoinSet<()>,
-    events: mpsc::UnboundedReceiver<StoreEvent>,
 }
 
 /// The current session and everything that lives and dies with it.
@@ -1016,21 +1003,4 @@ fn panic_text(e: tokio::task::JoinError) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_string())
-}
-
-/// `WARDEN_ACTIVE_NODE/HOST/PORT` for a hook that follows `active` (SPEC §6); host and
-/// port only when its record names them.
-fn active_env(active: &NodeRecord) -> Vec<(String, String)> {
-    let mut env = vec![("WARDEN_ACTIVE_NODE".to_string(), active.node_id.clone())];
-    if !active.host.is_empty() {
-        env.push(("WARDEN_ACTIVE_HOST".to_string(), active.host.clone()));
-    }
-    if let Some(port) = active.port {
-        env.push(("WARDEN_ACTIVE_PORT".to_string(), port.to_string()));
-    }
-    env
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
 }

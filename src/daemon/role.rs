@@ -12,11 +12,18 @@
 //! [`ServiceRole::on_report`]: the role's state changes only there, in the loop, never
 //! from a task.
 
-use super::*;
-use crate::config::HealthConfig;
-use crate::elector::{KillCause, StopCause};
+use crate::config::{Config, HealthConfig};
+use crate::elector::{Event, KillCause, StopCause, Ticket};
+use crate::error::Fatal;
+use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv};
+use crate::host::Host;
+use crate::metrics::Metrics;
+use crate::record::{Epoch, Health, NodeRecord};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// A boxed future, for a step whose kind only one role runs.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -227,4 +234,25 @@ pub trait ServiceRole<H: Host>: Sized + Send + 'static {
     /// Whether the elector counts a service of this node as outliving its stop: while it
     /// does, the role looks for its end ([`Event::OwnServiceGone`]).
     fn watch_leftover(&mut self, outlived: bool);
+}
+
+/// Fencing our own leftovers on this host: SIGKILL, and this long to see them gone.
+pub(super) const OWN_LEFTOVERS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `WARDEN_ACTIVE_NODE/HOST/PORT` for a hook that follows `active` (SPEC §6); host and
+/// port only when its record names them.
+pub(super) fn active_env(active: &NodeRecord) -> Vec<(String, String)> {
+    let mut env = vec![("WARDEN_ACTIVE_NODE".to_string(), active.node_id.clone())];
+    if !active.host.is_empty() {
+        env.push(("WARDEN_ACTIVE_HOST".to_string(), active.host.clone()));
+    }
+    if let Some(port) = active.port {
+        env.push(("WARDEN_ACTIVE_PORT".to_string(), port.to_string()));
+    }
+    env
+}
+
+/// `d` in whole milliseconds, for the log and the records.
+pub(super) fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
 }

@@ -1,10 +1,18 @@
 //! Spawn mode (SPEC §6): warden starts the service on promotion, in a cgroup the commit
 //! names, and stops it on demotion; a standby's eligibility is `health.standby_command`.
 
-use super::role::{Demotion, RoleCtx, Said, ServiceRole};
-use super::*;
-use crate::elector::KillCause;
+use super::role::{round_ms, Demotion, RoleCtx, Said, ServiceRole, OWN_LEFTOVERS_TIMEOUT};
+use crate::config::Config;
+use crate::elector::{Event, KillCause, Ticket};
+use crate::error::Fatal;
+use crate::health::{CheckerHandle, HealthChange, Prober};
+use crate::host::{Host, PreparedStart, RunningService, SpawnControl, Start};
+use crate::record::{Epoch, Health, NodeRecord};
+use crate::service::{ServiceIdentity, StopOutcome};
 use std::future::Future;
+use std::time::Duration;
+use tracing::{info, warn};
+use warden_fencing::SignalName;
 
 /// What spawn mode's tasks report.
 pub enum SpawnReport<R> {

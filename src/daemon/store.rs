@@ -2,7 +2,24 @@
 //! session's opening, the cluster state a takeover reads, the breadcrumb kept named, and
 //! the writers of the member record and history.
 
-use super::*;
+use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEvent};
+use crate::elector::{
+    ClusterState, ControlView, Event, FailoverView, KeptBreadcrumb, WriteOutcome,
+};
+use crate::host::Host;
+use crate::record::{self, Control, HistoryEntry, MemberRecord, NodeRecord, Role, Version};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::warn;
+
+/// A session just opened and registered, with its event stream running.
+pub(super) struct Opened<S> {
+    pub(super) session: S,
+    pub(super) control: Control,
+    pub(super) tasks: JoinSet<()>,
+    pub(super) events: mpsc::UnboundedReceiver<StoreEvent>,
+}
 
 /// `WARDEN_SUCCESSOR_NODE/HOST/PORT` for a demote hook handing over to `node`, from its
 /// member record; the host and port are left out when the record cannot be read within
