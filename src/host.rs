@@ -1,15 +1,16 @@
 //! What the driver waits on besides the store: the clock, the process table, the service,
 //! the fence methods and the health probes, as one [`Host`] trait.
 //!
-//! `daemon.rs` is generic over a [`Host`] (and a [`crate::coord::Connector`]), so the
-//! simulation runs the real driver, with models of processes, machines and fence methods
-//! on virtual time, and this file holds the one real implementation, [`ThisHost`]: the
-//! boot-time clock, `/proc`, cgroups and process groups, hook commands, ssh, scripts and
+//! The driver (`daemon/`) is generic over a [`Host`] (and a [`crate::coord::Connector`]
+//! and the service's role, whose two implementations run on this trait's spawner and
+//! hooks), so the simulation runs the real driver, with models of processes, machines
+//! and fence methods on virtual time, and this file holds the one real implementation,
+//! [`ThisHost`]: the boot-time clock, `/proc`, cgroups and process groups, hook commands, ssh, scripts and
 //! signals. The driver itself reads no `/proc` and no clock of its own.
 //!
 //! One trait with associated types rather than five type parameters: the parts go
 //! together (a simulated service is fenced by simulated methods on a simulated clock), and
-//! `Daemon<C, H>` stays readable.
+//! `Daemon<C, H, R>` stays readable.
 
 use crate::config::{Config, HealthConfig};
 use crate::health::{HealthError, Probe, ProbeEnv, Prober};

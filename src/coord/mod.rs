@@ -4,14 +4,15 @@
 //! [`Session`] speaks the election's vocabulary (register, join, read the takeover state,
 //! commit a promotion, renew, compare-and-delete the breadcrumb, release, and one stream
 //! of [`StoreEvent`]s), never a store's: watches, session states and ephemeral owners
-//! live in `zookeeper.rs` only. The driver (`daemon.rs`), the operator commands (`ops/`)
+//! live in `zookeeper.rs` only. The driver (`daemon/`), the operator commands (`ops/`)
 //! and the simulation's store model all see only the trait.
 //!
 //! Generic, not `dyn` and not an enum: `async fn` in a trait cannot be called through
 //! `dyn` on Rust 1.85 without boxing every future, and an enum over backends would put
 //! the simulation's model into the product. The daemon and the commands are generic over
-//! a [`Connector`]; `main` picks the backend once from the config, and each backend gets
-//! its own copy of the (small) driver at compile time.
+//! a [`Connector`]; [`configured::Configured`] picks the backend once from the config
+//! (for `run` and for the commands), and each backend gets its own copy of the driver at
+//! compile time.
 
 pub mod configured;
 pub mod items;
