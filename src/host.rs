@@ -5,8 +5,8 @@
 //! and the service's role, whose two implementations run on this trait's spawner and
 //! hooks), so the simulation runs the real driver, with models of processes, machines
 //! and fence methods on virtual time, and this file holds the one real implementation,
-//! [`ThisHost`]: the boot-time clock, `/proc`, cgroups and process groups, hook commands, ssh, scripts and
-//! signals. The driver itself reads no `/proc` and no clock of its own.
+//! [`ThisHost`]: the boot-time clock, `/proc`, cgroups and process groups, hook
+//! commands, ssh, scripts and signals. The driver itself reads no `/proc` and no clock of its own.
 //!
 //! One trait with associated types rather than five type parameters: the parts go
 //! together (a simulated service is fenced by simulated methods on a simulated clock), and
