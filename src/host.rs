@@ -6,7 +6,8 @@
 //! hooks), so the simulation runs the real driver, with models of processes, machines
 //! and fence methods on virtual time, and this file holds the one real implementation,
 //! [`ThisHost`]: the boot-time clock, `/proc`, cgroups and process groups, hook
-//! commands, ssh, scripts and signals. The driver itself reads no `/proc` and no clock of its own.
+//! commands, ssh, scripts and signals. The driver itself reads no `/proc` and no clock
+//! of its own.
 //!
 //! One trait with associated types rather than five type parameters: the parts go
 //! together (a simulated service is fenced by simulated methods on a simulated clock), and
