@@ -166,27 +166,11 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 });
             }
             Action::RecordService { ticket, epoch } => {
-                let mut rec = self.record(Some(epoch));
-                rec.rewrite = Some(self.next_rewrite(epoch));
-                let crumb = self.crumb_writer();
-                self.in_session(
-                    Event::ServiceRecorded {
-                        ticket,
-                        outcome: WriteOutcome::Unknown,
-                    },
-                    move |zk| async move {
-                        let _one = crumb.lock().await;
-                        let outcome = zk.rewrite_own_breadcrumb(&rec).await;
-                        if outcome != WriteOutcome::Done {
-                            warn!(
-                                ?outcome,
-                                "could not record the service's identity in the breadcrumb \
-                                 yet; not active until it is (retrying under the lease)"
-                            );
-                        }
-                        Event::ServiceRecorded { ticket, outcome }
-                    },
-                );
+                let rec = self.record(Some(epoch));
+                let recorded = |ticket, outcome| Event::ServiceRecorded { ticket, outcome };
+                let unless_done = "could not record the service's identity in the breadcrumb \
+                                   yet; not active until it is (retrying under the lease)";
+                self.rewrite_breadcrumb(rec, epoch, ticket, recorded, Some(unless_done));
             }
             Action::KeepBreadcrumb { ticket, epoch } => {
                 let mut rec = self.record(Some(epoch));
@@ -212,19 +196,8 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 }
                 let mut rec = self.record(Some(epoch));
                 self.role.name_stopped(&mut rec);
-                rec.rewrite = Some(self.next_rewrite(epoch));
-                let crumb = self.crumb_writer();
-                self.in_session(
-                    Event::ServiceForgotten {
-                        ticket,
-                        outcome: WriteOutcome::Unknown,
-                    },
-                    move |zk| async move {
-                        let _one = crumb.lock().await;
-                        let outcome = zk.rewrite_own_breadcrumb(&rec).await;
-                        Event::ServiceForgotten { ticket, outcome }
-                    },
-                );
+                let forgotten = |ticket, outcome| Event::ServiceForgotten { ticket, outcome };
+                self.rewrite_breadcrumb(rec, epoch, ticket, forgotten, None);
             }
             Action::Renew { ticket } => {
                 let m = self.member();
@@ -446,5 +419,29 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 self.exit_code = Some(code);
             }
         }
+    }
+
+    /// Rewrites our breadcrumb to `rec` at `epoch` as the next rewrite of that epoch
+    /// (§4.3d), as a task of the session, after any other writer of it; `done` makes the
+    /// elector's event of the outcome (`Unknown` without a session). `unless_done`: what
+    /// to log when it did not land.
+    fn rewrite_breadcrumb(
+        &mut self,
+        mut rec: NodeRecord,
+        epoch: Epoch,
+        ticket: Ticket,
+        done: fn(Ticket, WriteOutcome) -> Event,
+        unless_done: Option<&'static str>,
+    ) {
+        rec.rewrite = Some(self.next_rewrite(epoch));
+        let crumb = self.crumb_writer();
+        self.in_session(done(ticket, WriteOutcome::Unknown), move |zk| async move {
+            let _one = crumb.lock().await;
+            let outcome = zk.rewrite_own_breadcrumb(&rec).await;
+            if let (false, Some(what)) = (outcome == WriteOutcome::Done, unless_done) {
+                warn!(?outcome, "{what}");
+            }
+            done(ticket, outcome)
+        });
     }
 }

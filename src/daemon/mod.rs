@@ -228,21 +228,8 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         );
         let (view, _) = tokio::sync::watch::channel(NodeView::new(
             MemberRecord {
-                node: me.clone(),
-                role: Role::Ineligible,
-                health: Health::Unknown,
-                session_timeout: None,
-                containment: None,
-                follow: None,
                 priority: Some(cfg.election.priority),
-                leftover: None,
-                remembers: None,
-                position: None,
-                position_at: None,
-                after: None,
-                failed_takeovers: None,
-                tries_in: None,
-                tries_at: None,
+                ..MemberRecord::bare(me.clone(), Role::Ineligible, Health::Unknown)
             },
             false,
         ));
