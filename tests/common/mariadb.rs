@@ -5,14 +5,14 @@
 //! `mariadb-install-db` takes seconds, so it runs once per test process into a template
 //! datadir, which each server copies.
 
-use super::{dump_logs, free_port, freeze_pid, kill_child, register_log, thaw_pid};
+use super::server::{self, NotReady, ServerProcess};
+use super::{freeze_pid, thaw_pid};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use tempfile::TempDir;
+use std::time::Duration;
 
 const INSTALL: &str = "sudo apt-get install -y mariadb-server (scripts/test.sh installs it)";
 
@@ -107,10 +107,9 @@ fn as_root() -> Vec<String> {
 
 /// A running MariaDB server.
 pub struct MariaDb {
-    dir: TempDir,
+    server: ServerProcess,
     port: u16,
     password: String,
-    child: Option<Child>,
 }
 
 impl MariaDb {
@@ -122,47 +121,32 @@ impl MariaDb {
             .expect("a temp dir");
         let password = format!("pw{:016x}", rand_u64());
         let mut db = MariaDb {
-            dir,
+            server: ServerProcess::new(dir, "mariadb", "error.log"),
             port: 0,
             password,
-            child: None,
         };
-        register_log("mariadb", &db.log_path());
         fs::write(db.password_file(), format!("{}\n", db.password)).expect("write the password");
         fs::set_permissions(db.password_file(), fs::Permissions::from_mode(0o600))
             .expect("chmod the password file");
         db.fresh_datadir();
-        for attempt in 1..=5 {
-            db.port = free_port();
-            db.spawn();
-            match db.wait_ready() {
-                Ok(()) => {
-                    db.create_user();
-                    return db;
-                }
-                Err(e) if attempt < 5 && db.log().contains("Address already in use") => {
-                    eprintln!("mariadb: port {} was taken ({e}), retrying", db.port);
-                    db.kill();
-                }
-                Err(e) => {
-                    dump_logs();
-                    panic!("MariaDB did not start: {e}");
-                }
-            }
-        }
-        unreachable!("the last attempt returns or panics")
+        server::start_on_a_free_port("MariaDB", &mut db, |db, port| {
+            db.port = port;
+            db.serve()
+        });
+        db.create_user();
+        db
+    }
+
+    fn dir(&self) -> &Path {
+        self.server.dir()
     }
 
     fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.dir().join("data")
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("mysqld.sock")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("error.log")
+        self.dir().join("mysqld.sock")
     }
 
     fn fresh_datadir(&self) {
@@ -176,20 +160,21 @@ impl MariaDb {
         assert!(ok.success(), "copying the template datadir failed");
     }
 
-    fn spawn(&mut self) {
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
+    /// Starts mariadbd and waits until it answers a query.
+    fn serve(&mut self) -> Result<(), NotReady> {
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
             .args(as_root())
             .arg(format!("--datadir={}", self.data().display()))
             .arg(format!("--socket={}", self.socket().display()))
-            .arg(format!("--tmpdir={}", self.dir.path().display()))
+            .arg(format!("--tmpdir={}", self.dir().display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!(
                 "--pid-file={}",
-                self.dir.path().join("mysqld.pid").display()
+                self.dir().join("mysqld.pid").display()
             ))
-            .arg(format!("--log-error={}", self.log_path().display()))
+            .arg(format!("--log-error={}", self.server.log_path().display()))
             .args([
                 "--skip-log-bin",
                 "--skip-name-resolve",
@@ -197,31 +182,14 @@ impl MariaDb {
                 "--innodb-buffer-pool-size=16M",
                 "--innodb-log-file-size=8M",
                 "--max-connections=200",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mariadbd");
-        self.child = Some(child);
-    }
-
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.try_sql("SELECT 1").is_ok() {
-                return Ok(());
-            }
-            if let Some(child) = &mut self.child {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("mariadbd exited with {status}"));
-                }
-            }
-            if Instant::now() > deadline {
-                return Err("mariadbd did not answer within 60s".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            ]);
+        self.server.spawn(cmd, INSTALL);
+        let socket = self.socket();
+        self.server
+            .wait_ready(Duration::from_secs(60), Duration::from_millis(50), || {
+                sql_over(&socket, "SELECT 1").is_ok()
+            })?;
+        Ok(())
     }
 
     fn create_user(&self) {
@@ -246,7 +214,7 @@ impl MariaDb {
     }
 
     pub fn password_file(&self) -> PathBuf {
-        self.dir.path().join("mysql.pass")
+        self.dir().join("mysql.pass")
     }
 
     pub fn password(&self) -> &str {
@@ -258,7 +226,7 @@ impl MariaDb {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.server.pid()
     }
 
     /// Runs `query` as root over the socket (in database `warden` once it exists); panics
@@ -311,17 +279,7 @@ impl MariaDb {
     }
 
     pub fn try_sql(&self, query: &str) -> Result<String, String> {
-        let out = Command::new("mariadb")
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", self.socket().display()))
-            .args(["-uroot", "-N", "-B", "--connect-timeout=2", "-e", query])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        sql_over(&self.socket(), query)
     }
 
     /// Every row of `cluster` in warden's four tables (prefix `warden_`), as SQL that puts
@@ -376,17 +334,15 @@ impl MariaDb {
 
     /// SIGKILL by pid, and wait.
     pub fn kill(&mut self) {
-        kill_child(&mut self.child);
+        self.server.kill();
     }
 
     /// Stops (SIGKILL: InnoDB recovers on the next start) and starts the server again on
     /// the same datadir and port; the data stays.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("MariaDB did not restart: {e}");
+        if let Err(e) = self.serve() {
+            e.fail("MariaDB did not restart");
         }
     }
 
@@ -395,22 +351,29 @@ impl MariaDb {
     pub fn restart_empty(&mut self) {
         self.kill();
         self.fresh_datadir();
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("MariaDB did not restart empty: {e}");
+        if let Err(e) = self.serve() {
+            e.fail("MariaDB did not restart empty");
         }
         self.create_user();
     }
 
     pub fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.server.log()
     }
 }
 
-impl Drop for MariaDb {
-    fn drop(&mut self) {
-        self.kill();
+/// Runs `query` as root over the server's unix socket.
+fn sql_over(socket: &Path, query: &str) -> Result<String, String> {
+    let out = Command::new("mariadb")
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-uroot", "-N", "-B", "--connect-timeout=2", "-e", query])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
 

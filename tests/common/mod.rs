@@ -1,5 +1,7 @@
 //! The shared harness of warden's integration tests: real servers and real processes.
 //!
+//! - [`server::ServerProcess`]: what every real server's harness shares (its temp dir,
+//!   its registered log, the spawn, the readiness wait, the kill by pid in `Drop`).
 //! - [`ZkServer`]: a standalone ZooKeeper from Debian's `zookeeper` package on a free
 //!   loopback port, in a temp dir; freeze/thaw/stop/restart; stopped in `Drop`.
 //! - [`Cluster`], [`Node`]: warden config files for one election scope, with the
@@ -27,6 +29,12 @@ pub mod proxy;
 pub mod redis;
 pub mod redis_setup;
 pub mod rng;
+pub mod server;
+
+// Not every test binary uses each of them (the rest of this module is `dead_code`-allowed).
+#[allow(unused_imports)]
+pub use server::{die_with_parent, free_port, keep_dir_if_failed};
+use server::{NotReady, ServerProcess};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -35,7 +43,7 @@ use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -88,15 +96,6 @@ pub fn nanos(d: Duration) -> u64 {
 /// Nanoseconds as a readable duration, for messages.
 pub fn ns(n: u64) -> Duration {
     Duration::from_nanos(n)
-}
-
-/// A loopback port free right now (another process may take it before use; callers that
-/// bind it retry).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
 }
 
 /// Whether `pid` is a live process. A zombie is dead: this machine's init reaps orphans
@@ -218,16 +217,6 @@ pub fn thaw_pid(pid: u32) {
     }
 }
 
-/// SIGKILL of a test's server (thawed first, should it be frozen), and wait for it.
-pub fn kill_child(child: &mut Option<std::process::Child>) {
-    if let Some(mut c) = child.take() {
-        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
 pub fn wait_stopped(pid: u32) {
     wait_until(
         SIGNAL_TAKES_EFFECT,
@@ -250,20 +239,6 @@ pub fn wait_continued(pid: u32) {
 
 fn signal(pid: u32, sig: Signal) -> nix::Result<()> {
     kill(Pid::from_raw(pid as i32), sig)
-}
-
-/// Makes the child die with the thread that spawned it (the test's thread), so that a
-/// test process killed outright leaves no server or daemon behind.
-pub fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Kills whatever journal-service processes recorded in `journal` are still alive (and
@@ -313,12 +288,13 @@ thread_local! {
     static REGISTRY: RefCell<Registry> = RefCell::new(Registry::default());
 }
 
-/// Registers a log file to print when this test fails.
+/// Registers a log file to print when this test fails (once, however often registered).
 pub fn register_log(label: &str, path: &Path) {
     REGISTRY.with(|r| {
-        r.borrow_mut()
-            .logs
-            .push((label.to_string(), path.to_path_buf()))
+        let logs = &mut r.borrow_mut().logs;
+        if !logs.iter().any(|(_, p)| p == path) {
+            logs.push((label.to_string(), path.to_path_buf()));
+        }
     });
 }
 
@@ -419,13 +395,6 @@ fn dump_if_panicking() {
     }
 }
 
-pub fn keep_dir_if_failed(dir: &mut TempDir) {
-    if std::thread::panicking() && std::env::var_os("WARDEN_TEST_KEEP").is_some() {
-        dir.disable_cleanup(true);
-        eprintln!("WARDEN_TEST_KEEP: kept {}", dir.path().display());
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Waiting
 
@@ -514,10 +483,8 @@ pub fn zookeeper_java(log: fs::File) -> Command {
 
 /// A standalone ZooKeeper server of Debian's `zookeeper` package, owned by the test.
 pub struct ZkServer {
-    dir: TempDir,
+    server: ServerProcess,
     port: u16,
-    log_path: PathBuf,
-    child: Option<Child>,
     /// `zoo.cfg` lines after the defaults (a later line overrides an earlier key).
     extra_config: String,
 }
@@ -536,33 +503,17 @@ impl ZkServer {
             .prefix("warden-zk-")
             .tempdir()
             .expect("create a temp dir");
-        let log_path = dir.path().join("zookeeper.log");
-        register_log("zookeeper", &log_path);
         let mut zk = ZkServer {
-            dir,
+            server: ServerProcess::new(dir, "zookeeper", "zookeeper.log"),
             port: 0,
-            log_path,
-            child: None,
             extra_config: extra.to_string(),
         };
-        // The free port can be taken by another test between probe and bind: try again.
-        for attempt in 1..=5 {
-            zk.port = free_port();
+        server::start_on_a_free_port("ZooKeeper", &mut zk, |zk, port| {
+            zk.port = port;
             zk.write_config();
-            zk.spawn();
-            match zk.wait_ready() {
-                Ok(()) => return zk,
-                Err(e) if attempt < 5 && zk.log().contains("Address already in use") => {
-                    eprintln!("zookeeper: port {} was taken ({e}), retrying", zk.port);
-                    zk.kill_child();
-                }
-                Err(e) => {
-                    dump_logs();
-                    panic!("ZooKeeper did not start: {e}");
-                }
-            }
-        }
-        unreachable!("the last attempt returns or panics")
+            zk.serve()
+        });
+        zk
     }
 
     /// `127.0.0.1:PORT`, for warden's `connect`.
@@ -576,12 +527,12 @@ impl ZkServer {
 
     /// The server's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.server.pid()
     }
 
     /// The server's log so far.
     pub fn log(&self) -> String {
-        fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.server.log()
     }
 
     /// Sends a four-letter-word command (`ruok`, `srvr`, `mntr`) and returns the answer.
@@ -598,44 +549,38 @@ impl ZkServer {
 
     /// Whether the server answers `ruok` with `imok`.
     pub fn ruok(&self) -> bool {
-        self.four_letter("ruok").is_ok_and(|a| a == "imok")
+        ruok(self.port)
     }
 
     /// SIGSTOP: the server keeps its sockets but answers nothing, as a hung or cut-off
     /// server does; its session clocks stop too. Returns once every thread is stopped.
     pub fn freeze(&mut self) {
-        let pid = self.pid().expect("freeze a running ZooKeeper");
-        signal(pid, Signal::SIGSTOP).expect("SIGSTOP zookeeper");
-        wait_stopped(pid);
+        freeze_pid(self.pid().expect("freeze a running ZooKeeper"));
     }
 
     /// SIGCONT after [`freeze`](Self::freeze); returns once no thread is stopped.
     pub fn thaw(&mut self) {
-        let pid = self.pid().expect("thaw a running ZooKeeper");
-        signal(pid, Signal::SIGCONT).expect("SIGCONT zookeeper");
-        wait_continued(pid);
+        thaw_pid(self.pid().expect("thaw a running ZooKeeper"));
     }
 
     /// Kills the server (SIGKILL by pid) and waits for it; the data dir stays.
     pub fn stop(&mut self) {
-        self.kill_child();
+        self.server.kill();
     }
 
     /// Starts the server again on the same port and data dir, and waits until it serves.
     pub fn restart(&mut self) {
-        self.kill_child();
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("ZooKeeper did not restart on port {}: {e}", self.port);
+        self.server.kill();
+        if let Err(e) = self.serve() {
+            e.fail(&format!("ZooKeeper did not restart on port {}", self.port));
         }
     }
 
     /// Killed and started again on the same port with an empty data dir: a server that
     /// lost everything (a new disk, a restore of nothing).
     pub fn restart_empty(&mut self) {
-        self.kill_child();
-        let data = self.dir.path().join("data");
+        self.server.kill();
+        let data = self.server.dir().join("data");
         fs::remove_dir_all(&data).expect("remove the ZooKeeper data dir");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
         self.restart();
@@ -643,7 +588,7 @@ impl ZkServer {
 
     /// Whether the test started the server and has not stopped it since.
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.server.started()
     }
 
     /// A consistent copy of the data dir as it is now, kept beside it for
@@ -653,7 +598,7 @@ impl ZkServer {
     /// and it serves on as soon as it is thawed, its sessions alive.
     pub fn copy_data(&mut self) -> PathBuf {
         static COPIES: AtomicU32 = AtomicU32::new(0);
-        let copy = self.dir.path().join(format!(
+        let copy = self.server.dir().join(format!(
             "data.copy-{}",
             COPIES.fetch_add(1, Ordering::SeqCst)
         ));
@@ -662,7 +607,7 @@ impl ZkServer {
             "cp",
             &[
                 "-a".to_string(),
-                self.dir.path().join("data").display().to_string(),
+                self.server.dir().join("data").display().to_string(),
                 copy.display().to_string(),
             ],
             secs(30),
@@ -680,8 +625,8 @@ impl ZkServer {
     /// dir replaced by the copy, started again on the same port. Everything written since
     /// the copy is forgotten, as by an ensemble restored from a backup.
     pub fn restore_data(&mut self, copy: &Path) {
-        self.kill_child();
-        let data = self.dir.path().join("data");
+        self.server.kill();
+        let data = self.server.dir().join("data");
         fs::remove_dir_all(&data).expect("remove the ZooKeeper data dir");
         let out = run_bounded(
             "cp",
@@ -701,7 +646,7 @@ impl ZkServer {
     }
 
     fn write_config(&self) {
-        let data = self.dir.path().join("data");
+        let data = self.server.dir().join("data");
         fs::create_dir_all(&data).expect("create the ZooKeeper data dir");
         // tickTime 100ms: sessions are checked every tick, so expiry is timely; the
         // session bounds let each test choose a short session_timeout. forceSync=no, as
@@ -727,72 +672,31 @@ impl ZkServer {
             self.port,
             self.extra_config
         );
-        fs::write(self.dir.path().join("zoo.cfg"), cfg).expect("write zoo.cfg");
+        fs::write(self.server.dir().join("zoo.cfg"), cfg).expect("write zoo.cfg");
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server and waits until it is ready: it answers `ruok`, `srvr` says it
+    /// serves, and a client session can be opened.
+    fn serve(&mut self) -> Result<(), NotReady> {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.log_path)
+            .open(self.server.log_path())
             .expect("open the ZooKeeper log");
+        // (`spawn` points stdout and stderr at the same log again.)
         let mut cmd = zookeeper_java(log);
         cmd.arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(self.dir.path().join("zoo.cfg"))
-            .current_dir(self.dir.path());
-        die_with_parent(&mut cmd);
-        self.child = Some(cmd.spawn().unwrap_or_else(|e| {
-            panic!("cannot run java for ZooKeeper ({e}); install it with: {ZK_INSTALL}")
-        }));
-    }
-
-    /// Ready = answers `ruok`, `srvr` says it serves, and a client session can be opened.
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                return Err(format!("java exited with {status} before serving"));
-            }
-            if self.ruok()
-                && self
-                    .four_letter("srvr")
-                    .is_ok_and(|s| s.contains("Mode: standalone"))
-                && ZkClient::try_connect(&self.connect_string(), secs(2)).is_ok()
-            {
-                eprintln!(
-                    "zookeeper on port {} serving after {:?}",
-                    self.port,
-                    start.elapsed()
-                );
-                return Ok(());
-            }
-            if start.elapsed() > ZK_START_TIMEOUT {
-                return Err(format!(
-                    "not serving on port {} after {ZK_START_TIMEOUT:?}",
-                    self.port
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill_child(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for ZkServer {
-    fn drop(&mut self) {
-        dump_if_panicking();
-        self.kill_child();
-        keep_dir_if_failed(&mut self.dir);
+            .arg(self.server.dir().join("zoo.cfg"))
+            .current_dir(self.server.dir());
+        self.server.spawn(cmd, ZK_INSTALL);
+        let port = self.port;
+        let took = self.server.wait_ready(ZK_START_TIMEOUT, ms(50), || {
+            ruok(port)
+                && four_letter(port, "srvr").is_ok_and(|s| s.contains("Mode: standalone"))
+                && ZkClient::try_connect(&format!("127.0.0.1:{port}"), secs(2)).is_ok()
+        })?;
+        eprintln!("zookeeper on port {port} serving after {took:?}");
+        Ok(())
     }
 }
 
@@ -809,6 +713,11 @@ pub fn check_zookeeper_installed() {
     if !Path::new(ZK_JAR).exists() {
         panic!("{ZK_JAR} is missing: ZooKeeper is not installed; install with: {ZK_INSTALL}");
     }
+}
+
+/// Whether the server on `port` answers `ruok` with `imok`.
+fn ruok(port: u16) -> bool {
+    four_letter(port, "ruok").is_ok_and(|a| a == "imok")
 }
 
 fn four_letter(port: u16, cmd: &str) -> std::io::Result<String> {

@@ -458,11 +458,6 @@ pub fn thaw_server(pids: &[u32]) {
 /// process a child subreaper instead adopts every other test's postmasters too, and
 /// those, killed, then stay zombies.)
 pub fn start_postmaster_as_child(pg: &PgServer) -> std::process::Child {
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(pg.log_path())
-        .expect("open the server's log");
     let mut c = if nix::unistd::geteuid().is_root() {
         let mut c = std::process::Command::new("setpriv");
         // setpriv execs the postmaster: the child's pid is the postmaster's.
@@ -478,12 +473,7 @@ pub fn start_postmaster_as_child(pg: &PgServer) -> std::process::Child {
         std::process::Command::new(format!("{BIN}/postgres"))
     };
     c.arg("-D").arg(pg.conf());
-    let child = c
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().expect("the log's fd"))
-        .stderr(log)
-        .spawn()
-        .expect("start the postmaster");
+    let child = super::server::spawn_logged(c, &pg.log_path(), super::postgres::INSTALL);
     wait_until(
         secs(30),
         "the postmaster started as a child answers",

@@ -6,7 +6,7 @@
 //! as a standby (`standby.signal`), as the shipped systemd drop-in makes it: only warden
 //! promotes. Stopped by its pid when dropped.
 
-use super::{free_port, register_log};
+use super::server::{free_port, ServerProcess};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Pid, User};
 use std::fs;
@@ -14,10 +14,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
 
 pub const BIN: &str = "/usr/lib/postgresql/15/bin";
-const INSTALL: &str = "sudo apt-get install -y postgresql-15 (scripts/test.sh installs it)";
+pub const INSTALL: &str = "sudo apt-get install -y postgresql-15 (scripts/test.sh installs it)";
 
 /// Fails the test, with the command that installs PostgreSQL 15, when it is missing.
 pub fn check_postgres_installed() {
@@ -99,9 +98,10 @@ fn run(mut c: Command, what: &str) -> Output {
     out
 }
 
-/// A PostgreSQL server.
+/// A PostgreSQL server. `pg_ctl` starts it, as the shipped hooks do: its
+/// [`ServerProcess`] has its dir and its log but no child, and its pid is in its pidfile.
 pub struct PgServer {
-    dir: TempDir,
+    server: ServerProcess,
     port: u16,
     /// What [`kill9`](Self::kill9) killed, for [`wait_gone`](Self::wait_gone).
     killed: std::sync::Mutex<Vec<u32>>,
@@ -221,7 +221,7 @@ impl PgServer {
         // The data that could not be rewound is kept beside (the last one only) for a look
         // afterwards.
         let d = self.data();
-        let kept = self.dir.path().join("data.not-rewound");
+        let kept = self.server.dir().join("data.not-rewound");
         if kept.exists() {
             fs::remove_dir_all(&kept).map_err(|e| format!("remove {}: {e}", kept.display()))?;
         }
@@ -253,13 +253,11 @@ impl PgServer {
             .expect("a temp dir");
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
         give(dir.path());
-        let pg = PgServer {
-            dir,
+        PgServer {
+            server: ServerProcess::new(dir, "postgresql", "postgresql.log"),
             port: free_port(),
             killed: Default::default(),
-        };
-        register_log("postgresql", &pg.log_path());
-        pg
+        }
     }
 
     /// This server's configuration, apart from its data as Debian keeps it (so that
@@ -283,7 +281,7 @@ impl PgServer {
                 data = d.display(),
                 conf = self.conf().display(),
                 port = self.port,
-                dir = self.dir.path().display()
+                dir = self.server.dir().display()
             ),
         )
         .expect("write postgresql.conf");
@@ -304,7 +302,7 @@ impl PgServer {
 
     /// What `pg_ctl -D` is given: the configuration directory.
     pub fn conf(&self) -> PathBuf {
-        self.dir.path().join("conf")
+        self.server.dir().join("conf")
     }
 
     /// `pg_ctl start`; panics with the server's log when it does not come up.
@@ -323,15 +321,15 @@ impl PgServer {
     }
 
     pub fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.server.dir().join("data")
     }
 
     pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("postgresql.log")
+        self.server.log_path().to_path_buf()
     }
 
     pub fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.server.log()
     }
 
     pub fn port(&self) -> u16 {
@@ -510,7 +508,6 @@ impl Drop for PgServer {
             .status();
         self.kill9();
         self.remove_leftover_shared_memory();
-        super::keep_dir_if_failed(&mut self.dir);
     }
 }
 

@@ -2,14 +2,13 @@
 //! in a temp dir, a free loopback port, `--save '' --appendonly yes`, a password in a
 //! mode-0600 file. Stopped by pid when dropped.
 
-use super::{dump_logs, free_port, freeze_pid, kill_child, register_log, thaw_pid};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use super::server::{self, NotReady, ServerProcess};
+use super::{freeze_pid, thaw_pid};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
 use tempfile::TempDir;
 
 const INSTALL: &str = "sudo apt-get install -y redis-server (scripts/test.sh installs it)";
@@ -26,7 +25,7 @@ pub fn check_redis_installed() {
 
 /// A running Redis server.
 pub struct RedisServer {
-    dir: TempDir,
+    server: ServerProcess,
     port: u16,
     password: String,
     appendonly: bool,
@@ -37,7 +36,6 @@ pub struct RedisServer {
     /// A `redis.conf` read first at every start, as Debian's unit reads
     /// `/etc/redis/redis.conf`: the hooks' `CONFIG REWRITE` persists the role there.
     conf_file: Option<PathBuf>,
-    child: Option<Child>,
 }
 
 impl RedisServer {
@@ -118,49 +116,33 @@ impl RedisServer {
         };
         let password = password.unwrap_or_else(|| format!("pw{:016x}", super::mariadb::rand_u64()));
         let mut r = RedisServer {
-            dir,
+            server: ServerProcess::new(dir, "redis", "redis.log"),
             port: 0,
             password,
             appendonly,
             masterauth,
             extra: Vec::new(),
             conf_file,
-            child: None,
         };
-        register_log("redis", &r.log_path());
         fs::write(r.password_file(), format!("{}\n", r.password)).expect("write the password");
         fs::set_permissions(r.password_file(), fs::Permissions::from_mode(0o600))
             .expect("chmod the password file");
-        for attempt in 1..=5 {
-            r.port = free_port();
-            r.spawn();
-            match r.wait_ready() {
-                Ok(()) => return r,
-                Err(e) if attempt < 5 && r.log().contains("Address already in use") => {
-                    eprintln!("redis: port {} was taken ({e}), retrying", r.port);
-                    r.kill();
-                }
-                Err(e) => {
-                    dump_logs();
-                    panic!("Redis did not start: {e}");
-                }
-            }
-        }
-        unreachable!("the last attempt returns or panics")
+        server::start_on_a_free_port("Redis", &mut r, |r, port| {
+            r.port = port;
+            r.serve()
+        });
+        r
     }
 
     fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.server.dir().join("data")
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("redis.log")
-    }
-
-    fn spawn(&mut self) {
+    /// Starts redis-server and waits until it answers `PING`.
+    fn serve(&mut self) -> Result<(), NotReady> {
         fs::create_dir_all(self.data()).expect("the data dir");
-        let child = Command::new("redis-server")
-            .args(self.conf_file.iter().map(|c| c.display().to_string()))
+        let mut cmd = Command::new("redis-server");
+        cmd.args(self.conf_file.iter().map(|c| c.display().to_string()))
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--dir", &self.data().display().to_string()])
@@ -176,32 +158,15 @@ impl RedisServer {
             })
             .args(&self.extra)
             .args(["--pidfile", &self.pidfile().display().to_string()])
-            .args(["--logfile", &self.log_path().display().to_string()])
-            .args(["--daemonize", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        self.child = Some(child);
-    }
-
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if self.try_cli(&["PING"]).is_ok_and(|o| o.trim() == "PONG") {
-                return Ok(());
-            }
-            if let Some(child) = &mut self.child {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(format!("redis-server exited with {status}"));
-                }
-            }
-            if Instant::now() > deadline {
-                return Err("redis-server did not answer within 30s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .args(["--logfile", &self.server.log_path().display().to_string()])
+            .args(["--daemonize", "no"]);
+        self.server.spawn(cmd, INSTALL);
+        let (port, password) = (self.port, self.password.clone());
+        self.server
+            .wait_ready(Duration::from_secs(30), Duration::from_millis(20), || {
+                cli_at(port, &password, &["PING"]).is_ok_and(|o| o.trim() == "PONG")
+            })?;
+        Ok(())
     }
 
     /// `redis://127.0.0.1:PORT/0`, without the password.
@@ -215,15 +180,15 @@ impl RedisServer {
 
     /// Where redis-server writes its pid.
     pub fn pidfile(&self) -> PathBuf {
-        self.dir.path().join("redis.pid")
+        self.server.dir().join("redis.pid")
     }
 
     pub fn password_file(&self) -> PathBuf {
-        self.dir.path().join("redis.pass")
+        self.server.dir().join("redis.pass")
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.server.pid()
     }
 
     /// Runs one command with `redis-cli`; panics with its error.
@@ -233,18 +198,7 @@ impl RedisServer {
     }
 
     pub fn try_cli(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-a", &self.password, "--no-auth-warning"])
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() && !stdout.starts_with("ERR") && !stdout.starts_with("WRONGTYPE") {
-            Ok(stdout)
-        } else {
-            Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
-        }
+        cli_at(self.port, &self.password, args)
     }
 
     /// Every key of `cluster` (prefix `warden`) as `DUMP` gives it, with its time to live:
@@ -309,32 +263,20 @@ impl RedisServer {
     /// Whether the server is down: killed by the test, or exited (fenced by a warden),
     /// which this reaps.
     pub fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
+        self.server.exited()
     }
 
     /// SIGKILL by pid, and wait.
     pub fn kill(&mut self) {
-        kill_child(&mut self.child);
+        self.server.kill();
     }
 
     /// Stopped with SIGTERM (Redis writes its append-only file and exits) and started
     /// again on the same directory and port: the data stays.
     pub fn restart(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("Redis did not restart: {e}");
+        self.server.terminate(Duration::from_secs(30));
+        if let Err(e) = self.serve() {
+            e.fail("Redis did not restart");
         }
     }
 
@@ -352,11 +294,11 @@ impl RedisServer {
     /// `ExecStart=` line.
     pub fn start_as_the_drop_in_does_over(&mut self, conf: &[&str]) {
         assert!(
-            self.child.is_none(),
+            !self.server.started(),
             "start_as_the_drop_in_does: still running"
         );
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/redis/redis-server-warden.conf");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/redis/redis-server-warden.conf");
         let text = fs::read_to_string(&path).expect("the shipped drop-in");
         let line = text
             .lines()
@@ -369,10 +311,8 @@ impl RedisServer {
         self.extra = conf.iter().map(|a| a.to_string()).collect();
         self.extra
             .extend(args.split_whitespace().map(str::to_string));
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("Redis did not start again: {e}");
+        if let Err(e) = self.serve() {
+            e.fail("Redis did not start again");
         }
     }
 
@@ -386,21 +326,28 @@ impl RedisServer {
     pub fn restart_empty(&mut self) {
         self.kill();
         let _ = fs::remove_dir_all(self.data());
-        self.spawn();
-        if let Err(e) = self.wait_ready() {
-            dump_logs();
-            panic!("Redis did not restart empty: {e}");
+        if let Err(e) = self.serve() {
+            e.fail("Redis did not restart empty");
         }
     }
 
     pub fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.server.log()
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-        super::keep_dir_if_failed(&mut self.dir);
+/// Runs one command with `redis-cli` on the server at `port`.
+fn cli_at(port: u16, password: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-a", password, "--no-auth-warning"])
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() && !stdout.starts_with("ERR") && !stdout.starts_with("WRONGTYPE") {
+        Ok(stdout)
+    } else {
+        Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
     }
 }

@@ -2,6 +2,9 @@
 //! deadline, and a log capture. Nothing here is mocked.
 #![allow(dead_code)] // each test binary uses a part of it
 
+/// The root crate's harness of a test's server process, which the sshd harness runs on.
+#[path = "../../../tests/common/server.rs"]
+pub mod server;
 pub mod sshd;
 
 use nix::sys::signal::{killpg, Signal};
@@ -107,6 +110,12 @@ pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// What `server.rs` takes from its parent. The root crate's tests print every registered
+/// log when a test fails; the fencing tests have no such dump: the sshd harness prints its
+/// own log from its `Drop` when a test fails.
+fn register_log(_label: &str, _path: &Path) {}
+fn dump_logs() {}
 
 /// Fails the test, naming the Debian package, when a tool it needs is missing.
 pub fn require(path: &str, apt_package: &str) {

@@ -2,24 +2,29 @@
 //! port, with its own host key, config and authorized key (key-only), logging to a file
 //! that is printed when a test fails, stopped in `Drop`. Also the service stand-in that
 //! listens on a port, and the warden binary that the ssh method runs remotely.
+//!
+//! The process is a [`ServerProcess`] of the root crate's test harness
+//! (`tests/common/server.rs`), which both crates' `common` modules include.
 
 use super::{require, wait_for, Group};
+use crate::common::server::{free_port, ServerProcess};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
-use tempfile::TempDir;
 use warden_fencing::SshFence;
+
+/// How long sshd may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An sshd on a free local port. Its directory holds `host_key`, `client_key` (authorized
 /// for the user running the tests), `known_hosts` (the right entry), `empty_known_hosts`,
 /// `sshd.log`, and `bin/`, which is the whole PATH of its sessions besides the system's.
 pub struct Sshd {
-    child: Child,
-    dir: TempDir,
+    server: ServerProcess,
     pub port: u16,
     pub user: String,
 }
@@ -29,8 +34,8 @@ impl Sshd {
         require("/usr/sbin/sshd", "openssh-server openssh-client");
         require("/usr/bin/ssh", "openssh-server openssh-client");
         require("/usr/bin/ssh-keygen", "openssh-server openssh-client");
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+        let mut server = ServerProcess::new(tempfile::tempdir().unwrap(), "sshd", "sshd.log");
+        let d = server.dir().to_path_buf();
         for key in ["host_key", "client_key"] {
             keygen(&d.join(key));
         }
@@ -41,12 +46,8 @@ impl Sshd {
         if nix::unistd::getuid().is_root() {
             std::fs::create_dir_all("/run/sshd").unwrap();
         }
-        let port = {
-            // Ask the kernel for a free port; the tiny window before sshd binds it is
-            // acceptable in a test.
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        // The tiny window before sshd binds a free port is acceptable in a test.
+        let port = free_port();
         // SetEnv overrides the PATH sshd gives sessions, so that `warden` resolves to the
         // binary under test (install_warden) and to nothing else.
         let config = format!(
@@ -65,46 +66,34 @@ impl Sshd {
         )
         .unwrap();
         std::fs::write(d.join("empty_known_hosts"), "").unwrap();
-        let log = std::fs::File::create(d.join("sshd.log")).unwrap();
-        let child = Command::new("/usr/sbin/sshd")
-            .args(["-D", "-e", "-f"])
+        let mut cmd = Command::new("/usr/sbin/sshd");
+        cmd.args(["-D", "-e", "-f"])
             .arg(d.join("sshd_config"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .unwrap();
+            .process_group(0);
+        server.spawn(cmd, "apt-get install -y openssh-server openssh-client");
+        if let Err(e) = server.wait_ready(START_TIMEOUT, Duration::from_millis(10), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        }) {
+            e.fail("sshd did not accept connections");
+        }
         let user = nix::unistd::User::from_uid(nix::unistd::getuid())
             .unwrap()
             .expect("this user has a passwd entry")
             .name;
-        let mut sshd = Sshd {
-            child,
-            dir,
-            port,
-            user,
-        };
-        wait_for("sshd to accept connections", || {
-            if let Ok(Some(status)) = sshd.child.try_wait() {
-                panic!("sshd exited with {status}:\n{}", sshd.log());
-            }
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        });
-        sshd
+        Sshd { server, port, user }
     }
 
     /// The listening sshd's pid: each connection is served by a child of it.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.server.pid().expect("sshd runs")
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.server.dir().join(name)
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.path("sshd.log")).unwrap_or_default()
+        self.server.log()
     }
 
     /// Writes a file in sshd's directory and returns its path.
@@ -161,8 +150,7 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
         if std::thread::panicking() {
             eprintln!("--- sshd log ---\n{}", self.log());
         }
