@@ -456,9 +456,14 @@ impl Elector {
         let may_call_off =
             cede && self.svc == Svc::Stopping(ticket, StopCause::Demote) && self.may_serve_on(now);
         if !may_call_off {
-            // SPEC §6: after a forced demotion, a service whose role is unknown must not
-            // keep serving.
-            if self.svc == Svc::Stopping(ticket, StopCause::Forced) {
+            // SPEC §6, §6a.4: after a forced demotion, a service whose role is unknown must
+            // not keep serving. A voluntary one (a step-down, a switchover) is forced by
+            // now when its lease is in doubt or over: once stopped, unclean, nothing
+            // would kill it at the lease end (the review of issue 34).
+            let forced = self.svc == Svc::Stopping(ticket, StopCause::Forced)
+                || (matches!(self.svc, Svc::Stopping(t, _) if t == ticket)
+                    && (self.lease.doubt || self.lease_left(now).is_none()));
+            if forced {
                 self.actions.push_back(Action::KillService {
                     cause: KillCause::DemoteFailed,
                 });

@@ -535,7 +535,8 @@ fn rule_6a_2_a_lost_lock_before_the_promotion_again_demotes_the_service() {
 
 #[test]
 fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_called_off() {
-    // Past the lease: the old way (breadcrumb kept, lock released).
+    // Past the lease: killed, a demotion forced by now (SPEC §6a.4; the review of issue
+    // 34), then the old way (breadcrumb kept, lock released).
     let mut h = H::new();
     let s = ceding(&mut h);
     h.now = h.e.lease.end.expect("a lease");
@@ -544,7 +545,11 @@ fn rule_6a_2_a_demote_that_fails_outside_a_switchover_or_past_the_lease_is_not_c
         detail: "the demote hook failed".into(),
         said: Some("no".into()),
     });
-    assert_released_keeping_breadcrumb(&a);
+    let kill = Action::KillService {
+        cause: KillCause::DemoteFailed,
+    };
+    assert_eq!(a.first(), Some(&kill), "{a:?}");
+    assert_released_keeping_breadcrumb(&a[1..]);
     // Unhealthy: not a switchover.
     let mut h = H::new();
     h.active(3);
@@ -665,6 +670,33 @@ fn a_priority_0_node_whose_naming_request_lapsed_while_it_fenced_does_not_commit
     );
     assert!(
         a.iter().any(|a| matches!(a, Action::Release { .. })),
+        "{a:?}"
+    );
+}
+
+/// The review of issue 34: a switchover's demote that fails once the lease is in doubt
+/// (a renewal went unanswered meanwhile) is not called off, and the stop counts as
+/// unclean; nothing would then kill the service at the lease end, so it is killed now,
+/// as after a forced demotion (SPEC §6a.4). With the lease whole and valid, the call-off
+/// stands (the test above).
+#[test]
+fn rule_6a_4_a_demote_that_fails_with_the_lease_in_doubt_kills_the_service() {
+    let mut h = H::new();
+    let s = ceding(&mut h);
+    // A renewal is sent and goes unanswered until it is late: the lease is in doubt.
+    h.advance(T / 6);
+    h.advance(T / 6);
+    assert!(h.e.lease.doubt, "the lease should be in doubt now");
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: Some("n2 is behind".into()),
+    });
+    assert_eq!(
+        a.first(),
+        Some(&Action::KillService {
+            cause: KillCause::DemoteFailed
+        }),
         "{a:?}"
     );
 }
