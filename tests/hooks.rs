@@ -1473,3 +1473,65 @@ fn a_demote_that_cannot_hand_over_to_a_self_named_successor_runs_again_without_o
         cluster.fence_calls()
     );
 }
+
+/// The review of issue 34: a second stop signal (exit at once) while a forced demotion's
+/// hook still runs kills the pinned service, whose role nobody knows then, before warden
+/// exits (SPEC §6: after a forced demotion, a service whose role is unknown must not keep
+/// serving). Before, the kill came only from the hook's failure or the lease end, and a
+/// warden that exited first left the service running as it was.
+#[test]
+fn a_second_stop_signal_during_a_forced_demotion_kills_the_service_whose_role_is_unknown() {
+    let mut zk = ZkServer::start();
+    let mut cluster = Cluster::new(&zk);
+    // A lease long enough, and a hook_timeout short enough, that the demote starts well
+    // before the lease end: the signals land while it hangs, not after the lease's kill.
+    cluster.session_timeout = secs(12);
+    let record = cluster.dir().join("hook-calls");
+    let hung = cluster.dir().join("hung-pids");
+    let demote = hook(
+        &cluster,
+        "demote-hangs.sh",
+        &record,
+        "demote",
+        &format!("echo $$ >> '{}'; exec sleep 600", hung.display()),
+    );
+    let _reaper = PidFileReaper {
+        file: hung,
+        marker: "sleep 600".into(),
+    };
+    let promote = hook(&cluster, "promote.sh", &record, "promote", "exit 0");
+    let n1 = cluster.node("n1");
+    hooks_mode(&n1, &promote, &demote, "3s");
+    let mut s1 = PinnedService::start(&cluster, &n1);
+    let mut w1 = n1.start();
+    assert_eq!(wait_for_active(&n1.config, secs(30)).0, "n1");
+
+    // Cut off from ZooKeeper: the lease runs out, and the demote is forced.
+    zk.freeze();
+    wait_until(secs(20), "n1's forced demote hook runs", || {
+        calls(&record).iter().any(|c| c.what == "demote")
+    });
+    // Two signals, the second once the first is seen (two at once may arrive as one).
+    w1.sigterm();
+    wait_until(secs(2), "n1 sees the first stop signal", || {
+        w1.log_mentions("stop requested")
+    });
+    w1.sigterm();
+    w1.wait_exit(secs(10));
+    assert!(
+        !w1.log_mentions("the lease ended before the demote hook finished"),
+        "the lease's kill came first; the test did not reach its case: {}",
+        w1.log()
+    );
+    zk.thaw();
+    wait_until(
+        secs(5),
+        "the service whose role is unknown is killed",
+        || !s1.runs(),
+    );
+    assert!(
+        w1.log_mentions("exiting at once during a forced demotion"),
+        "{}",
+        w1.log()
+    );
+}

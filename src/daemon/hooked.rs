@@ -4,14 +4,14 @@
 //! that lock.
 
 use super::role::{active_env, Demotion, RoleCtx, Said, ServiceRole};
+use super::DaemonError;
 use crate::config::Config;
-use crate::elector::{Event, KillCause, Ticket};
-use crate::error::Fatal;
-use crate::health::{CheckerHandle, HealthChange, Prober};
-use crate::host::{HookControl, Host};
+use crate::elector::{Event, KillCause, StopCause, Ticket};
+use crate::host::{CheckerHandle, HealthChange, HookControl, Host, PinnedService, Prober};
 use crate::record::{Epoch, Health, NodeRecord};
-use crate::service::PinnedService;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tracing::{error, info, warn};
@@ -47,6 +47,10 @@ pub struct Hooked<H: Host> {
     /// The task that looks, every health interval, whether the promoted service's pinned
     /// process still runs.
     pin_watch: Option<AbortHandle>,
+    /// A forced demotion's hook runs, or failed and its kill is not done yet: the service's
+    /// role is unknown until the hook succeeds, and a warden that exits at once meanwhile
+    /// kills it ([`ServiceRole::kill_at_exit`]; the review of this change).
+    forced: Arc<AtomicBool>,
 }
 
 impl<H: Host> Hooked<H> {
@@ -118,13 +122,13 @@ impl<H: Host> Hooked<H> {
 impl<H: Host> ServiceRole<H> for Hooked<H> {
     type Report = HookReport;
 
-    fn new(cfg: &Config, ctx: RoleCtx<H, HookReport>) -> Result<Self, Fatal> {
+    fn new(cfg: &Config, ctx: RoleCtx<H, HookReport>) -> Result<Self, DaemonError> {
         let hooks = ctx.host.hooks(cfg);
         // SPEC §6: an unreadable pidfile is said at start, not found out at the first
         // fence; a missing one is only warned about by the check (the service may still
         // be starting), and a promotion refuses either.
         match hooks.check_pidfile() {
-            Err(e) if e.refuses_start => return Err(Fatal::Usage(e.message)),
+            Err(e) if e.refuses_start => return Err(DaemonError::Config(e.message)),
             Err(e) => error!(
                 "{}; this node cannot be promoted until the pidfile names the running service",
                 e.message
@@ -136,7 +140,7 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
         let probe = ctx
             .host
             .service_probe(&cfg.health)
-            .map_err(|e| Fatal::Usage(e.to_string()))?;
+            .map_err(|e| DaemonError::Config(e.to_string()))?;
         let probe = (!probe.is_none()).then_some(probe);
         // With `standby_command`: not eligible before its first check passes.
         let standby_checked = !cfg.health.standby_command.is_empty();
@@ -156,6 +160,7 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                 Health::Unknown
             },
             pin_watch: None,
+            forced: Arc::default(),
         })
     }
 
@@ -361,6 +366,10 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
     ) -> impl Future<Output = Event> + Send + 'static {
         let hooks = self.hooks.clone();
         info!(cause = ?d.cause, "running the demote hook");
+        let forced = self.forced.clone();
+        if d.cause == StopCause::Forced {
+            forced.store(true, Ordering::SeqCst);
+        }
         if let Some(h) = self.pin_watch.take() {
             h.abort();
         }
@@ -388,6 +397,9 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                      without a successor"
                 );
                 result = hooks.demote(epoch, active.clone()).await;
+            }
+            if result.is_ok() {
+                forced.store(false, Ordering::SeqCst);
             }
             match result {
                 Ok(()) => Event::ServiceStopped {
@@ -417,9 +429,21 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
             ),
         }
         self.hooks.kill();
+        self.forced.store(false, Ordering::SeqCst);
     }
 
-    fn kill_at_exit(&mut self) {}
+    /// Only while a forced demotion's hook runs or failed: then the service's role is
+    /// unknown, and the elector's kill may never come (SPEC §6). A service demoted, or
+    /// never promoted, is left running.
+    fn kill_at_exit(&mut self) {
+        if self.forced.swap(false, Ordering::SeqCst) {
+            warn!(
+                "exiting at once during a forced demotion whose hook has not succeeded: \
+                 killing the pidfile process, whose role nobody knows"
+            );
+            self.hooks.kill();
+        }
+    }
 
     /// Demotes it by hook, else kills the pinned pidfile process.
     fn fence_own(&self) -> impl Future<Output = (bool, String)> + Send + 'static {
