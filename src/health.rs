@@ -603,19 +603,22 @@ pub struct CheckerSettings {
     pub grace: Duration,
 }
 
+/// Told whether each probe of a checker passed.
+pub type EachProbe = std::sync::Arc<dyn Fn(bool) + Send + Sync>;
+
 /// Starts a task that probes as `settings` say and sends a [`HealthChange`] on `tx`
 /// whenever the health changes, starting from `Unknown`. The task ends when the handle is
-/// dropped or the receiver is gone. With `metrics`, every probe is counted in
-/// `warden_health_checks_total`; with `positions`, each change of the position the checks
+/// dropped or the receiver is gone. With `each`, every probe's outcome is told to it (the
+/// driver counts them in `warden_health_checks_total`); with `positions`, each change of the position the checks
 /// tell (SPEC §6b; `None`: unknown) is sent there. Must be called within a tokio runtime.
 pub fn spawn_checker<P: Prober>(
     probe: P,
     settings: CheckerSettings,
     tx: mpsc::Sender<HealthChange>,
-    metrics: Option<crate::metrics::Metrics>,
+    each: Option<EachProbe>,
     positions: Option<mpsc::Sender<Option<u64>>>,
 ) -> CheckerHandle {
-    let task = tokio::spawn(run_checker(probe, settings, tx, metrics, positions));
+    let task = tokio::spawn(run_checker(probe, settings, tx, each, positions));
     CheckerHandle { task }
 }
 
@@ -623,7 +626,7 @@ async fn run_checker<P: Prober>(
     probe: P,
     settings: CheckerSettings,
     tx: mpsc::Sender<HealthChange>,
-    metrics: Option<crate::metrics::Metrics>,
+    each: Option<EachProbe>,
     positions: Option<mpsc::Sender<Option<u64>>>,
 ) {
     let CheckerSettings {
@@ -653,8 +656,8 @@ async fn run_checker<P: Prober>(
     loop {
         ticks.tick().await;
         let check = probe.check(timeout).await;
-        if let Some(m) = &metrics {
-            m.health_check(check.pass);
+        if let Some(each) = &each {
+            each(check.pass);
         }
         if let (Some(ptx), Some(p)) = (&positions, position.read(&check)) {
             if ptx.send(p).await.is_err() {

@@ -14,13 +14,23 @@
 //! `Daemon<C, H, R>` stays readable.
 
 use crate::config::{Config, HealthConfig};
-use crate::health::{HealthError, Probe, ProbeEnv, Prober};
+use crate::health::{HealthError, Probe};
 use crate::record::{self, Epoch, NodeRecord};
-use crate::service::{self, Hooks, PinnedService, ServiceIdentity, Spawner, StopOutcome};
+use crate::service::{self, Hooks, Spawner};
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::mpsc;
 use tracing::warn;
-use warden_fencing::SignalName;
+pub use warden_fencing::SignalName;
+
+// The words of this seam, from the parts behind it: the driver names them through here.
+pub use crate::health::{
+    CheckerHandle, CheckerSettings, EachProbe, HealthChange, ProbeEnv, Prober,
+};
+pub use crate::service::{PinnedService, ServiceIdentity, StopOutcome};
+pub use warden_fencing::{
+    FenceChain, FenceContext, FenceMethod, Methods as FenceMethods, SignalFence, Target,
+};
 
 /// The world around one warden process.
 pub trait Host: Clone + Send + Sync + 'static {
@@ -43,12 +53,32 @@ pub trait Host: Clone + Send + Sync + 'static {
     fn hooks(&self, cfg: &Config) -> Self::Hooks;
     /// What carries out the fence chain's attempts.
     fn fence_methods(&self) -> Self::Methods;
+    /// The fence chain of `methods` for `ctx`, carried out by [`fence_methods`](Self::fence_methods).
+    fn fence_chain(
+        &self,
+        methods: Vec<FenceMethod>,
+        ctx: FenceContext,
+    ) -> FenceChain<Self::Methods> {
+        FenceChain::with_methods(methods, ctx, self.fence_methods())
+    }
     /// The check of the service itself (`health.kind`).
     fn service_probe(&self, cfg: &HealthConfig) -> Result<Self::Probe, HealthError>;
     /// A standby's eligibility (`health.standby_command`); in hooks mode together with the
     /// service's own check.
     /// `env`: the variables its command is given, kept current by the daemon.
     fn standby_probe(&self, cfg: &HealthConfig, env: ProbeEnv) -> Self::Probe;
+    /// Starts a checker of `probe` (see [`crate::health::spawn_checker`]): its changes on
+    /// `tx`, each probe's outcome to `each`, the positions it reads on `positions`.
+    fn checker(
+        &self,
+        probe: Self::Probe,
+        settings: CheckerSettings,
+        tx: mpsc::Sender<HealthChange>,
+        each: Option<EachProbe>,
+        positions: Option<mpsc::Sender<Option<u64>>>,
+    ) -> CheckerHandle {
+        crate::health::spawn_checker(probe, settings, tx, each, positions)
+    }
 }
 
 /// A start the commit made ready: its epoch, and the cgroup the breadcrumb names.

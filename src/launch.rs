@@ -6,7 +6,8 @@ use crate::api;
 use crate::config::{Config, ServiceMode};
 use crate::coord::configured::{Configured, StoreJob};
 use crate::coord::Connector;
-use crate::daemon::{Daemon, Fatal, Hooked, ServiceRole, Spawned};
+use crate::daemon::{Daemon, DaemonError, Hooked, ServiceRole, Spawned};
+use crate::error::Fatal;
 use crate::host::{self, ThisHost};
 use tokio::sync::mpsc;
 
@@ -93,7 +94,7 @@ async fn serve<C: Connector, R: ServiceRole<ThisHost>>(
             }
         }
     }));
-    d.run(stops).await
+    Ok(d.run(stops).await?)
 }
 
 /// Aborts the task when dropped: the HTTP face ends with the daemon.
@@ -216,4 +217,16 @@ fn stray_signals() -> Result<tokio::task::JoinHandle<()>, Fatal> {
             }
         }
     }))
+}
+
+/// SPEC §7: what the driver's stop means as an exit code. A configuration it cannot carry
+/// out, and a store that will not take this node as configured, are usage errors (2:
+/// systemd does not restart them); refused credentials say the store refused us (3).
+impl From<DaemonError> for Fatal {
+    fn from(e: DaemonError) -> Fatal {
+        match e {
+            DaemonError::Config(m) | DaemonError::Store(m) => Fatal::Usage(m),
+            DaemonError::Auth(m) => Fatal::Unreachable(m),
+        }
+    }
 }

@@ -95,7 +95,8 @@ use std::time::{Duration, Instant as WallInstant};
 use store::{SimStore, StoreConfig};
 use tokio::time::Instant;
 use warden::config::ServiceMode;
-use warden::daemon::{Daemon, Fatal, Hooked, ServiceRole, Spawned};
+use warden::daemon::{Daemon, DaemonError, Hooked, ServiceRole, Spawned};
+use warden::error::Fatal;
 use warden::record::{Epoch, Role};
 use world::{name, Inc, Reach, World};
 
@@ -434,7 +435,8 @@ fn start_warden(world: &World, who: Inc) {
         let result = task.await;
         let code = match &result {
             Ok(Ok(code)) => Some(*code),
-            Ok(Err(f)) => Some(i32::from(f.code())),
+            // Its exit code as `warden run` maps it (`launch.rs`).
+            Ok(Err(e)) => Some(i32::from(Fatal::from(e.clone()).code())),
             Err(_) => None,
         };
         if code.is_some() {
@@ -475,8 +477,8 @@ fn start_warden(world: &World, who: Inc) {
 fn launch<R: ServiceRole<SimHost>>(
     world: &World,
     who: Inc,
-    daemon: Result<Daemon<store::SimConnector, SimHost, R>, Fatal>,
-) -> tokio::task::JoinHandle<Result<i32, Fatal>> {
+    daemon: Result<Daemon<store::SimConnector, SimHost, R>, DaemonError>,
+) -> tokio::task::JoinHandle<Result<i32, DaemonError>> {
     let mut daemon = match daemon {
         Ok(d) => d,
         Err(e) => panic!("the daemon does not start: {e}"),

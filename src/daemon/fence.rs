@@ -90,9 +90,9 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
 }
 
 /// Runs a fence chain and records its attempts in the metrics.
-pub(super) async fn run_chain<M: warden_fencing::Methods>(
+pub(super) async fn run_chain<M: FenceMethods>(
     chain: &FenceChain<M>,
-    target: &warden_fencing::Target,
+    target: &Target,
     metrics: &Metrics,
 ) -> (bool, String) {
     let report = chain.fence(target).await;
@@ -140,7 +140,7 @@ pub(super) async fn reboot_contradicted<S: Session>(
 
 /// An earlier warden process of this node whose service the demote hook already took care
 /// of: only that warden process is to be ended (its service is left demoted, running).
-pub(super) fn warden_of(r: &NodeRecord) -> warden_fencing::Target {
+pub(super) fn warden_of(r: &NodeRecord) -> Target {
     let mut t = r.fence_target();
     t.service_pid = None;
     t.service_pgid = None;

@@ -12,8 +12,10 @@ use crate::coord::{self, Connector, RegisterError, Session, StoreError, StoreEve
 use crate::elector::{
     Action, Elector, ElectorConfig, Event, FenceOrder, KeptBreadcrumb, Reason, Ticket, WriteOutcome,
 };
-use crate::health::ProbeEnv;
-use crate::host::Host;
+use crate::host::{
+    FenceChain, FenceContext, FenceMethod, FenceMethods, Host, ProbeEnv, SignalFence, SignalName,
+    Target,
+};
 use crate::metrics::Metrics;
 use crate::notify;
 use crate::record::{self, Epoch, Health, HistoryEntry, MemberRecord, NodeRecord, Role};
@@ -22,13 +24,27 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{error, info, warn};
-use warden_fencing::{FenceChain, FenceContext, FenceMethod, SignalFence, SignalName};
 
 /// Back-off between attempts to reach ZooKeeper: starts here, doubles, caps below.
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(250);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-pub use crate::error::Fatal;
+/// Why the driver could not start, or stopped on its own: what happened, never an exit
+/// code; where `run` is put together (`launch.rs`) each kind becomes one.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration cannot be carried out on this host: the service's command, its
+    /// pidfile, a health check's CA file.
+    #[error("{0}")]
+    Config(String),
+    /// The store will not take this node as configured: another live warden has its node
+    /// id, or the store was never initialized, or is not one warden can use.
+    #[error("{0}")]
+    Store(String),
+    /// The store refused our credentials.
+    #[error("{0}")]
+    Auth(String),
+}
 
 mod act;
 mod fence;
@@ -57,7 +73,7 @@ enum Input<S, M> {
     Role(M),
     /// A check told another data position (SPEC §6b; `None`: unknown now).
     Position(Said, Option<u64>),
-    Fatal(Fatal),
+    Fatal(DaemonError),
     /// The task of connect attempt `n` died (panicked) without a session or an error: a
     /// new attempt is due, if `n` is still the newest.
     ConnectDied(u64),
@@ -173,7 +189,7 @@ impl<S: Send + 'static, M: Send + 'static> role::Sink<M> for LoopSink<S, M> {
 impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     /// A daemon for `cfg`, this warden process being `me`; nothing runs until
     /// [`run`](Self::run).
-    pub fn new(cfg: Config, me: NodeRecord, connector: C, host: H) -> Result<Self, Fatal> {
+    pub fn new(cfg: Config, me: NodeRecord, connector: C, host: H) -> Result<Self, DaemonError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let metrics = Metrics::new();
         let ctx = FenceContext {
@@ -185,22 +201,20 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
             pid_ns: me.pid_ns.unwrap_or(0),
             pidfile: cfg.service.pidfile.clone(),
         };
-        let methods = host.fence_methods();
-        let chain = FenceChain::with_methods(cfg.fence.clone(), ctx.clone(), methods.clone());
+        let chain = host.fence_chain(cfg.fence.clone(), ctx.clone());
         let own_signal = vec![FenceMethod::Signal(SignalFence {
             signal: SignalName(nix::sys::signal::Signal::SIGKILL),
             timeout: OWN_LEFTOVERS_TIMEOUT,
             nodes: None,
         })];
-        let warden_only_chain = FenceChain::with_methods(
+        let warden_only_chain = host.fence_chain(
             own_signal.clone(),
             FenceContext {
                 pidfile: None,
                 ..ctx.clone()
             },
-            methods.clone(),
         );
-        let own_chain = FenceChain::with_methods(own_signal, ctx, methods);
+        let own_chain = host.fence_chain(own_signal, ctx);
         let probe_env = ProbeEnv::default();
         let role = R::new(
             &cfg,
@@ -284,7 +298,10 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     /// Runs until the election lets the daemon exit; returns the exit code. Each message
     /// on `stops` is a stop signal: the first hands over cleanly, the second exits at
     /// once. With `stops` closed, no more can come.
-    pub async fn run(&mut self, mut stops: mpsc::UnboundedReceiver<()>) -> Result<i32, Fatal> {
+    pub async fn run(
+        &mut self,
+        mut stops: mpsc::UnboundedReceiver<()>,
+    ) -> Result<i32, DaemonError> {
         info!(
             node_id = %self.me.node_id,
             cluster = %self.cfg.cluster.name,
@@ -380,7 +397,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         self.drain(now);
     }
 
-    fn on_input(&mut self, input: DaemonInput<C, H, R>) -> Result<(), Fatal> {
+    fn on_input(&mut self, input: DaemonInput<C, H, R>) -> Result<(), DaemonError> {
         match input {
             Input::Elector(ev) => self.feed(ev),
             Input::Session(gen, mut ev) => {
@@ -874,17 +891,17 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                         return;
                     }
                     Err(RegisterError::Duplicate(message)) => {
-                        let _ = tx.send(Input::Fatal(Fatal::Usage(message)));
+                        let _ = tx.send(Input::Fatal(DaemonError::Store(message)));
                         return;
                     }
                     Err(RegisterError::Store(
                         StoreError::NotInitialized(message) | StoreError::Unsuitable(message),
                     )) if first_start => {
-                        let _ = tx.send(Input::Fatal(Fatal::Usage(message)));
+                        let _ = tx.send(Input::Fatal(DaemonError::Store(message)));
                         return;
                     }
                     Err(RegisterError::Store(e @ StoreError::Auth(_))) => {
-                        let _ = tx.send(Input::Fatal(Fatal::Unreachable(e.to_string())));
+                        let _ = tx.send(Input::Fatal(DaemonError::Auth(e.to_string())));
                         return;
                     }
                     Err(RegisterError::Store(e)) => {

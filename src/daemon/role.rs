@@ -12,11 +12,10 @@
 //! [`ServiceRole::on_report`]: the role's state changes only there, in the loop, never
 //! from a task.
 
+use super::DaemonError;
 use crate::config::{Config, HealthConfig};
 use crate::elector::{Event, KillCause, StopCause, Ticket};
-use crate::error::Fatal;
-use crate::health::{self, CheckerHandle, HealthChange, ProbeEnv};
-use crate::host::Host;
+use crate::host::{CheckerHandle, CheckerSettings, HealthChange, Host, ProbeEnv};
 use crate::metrics::Metrics;
 use crate::record::{Epoch, Health, NodeRecord};
 use std::future::Future;
@@ -114,9 +113,9 @@ impl<H: Host, M: Send + 'static> RoleCtx<H, M> {
         let (htx, mut hrx) = mpsc::channel(8);
         let (ptx, mut prx) = mpsc::channel(8);
         let h = &self.health;
-        let handle = health::spawn_checker(
+        let handle = self.host.checker(
             probe,
-            health::CheckerSettings {
+            CheckerSettings {
                 interval: h.interval,
                 timeout: h.timeout,
                 rise: h.rise,
@@ -124,7 +123,10 @@ impl<H: Host, M: Send + 'static> RoleCtx<H, M> {
                 grace,
             },
             htx,
-            Some(self.metrics.clone()),
+            Some({
+                let metrics = self.metrics.clone();
+                Arc::new(move |pass| metrics.health_check(pass))
+            }),
             Some(ptx),
         );
         let tell = self.tell.clone();
@@ -167,7 +169,7 @@ pub trait ServiceRole<H: Host>: Sized + Send + 'static {
 
     /// The role `cfg` asks for; checks start only at [`begin`](Self::begin). An error stops
     /// warden at its start.
-    fn new(cfg: &Config, ctx: RoleCtx<H, Self::Report>) -> Result<Self, Fatal>;
+    fn new(cfg: &Config, ctx: RoleCtx<H, Self::Report>) -> Result<Self, DaemonError>;
     /// Starts the checks that run from the start; called once the probe environment names
     /// the node.
     fn begin(&mut self);

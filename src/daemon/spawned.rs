@@ -2,17 +2,17 @@
 //! names, and stops it on demotion; a standby's eligibility is `health.standby_command`.
 
 use super::role::{round_ms, Demotion, RoleCtx, Said, ServiceRole, OWN_LEFTOVERS_TIMEOUT};
+use super::DaemonError;
 use crate::config::Config;
 use crate::elector::{Event, KillCause, Ticket};
-use crate::error::Fatal;
-use crate::health::{CheckerHandle, HealthChange, Prober};
-use crate::host::{Host, PreparedStart, RunningService, SpawnControl, Start};
+use crate::host::{
+    CheckerHandle, HealthChange, Host, PreparedStart, Prober, RunningService, ServiceIdentity,
+    SignalName, SpawnControl, Start, StopOutcome,
+};
 use crate::record::{Epoch, Health, NodeRecord};
-use crate::service::{ServiceIdentity, StopOutcome};
 use std::future::Future;
 use std::time::Duration;
 use tracing::{info, warn};
-use warden_fencing::SignalName;
 
 /// What spawn mode's tasks report.
 pub enum SpawnReport<R> {
@@ -32,7 +32,7 @@ type Running<H> = <<H as Host>::Spawner as SpawnControl>::Running;
 pub struct Spawned<H: Host> {
     ctx: RoleCtx<H, SpawnReport<Running<H>>>,
     spawner: H::Spawner,
-    stop_signal: warden_fencing::SignalName,
+    stop_signal: SignalName,
     stop_timeout: Duration,
     /// The running service, if any.
     service: Option<ServiceIdentity>,
@@ -57,12 +57,12 @@ pub struct Spawned<H: Host> {
 impl<H: Host> ServiceRole<H> for Spawned<H> {
     type Report = SpawnReport<Running<H>>;
 
-    fn new(cfg: &Config, ctx: RoleCtx<H, Self::Report>) -> Result<Self, Fatal> {
-        let spawner = ctx.host.spawner(cfg).map_err(Fatal::Usage)?;
+    fn new(cfg: &Config, ctx: RoleCtx<H, Self::Report>) -> Result<Self, DaemonError> {
+        let spawner = ctx.host.spawner(cfg).map_err(DaemonError::Config)?;
         let service_probe = ctx
             .host
             .service_probe(&cfg.health)
-            .map_err(|e| Fatal::Usage(e.to_string()))?;
+            .map_err(|e| DaemonError::Config(e.to_string()))?;
         // A standby's eligibility comes from `standby_command` (§4.6).
         let standby_probe = ctx.host.standby_probe(&cfg.health, ctx.probe_env.clone());
         Ok(Spawned {
