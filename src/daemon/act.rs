@@ -404,7 +404,9 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 epoch,
                 reason,
                 history,
-            } => self.transition(from, to, epoch, reason, history, now),
+                held,
+            } => self.transition(from, to, epoch, reason, history, held, now),
+            Action::WriteHeld => self.write_held_back(),
             Action::Notice {
                 warn: true,
                 message,

@@ -389,9 +389,6 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
     }
 
     fn feed(&mut self, event: Event) {
-        if matches!(event, Event::Committed { .. }) {
-            self.write_held_back();
-        }
         let now = self.host.now();
         self.elector.handle(event, now);
         self.drain(now);
@@ -783,6 +780,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         epoch: Option<Epoch>,
         reason: Reason,
         history: bool,
+        held: bool,
         now: Instant,
     ) {
         let took = now.duration_since(self.role_since);
@@ -822,7 +820,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         };
         // What an earlier transition held back lands first, in order.
         self.write_held_back();
-        if to == Role::Promoting {
+        if held {
             self.held_back = Some(history.then_some(entry));
         } else {
             self.write_transition(m, history.then_some(entry));

@@ -509,7 +509,14 @@ pub enum Action {
         /// Whether the transition is one for `warden history`: every one but a standby's
         /// eligibility coming and going.
         history: bool,
+        /// Its writes (the member record, the history entry) wait for
+        /// [`Action::WriteHeld`] or the next transition: the one to `promoting`, whose
+        /// commit's reads and write would otherwise queue behind them (ZooKeeper answers a
+        /// session's requests in order, each write a disk sync on a busy machine).
+        held: bool,
     },
+    /// The commit was answered: write what the transition to `promoting` held back.
+    WriteHeld,
     /// Run the `follow` hook: point this standby's service at `active` (SPEC §6).
     Follow { ticket: Ticket, active: NodeRecord },
     /// Read the member records now rather than at the next of their reads once a session
@@ -671,6 +678,8 @@ pub struct Elector {
     /// not run since: the service may still take writes although the elector counts it
     /// down. A step-down meanwhile keeps the breadcrumb (seed 45962).
     undemoted: bool,
+    /// A transition's writes are held back ([`Action::Transition::held`]).
+    held: bool,
     /// The greatest epoch this node has seen committed: its own, the holder's, the
     /// breadcrumb's, history's, other members' (SPEC §3a). Published in the member record;
     /// a new lock's epoch must be above it.
@@ -815,6 +824,7 @@ impl Elector {
             forgetting: None,
             keeping: None,
             undemoted: false,
+            held: false,
             repin: false,
             stopping: false,
             reason: None,
@@ -1041,7 +1051,13 @@ impl Elector {
                 fenced,
                 summary,
             } => self.on_fence_done(ticket, fenced, summary, now),
-            Event::Committed { ticket, outcome } => self.on_committed(ticket, outcome, now),
+            Event::Committed { ticket, outcome } => {
+                // Answered, whatever the outcome: what the promotion held back goes first.
+                if std::mem::take(&mut self.held) {
+                    self.actions.push_back(Action::WriteHeld);
+                }
+                self.on_committed(ticket, outcome, now)
+            }
             Event::CommitAborted { ticket, reason } => self.on_commit_aborted(ticket, reason),
             Event::Renewed { ticket, outcome } => self.on_renewed(ticket, outcome, now),
             Event::ServiceStarted { ticket } => self.on_service_started(ticket, now),

@@ -101,6 +101,8 @@ impl Elector {
                 (from, role),
                 (Role::Ineligible, Role::Standby) | (Role::Standby, Role::Ineligible)
             ),
+            held: role == Role::Promoting,
         });
+        self.held = role == Role::Promoting;
     }
 }

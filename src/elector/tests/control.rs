@@ -228,6 +228,7 @@ fn rule_6a_2_a_switchover_whose_demote_fails_is_called_off_and_the_node_promotes
                 epoch: Some(3),
                 reason: Reason::SwitchoverCalledOff("n2 is behind".into()),
                 history: true,
+                held: true,
             },
         ]
     );

@@ -270,6 +270,7 @@ fn rule_6_follow_never_runs_beside_promote() {
                 epoch: None,
                 reason: Reason::StillFollowing,
                 history: true,
+                held: false,
             }
         ]
     );

@@ -251,7 +251,12 @@ fn state(breadcrumb: BreadcrumbView) -> ClusterState {
 fn strip(actions: Vec<Action>) -> Vec<Action> {
     actions
         .into_iter()
-        .filter(|a| !matches!(a, Action::Transition { .. } | Action::Notice { .. }))
+        .filter(|a| {
+            !matches!(
+                a,
+                Action::Transition { .. } | Action::WriteHeld | Action::Notice { .. }
+            )
+        })
         .collect()
 }
 

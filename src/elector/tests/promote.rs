@@ -403,3 +403,23 @@ fn rule_4_5_a_stop_during_the_commit_waits_for_it_and_deletes_what_it_wrote() {
         "{a:?}"
     );
 }
+
+/// The transition to `promoting` holds its writes (the member record, the history entry)
+/// until the commit is answered, whatever the answer: the commit's own reads and write
+/// would otherwise wait behind them. Once: a second answer has nothing held.
+#[test]
+fn the_transition_to_promoting_is_written_once_the_commit_is_answered() {
+    let mut h = H::new();
+    let c = h.committing(4);
+    let a = h.feed_all(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Done,
+    });
+    assert_eq!(a.first(), Some(&Action::WriteHeld), "{a:?}");
+    assert_eq!(a.iter().filter(|a| **a == Action::WriteHeld).count(), 1);
+    let a = h.feed_all(Event::Committed {
+        ticket: c,
+        outcome: WriteOutcome::Done,
+    });
+    assert!(!a.contains(&Action::WriteHeld), "{a:?}");
+}
