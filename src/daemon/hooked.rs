@@ -38,7 +38,9 @@ pub struct Hooked<H: Host> {
     /// demotion. `None` when no check is configured.
     probe: Option<H::Probe>,
     eligibility: Option<CheckerHandle>,
-    /// With `health.standby_command`: its checker, and whether it passes.
+    /// With `health.standby_command` (`standby_command`): its checker, and whether it
+    /// passes.
+    standby_command: bool,
     standby_check: Option<CheckerHandle>,
     standby_ok: bool,
     /// Whether the service's own check says healthy.
@@ -151,6 +153,7 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
             follows: !cfg.service.follow.is_empty(),
             probe,
             eligibility: None,
+            standby_command: standby_checked,
             standby_check: None,
             standby_ok: !standby_checked,
             service_ok: unchecked,
@@ -188,11 +191,15 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
     }
 
     fn eligible_at_start(&self) -> bool {
-        self.service_ok && self.standby_ok
+        self.service_ok
     }
 
     fn follows(&self) -> bool {
         self.follows
+    }
+
+    fn standby_checked(&self) -> bool {
+        self.standby_command
     }
 
     fn health(&self) -> Health {
@@ -300,7 +307,7 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                         detail: c.detail.clone(),
                     },
                     Event::EligibilityChanged {
-                        eligible: c.health == Health::Healthy && self.standby_ok,
+                        eligible: c.health == Health::Healthy,
                         detail: c.detail,
                     },
                 ]
@@ -313,9 +320,9 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                     Health::Unknown
                 };
                 self.health = self.combined(service);
-                vec![Event::EligibilityChanged {
-                    eligible: self.service_ok && self.standby_ok,
-                    detail: format!("standby_command: {}", c.detail),
+                vec![Event::StandbyCheckChanged {
+                    passing: self.standby_ok,
+                    detail: c.detail,
                 }]
             }
         }

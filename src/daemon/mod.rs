@@ -235,6 +235,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                 demote_grace: cfg.demote_grace(),
                 host: record::HostIdentity::of(&me),
                 follow: role.follows(),
+                standby_check: role.standby_checked(),
                 priority: cfg.election.priority,
                 settle: true,
             },

@@ -177,6 +177,9 @@ pub trait ServiceRole<H: Host>: Sized + Send + 'static {
     fn eligible_at_start(&self) -> bool;
     /// Whether a standby runs the `follow` hook (SPEC §6).
     fn follows(&self) -> bool;
+    /// Whether `health.standby_command` is checked beside the eligibility check
+    /// ([`Event::StandbyCheckChanged`]).
+    fn standby_checked(&self) -> bool;
     /// The health this node reports.
     fn health(&self) -> Health;
     /// Whether the service serves now; `promoted`: the elector counts it as serving.

@@ -106,6 +106,11 @@ impl<H: Host> ServiceRole<H> for Spawned<H> {
         false
     }
 
+    /// `standby_command` is the eligibility check itself here.
+    fn standby_checked(&self) -> bool {
+        false
+    }
+
     fn health(&self) -> Health {
         self.health
     }

@@ -87,6 +87,9 @@ pub struct ElectorConfig {
     pub follow: bool,
     /// `[election] priority` (SPEC §6): 0 never takes the lock by itself.
     pub priority: u16,
+    /// Hooks mode with `health.standby_command`: eligible only once it passes too
+    /// ([`Event::StandbyCheckChanged`]).
+    pub standby_check: bool,
     /// A new session waits one session timeout before its first join (SPEC §3a "A store
     /// that forgot"): every warden whose memory the store lost, and that can reach it,
     /// registers what it saw meanwhile, and every lease of before has ended. The daemon
@@ -348,6 +351,13 @@ pub enum Event {
         eligible: bool,
         detail: String,
     },
+    /// Hooks mode with `health.standby_command` ([`ElectorConfig::standby_check`]): whether
+    /// it passes. SPEC §6: the place for a replication lag check; a node is eligible only
+    /// while it and the service's own check pass.
+    StandbyCheckChanged {
+        passing: bool,
+        detail: String,
+    },
     /// The promoted service's health (after `start_grace`).
     ServiceHealthChanged {
         healthy: bool,
@@ -597,7 +607,11 @@ pub struct Elector {
     svc: Svc,
     lease: Lease,
     role: Role,
+    /// Whether the node may take the lock: its eligibility check passes (`check_ok`) and,
+    /// where configured, hooks mode's `standby_command` too (`standby_ok`).
     eligible: bool,
+    check_ok: bool,
+    standby_ok: bool,
     service_healthy: bool,
     control: ControlView,
     /// Failures in a row (§4.8) and until when we stay out.
@@ -764,13 +778,16 @@ pub struct Elector {
 impl Elector {
     /// A new elector; it asks for a session at once.
     pub fn new(cfg: ElectorConfig, eligible: bool) -> Self {
+        let standby_check = cfg.standby_check;
         let mut e = Elector {
             cfg,
             phase: Phase::Connecting,
             svc: Svc::Down,
             lease: Lease::default(),
             role: Role::Ineligible,
-            eligible,
+            eligible: eligible && !standby_check,
+            check_ok: eligible,
+            standby_ok: !standby_check,
             service_healthy: true,
             control: ControlView::default(),
             failures: 0,
@@ -1123,11 +1140,12 @@ impl Elector {
                 own_position,
             } => self.on_above_changed(&id, record, own_position),
             Event::EligibilityChanged { eligible, detail } => {
-                self.eligible = eligible;
-                self.reason = Some(Reason::Eligibility(detail));
-                if eligible {
-                    self.try_join(now);
-                }
+                self.check_ok = eligible;
+                self.on_eligibility(detail, now);
+            }
+            Event::StandbyCheckChanged { passing, detail } => {
+                self.standby_ok = passing;
+                self.on_eligibility(format!("standby_command: {detail}"), now);
             }
             Event::ServiceHealthChanged { healthy, detail } => {
                 self.on_service_health(healthy, detail)
@@ -1142,6 +1160,15 @@ impl Elector {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.fire_due(&Timer::ALL, now);
         self.after_input(now);
+    }
+
+    /// One of the eligibility checks changed (`detail`: what it said).
+    fn on_eligibility(&mut self, detail: String, now: Instant) {
+        self.eligible = self.check_ok && self.standby_ok;
+        self.reason = Some(Reason::Eligibility(detail));
+        if self.eligible {
+            self.try_join(now);
+        }
     }
 
     fn is_ours(&self, record: &NodeRecord) -> bool {

@@ -336,3 +336,54 @@ fn rule_6_after_its_own_promotion_a_node_never_follows_an_older_active() {
         "{all:?}"
     );
 }
+
+/// SPEC §6, hooks mode with `health.standby_command`: a node is eligible only while it
+/// and the service's own check both pass, and not before the standby check's first pass.
+#[test]
+fn rule_6_hooks_mode_is_eligible_only_while_the_service_check_and_standby_command_pass() {
+    let mut e = Elector::new(
+        ElectorConfig {
+            standby_check: true,
+            ..cfg()
+        },
+        true,
+    );
+    assert_eq!(e.poll_action(), Some(Action::Connect));
+    let mut h = H {
+        e,
+        now: Instant::now(),
+    };
+    // In a session, the service's check passing, but standby_command not yet: no join.
+    let a = h.feed(Event::SessionStarted {
+        granted: None,
+        control: ControlView::default(),
+    });
+    assert!(!a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
+    assert_eq!(h.e.role(), Role::Ineligible);
+    let a = h.feed(Event::StandbyCheckChanged {
+        passing: true,
+        detail: "lag 0".into(),
+    });
+    assert!(a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
+    // The service's check failing makes it ineligible whatever standby_command says, and
+    // standby_command failing does too, with its own words.
+    h.feed(Event::EligibilityChanged {
+        eligible: false,
+        detail: "service down".into(),
+    });
+    assert!(!h.e.eligible);
+    h.feed(Event::EligibilityChanged {
+        eligible: true,
+        detail: "service up".into(),
+    });
+    assert!(h.e.eligible);
+    h.feed(Event::StandbyCheckChanged {
+        passing: false,
+        detail: "lag 90s".into(),
+    });
+    assert!(!h.e.eligible);
+    assert_eq!(
+        h.e.reason,
+        Some(Reason::Eligibility("standby_command: lag 90s".into()))
+    );
+}

@@ -38,6 +38,7 @@ fn cfg() -> ElectorConfig {
         },
         follow: false,
         priority: 100,
+        standby_check: false,
         settle: false,
     }
 }
