@@ -398,14 +398,7 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                     });
                 }
             }
-            Action::Transition {
-                from,
-                to,
-                epoch,
-                reason,
-                history,
-                held,
-            } => self.transition(from, to, epoch, reason, history, held, now),
+            transition @ Action::Transition { .. } => self.transition(transition, now),
             Action::WriteHeld => self.write_held_back(),
             Action::Notice {
                 warn: true,

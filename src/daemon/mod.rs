@@ -774,16 +774,19 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
         self.positions[said as usize].as_ref()
     }
 
-    fn transition(
-        &mut self,
-        from: Role,
-        to: Role,
-        epoch: Option<Epoch>,
-        reason: Reason,
-        history: bool,
-        held: bool,
-        now: Instant,
-    ) {
+    /// Logs, counts, notifies and writes [`Action::Transition`] `transition`.
+    fn transition(&mut self, transition: Action, now: Instant) {
+        let Action::Transition {
+            from,
+            to,
+            epoch,
+            reason,
+            history,
+            held,
+        } = transition
+        else {
+            return;
+        };
         let took = now.duration_since(self.role_since);
         self.role_since = now;
         let took_ms = took.as_millis() as u64;
