@@ -364,6 +364,12 @@ impl Elector {
             self.reason = Some(why);
             self.follow_failed = Some(words);
             self.follow_retry_at = Some(now + self.cfg.rejoin_delay);
+            // A switchover with --force naming this node joins without a follow (a join
+            // it put off while the follow ran, the lock free meanwhile, comes now; the
+            // full suite's `standbys_follow_each_new_active_and_a_failed_follow_makes_them
+            // _ineligible` saw it wait for ever, retrying the follow). Anyone else is
+            // ineligible and stays out.
+            self.try_join(now);
         }
     }
 }

@@ -387,3 +387,52 @@ fn rule_6_hooks_mode_is_eligible_only_while_the_service_check_and_standby_comman
         Some(Reason::Eligibility("standby_command: lag 90s".into()))
     );
 }
+
+/// A switchover with --force names this node, whose follow of the old active failed and
+/// is retried. The lock comes free while a retry runs, so the join waits for it; the retry
+/// fails too: the node joins then, as the operator said (before, it waited for ever,
+/// retrying the follow, and the switchover lapsed: seen in the full suite).
+#[test]
+fn rule_6_a_forced_target_joins_when_a_follow_that_held_its_join_back_fails() {
+    let mut h = following_standby();
+    let t = follow_ticket(&h.feed(Event::ActiveChanged {
+        record: active_record("n2", 7),
+    }));
+    h.feed(Event::Followed {
+        ticket: t,
+        ok: false,
+        detail: "REPLICAOF refused".into(),
+    });
+    h.feed(Event::ControlChanged {
+        control: ControlView {
+            paused: false,
+            failover: Some(FailoverView {
+                from: "n2".into(),
+                to: Some("n1".into()),
+                deadline: "2026-01-01T00:00:00Z".into(),
+                force: true,
+                lapses_at: h.now + Duration::from_secs(30),
+            }),
+        },
+    });
+    // The retry of the follow is running when n2 lets the lock go.
+    let a = h.advance(Duration::from_secs(1));
+    let retry = a
+        .iter()
+        .find_map(|a| match a {
+            Action::Follow { ticket, .. } => Some(*ticket),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no retry of the follow: {a:?}"));
+    let a = h.feed(Event::LockDeleted);
+    assert!(!a.iter().any(|a| matches!(a, Action::Join { .. })), "{a:?}");
+    let a = h.feed(Event::Followed {
+        ticket: retry,
+        ok: false,
+        detail: "REPLICAOF refused".into(),
+    });
+    assert!(
+        a.iter().any(|a| matches!(a, Action::Join { .. })),
+        "the forced target never joins: {a:?}"
+    );
+}
