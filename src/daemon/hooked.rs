@@ -6,12 +6,10 @@
 use super::role::{active_env, Demotion, RoleCtx, Said, ServiceRole};
 use super::DaemonError;
 use crate::config::Config;
-use crate::elector::{Event, KillCause, StopCause, Ticket};
+use crate::elector::{Event, KillCause, Ticket};
 use crate::host::{CheckerHandle, HealthChange, HookControl, Host, PinnedService, Prober};
 use crate::record::{Epoch, Health, NodeRecord};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tracing::{error, info, warn};
@@ -49,10 +47,6 @@ pub struct Hooked<H: Host> {
     /// The task that looks, every health interval, whether the promoted service's pinned
     /// process still runs.
     pin_watch: Option<AbortHandle>,
-    /// A forced demotion's hook runs, or failed and its kill is not done yet: the service's
-    /// role is unknown until the hook succeeds, and a warden that exits at once meanwhile
-    /// kills it ([`ServiceRole::kill_at_exit`]; the review of this change).
-    forced: Arc<AtomicBool>,
 }
 
 impl<H: Host> Hooked<H> {
@@ -163,7 +157,6 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                 Health::Unknown
             },
             pin_watch: None,
-            forced: Arc::default(),
         })
     }
 
@@ -373,10 +366,6 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
     ) -> impl Future<Output = Event> + Send + 'static {
         let hooks = self.hooks.clone();
         info!(cause = ?d.cause, "running the demote hook");
-        let forced = self.forced.clone();
-        if d.cause == StopCause::Forced {
-            forced.store(true, Ordering::SeqCst);
-        }
         if let Some(h) = self.pin_watch.take() {
             h.abort();
         }
@@ -404,9 +393,6 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
                      without a successor"
                 );
                 result = hooks.demote(epoch, active.clone()).await;
-            }
-            if result.is_ok() {
-                forced.store(false, Ordering::SeqCst);
             }
             match result {
                 Ok(()) => Event::ServiceStopped {
@@ -436,14 +422,13 @@ impl<H: Host> ServiceRole<H> for Hooked<H> {
             ),
         }
         self.hooks.kill();
-        self.forced.store(false, Ordering::SeqCst);
     }
 
-    /// Only while a forced demotion's hook runs or failed: then the service's role is
-    /// unknown, and the elector's kill may never come (SPEC §6). A service demoted, or
-    /// never promoted, is left running.
-    fn kill_at_exit(&mut self) {
-        if self.forced.swap(false, Ordering::SeqCst) {
+    /// Only while the elector says the service's role is unknown (a forced demotion's hook
+    /// runs or failed, or a voluntary one overtaken by the lease or the lock: SPEC §6a.4).
+    /// A service demoted, or never promoted, is left running.
+    fn kill_at_exit(&mut self, role_unknown: bool) {
+        if role_unknown {
             warn!(
                 "exiting at once during a forced demotion whose hook has not succeeded: \
                  killing the pidfile process, whose role nobody knows"

@@ -378,7 +378,8 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
             // A stop signal.
             if stop_signals >= 2 {
                 warn!("second stop signal: exiting at once");
-                self.role.kill_at_exit();
+                let unknown = self.elector.service_role_unknown(self.host.now());
+                self.role.kill_at_exit(unknown);
                 return Ok(1);
             }
             info!("stop requested: handing over cleanly");
@@ -563,7 +564,14 @@ impl<C: Connector, H: Host, R: ServiceRole<H>> Daemon<C, H, R> {
                     self.feed(Event::OwnPosition { position });
                 }
             }
-            Input::Fatal(f) => return Err(f),
+            Input::Fatal(f) => {
+                // A refused reconnect ends warden too: a forced stop under way is not heard
+                // of again (the review of issue 34).
+                if self.elector.service_role_unknown(self.host.now()) {
+                    self.role.kill_at_exit(true);
+                }
+                return Err(f);
+            }
             Input::ConnectDied(attempt) => {
                 if attempt == self.connect_attempt && self.session.is_none() {
                     self.connecting = None;

@@ -228,8 +228,10 @@ pub trait ServiceRole<H: Host>: Sized + Send + 'static {
     /// The service must not serve on (the lease ended before its stop did, or a forced
     /// demotion's hook failed): kill it now.
     fn kill(&mut self, cause: KillCause);
-    /// A second stop signal: warden exits at once.
-    fn kill_at_exit(&mut self);
+    /// Warden exits at once (a second stop signal, a fatal error); `role_unknown`: the
+    /// elector says a stop forced by now is under way, whose end warden will not hear
+    /// ([`crate::elector::Elector::service_role_unknown`]).
+    fn kill_at_exit(&mut self, role_unknown: bool);
     /// Fences this very process's own service, which an earlier stop could not verify
     /// gone (SPEC §5): whether it is, and what was done.
     fn fence_own(&self) -> impl Future<Output = (bool, String)> + Send + 'static;

@@ -321,8 +321,11 @@ impl<H: Host> ServiceRole<H> for Spawned<H> {
         }
     }
 
-    fn kill_at_exit(&mut self) {
-        if let Some(id) = &self.service {
+    /// The running service always (nothing supervises it once warden is gone), and one
+    /// being stopped when its role is unknown.
+    fn kill_at_exit(&mut self, role_unknown: bool) {
+        let stopping = self.stopping.as_ref().filter(|_| role_unknown);
+        for id in [self.service.as_ref(), stopping].into_iter().flatten() {
             self.spawner.kill(id);
         }
     }

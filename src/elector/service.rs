@@ -457,13 +457,9 @@ impl Elector {
             cede && self.svc == Svc::Stopping(ticket, StopCause::Demote) && self.may_serve_on(now);
         if !may_call_off {
             // SPEC §6, §6a.4: after a forced demotion, a service whose role is unknown must
-            // not keep serving. A voluntary one (a step-down, a switchover) is forced by
-            // now when its lease is in doubt or over: once stopped, unclean, nothing
-            // would kill it at the lease end (the review of issue 34).
-            let forced = self.svc == Svc::Stopping(ticket, StopCause::Forced)
-                || (matches!(self.svc, Svc::Stopping(t, _) if t == ticket)
-                    && (self.lease.doubt || self.lease_left(now).is_none()));
-            if forced {
+            // not keep serving; once stopped, unclean, nothing would kill it at the lease
+            // end (the review of issue 34).
+            if matches!(self.svc, Svc::Stopping(t, _) if t == ticket) && self.forced_by_now(now) {
                 self.actions.push_back(Action::KillService {
                     cause: KillCause::DemoteFailed,
                 });
@@ -475,6 +471,27 @@ impl Elector {
             return;
         };
         self.call_off(epoch, said.unwrap_or(detail), true, now);
+    }
+
+    /// Whether the stop or start under way is forced by now (SPEC §6a.4): asked so, or a
+    /// voluntary one (a step-down, a switchover) overtaken by a lease in doubt or over, or
+    /// by the lock lost. Its service's role is unknown until it reports.
+    fn forced_by_now(&self, now: Instant) -> bool {
+        let asked = match self.svc {
+            Svc::Stopping(_, cause) | Svc::Starting(_, Some(cause)) => cause,
+            Svc::Up | Svc::Down | Svc::Starting(_, None) => return false,
+        };
+        asked == StopCause::Forced
+            || self.lease.doubt
+            || self.lease_left(now).is_none()
+            || !matches!(self.phase, Phase::Holding { .. })
+    }
+
+    /// SPEC §6a.4: whether a warden that exits at once now must kill its service first: a
+    /// stop (or a start with a stop asked) forced by now is under way, and the service's
+    /// role is unknown until it reports; a warden that exits cannot hear that.
+    pub fn service_role_unknown(&self, now: Instant) -> bool {
+        self.forced_by_now(now)
     }
 
     /// Whether this node may promote its service again after a demote, under the lock it

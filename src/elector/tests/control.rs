@@ -701,3 +701,33 @@ fn rule_6a_4_a_demote_that_fails_with_the_lease_in_doubt_kills_the_service() {
         "{a:?}"
     );
 }
+
+/// The second review of issue 34: a voluntary demotion overtaken by the lock lost (a
+/// store that forgot deleted it) is forced by now too: its failed hook kills the service,
+/// and until the hook reports, a warden exiting at once must kill it (SPEC §6a.4).
+#[test]
+fn rule_6a_4_a_demote_overtaken_by_the_lock_lost_kills_the_service_when_it_fails() {
+    let mut h = H::new();
+    h.active(3);
+    let a = h.feed(Event::ServiceHealthChanged {
+        healthy: false,
+        detail: "down".into(),
+    });
+    let s = H::ticket_of(&a);
+    assert!(!h.e.service_role_unknown(h.now), "a voluntary stop, lease valid");
+    h.feed(Event::LockDeleted);
+    assert!(h.e.service_role_unknown(h.now), "the lock is lost meanwhile");
+    let a = h.feed(Event::DemoteFailed {
+        ticket: s,
+        detail: "the demote hook failed".into(),
+        said: None,
+    });
+    assert_eq!(
+        a.first(),
+        Some(&Action::KillService {
+            cause: KillCause::DemoteFailed
+        }),
+        "{a:?}"
+    );
+    assert!(!h.e.service_role_unknown(h.now), "stopped: nothing under way");
+}
