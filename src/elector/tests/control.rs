@@ -714,9 +714,15 @@ fn rule_6a_4_a_demote_overtaken_by_the_lock_lost_kills_the_service_when_it_fails
         detail: "down".into(),
     });
     let s = H::ticket_of(&a);
-    assert!(!h.e.service_role_unknown(h.now), "a voluntary stop, lease valid");
+    assert!(
+        !h.e.service_role_unknown(h.now),
+        "a voluntary stop, lease valid"
+    );
     h.feed(Event::LockDeleted);
-    assert!(h.e.service_role_unknown(h.now), "the lock is lost meanwhile");
+    assert!(
+        h.e.service_role_unknown(h.now),
+        "the lock is lost meanwhile"
+    );
     let a = h.feed(Event::DemoteFailed {
         ticket: s,
         detail: "the demote hook failed".into(),
@@ -729,5 +735,8 @@ fn rule_6a_4_a_demote_overtaken_by_the_lock_lost_kills_the_service_when_it_fails
         }),
         "{a:?}"
     );
-    assert!(!h.e.service_role_unknown(h.now), "stopped: nothing under way");
+    assert!(
+        !h.e.service_role_unknown(h.now),
+        "stopped: nothing under way"
+    );
 }
