@@ -4,7 +4,7 @@
 //! (sooner when the backend has a way to be woken).
 
 use super::{StoreError, StoreEvent};
-use crate::record::{self, Epoch, NodeRecord};
+use crate::record::{self, Epoch, JoinOutcome, NodeRecord};
 use std::future::Future;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
@@ -33,6 +33,18 @@ impl Core {
             member: Mutex::new(None),
             joined: watch::Sender::new(None),
             lost: watch::Sender::new(false),
+        }
+    }
+
+    /// The outcome of join `join`: what it found and the holder's session it saw, which
+    /// the events then watch (`None`: nothing known, [`JoinOutcome::Unknown`]).
+    pub fn settle_join(&self, join: u64, found: Option<(JoinOutcome, i64)>) -> JoinOutcome {
+        match found {
+            Some((outcome, holder)) => {
+                self.joined.send_replace(Some((join, holder)));
+                outcome
+            }
+            None => JoinOutcome::Unknown,
         }
     }
 

@@ -153,13 +153,7 @@ impl<W: Wire> Session for MysqlSession<W> {
                 _ => None,
             },
         };
-        match outcome {
-            Some((o, holder)) => {
-                i.core.joined.send_replace(Some((join, holder)));
-                o
-            }
-            None => JoinOutcome::Unknown,
-        }
+        i.core.settle_join(join, outcome)
     }
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {

@@ -210,13 +210,7 @@ impl<W: Wire> Session for RedisSession<W> {
                 _ => None,
             },
         };
-        match outcome {
-            Some((o, holder)) => {
-                i.core.joined.send_replace(Some((join, holder)));
-                o
-            }
-            None => JoinOutcome::Unknown,
-        }
+        i.core.settle_join(join, outcome)
     }
 
     async fn read_state(&self) -> Result<TakeoverState, StoreError> {
